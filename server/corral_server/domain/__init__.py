@@ -1,0 +1,1 @@
+"""Plain, typed domain values: agents, timelines, events. No protobuf, no grpc, no I/O."""

@@ -1,0 +1,133 @@
+"""The agent snapshot and its lifecycle union (seed 000, section 3).
+
+The lifecycle is a discriminated union: each state carries exactly the fields that state may
+have, so "idle with an active turn" or "errored without an error" cannot be built.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NewType, TypeAlias
+
+from corral_server.domain.content import Prompt
+from corral_server.domain.timeline import JsonValue
+
+AgentId = NewType("AgentId", str)
+
+# The label that makes an agent a child (API.md: `parent_agent_id` is derived from it).
+PARENT_AGENT_ID_LABEL = "corral.parent-agent-id"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentError:
+    message: str
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Initializing:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    # Empty for an autonomous turn whose id the provider never gave.
+    active_turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Errored:
+    error: AgentError
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    closed_at_ms: int
+
+
+Lifecycle: TypeAlias = Initializing | Idle | Running | Errored | Closed
+
+
+class AttentionReason(enum.Enum):
+    FINISHED = "finished"
+    ERROR = "error"
+    PERMISSION = "permission"
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    required: bool = False
+    reason: AttentionReason | None = None
+    at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionAction:
+    id: str
+    label: str
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPermission:
+    id: str
+    name: str
+    kind: str = ""
+    title: str = ""
+    input: Mapping[str, JsonValue] = field(default_factory=dict)
+    actions: tuple[PermissionAction, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPrompt:
+    client_message_id: str
+    content: Prompt
+    queued_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """One agent as every reader sees it. Replaced whole by its actor, never mutated."""
+
+    id: AgentId
+    provider: str
+    cwd: str
+    lifecycle: Lifecycle
+    created_at_ms: int
+    updated_at_ms: int
+    epoch: str
+    next_seq: int
+    model: str = ""
+    mode: str = ""
+    title: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    attention: Attention = Attention()
+    pending_permissions: tuple[PendingPermission, ...] = ()
+    queued_prompts: tuple[QueuedPrompt, ...] = ()
+    provider_session_id: str = ""
+    archived_at_ms: int | None = None
+    last_error: AgentError | None = None
+    last_usage: Usage | None = None
+
+    @property
+    def parent_agent_id(self) -> str:
+        return self.labels.get(PARENT_AGENT_ID_LABEL, "")
+
+    @property
+    def is_closed(self) -> bool:
+        return isinstance(self.lifecycle, Closed)

@@ -1,0 +1,116 @@
+"""Server-wide events: what subscribers see, in revision order (API.md, EventService)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from corral_server.domain.agent import Agent, AgentError, AttentionReason, Usage
+from corral_server.domain.timeline import TimelineRow
+
+
+@dataclass(frozen=True, slots=True)
+class AgentUpserted:
+    agent: Agent
+
+    @property
+    def agent_id(self) -> str:
+        return self.agent.id
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRemoved:
+    agent_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowAppended:
+    agent_id: str
+    epoch: str
+    row: TimelineRow
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineReset:
+    agent_id: str
+    epoch: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    agent_id: str
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCompleted:
+    agent_id: str
+    turn_id: str
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    agent_id: str
+    turn_id: str
+    error: AgentError
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCanceled:
+    agent_id: str
+    turn_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRequired:
+    agent_id: str
+    reason: AttentionReason
+
+
+Event: TypeAlias = (
+    AgentUpserted
+    | AgentRemoved
+    | RowAppended
+    | TimelineReset
+    | TurnStarted
+    | TurnCompleted
+    | TurnFailed
+    | TurnCanceled
+    | AttentionRequired
+)
+
+TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled
+
+
+# --- stream control: messages about a subscription itself, not about agents --------------
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """The snapshot is complete; live events with revisions > `revision` follow."""
+
+    revision: int
+    reset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionReset:
+    """The requested resume point is no longer retained; a fresh snapshot follows."""
+
+    requested_revision: int
+    earliest_revision: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnding:
+    """The server ends the stream; a client resumes with `resume_revision`."""
+
+    resume_revision: int
+    reason: str
+
+
+StreamControl: TypeAlias = Synced | SubscriptionReset | StreamEnding

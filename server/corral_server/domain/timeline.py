@@ -1,0 +1,158 @@
+"""Timeline values: items, rows, cursors and fetch receipts (seed 000, section 7).
+
+Invariant: within one epoch, seqs are 1-based and contiguous; a row, once appended, keeps its
+seq and item for ever (only `provider_message_id` may be filled in later, by echo
+reconciliation). A re-based timeline gets a new epoch.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeAlias
+
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+
+# Unset limit in FetchTimeline (seed 000, section 7.2: "默认一次 200 行").
+DEFAULT_PAGE_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    text: str
+    client_message_id: str = ""
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    text: str
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    text: str
+
+
+class ToolCallStatus(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ToolCallStatus.COMPLETED, ToolCallStatus.FAILED, ToolCallStatus.CANCELED)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    status: ToolCallStatus
+    input: JsonValue = None
+    output: JsonValue = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TodoEntry:
+    text: str
+    completed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Todo:
+    entries: tuple[TodoEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorItem:
+    message: str
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentNotice:
+    run_id: str
+    child_agent_id: str
+    text: str
+
+
+TimelineItem: TypeAlias = (
+    UserMessage
+    | AssistantMessage
+    | Reasoning
+    | ToolCall
+    | Todo
+    | ErrorItem
+    | Compaction
+    | SubagentNotice
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """One row of one epoch. `seq` is 1-based."""
+
+    epoch: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    seq: int
+    timestamp_ms: int
+    item: TimelineItem
+    turn_id: str = ""
+    provider_message_id: str = ""
+
+
+class Direction(enum.Enum):
+    TAIL = "tail"
+    BEFORE = "before"
+    AFTER = "after"
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineWindow:
+    """The retained range: `min_seq`..`max_seq` (both 0 when empty); `next_seq` = max + 1."""
+
+    min_seq: int
+    max_seq: int
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A fetch receipt: never a silent partial answer (seed 000, section 7.2)."""
+
+    epoch: str
+    window: TimelineWindow
+    rows: tuple[TimelineRow, ...]
+    has_older: bool
+    has_newer: bool
+    reset: bool = False
+    stale_cursor: bool = False
+    gap: bool = False
+
+    @property
+    def start_cursor(self) -> Cursor | None:
+        return Cursor(self.epoch, self.rows[0].seq) if self.rows else None
+
+    @property
+    def end_cursor(self) -> Cursor | None:
+        return Cursor(self.epoch, self.rows[-1].seq) if self.rows else None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineHead:
+    epoch: str
+    next_seq: int

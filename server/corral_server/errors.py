@@ -1,0 +1,119 @@
+"""The domain exception tree. The rpc edge maps each class to a gRPC status (rpc/errors.py).
+
+    CorralError
+    ├── InvalidArgument          bad input; carries field violations      -> INVALID_ARGUMENT
+    ├── NotFound
+    │   ├── AgentNotFound                                                 -> NOT_FOUND
+    │   └── UnknownProvider                                               -> INVALID_ARGUMENT
+    ├── FailedPrecondition                                                -> FAILED_PRECONDITION
+    │   ├── AgentBusy            a foreground turn is already running
+    │   ├── AgentClosed          the agent's runtime is closed
+    │   └── ProviderRefusedInterrupt
+    ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
+    ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
+    ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
+    └── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
+
+Each error has a stable `reason` (the ErrorInfo reason on the wire) and structured fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+class CorralError(Exception):
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+
+class InvalidArgument(CorralError):
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, message: str, *violations: FieldViolation) -> None:
+        super().__init__(message)
+        self.violations: tuple[FieldViolation, ...] = violations or (
+            FieldViolation("", message),
+        )
+
+    @classmethod
+    def field(cls, name: str, description: str) -> InvalidArgument:
+        return cls(f"{name}: {description}", FieldViolation(name, description))
+
+
+class NotFound(CorralError):
+    reason = "NOT_FOUND"
+
+
+class AgentNotFound(NotFound):
+    reason = "AGENT_NOT_FOUND"
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(f"agent {agent_id!r} not found", metadata={"agent_id": agent_id})
+        self.agent_id = agent_id
+
+
+class UnknownProvider(NotFound):
+    reason = "UNKNOWN_PROVIDER"
+
+    def __init__(self, provider: str, known: tuple[str, ...]) -> None:
+        super().__init__(
+            f"unknown provider {provider!r}; known: {', '.join(known)}",
+            metadata={"provider": provider, "known": ",".join(known)},
+        )
+
+
+class FailedPrecondition(CorralError):
+    reason = "FAILED_PRECONDITION"
+
+
+class AgentBusy(FailedPrecondition):
+    reason = "AGENT_BUSY"
+
+    def __init__(self, agent_id: str, turn_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r} is running turn {turn_id!r}; "
+            "send with if_running=QUEUE, STEER or REPLACE, or cancel it first",
+            metadata={"agent_id": agent_id, "turn_id": turn_id},
+        )
+
+
+class AgentClosed(FailedPrecondition):
+    reason = "AGENT_CLOSED"
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(f"agent {agent_id!r} is closed", metadata={"agent_id": agent_id})
+
+
+class ProviderRefusedInterrupt(FailedPrecondition):
+    reason = "PROVIDER_REFUSED_INTERRUPT"
+
+
+class AlreadyExists(CorralError):
+    reason = "ALREADY_EXISTS"
+
+
+class ResourceExhausted(CorralError):
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class Unimplemented(CorralError):
+    reason = "UNIMPLEMENTED"
+
+
+class ShuttingDown(CorralError):
+    reason = "SHUTTING_DOWN"
+
+    def __init__(self) -> None:
+        super().__init__("the daemon is shutting down; retry against another replica or later")

@@ -1,0 +1,129 @@
+"""The provider contract: how the manager drives an agent runtime and hears from it.
+
+A provider never touches manager state. It reports what happens through the `EventSink` it
+was given (a plain callback that must not block: the manager only enqueues the event onto the
+agent's serial queue). Events may arrive before `start_turn` returns; the manager stages them
+(seed 000, section 5.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from corral_server.domain.agent import AgentError, Usage
+from corral_server.domain.content import Prompt
+from corral_server.domain.timeline import TimelineItem
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderMode:
+    id: str
+    label: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderModel:
+    id: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    name: str
+    kind: str
+    available: bool
+    unavailable_reason: str = ""
+    modes: tuple[ProviderMode, ...] = ()
+    models: tuple[ProviderModel, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    agent_id: str
+    cwd: str
+    model: str = ""
+    mode: str = ""
+
+
+# --- events a session reports -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnStarted:
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderItem:
+    """A timeline item, possibly a fragment: consecutive AssistantMessage / Reasoning items
+    with the same message id are text chunks the coalescer joins; ToolCall items with the
+    same call_id are status updates where the latest wins (seed 000, section 6.2)."""
+
+    turn_id: str
+    item: TimelineItem
+    provider_message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnCompleted:
+    turn_id: str
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnFailed:
+    turn_id: str
+    error: AgentError
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnCanceled:
+    turn_id: str
+    reason: str = ""
+
+
+ProviderEvent: TypeAlias = (
+    ProviderTurnStarted
+    | ProviderItem
+    | ProviderTurnCompleted
+    | ProviderTurnFailed
+    | ProviderTurnCanceled
+)
+
+EventSink: TypeAlias = Callable[[ProviderEvent], None]
+
+
+class ProviderSession(Protocol):
+    @property
+    def session_id(self) -> str: ...
+
+    async def start_turn(self, prompt: Prompt) -> str:
+        """Start a turn and return its id. The turn's events follow through the sink, ending
+        with exactly one terminal event (completed, failed or canceled)."""
+        ...
+
+    async def interrupt(self) -> bool:
+        """Ask the running turn to stop. True when the provider confirmed the interrupt (a
+        `ProviderTurnCanceled` follows); False when it refused or could not confirm."""
+        ...
+
+    async def close(self) -> None:
+        """Stop everything; no event is reported after this returns."""
+        ...
+
+
+class Provider(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def info(self) -> ProviderInfo: ...
+
+    def validate_prompt(self, prompt: Prompt) -> None:
+        """Raise `InvalidArgument` for a prompt this provider can never run (checked before
+        anything is stored)."""
+        ...
+
+    async def create_session(self, config: SessionConfig, sink: EventSink) -> ProviderSession: ...

@@ -1,0 +1,1 @@
+"""Timeline storage: the only place seqs and epochs are minted."""

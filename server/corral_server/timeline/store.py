@@ -1,0 +1,71 @@
+"""The timeline store contract (seed 000, section 7).
+
+Only the agent's actor (its single writer) calls the mutating methods; any reader may fetch.
+Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1 M rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from corral_server.domain.timeline import (
+    Cursor,
+    Direction,
+    FetchResult,
+    TimelineHead,
+    TimelineItem,
+    TimelineRow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A row to append; the store assigns its seq."""
+
+    item: TimelineItem
+    timestamp_ms: int
+    turn_id: str = ""
+    provider_message_id: str = ""
+
+
+class TimelineStore(Protocol):
+    async def create(self, agent_id: str) -> TimelineHead:
+        """Create an empty timeline with a freshly minted epoch."""
+        ...
+
+    async def append(self, agent_id: str, rows: Sequence[NewRow]) -> list[TimelineRow]:
+        """Append rows in order; they get the next contiguous seqs of the current epoch."""
+        ...
+
+    async def fetch(
+        self,
+        agent_id: str,
+        direction: Direction,
+        cursor: Cursor | None,
+        limit: int | None,
+    ) -> FetchResult:
+        """A page with its receipt. `limit` None = DEFAULT_PAGE_LIMIT, 0 = the whole window.
+        BEFORE and AFTER need a cursor (TAIL ignores it). A cursor from another epoch ->
+        stale_cursor + reset with the tail; an AFTER cursor older than the retained window ->
+        gap + reset with the tail."""
+        ...
+
+    def head(self, agent_id: str) -> TimelineHead:
+        """The current epoch and next seq (KeyError when the agent has no timeline)."""
+        ...
+
+    async def rebase(self, agent_id: str) -> TimelineHead:
+        """Drop every row and mint a new epoch; seqs restart at 1."""
+        ...
+
+    async def set_provider_message_id(
+        self, agent_id: str, seq: int, provider_message_id: str
+    ) -> None:
+        """Echo reconciliation: the only in-place change a row may get (seed 000, 6.4)."""
+        ...
+
+    async def drop(self, agent_id: str) -> None:
+        """Forget the timeline entirely."""
+        ...
