@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias
 
-JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
 # Unset limit in FetchTimeline (seed 000, section 7.2: "默认一次 200 行").
 DEFAULT_PAGE_LIMIT = 200
