@@ -1,0 +1,143 @@
+"""`corral serve`: arguments, the state-directory lock, signals and the drain.
+
+Refuses to start, with a clear message, when the port is taken or another daemon holds the
+state directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO
+
+from corral_server.app import Config, Daemon
+from corral_server.manager.validate import Limits
+
+log = logging.getLogger("corral")
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "corral"
+
+
+def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run the corral daemon.")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="state directory (default $XDG_STATE_HOME/corral or ~/.local/state/corral)",
+    )
+    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
+    p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
+    p.add_argument(
+        "--drain-grace-s", type=float, default=10.0, help="seconds to finish RPCs on SIGTERM"
+    )
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback address (no authentication yet: trusted networks only)",
+    )
+    return p
+
+
+class StateDirLocked(RuntimeError):
+    pass
+
+
+def lock_state_dir(state_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on the state directory for the daemon's lifetime."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = (state_dir / "corral.lock").open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise StateDirLocked(
+            f"another corral daemon (pid {holder}) holds the state directory {state_dir}; "
+            "stop it or pass a different --state-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir or default_state_dir()
+    if not is_loopback(args.listen) and not args.allow_remote:
+        log.error(
+            "refusing to listen on %s: not a loopback address; tokens and TLS are not yet "
+            "available, pass --allow-remote only on a trusted network",
+            args.listen,
+        )
+        return 2
+    try:
+        lock = lock_state_dir(state_dir)
+    except StateDirLocked as exc:
+        log.error("%s", exc)
+        return 1
+    config = Config(
+        listen=args.listen,
+        state_dir=state_dir,
+        max_request_bytes=args.max_request_bytes,
+        limits=Limits(max_prompt_chars=args.max_prompt_chars),
+    )
+    daemon = Daemon(config)
+    try:
+        port = await daemon.start()
+    except OSError as exc:
+        log.error("%s (is another corral daemon running?)", exc)
+        lock.close()
+        return 1
+    host = args.listen.rsplit(":", 1)[0]
+    print(f"corral listening on {host}:{port} (state {state_dir})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining (grace %.1fs)", args.drain_grace_s)
+    await daemon.drain(args.drain_grace_s)
+    lock.close()
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "corral serve") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m corral_server.daemon"))

@@ -1,0 +1,396 @@
+"""The agent manager: the registry of agents and the front door for every command.
+
+It owns which agents exist (live actors, closed records), create idempotency and close
+de-duplication. It never changes an agent's state itself: every change is a call onto that
+agent's actor (actor.py), the agent's single writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from corral_server import errors
+from corral_server.clock import Clock
+from corral_server.domain.agent import Agent, AgentId, Initializing
+from corral_server.domain.content import Prompt
+from corral_server.domain.events import AgentUpserted, TurnCanceled, TurnCompleted, TurnFailed
+from corral_server.domain.timeline import Cursor, Direction, FetchResult
+from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
+from corral_server.manager.selector import parse_selector
+from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, TurnUpdate
+from corral_server.manager.validate import (
+    Limits,
+    check_cwd,
+    check_id,
+    check_labels,
+    check_prompt,
+    check_title,
+)
+from corral_server.providers.base import Provider, ProviderInfo
+from corral_server.timeline.store import TimelineStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSpec:
+    provider: str
+    cwd: str
+    model: str = ""
+    mode: str = ""
+    title: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    initial_prompt: Prompt = ()
+    request_id: str = ""
+
+    def same_request(self, other: CreateSpec) -> bool:
+        return (self.provider, self.cwd, self.model, self.mode, self.title, dict(self.labels)) == (
+            other.provider,
+            other.cwd,
+            other.model,
+            other.mode,
+            other.title,
+            dict(other.labels),
+        ) and self.initial_prompt == other.initial_prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Cancel waits (seed 000, section 5.4). Measured on the manager's clock."""
+
+    interrupt_s: float = 5.0
+    settle_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentUpdate:
+    title: str | None = None
+    labels: Mapping[str, str] | None = None
+    mode: str | None = None
+    model: str | None = None
+
+
+class AgentManager:
+    def __init__(
+        self,
+        *,
+        providers: Mapping[str, Provider],
+        timeline: TimelineStore,
+        publisher: Publisher,
+        clock: Clock,
+        limits: Limits = Limits(),
+        timeouts: Timeouts = Timeouts(),
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self._providers = dict(providers)
+        self._timeline = timeline
+        self._publisher = publisher
+        self._clock = clock
+        self.limits = limits
+        self._timeouts = timeouts
+        self._new_id = new_id
+        self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
+        self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
+        self._closes: dict[str, asyncio.Future[Agent]] = {}
+        self._shutting_down = False
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get(self, agent_id: str) -> Agent:
+        return self._actor(agent_id).agent
+
+    def snapshot(self, agent_ids: frozenset[str]) -> list[Agent]:
+        """Every agent in scope (empty = all), for a fresh subscription."""
+        if agent_ids:
+            return [a.agent for i, a in self._actors.items() if i in agent_ids]
+        return [a.agent for a in self._actors.values()]
+
+    def list_agents(
+        self,
+        *,
+        page_size: int,
+        page_token: str,
+        label_selector: str,
+        include_archived: bool,
+        parent_agent_id: str,
+    ) -> tuple[list[Agent], str]:
+        """Agents in creation order. The token is the id of the last agent of the previous
+        page, so a page stays correct while agents are created behind it."""
+        selector = parse_selector(label_selector)
+        size = page_size or DEFAULT_PAGE_SIZE
+        if size > MAX_PAGE_SIZE:
+            raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}")
+        ids = list(self._actors)
+        start = 0
+        if page_token:
+            if page_token not in self._actors:
+                raise errors.InvalidArgument.field("page_token", "unknown or expired page token")
+            start = ids.index(page_token) + 1
+        out: list[Agent] = []
+        for agent_id in ids[start:]:
+            agent = self._actors[agent_id].agent
+            if agent.archived_at_ms is not None and not include_archived:
+                continue
+            if parent_agent_id and agent.parent_agent_id != parent_agent_id:
+                continue
+            if not selector.matches(agent.labels):
+                continue
+            if len(out) == size:
+                return out, out[-1].id
+            out.append(agent)
+        return out, ""
+
+    async def fetch_timeline(
+        self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
+    ) -> FetchResult:
+        self._actor(agent_id)
+        return await self._timeline.fetch(agent_id, direction, cursor, limit)
+
+    def providers_info(self) -> list[ProviderInfo]:
+        return [p.info() for p in self._providers.values()]
+
+    # --- create --------------------------------------------------------------------------
+
+    async def create(self, spec: CreateSpec) -> tuple[Agent, str]:
+        """Create an agent (and start its initial prompt). The same request_id returns the
+        first call's agent instead of creating a duplicate."""
+        self._check_open()
+        if spec.request_id:
+            check_id("request_id", spec.request_id, self.limits)
+            known = self._creates.get(spec.request_id)
+            if known is not None:
+                first, future = known
+                if not first.same_request(spec):
+                    raise errors.AlreadyExists(
+                        f"request_id {spec.request_id!r} was used for a different CreateAgent",
+                        metadata={"request_id": spec.request_id},
+                    )
+                agent, turn_id = await asyncio.shield(future)
+                return self.get(agent.id), turn_id
+        provider = self._validate_create(spec)
+        future = asyncio.get_running_loop().create_future()
+        if spec.request_id:
+            self._creates[spec.request_id] = (spec, future)
+        try:
+            result = await self._create(spec, provider)
+        except BaseException:
+            self._creates.pop(spec.request_id, None)  # a failed create may be retried
+            future.cancel()
+            raise
+        future.set_result(result)
+        return result
+
+    def _validate_create(self, spec: CreateSpec) -> Provider:
+        if not spec.provider:
+            raise errors.InvalidArgument.field("provider", f"required; one of {self._names()}")
+        provider = self._providers.get(spec.provider)
+        if provider is None:
+            raise errors.UnknownProvider(spec.provider, self._names())
+        check_cwd(spec.cwd)
+        check_title(spec.title, self.limits)
+        check_labels(spec.labels, self.limits)
+        info = provider.info()
+        if spec.mode and info.modes and spec.mode not in {m.id for m in info.modes}:
+            modes = ", ".join(m.id for m in info.modes)
+            raise errors.InvalidArgument.field(
+                "mode", f"unknown mode {spec.mode!r}; one of {modes}"
+            )
+        if spec.model and info.models and spec.model not in {m.id for m in info.models}:
+            models = ", ".join(m.id for m in info.models)
+            raise errors.InvalidArgument.field(
+                "model", f"unknown model {spec.model!r}; one of {models}"
+            )
+        if spec.initial_prompt:
+            check_prompt(spec.initial_prompt, self.limits, "initial_prompt")
+            provider.validate_prompt(spec.initial_prompt)
+        return provider
+
+    async def _create(self, spec: CreateSpec, provider: Provider) -> tuple[Agent, str]:
+        agent_id = AgentId(self._new_id())
+        head = await self._timeline.create(agent_id)
+        now = self._clock.now_ms()
+        agent = Agent(
+            id=agent_id,
+            provider=spec.provider,
+            cwd=spec.cwd,
+            lifecycle=Initializing(),
+            created_at_ms=now,
+            updated_at_ms=now,
+            epoch=head.epoch,
+            next_seq=head.next_seq,
+            title=spec.title,
+            labels=dict(spec.labels),
+        )
+        deps = ActorDeps(
+            provider, self._timeline, self._publisher, self._clock, lambda: self._shutting_down
+        )
+        actor = AgentActor(agent, deps)
+        self._actors[agent_id] = actor
+        self._publisher.publish(AgentUpserted(agent))
+        registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
+        turn_id = ""
+        if spec.initial_prompt:
+            started = await actor.call(
+                lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT, follow=False)
+            )
+            turn_id = started.turn_id
+            registered = actor.agent
+        return registered, turn_id
+
+    # --- updates -------------------------------------------------------------------------
+
+    async def update(self, agent_id: str, change: AgentUpdate) -> Agent:
+        actor = self._actor(agent_id)
+        fields: dict[str, object] = {}
+        if change.title is not None:
+            check_title(change.title, self.limits)
+            fields["title"] = change.title
+        if change.labels is not None:
+            check_labels(change.labels, self.limits)
+            fields["labels"] = dict(change.labels)
+        if change.mode is not None:
+            fields["mode"] = change.mode
+        if change.model is not None:
+            fields["model"] = change.model
+        if not fields:
+            raise errors.InvalidArgument.field("update_mask", "nothing to update")
+        return await actor.call(lambda: _async(actor.update(**fields)))
+
+    # --- turns ---------------------------------------------------------------------------
+
+    async def send_prompt(
+        self, agent_id: str, prompt: Prompt, client_message_id: str, if_running: IfRunning
+    ) -> StartedTurn:
+        return await self._start(agent_id, prompt, client_message_id, if_running, follow=False)
+
+    async def stream_turn(
+        self, agent_id: str, prompt: Prompt, client_message_id: str, if_running: IfRunning
+    ) -> AsyncIterator[TurnUpdate]:
+        started = await self._start(agent_id, prompt, client_message_id, if_running, follow=True)
+        assert started.updates is not None
+        return _follow(started.updates)
+
+    async def _start(
+        self,
+        agent_id: str,
+        prompt: Prompt,
+        client_message_id: str,
+        if_running: IfRunning,
+        follow: bool,
+    ) -> StartedTurn:
+        self._check_open()
+        actor = self._actor(agent_id)
+        check_prompt(prompt, self.limits)
+        if len(client_message_id) > self.limits.max_id_chars:
+            raise errors.InvalidArgument.field(
+                "client_message_id", f"at most {self.limits.max_id_chars} chars"
+            )
+        return await actor.call(
+            lambda: actor.start_turn(prompt, client_message_id, if_running, follow)
+        )
+
+    async def cancel(self, agent_id: str) -> tuple[CancelOutcome, Agent]:
+        """Seed 000, section 5.4: never invent a cancel the provider did not confirm."""
+        actor = self._actor(agent_id)
+        active = await actor.call(lambda: _async(actor.active_turn))
+        if active is None:
+            return CancelOutcome.NOT_RUNNING, actor.agent
+        clock, limits = self._clock, self._timeouts
+        confirmed = await _within(clock, limits.interrupt_s, _confirmed_interrupt(actor))
+        settled = await _within(clock, limits.settle_s, asyncio.shield(active.settled))
+        if settled is not None:
+            return CancelOutcome.SETTLED, actor.agent
+        if not confirmed:
+            return CancelOutcome.REFUSED, actor.agent
+        turn_id = active.turn_id
+        await actor.call(
+            lambda: actor.force_cancel(turn_id, "interrupt confirmed, turn did not end")
+        )
+        return CancelOutcome.SETTLED, actor.agent
+
+    # --- close and shutdown --------------------------------------------------------------
+
+    async def close(self, agent_id: str) -> Agent:
+        """Concurrent closes of one agent share one outcome."""
+        actor = self._actor(agent_id)
+        pending = self._closes.get(agent_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._close(actor))
+            self._closes[agent_id] = pending
+        return await asyncio.shield(pending)
+
+    async def _close(self, actor: AgentActor) -> Agent:
+        try:
+            return await actor.call(actor.close)
+        except errors.AgentClosed:
+            return actor.agent
+        finally:
+            self._closes.pop(actor.agent.id, None)
+
+    async def shutdown(self) -> None:
+        """Refuse new work, then stop every actor (sessions closed, records kept)."""
+        self._shutting_down = True
+        await asyncio.gather(*(a.shutdown() for a in self._actors.values()), return_exceptions=True)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _actor(self, agent_id: str) -> AgentActor:
+        if not agent_id:
+            raise errors.InvalidArgument.field("agent_id", "required")
+        actor = self._actors.get(agent_id)
+        if actor is None:
+            raise errors.AgentNotFound(agent_id)
+        return actor
+
+    def _check_open(self) -> None:
+        if self._shutting_down:
+            raise errors.ShuttingDown()
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._providers))
+
+
+async def _async(value: T) -> T:
+    return value
+
+
+async def _within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T | None:
+    """The result of `awaitable`, or None when `seconds` pass first on `clock` (then the
+    awaitable is canceled; wrap it in `asyncio.shield` to keep it running)."""
+    task = asyncio.ensure_future(awaitable)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
+
+
+async def _confirmed_interrupt(actor: AgentActor) -> bool:
+    """Outside the actor's queue on purpose: a provider that hangs on interrupt must not
+    stall the agent's writer. An error counts as "not confirmed"."""
+    try:
+        return await actor.interrupt()
+    except Exception:
+        log.exception("agent %s: interrupt failed", actor.agent.id)
+        return False
+
+
+async def _follow(updates: asyncio.Queue[TurnUpdate]) -> AsyncIterator[TurnUpdate]:
+    while True:
+        update = await updates.get()
+        yield update
+        if isinstance(update, TurnCompleted | TurnFailed | TurnCanceled):
+            return

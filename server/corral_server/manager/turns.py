@@ -1,0 +1,58 @@
+"""Turn bookkeeping shared by the actor and the manager: the active turn and what a
+StreamTurn caller receives."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from corral_server.domain.events import TurnCanceled, TurnCompleted, TurnFailed, TurnStarted
+from corral_server.domain.timeline import TimelineRow
+
+TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled
+# What a StreamTurn caller receives, in order: TurnStarted, rows, exactly one terminal.
+TurnUpdate: TypeAlias = TurnStarted | TimelineRow | TurnTerminal
+
+
+class IfRunning(enum.Enum):
+    REJECT = "reject"
+    QUEUE = "queue"
+    STEER = "steer"
+    REPLACE = "replace"
+
+
+class Disposition(enum.Enum):
+    STARTED = "started"
+    QUEUED = "queued"
+    STEERED = "steered"
+    REPLACED = "replaced"
+
+
+class CancelOutcome(enum.Enum):
+    NOT_RUNNING = "not_running"
+    SETTLED = "settled"
+    REFUSED = "refused"
+
+
+@dataclass(eq=False, slots=True)
+class ActiveTurn:
+    """The turn an agent is running. Owned by the agent's actor; readers await `settled`."""
+
+    turn_id: str
+    foreground: bool
+    settled: asyncio.Future[TurnTerminal]
+    listeners: list[asyncio.Queue[TurnUpdate]] = field(default_factory=list)
+
+    def notify(self, update: TurnUpdate) -> None:
+        for listener in self.listeners:
+            listener.put_nowait(update)
+
+
+@dataclass(frozen=True, slots=True)
+class StartedTurn:
+    disposition: Disposition
+    turn_id: str
+    # Present when the caller asked to follow the turn (StreamTurn).
+    updates: asyncio.Queue[TurnUpdate] | None = None

@@ -1,0 +1,150 @@
+"""corral.v1.AgentService: translates requests to manager calls and results back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.v1 import agent_pb2 as agent_pb
+from corral.v1 import agent_service_pb2 as svc_pb
+from corral.v1 import agent_service_pb2_grpc as svc_grpc
+
+from corral_server import errors
+from corral_server.manager.manager import AgentManager, AgentUpdate, CreateSpec
+from corral_server.rpc import convert
+from corral_server.rpc.errors import unary
+
+Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
+
+_UPDATABLE = ("title", "labels", "mode", "model")
+
+
+class AgentService(svc_grpc.AgentServiceServicer):
+    def __init__(self, manager: AgentManager) -> None:
+        self._manager = manager
+
+    @unary
+    async def CreateAgent(
+        self, request: svc_pb.CreateAgentRequest, context: Ctx
+    ) -> svc_pb.CreateAgentResponse:
+        spec = CreateSpec(
+            provider=request.provider,
+            cwd=request.cwd,
+            model=request.model,
+            mode=request.mode,
+            title=request.title,
+            labels=dict(request.labels),
+            initial_prompt=convert.prompt_from_pb(list(request.initial_prompt)),
+            request_id=request.request_id,
+        )
+        agent, turn_id = await self._manager.create(spec)
+        return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
+
+    @unary
+    async def GetAgent(
+        self, request: svc_pb.GetAgentRequest, context: Ctx
+    ) -> svc_pb.GetAgentResponse:
+        return svc_pb.GetAgentResponse(
+            agent=convert.agent_to_pb(self._manager.get(request.agent_id))
+        )
+
+    @unary
+    async def ListAgents(
+        self, request: svc_pb.ListAgentsRequest, context: Ctx
+    ) -> svc_pb.ListAgentsResponse:
+        agents, token = self._manager.list_agents(
+            page_size=request.page_size,
+            page_token=request.page_token,
+            label_selector=request.label_selector,
+            include_archived=request.include_archived,
+            parent_agent_id=request.parent_agent_id,
+        )
+        return svc_pb.ListAgentsResponse(
+            agents=[convert.agent_to_pb(a) for a in agents], next_page_token=token
+        )
+
+    @unary
+    async def UpdateAgent(
+        self, request: svc_pb.UpdateAgentRequest, context: Ctx
+    ) -> svc_pb.UpdateAgentResponse:
+        paths = list(request.update_mask.paths)
+        unknown = [p for p in paths if p not in _UPDATABLE]
+        if unknown:
+            raise errors.InvalidArgument.field(
+                "update_mask", f"unknown paths {unknown}; updatable: {', '.join(_UPDATABLE)}"
+            )
+        if not paths:  # no mask: every field that was given
+            paths = [p for p in ("title", "mode", "model") if getattr(request, p)]
+            if request.labels:
+                paths.append("labels")
+        change = AgentUpdate(
+            title=request.title if "title" in paths else None,
+            labels=dict(request.labels) if "labels" in paths else None,
+            mode=request.mode if "mode" in paths else None,
+            model=request.model if "model" in paths else None,
+        )
+        agent = await self._manager.update(request.agent_id, change)
+        return svc_pb.UpdateAgentResponse(agent=convert.agent_to_pb(agent))
+
+    @unary
+    async def ReloadAgent(
+        self, request: svc_pb.ReloadAgentRequest, context: Ctx
+    ) -> svc_pb.ReloadAgentResponse:
+        raise errors.Unimplemented(
+            "ReloadAgent needs the session-reload capability, not yet delivered"
+        )
+
+    @unary
+    async def ImportAgent(
+        self, request: svc_pb.ImportAgentRequest, context: Ctx
+    ) -> svc_pb.ImportAgentResponse:
+        raise errors.Unimplemented("ImportAgent needs provider session import, not yet delivered")
+
+    @unary
+    async def CloseAgent(
+        self, request: svc_pb.CloseAgentRequest, context: Ctx
+    ) -> svc_pb.CloseAgentResponse:
+        agent = await self._manager.close(request.agent_id)
+        return svc_pb.CloseAgentResponse(agent=convert.agent_to_pb(agent))
+
+    @unary
+    async def ArchiveAgent(
+        self, request: svc_pb.ArchiveAgentRequest, context: Ctx
+    ) -> svc_pb.ArchiveAgentResponse:
+        raise errors.Unimplemented("ArchiveAgent needs archiving with cascades, not yet delivered")
+
+    @unary
+    async def DetachAgent(
+        self, request: svc_pb.DetachAgentRequest, context: Ctx
+    ) -> svc_pb.DetachAgentResponse:
+        raise errors.Unimplemented("DetachAgent needs the agent tree capability, not yet delivered")
+
+    @unary
+    async def ClearAttention(
+        self, request: svc_pb.ClearAttentionRequest, context: Ctx
+    ) -> svc_pb.ClearAttentionResponse:
+        raise errors.Unimplemented(
+            "ClearAttention needs the attention capability, not yet delivered"
+        )
+
+    @unary
+    async def ListProviders(
+        self, request: svc_pb.ListProvidersRequest, context: Ctx
+    ) -> svc_pb.ListProvidersResponse:
+        providers = [
+            svc_pb.Provider(
+                name=p.name,
+                kind=p.kind,
+                available=p.available,
+                unavailable_reason=p.unavailable_reason,
+                modes=[
+                    svc_pb.ProviderMode(id=m.id, label=m.label, description=m.description)
+                    for m in p.modes
+                ],
+                models=[svc_pb.ProviderModel(id=m.id, label=m.label) for m in p.models],
+            )
+            for p in self._manager.providers_info()
+        ]
+        return svc_pb.ListProvidersResponse(providers=providers)
+
+
+__all__ = ["AgentService", "agent_pb"]

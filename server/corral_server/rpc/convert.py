@@ -1,0 +1,362 @@
+"""Domain <-> protobuf translation, in one place. Round-trips are pinned by tests.
+
+Everything inward of the rpc edge speaks domain types; everything outward speaks corral.v1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never, cast
+
+from corral.v1 import agent_pb2 as agent_pb
+from corral.v1 import content_pb2 as content_pb
+from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_pb2 as timeline_pb
+from corral.v1 import turn_service_pb2 as turn_pb
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from corral_server.domain import agent as da
+from corral_server.domain import events as de
+from corral_server.domain import timeline as dt
+from corral_server.domain.content import ImagePart, Prompt, TextPart
+
+# --- scalars ------------------------------------------------------------------------------
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def timestamp_ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def json_value(value: dt.JsonValue) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    # ParseDict accepts any JSON value for a Value message; its stub says dict only.
+    json_format.ParseDict(cast(Any, value), out)
+    return out
+
+
+def json_from_value(value: struct_pb2.Value) -> dt.JsonValue:
+    result: dt.JsonValue = json_format.MessageToDict(value)
+    return result
+
+
+# --- content ------------------------------------------------------------------------------
+
+
+def prompt_from_pb(parts: list[content_pb.ContentPart]) -> Prompt:
+    """Empty parts (neither text nor image) are dropped; the caller validates emptiness."""
+    out: list[TextPart | ImagePart] = []
+    for part in parts:
+        which = part.WhichOneof("part")
+        if which == "text":
+            out.append(TextPart(part.text))
+        elif which == "image":
+            out.append(ImagePart(part.image.mime_type, part.image.data))
+    return tuple(out)
+
+
+def prompt_to_pb(prompt: Prompt) -> list[content_pb.ContentPart]:
+    out = []
+    for part in prompt:
+        match part:
+            case TextPart(text=text):
+                out.append(content_pb.ContentPart(text=text))
+            case ImagePart(mime_type=mime, data=data):
+                out.append(
+                    content_pb.ContentPart(image=content_pb.Image(mime_type=mime, data=data))
+                )
+            case _:
+                assert_never(part)
+    return out
+
+
+# --- timeline -----------------------------------------------------------------------------
+
+_TOOL_STATUS = {
+    dt.ToolCallStatus.PENDING: timeline_pb.TOOL_CALL_STATUS_PENDING,
+    dt.ToolCallStatus.RUNNING: timeline_pb.TOOL_CALL_STATUS_RUNNING,
+    dt.ToolCallStatus.COMPLETED: timeline_pb.TOOL_CALL_STATUS_COMPLETED,
+    dt.ToolCallStatus.FAILED: timeline_pb.TOOL_CALL_STATUS_FAILED,
+    dt.ToolCallStatus.CANCELED: timeline_pb.TOOL_CALL_STATUS_CANCELED,
+}
+_TOOL_STATUS_BACK = {v: k for k, v in _TOOL_STATUS.items()}
+
+
+def item_to_pb(item: dt.TimelineItem) -> timeline_pb.TimelineItem:
+    match item:
+        case dt.UserMessage():
+            return timeline_pb.TimelineItem(
+                user_message=timeline_pb.UserMessage(
+                    text=item.text,
+                    client_message_id=item.client_message_id,
+                    message_id=item.message_id,
+                )
+            )
+        case dt.AssistantMessage():
+            return timeline_pb.TimelineItem(
+                assistant_message=timeline_pb.AssistantMessage(
+                    text=item.text, message_id=item.message_id
+                )
+            )
+        case dt.Reasoning():
+            return timeline_pb.TimelineItem(reasoning=timeline_pb.Reasoning(text=item.text))
+        case dt.ToolCall():
+            call = timeline_pb.ToolCall(
+                call_id=item.call_id,
+                name=item.name,
+                status=_TOOL_STATUS[item.status],
+                error=item.error,
+            )
+            if item.input is not None:
+                call.input.CopyFrom(json_value(item.input))
+            if item.output is not None:
+                call.output.CopyFrom(json_value(item.output))
+            return timeline_pb.TimelineItem(tool_call=call)
+        case dt.Todo():
+            entries = [
+                timeline_pb.TodoEntry(text=e.text, completed=e.completed) for e in item.entries
+            ]
+            return timeline_pb.TimelineItem(todo=timeline_pb.Todo(entries=entries))
+        case dt.ErrorItem():
+            return timeline_pb.TimelineItem(
+                error=timeline_pb.ErrorItem(message=item.message, code=item.code)
+            )
+        case dt.Compaction():
+            return timeline_pb.TimelineItem(compaction=timeline_pb.Compaction(summary=item.summary))
+        case dt.SubagentNotice():
+            return timeline_pb.TimelineItem(
+                subagent_notice=timeline_pb.SubagentNotice(
+                    run_id=item.run_id, child_agent_id=item.child_agent_id, text=item.text
+                )
+            )
+        case _:
+            assert_never(item)
+
+
+def item_from_pb(msg: timeline_pb.TimelineItem) -> dt.TimelineItem:
+    kind = msg.WhichOneof("kind")
+    if kind == "user_message":
+        u = msg.user_message
+        return dt.UserMessage(u.text, u.client_message_id, u.message_id)
+    if kind == "assistant_message":
+        return dt.AssistantMessage(msg.assistant_message.text, msg.assistant_message.message_id)
+    if kind == "reasoning":
+        return dt.Reasoning(msg.reasoning.text)
+    if kind == "tool_call":
+        t = msg.tool_call
+        return dt.ToolCall(
+            call_id=t.call_id,
+            name=t.name,
+            status=_TOOL_STATUS_BACK.get(t.status, dt.ToolCallStatus.PENDING),
+            input=json_from_value(t.input) if t.HasField("input") else None,
+            output=json_from_value(t.output) if t.HasField("output") else None,
+            error=t.error,
+        )
+    if kind == "todo":
+        return dt.Todo(tuple(dt.TodoEntry(e.text, e.completed) for e in msg.todo.entries))
+    if kind == "error":
+        return dt.ErrorItem(msg.error.message, msg.error.code)
+    if kind == "compaction":
+        return dt.Compaction(msg.compaction.summary)
+    if kind == "subagent_notice":
+        n = msg.subagent_notice
+        return dt.SubagentNotice(n.run_id, n.child_agent_id, n.text)
+    raise ValueError(f"timeline item has no kind set: {msg!r}")
+
+
+def row_to_pb(row: dt.TimelineRow) -> timeline_pb.TimelineRow:
+    return timeline_pb.TimelineRow(
+        seq=row.seq,
+        timestamp=timestamp(row.timestamp_ms),
+        turn_id=row.turn_id,
+        item=item_to_pb(row.item),
+        provider_message_id=row.provider_message_id,
+    )
+
+
+def row_from_pb(msg: timeline_pb.TimelineRow) -> dt.TimelineRow:
+    return dt.TimelineRow(
+        seq=msg.seq,
+        timestamp_ms=timestamp_ms(msg.timestamp),
+        item=item_from_pb(msg.item),
+        turn_id=msg.turn_id,
+        provider_message_id=msg.provider_message_id,
+    )
+
+
+def cursor_to_pb(cursor: dt.Cursor) -> timeline_pb.Cursor:
+    return timeline_pb.Cursor(epoch=cursor.epoch, seq=cursor.seq)
+
+
+def cursor_from_pb(msg: timeline_pb.Cursor) -> dt.Cursor:
+    return dt.Cursor(epoch=msg.epoch, seq=msg.seq)
+
+
+# --- agents -------------------------------------------------------------------------------
+
+_REASON = {
+    da.AttentionReason.FINISHED: agent_pb.ATTENTION_REASON_FINISHED,
+    da.AttentionReason.ERROR: agent_pb.ATTENTION_REASON_ERROR,
+    da.AttentionReason.PERMISSION: agent_pb.ATTENTION_REASON_PERMISSION,
+}
+
+
+def attention_reason(reason: da.AttentionReason | None) -> agent_pb.AttentionReason.ValueType:
+    return _REASON[reason] if reason is not None else agent_pb.ATTENTION_REASON_UNSPECIFIED
+
+
+def error_to_pb(error: da.AgentError) -> agent_pb.AgentError:
+    return agent_pb.AgentError(message=error.message, code=error.code)
+
+
+def usage_to_pb(usage: da.Usage) -> agent_pb.Usage:
+    return agent_pb.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        cost_usd=usage.cost_usd,
+    )
+
+
+def lifecycle_to_pb(lifecycle: da.Lifecycle) -> agent_pb.AgentLifecycle:
+    L = agent_pb.AgentLifecycle
+    match lifecycle:
+        case da.Initializing():
+            return L(initializing=L.Initializing())
+        case da.Idle():
+            return L(idle=L.Idle())
+        case da.Running(active_turn_id=turn_id):
+            return L(running=L.Running(active_turn_id=turn_id))
+        case da.Errored(error=error):
+            return L(errored=L.Errored(error=error_to_pb(error)))
+        case da.Closed(closed_at_ms=at):
+            return L(closed=L.Closed(closed_at=timestamp(at)))
+        case _:
+            assert_never(lifecycle)
+
+
+def permission_to_pb(p: da.PendingPermission) -> agent_pb.PendingPermission:
+    msg = agent_pb.PendingPermission(
+        id=p.id,
+        name=p.name,
+        kind=p.kind,
+        title=p.title,
+        actions=[agent_pb.PermissionAction(id=a.id, label=a.label, kind=a.kind) for a in p.actions],
+    )
+    json_format.ParseDict(dict(p.input), msg.input)
+    return msg
+
+
+def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
+    msg = agent_pb.Agent(
+        id=agent.id,
+        provider=agent.provider,
+        cwd=agent.cwd,
+        model=agent.model,
+        mode=agent.mode,
+        title=agent.title,
+        labels=dict(agent.labels),
+        lifecycle=lifecycle_to_pb(agent.lifecycle),
+        attention=agent_pb.Attention(
+            required=agent.attention.required,
+            reason=attention_reason(agent.attention.reason),
+            at=timestamp(agent.attention.at_ms) if agent.attention.at_ms else None,
+        ),
+        pending_permissions=[permission_to_pb(p) for p in agent.pending_permissions],
+        queued_prompts=[
+            agent_pb.QueuedPrompt(
+                client_message_id=q.client_message_id,
+                content=prompt_to_pb(q.content),
+                queued_at=timestamp(q.queued_at_ms),
+            )
+            for q in agent.queued_prompts
+        ],
+        provider_session_id=agent.provider_session_id,
+        parent_agent_id=agent.parent_agent_id,
+        created_at=timestamp(agent.created_at_ms),
+        updated_at=timestamp(agent.updated_at_ms),
+        timeline=agent_pb.TimelineInfo(epoch=agent.epoch, next_seq=agent.next_seq),
+    )
+    if agent.archived_at_ms is not None:
+        msg.archived_at.CopyFrom(timestamp(agent.archived_at_ms))
+    if agent.last_error is not None:
+        msg.last_error.CopyFrom(error_to_pb(agent.last_error))
+    if agent.last_usage is not None:
+        msg.last_usage.CopyFrom(usage_to_pb(agent.last_usage))
+    return msg
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+def turn_started_pb(e: de.TurnStarted) -> turn_pb.TurnStarted:
+    return turn_pb.TurnStarted(agent_id=e.agent_id, turn_id=e.turn_id)
+
+
+def turn_completed_pb(e: de.TurnCompleted) -> turn_pb.TurnCompleted:
+    msg = turn_pb.TurnCompleted(agent_id=e.agent_id, turn_id=e.turn_id)
+    if e.usage is not None:
+        msg.usage.CopyFrom(usage_to_pb(e.usage))
+    return msg
+
+
+def turn_failed_pb(e: de.TurnFailed) -> turn_pb.TurnFailed:
+    return turn_pb.TurnFailed(agent_id=e.agent_id, turn_id=e.turn_id, error=error_to_pb(e.error))
+
+
+def turn_canceled_pb(e: de.TurnCanceled) -> turn_pb.TurnCanceled:
+    return turn_pb.TurnCanceled(agent_id=e.agent_id, turn_id=e.turn_id, reason=e.reason)
+
+
+def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.Event:
+    E = event_pb.Event
+    match event:
+        case de.AgentUpserted(agent=agent):
+            return E(
+                revision=revision, agent_upserted=event_pb.AgentUpserted(agent=agent_to_pb(agent))
+            )
+        case de.AgentRemoved(agent_id=agent_id):
+            return E(revision=revision, agent_removed=event_pb.AgentRemoved(agent_id=agent_id))
+        case de.RowAppended(agent_id=agent_id, epoch=epoch, row=row):
+            appended = event_pb.TimelineRowAppended(
+                agent_id=agent_id, epoch=epoch, row=row_to_pb(row)
+            )
+            return E(revision=revision, timeline_row_appended=appended)
+        case de.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason):
+            reset = event_pb.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason)
+            return E(revision=revision, timeline_reset=reset)
+        case de.TurnStarted():
+            return E(revision=revision, turn_started=turn_started_pb(event))
+        case de.TurnCompleted():
+            return E(revision=revision, turn_completed=turn_completed_pb(event))
+        case de.TurnFailed():
+            return E(revision=revision, turn_failed=turn_failed_pb(event))
+        case de.TurnCanceled():
+            return E(revision=revision, turn_canceled=turn_canceled_pb(event))
+        case de.AttentionRequired(agent_id=agent_id, reason=reason):
+            attention = event_pb.AttentionRequired(
+                agent_id=agent_id, reason=attention_reason(reason)
+            )
+            return E(revision=revision, attention_required=attention)
+        case de.Synced(revision=synced_at, reset=reset):
+            return E(revision=revision, synced=event_pb.Synced(revision=synced_at, reset=reset))
+        case de.SubscriptionReset():
+            sub_reset = event_pb.SubscriptionReset(
+                requested_revision=event.requested_revision,
+                earliest_revision=event.earliest_revision,
+                reason=event.reason,
+            )
+            return E(revision=revision, subscription_reset=sub_reset)
+        case de.StreamEnding(resume_revision=resume, reason=reason):
+            ending = event_pb.StreamEnding(resume_revision=resume, reason=reason)
+            return E(revision=revision, stream_ending=ending)
+        case _:
+            assert_never(event)
+
+
+def encode_event(revision: int, event: de.Event | de.StreamControl) -> bytes:
+    """The serialized corral.v1.Event: what the hub stores once for every subscriber."""
+    return event_to_pb(revision, event).SerializeToString()

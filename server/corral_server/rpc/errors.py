@@ -1,0 +1,131 @@
+"""One table from domain exceptions to gRPC status + google.rpc details, and the decorator
+that applies it to every handler.
+
+grpc.aio contexts have no `abort_with_status`, so the status is built with
+`grpc_status.rpc_status.to_status` and aborted with its code, message and trailing metadata.
+Unknown exceptions become INTERNAL with the traceback logged, never a hung stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from corral_server import errors
+
+log = logging.getLogger(__name__)
+
+ERROR_DOMAIN = "corral.dev"
+
+# Most specific class first: the first isinstance match wins.
+_CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.UnknownProvider, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+    (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+def status_code_for(error: errors.CorralError) -> grpc.StatusCode:
+    for cls, code in _CODES:
+        if isinstance(error, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def to_status(error: errors.CorralError) -> grpc.Status:
+    code = status_code_for(error)
+    details = [
+        _pack(
+            error_details_pb2.ErrorInfo(
+                reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+            )
+        )
+    ]
+    if isinstance(error, errors.InvalidArgument):
+        violations = [
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in error.violations
+        ]
+        details.append(_pack(error_details_pb2.BadRequest(field_violations=violations)))
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=error.message, details=details
+    )
+    return rpc_status.to_status(status)
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: errors.CorralError) -> NoReturn:
+    status = to_status(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+async def _abort_internal(context: grpc.aio.ServicerContext[Any, Any], exc: BaseException) -> None:
+    log.exception("internal error in handler", exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Self_ = TypeVar("Self_")
+
+Unary = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
+Streaming = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]
+
+
+def unary(fn: Unary[Self_, Req, Resp]) -> Unary[Self_, Req, Resp]:
+    """Map domain errors of a unary handler to statuses."""
+
+    @functools.wraps(fn)
+    async def wrapper(
+        self: Self_, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
+    ) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except errors.CorralError as error:
+            await abort(context, error)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:  # every unknown error answers INTERNAL, never hangs
+            await _abort_internal(context, exc)
+            raise
+
+    return wrapper
+
+
+def streaming(fn: Streaming[Self_, Req, Resp]) -> Streaming[Self_, Req, Resp]:
+    """Map domain errors of a server-streaming handler to statuses."""
+
+    @functools.wraps(fn)
+    async def wrapper(
+        self: Self_, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
+    ) -> AsyncIterator[Resp]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except errors.CorralError as error:
+            await abort(context, error)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:
+            await _abort_internal(context, exc)
+            raise
+
+    return wrapper

@@ -1,0 +1,70 @@
+"""corral.v1.TimelineService: pages with receipts, and the activity digest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral.v1 import timeline_service_pb2_grpc as tl_grpc
+
+from corral_server import errors
+from corral_server.domain.timeline import Direction, FetchResult
+from corral_server.manager.manager import AgentManager
+from corral_server.rpc import convert
+from corral_server.rpc.errors import unary
+
+Ctx = Any
+
+_DIRECTION = {
+    tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,
+    tl_pb.TIMELINE_DIRECTION_TAIL: Direction.TAIL,
+    tl_pb.TIMELINE_DIRECTION_BEFORE: Direction.BEFORE,
+    tl_pb.TIMELINE_DIRECTION_AFTER: Direction.AFTER,
+}
+
+
+def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
+    msg = tl_pb.FetchTimelineResponse(
+        epoch=result.epoch,
+        reset=result.reset,
+        stale_cursor=result.stale_cursor,
+        gap=result.gap,
+        window=tl_pb.TimelineWindow(
+            min_seq=result.window.min_seq,
+            max_seq=result.window.max_seq,
+            next_seq=result.window.next_seq,
+        ),
+        has_older=result.has_older,
+        has_newer=result.has_newer,
+        rows=[convert.row_to_pb(row) for row in result.rows],
+    )
+    if result.start_cursor is not None:
+        msg.start_cursor.CopyFrom(convert.cursor_to_pb(result.start_cursor))
+    if result.end_cursor is not None:
+        msg.end_cursor.CopyFrom(convert.cursor_to_pb(result.end_cursor))
+    return msg
+
+
+class TimelineService(tl_grpc.TimelineServiceServicer):
+    def __init__(self, manager: AgentManager) -> None:
+        self._manager = manager
+
+    @unary
+    async def FetchTimeline(
+        self, request: tl_pb.FetchTimelineRequest, context: Ctx
+    ) -> tl_pb.FetchTimelineResponse:
+        direction = _DIRECTION.get(request.direction)
+        if direction is None:
+            raise errors.InvalidArgument.field("direction", f"unknown value {request.direction}")
+        cursor = convert.cursor_from_pb(request.cursor) if request.HasField("cursor") else None
+        if cursor is not None and direction is not Direction.TAIL and not cursor.epoch:
+            raise errors.InvalidArgument.field("cursor.epoch", "required")
+        limit = request.limit if request.HasField("limit") else None
+        result = await self._manager.fetch_timeline(request.agent_id, direction, cursor, limit)
+        return receipt_to_pb(result)
+
+    @unary
+    async def GetActivity(
+        self, request: tl_pb.GetActivityRequest, context: Ctx
+    ) -> tl_pb.GetActivityResponse:
+        raise errors.Unimplemented("GetActivity is not yet delivered")

@@ -1,0 +1,1 @@
+"""Shared test helpers: the in-process daemon, the subprocess daemon, small client helpers."""
