@@ -55,6 +55,8 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     timeouts: Timeouts = field(default_factory=Timeouts)
     retain_events: int = 100_000
+    # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
+    timeline_retain_rows: int | None = None
     subscriber_buffer_events: int = 8_192
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
 
@@ -72,7 +74,7 @@ class Daemon:
         providers.update(config.extra_providers)
         self.manager = AgentManager(
             providers=providers,
-            timeline=InMemoryTimelineStore(),
+            timeline=InMemoryTimelineStore(retain_rows=config.timeline_retain_rows),
             publisher=self.hub,
             clock=self.clock,
             limits=config.limits,

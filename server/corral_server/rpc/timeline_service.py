@@ -8,7 +8,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 
 from corral_server import errors
-from corral_server.domain.timeline import Direction, FetchResult
+from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import convert
 from corral_server.rpc.errors import unary
@@ -67,4 +67,16 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
     async def GetActivity(
         self, request: tl_pb.GetActivityRequest, context: Ctx
     ) -> tl_pb.GetActivityResponse:
-        raise errors.Unimplemented("GetActivity is not yet delivered")
+        start = (
+            convert.cursor_from_pb(request.start_cursor)
+            if request.HasField("start_cursor")
+            else None
+        )
+        end = convert.cursor_from_pb(request.end_cursor) if request.HasField("end_cursor") else None
+        digest = await self._manager.activity(request.agent_id, start, end, request.max_chars)
+        msg = tl_pb.GetActivityResponse(text=digest.text, truncated=digest.truncated)
+        epoch = self._manager.get(request.agent_id).epoch
+        if digest.first_seq:
+            msg.start_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.first_seq)))
+            msg.end_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.last_seq)))
+        return msg

@@ -1,0 +1,286 @@
+"""The built-in `scripted` provider: deterministic, offline agents for demos and tests (API.md,
+"The built-in scripted provider").
+
+This module owns running a parsed `Script` (see `script.py`) as a turn: one asyncio task per
+turn that reports through the session's sink, sleeps only on the injected clock, and ends with
+exactly one terminal event. It must never raise out of the task, never report after `close()`,
+and never invent a cancel it did not perform (an interrupt it refuses returns False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import TypeAlias, assert_never
+
+from corral_server.clock import Clock
+from corral_server.domain.agent import AgentError, Usage
+from corral_server.domain.content import Prompt, prompt_text
+from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
+from corral_server.errors import AgentBusy, AgentClosed, Unimplemented
+from corral_server.providers.base import (
+    EventSink,
+    ProviderEvent,
+    ProviderInfo,
+    ProviderItem,
+    ProviderMode,
+    ProviderModel,
+    ProviderTurnCanceled,
+    ProviderTurnCompleted,
+    ProviderTurnFailed,
+    ProviderTurnStarted,
+    SessionConfig,
+)
+from corral_server.providers.script import (
+    Fail,
+    Permission,
+    RefuseInterrupt,
+    Reply,
+    Script,
+    Sleep,
+    Spawn,
+    Step,
+    Think,
+    Tool,
+    parse_script,
+)
+
+logger = logging.getLogger(__name__)
+
+SCRIPTED_FAILURE = "SCRIPTED_FAILURE"
+PROVIDER_ERROR = "PROVIDER_ERROR"
+INTERRUPTED = "interrupted"
+
+# A reply is streamed in at most this many chunks: enough to exercise the coalescer, few
+# enough that a short reply stays readable in a raw event log.
+MAX_REPLY_CHUNKS = 4
+
+_WORD = re.compile(r"\s*\S+")
+
+_Terminal: TypeAlias = ProviderTurnCompleted | ProviderTurnFailed
+
+
+class ScriptedProvider:
+    def __init__(self, clock: Clock, *, name: str = "scripted") -> None:
+        self._clock = clock
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def info(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self._name,
+            kind="builtin",
+            available=True,
+            modes=(
+                ProviderMode("default", "Default", "Runs the prompt's directives."),
+                ProviderMode("plan", "Plan", "Same script; the mode is only recorded."),
+            ),
+            models=(ProviderModel("scripted-1", "Scripted 1"),),
+        )
+
+    def validate_prompt(self, prompt: Prompt) -> None:
+        """Raise `InvalidArgument` for a malformed script, `Unimplemented` for a directive
+        whose capability is not delivered yet."""
+        require_delivered(parse_script(prompt_text(prompt)))
+
+    async def create_session(self, config: SessionConfig, sink: EventSink) -> ScriptedSession:
+        return ScriptedSession(config, sink, self._clock)
+
+
+def require_delivered(script: Script) -> None:
+    """Raise `Unimplemented` naming the first directive this server cannot run yet."""
+    for step in script.steps:
+        if isinstance(step, Permission | Spawn):
+            raise _undelivered(step)
+
+
+def _undelivered(step: Permission | Spawn) -> Unimplemented:
+    # The grammar already knows these directives; their capabilities come in later releases.
+    match step:
+        case Permission():
+            directive, capability = "/permission", "permissions"
+        case Spawn():
+            directive, capability = "/spawn", "subagents"
+        case _:
+            assert_never(step)
+    return Unimplemented(
+        f"{directive} needs the {capability} capability, not yet delivered",
+        metadata={"directive": directive, "capability": capability},
+    )
+
+
+class _ScriptFailed(Exception):
+    """Raised by a `/fail` step; ends the turn with SCRIPTED_FAILURE."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """The running turn. Mutable, and owned by its session."""
+
+    turn_id: str
+    prompt: Prompt
+    task: asyncio.Task[None] = field(init=False)
+    # Set by a `/refuse-interrupt` step: later interrupts return False.
+    refusing: bool = False
+
+
+class ScriptedSession:
+    """One agent's session. Invariant: `_run` is set from `start_turn` until the turn's
+    terminal event has been reported (or `close()`), so a second turn can never overlap it."""
+
+    def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock) -> None:
+        self._config = config
+        self._sink = sink
+        self._clock = clock
+        self._session_id = f"scripted-{uuid.uuid4().hex}"
+        self._run: _Run | None = None
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    async def start_turn(self, prompt: Prompt) -> str:
+        if self._closed:
+            raise AgentClosed(self._config.agent_id)
+        if self._run is not None:
+            raise AgentBusy(self._config.agent_id, self._run.turn_id)
+        run = _Run(turn_id=f"turn-{uuid.uuid4().hex}", prompt=prompt)
+        # Reported here rather than from the task, so an interrupt that lands before the task
+        # first runs still follows a started event.
+        self._emit(ProviderTurnStarted(run.turn_id))
+        run.task = asyncio.create_task(self._run_turn(run), name=f"scripted {run.turn_id}")
+        self._run = run
+        return run.turn_id
+
+    async def interrupt(self) -> bool:
+        run = self._run
+        if run is None:
+            return True
+        if run.refusing:
+            return False
+        self._run = None
+        run.task.cancel()
+        # Safe to report before the task has unwound: it reports only between awaits, and the
+        # cancel lands at its next await, so nothing else of this turn can follow.
+        self._emit(ProviderTurnCanceled(run.turn_id, reason=INTERRUPTED))
+        # Waiting makes "interrupt returned" mean "the script stopped" (its timers are gone).
+        await asyncio.wait([run.task])
+        return True
+
+    async def close(self) -> None:
+        self._closed = True
+        run, self._run = self._run, None
+        if run is not None and not run.task.done():
+            run.task.cancel()
+            await asyncio.wait([run.task])
+
+    # --- the turn task -------------------------------------------------------------------
+
+    async def _run_turn(self, run: _Run) -> None:
+        terminal: _Terminal
+        try:
+            terminal = await self._play(run)
+        except _ScriptFailed as failed:
+            terminal = ProviderTurnFailed(run.turn_id, AgentError(str(failed), SCRIPTED_FAILURE))
+        except Exception as exc:
+            # Anything else (a prompt that skipped validation, a sink that raised) fails the
+            # turn rather than escaping as an unretrieved task exception.
+            logger.exception("scripted turn %s failed", run.turn_id)
+            message = f"scripted provider error: {exc}"
+            terminal = ProviderTurnFailed(run.turn_id, AgentError(message, PROVIDER_ERROR))
+        if self._run is run:
+            self._run = None
+        try:
+            self._emit(terminal)
+        except Exception:
+            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
+
+    async def _play(self, run: _Run) -> ProviderTurnCompleted:
+        script = parse_script(prompt_text(run.prompt))
+        require_delivered(script)
+        output_words = 0
+        for index, step in enumerate(script.steps):
+            # Between steps the loop runs other work, and an interrupt can land.
+            await asyncio.sleep(0)
+            output_words += await self._play_step(run, step, index)
+        if script.needs_default_reply:
+            await asyncio.sleep(0)
+            reply = default_reply(script.text)
+            output_words += self._stream_reply(run, reply, len(script.steps))
+        usage = Usage(input_tokens=len(script.text.split()), output_tokens=output_words)
+        return ProviderTurnCompleted(run.turn_id, usage=usage)
+
+    async def _play_step(self, run: _Run, step: Step, index: int) -> int:
+        """Run one step; return how many words of reply it produced."""
+        match step:
+            case Reply(text=text):
+                return self._stream_reply(run, text, index)
+            case Think(text=text):
+                message_id = f"{run.turn_id}-think-{index}"
+                self._emit(ProviderItem(run.turn_id, Reasoning(text), message_id))
+            case Tool():
+                await self._call_tool(run, step, index)
+            case Sleep(ms=ms):
+                await self._clock.sleep(ms / 1000)
+            case Fail(message=message):
+                raise _ScriptFailed(message)
+            case RefuseInterrupt():
+                run.refusing = True
+            case Permission() | Spawn():
+                # Unreachable after require_delivered in _play; kept so the match is exhaustive.
+                raise _undelivered(step)
+            case _:
+                assert_never(step)
+        return 0
+
+    async def _call_tool(self, run: _Run, tool: Tool, index: int) -> None:
+        call_id = f"{run.turn_id}-call-{index}"
+        running = ToolCall(call_id, tool.name, ToolCallStatus.RUNNING, input=tool.input)
+        self._emit(ProviderItem(run.turn_id, running))
+        await asyncio.sleep(0)
+        completed = ToolCall(
+            call_id,
+            tool.name,
+            ToolCallStatus.COMPLETED,
+            input=tool.input,
+            output={"ok": True, "tool": tool.name},
+        )
+        self._emit(ProviderItem(run.turn_id, completed))
+
+    def _stream_reply(self, run: _Run, text: str, index: int) -> int:
+        """Report `text` as chunks sharing one message id, so the manager's coalescer joins
+        them into one assistant row. Returns the reply's word count."""
+        message_id = f"{run.turn_id}-msg-{index}"
+        for chunk in reply_chunks(text):
+            item = AssistantMessage(chunk, message_id=message_id)
+            self._emit(ProviderItem(run.turn_id, item, provider_message_id=message_id))
+        return len(text.split())
+
+    def _emit(self, event: ProviderEvent) -> None:
+        # close() cancels the task, which already silences it; this makes "nothing after
+        # close" hold even for a path that forgot to check.
+        if not self._closed:
+            self._sink(event)
+
+
+def default_reply(text: str) -> str:
+    """The answer to a prompt without `/reply`, `/fail` or `/spawn`."""
+    return f"You said: {text}" if text else "You said nothing."
+
+
+def reply_chunks(text: str) -> tuple[str, ...]:
+    """Split `text` at word boundaries into at most MAX_REPLY_CHUNKS pieces whose
+    concatenation is exactly `text` (whitespace travels with the following word)."""
+    words = _WORD.findall(text)
+    if not words:
+        return (text,)
+    words[-1] += text[sum(len(word) for word in words) :]
+    size = -(-len(words) // MAX_REPLY_CHUNKS)
+    return tuple("".join(words[i : i + size]) for i in range(0, len(words), size))
