@@ -1,0 +1,81 @@
+"""`corral serve` as a process: health, refusing a second daemon, drain on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from corral.v1 import event_service_pb2 as event_pb
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.support.client import Stubs, create_request
+from tests.support.daemon import DaemonProcess
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[DaemonProcess]:
+    proc = DaemonProcess(tmp_path / "state").start()
+    yield proc
+    proc.stop()
+
+
+def test_health_is_serving_overall_and_per_service(served: DaemonProcess) -> None:
+    with grpc.insecure_channel(served.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "corral.v1.AgentService", "corral.v1.EventService"):
+            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_second_daemon_on_the_same_port_refuses_to_start(
+    served: DaemonProcess, tmp_path: Path
+) -> None:
+    second = DaemonProcess(tmp_path / "other-state", listen=served.address).start(
+        expect_ready=False
+    )
+    code, _, err = second.wait()
+    assert code == 1
+    assert "cannot listen on" in err and served.address in err
+
+
+def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(served: DaemonProcess) -> None:
+    second = DaemonProcess(served.state_dir).start(expect_ready=False)
+    code, _, err = second.wait()
+    assert code == 1
+    assert "holds the state directory" in err
+
+
+def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
+    proc = DaemonProcess(tmp_path / "s", listen="0.0.0.0:0").start(expect_ready=False)
+    code, _, err = proc.wait()
+    assert code == 2 and "not a loopback address" in err
+
+
+def test_sigterm_drains_health_and_ends_streams_with_a_resume_point(
+    served: DaemonProcess, tmp_path: Path
+) -> None:
+    with grpc.insecure_channel(served.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
+        health = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service="")
+        )
+        assert next(health).status == health_pb2.HealthCheckResponse.SERVING
+        stream = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
+        kinds = []
+        for response in stream:
+            kinds += [e.WhichOneof("payload") for e in response.events]
+            if "synced" in kinds:
+                break
+        assert served.proc is not None
+        served.proc.send_signal(signal.SIGTERM)
+        assert next(health).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        rest = [e for response in stream for e in response.events]
+        assert rest[-1].WhichOneof("payload") == "stream_ending"
+        assert rest[-1].stream_ending.resume_revision >= 1
+        assert stream.code() == grpc.StatusCode.OK
+    code, _, err = served.wait()
+    assert code == 0, err
