@@ -77,7 +77,13 @@ _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
 
 class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
-        self.agent = agent  # replaced whole, only by this actor's task
+        self._snapshot = agent  # replaced whole, only by this actor's task
+        # next_seq moves with every append; folding it into the snapshot on every row would
+        # cost more than the row, so readers get it folded in on read (`agent`).
+        self._next_seq = agent.next_seq
+        # Provider events wait here; one queued job drains them in order, in one batch.
+        self._inbox: list[ProviderEvent] = []
+        self._inbox_queued = False
         self._deps = deps
         self._session: ProviderSession | None = None
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
@@ -124,6 +130,13 @@ class AgentActor:
                 job[1].set_exception(errors.AgentClosed(self.agent.id))
 
     @property
+    def agent(self) -> Agent:
+        """The current snapshot, for readers."""
+        if self._snapshot.next_seq != self._next_seq:
+            self._snapshot = replace(self._snapshot, next_seq=self._next_seq)
+        return self._snapshot
+
+    @property
     def active_turn(self) -> ActiveTurn | None:
         return self._active
 
@@ -149,16 +162,39 @@ class AgentActor:
         return self.agent
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
-        self.post(lambda: self._handle_provider_event(event))
+        if self._stopped:
+            return
+        self._inbox.append(event)
+        if not self._inbox_queued:
+            self._inbox_queued = True
+            self._queue.put_nowait((self._drain_inbox, None))
+
+    async def _drain_inbox(self) -> None:
+        """Handle every waiting provider event in order; rows that are ready together are
+        appended in one batch (one store write, then one publish per row)."""
+        self._inbox_queued = False
+        events, self._inbox = self._inbox, []
+        ready: list[NewRow] = []
+        for event in events:
+            if isinstance(event, ProviderItem) and not self._stopped:
+                if self._accepts(event.turn_id):
+                    ready.extend(self._offer(event))
+                continue
+            await self._append(ready)
+            ready = []
+            await self._handle_provider_event(event)
+        await self._append(ready)
 
     # --- state ---------------------------------------------------------------------------
 
     def _set(self, **changes: Any) -> None:
         """Replace the snapshot, bump `updated_at` strictly, publish the upsert."""
         now = self._deps.clock.now_ms()
-        updated = max(now, self.agent.updated_at_ms + 1)
-        self.agent = replace(self.agent, updated_at_ms=updated, **changes)
-        self._deps.publisher.publish(ev.AgentUpserted(self.agent))
+        updated = max(now, self._snapshot.updated_at_ms + 1)
+        self._snapshot = replace(
+            self._snapshot, updated_at_ms=updated, next_seq=self._next_seq, **changes
+        )
+        self._deps.publisher.publish(ev.AgentUpserted(self._snapshot))
 
     def update(self, **changes: Any) -> Agent:
         self._ensure_open()
@@ -172,14 +208,13 @@ class AgentActor:
     async def _append(self, rows: Sequence[NewRow]) -> None:
         if not rows:
             return
-        stored = await self._deps.timeline.append(self.agent.id, rows)
-        epoch = self.agent.epoch
-        # next_seq changes silently: an upsert per row would cost more than the row.
-        self.agent = replace(self.agent, next_seq=stored[-1].seq + 1)
+        agent_id, epoch = self._snapshot.id, self._snapshot.epoch
+        stored = await self._deps.timeline.append(agent_id, rows)
+        self._next_seq = stored[-1].seq + 1  # no upsert: rows announce themselves
         publish = self._deps.publisher.publish
         active = self._active
         for row in stored:
-            publish(ev.RowAppended(self.agent.id, epoch, row))
+            publish(ev.RowAppended(agent_id, epoch, row))
             if active is not None and row.turn_id == active.turn_id:
                 active.notify(row)
 
@@ -236,7 +271,7 @@ class AgentActor:
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
                 if self._accepts(event.turn_id):
-                    await self._offer(event)
+                    await self._append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
@@ -252,13 +287,14 @@ class AgentActor:
             return turn_id in ("", active.turn_id) or not active.turn_id
         return turn_id not in self._finished
 
-    async def _offer(self, event: ProviderItem) -> None:
+    def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
+        """Give a fragment to the coalescer; returns the rows to append now."""
         offered = self._coalescer.offer(event, self._deps.clock.now_ms())
-        await self._append(offered.ready)
         if offered.arm_timer and self._timer is None:
             self._timer = self._deps.clock.call_later(
                 WINDOW_MS / 1000, lambda: self.post(self._flush_on_timer)
             )
+        return offered.ready
 
     async def _flush_on_timer(self) -> None:
         self._timer = None
