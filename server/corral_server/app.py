@@ -72,9 +72,10 @@ class Daemon:
         )
         providers: dict[str, Provider] = {"scripted": ScriptedProvider(self.clock)}
         providers.update(config.extra_providers)
+        self.timeline = InMemoryTimelineStore(retain_rows=config.timeline_retain_rows)
         self.manager = AgentManager(
             providers=providers,
-            timeline=InMemoryTimelineStore(retain_rows=config.timeline_retain_rows),
+            timeline=self.timeline,
             publisher=self.hub,
             clock=self.clock,
             limits=config.limits,
