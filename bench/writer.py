@@ -24,7 +24,9 @@ async def measure(rows: int = 200_000) -> float:
     with tempfile.TemporaryDirectory() as cwd:
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
         start = time.perf_counter()
-        updates = await manager.stream_turn(agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT)
+        updates = await manager.stream_turn(
+            agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT
+        )
         async for _ in updates:
             pass
         elapsed = time.perf_counter() - start

@@ -3,7 +3,6 @@ events in revision order, identical streams, resume, and a subscriber that stops
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
