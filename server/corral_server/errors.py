@@ -43,9 +43,7 @@ class InvalidArgument(CorralError):
 
     def __init__(self, message: str, *violations: FieldViolation) -> None:
         super().__init__(message)
-        self.violations: tuple[FieldViolation, ...] = violations or (
-            FieldViolation("", message),
-        )
+        self.violations: tuple[FieldViolation, ...] = violations or (FieldViolation("", message),)
 
     @classmethod
     def field(cls, name: str, description: str) -> InvalidArgument:

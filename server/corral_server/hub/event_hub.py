@@ -1,0 +1,258 @@
+"""The server-wide event hub behind EventService.Subscribe.
+
+Owns: the server-wide revision (strictly increasing from 1, one per published event), the ring
+of recently published events (each encoded and framed once for all subscribers), the live index
+of subscribers by scope, and every subscription's transitions between LIVE, CATCHING_UP and
+ENDED (see subscription.py for each state's invariant).
+
+Must not: await or block in publish; do work in publish proportional to a subscriber's
+backlog (a full buffer demotes the subscriber in O(1), and it catches up from the ring on its
+own reader's time, in bounded batches); import protobuf or grpc (the rpc edge passes `encode`).
+
+What a stream carries (control entries and snapshot entries are encoded with revision 0):
+  fresh            AgentUpserted per matching agent, Synced(head), then live events > head
+  resume r, kept   the matching events > r, Synced(head at subscribe), then live events
+  resume r, gone   SubscriptionReset(r, earliest), snapshot, Synced(head, reset=True), live
+  laggard gone     the same reset sequence, in-stream, where its replay could not continue
+  end_all          whatever it was given, then StreamEnding(resume_revision, reason); stop
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
+from typing import assert_never
+
+from corral_server.domain.agent import Agent
+from corral_server.domain.events import (
+    AgentUpserted,
+    Event,
+    StreamControl,
+    StreamEnding,
+    SubscriptionReset,
+    Synced,
+)
+from corral_server.errors import ShuttingDown
+from corral_server.hub.ring import Entry, Ring, frame, take_batch
+from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
+
+Encoder = Callable[[int, Event | StreamControl], bytes]
+"""(revision, event) -> the serialized corral.v1.Event; revision 0 for snapshot and control."""
+
+# A scoped subscriber catching up scans at most this many batches' worth of ring entries per
+# step, so one step over other agents' events stays short however narrow its scope.
+_SCAN_BATCHES_PER_STEP = 8
+
+
+class EventHub:
+    def __init__(
+        self,
+        encode: Encoder,
+        *,
+        retain_events: int = 100_000,
+        buffer_events: int = 8_192,
+        batch_events: int = 512,
+        batch_bytes: int = 1 << 20,
+    ) -> None:
+        """`batch_bytes` bounds a batch's size softly (grpc's default receive limit is 4 MiB);
+        `batch_events` bounds its event count."""
+        if min(buffer_events, batch_events, batch_bytes) < 1:
+            raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
+        self.encode = encode
+        self.batch_events = batch_events
+        self.batch_bytes = batch_bytes
+        self._buffer_events = buffer_events
+        self._ring = Ring(retain_events)
+        # Every subscription that is not closed, in any state.
+        self._subscriptions: dict[Subscription, None] = {}
+        # The live index holds exactly the LIVE subscriptions: an all-agents one in
+        # `_live_all`, a scoped one under each of its agent ids (an event has one agent id,
+        # so publish meets each subscription at most once per event).
+        self._live_all: dict[Subscription, None] = {}
+        self._live_by_agent: dict[str, dict[Subscription, None]] = {}
+        # Set by end_all: no new subscriptions.
+        self._ending_reason: str | None = None
+
+    @property
+    def head_revision(self) -> int:
+        return self._ring.head
+
+    @property
+    def earliest_resumable_revision(self) -> int:
+        return self._ring.earliest_resumable
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        return tuple(self._subscriptions)
+
+    # --- the writer -----------------------------------------------------------------------
+
+    def publish(self, event: Event) -> int:
+        """Number, encode and retain `event`, hand it to every matching live subscriber, and
+        return its revision. Synchronous; costs O(matching live subscribers)."""
+        ring = self._ring
+        revision = ring.head + 1
+        agent_id = event.agent_id
+        entry = (revision, agent_id, frame(self.encode(revision, event)))
+        ring.append(entry)
+        if self._live_all:
+            self._hand(self._live_all, entry)
+        scoped = self._live_by_agent.get(agent_id)
+        if scoped:
+            self._hand(scoped, entry)
+        return revision
+
+    def _hand(self, subs: dict[Subscription, None], entry: Entry) -> None:
+        """Append `entry` to each subscriber's buffer; a subscriber whose buffer is full gets
+        nothing and leaves the live index (O(1), whatever its backlog)."""
+        limit = self._buffer_events
+        laggards: list[Subscription] | None = None
+        # The hub's hot loop: the append is inline because a method call per subscriber per
+        # event was measurable (publish at 100 subscribers: ~15 us with a call, ~10 us inline).
+        for sub in subs:
+            buffer = sub.buffer
+            if len(buffer) < limit:
+                buffer.append(entry)
+                if sub.waiter is not None:
+                    sub.wake()
+            elif laggards is None:
+                laggards = [sub]
+            else:
+                laggards.append(sub)
+        for sub in laggards or ():
+            # Its buffer holds every matching event before this one, which did not fit:
+            # from here it replays the ring after entry's revision - 1 on its own time.
+            self._leave_live(sub)
+            sub.position = entry[0] - 1
+            sub.set_state(SubscriptionState.CATCHING_UP)
+
+    # --- subscribing and ending -----------------------------------------------------------
+
+    def subscribe(
+        self,
+        agent_ids: frozenset[str],
+        resume_revision: int | None,
+        snapshot: SnapshotFn,
+    ) -> Subscription:
+        """A new subscription (see the module docstring for what its stream carries).
+        Snapshot and registration happen together, with no await in between."""
+        if self._ending_reason is not None:
+            raise ShuttingDown()
+        ring = self._ring
+        head = ring.head
+        sub = Subscription(self, agent_ids, snapshot)
+        self._subscriptions[sub] = None
+        if resume_revision is None:
+            sub.set_prefix(self._snapshot_items(sub, None, Synced(revision=head)))
+            self._join_live(sub)
+        elif ring.earliest_resumable <= resume_revision <= head:
+            # Replay (r, head] from the ring, then Synced(head) so the client knows it has
+            # caught up; r == head replays nothing and sends Synced at once.
+            sub.position = resume_revision
+            sub.synced_at = head
+            sub.set_state(SubscriptionState.CATCHING_UP)
+        elif resume_revision > head:
+            self._reset(sub, resume_revision, "resume revision is ahead of this server's head")
+        else:
+            self._reset(sub, resume_revision, "resume revision is older than retained history")
+        return sub
+
+    def end_all(self, reason: str) -> None:
+        """Drain: every subscription gets StreamEnding after what it was already given, then
+        stops; later subscribe calls raise ShuttingDown."""
+        self._ending_reason = reason
+        head = self._ring.head
+        for sub in self._subscriptions:
+            match sub.state:
+                case SubscriptionState.LIVE:
+                    self._leave_live(sub)
+                    resume = head
+                case SubscriptionState.CATCHING_UP:
+                    resume = sub.position
+                case SubscriptionState.ENDED:
+                    continue
+                case _ as unreachable:
+                    assert_never(unreachable)
+            ending = StreamEnding(resume_revision=resume, reason=reason)
+            sub.end(frame(self.encode(0, ending)))
+
+    # --- the reader side (package-private: called by Subscription) ------------------------
+
+    def _catch_up(self, sub: Subscription) -> bytes:
+        """One bounded catch-up step for a CATCHING_UP subscription whose prefix and buffer
+        are empty. Returns the next batch, or b"" when this step found nothing to send."""
+        ring = self._ring
+        # 1. Its position has left the ring: nothing can fill the gap, so reset explicitly.
+        if sub.position < ring.earliest_resumable:
+            self._reset(sub, sub.position, "the subscriber fell behind retained history")
+            return b""
+        # 2. Scan a bounded stretch after its position, stopping at a pending Synced.
+        target = ring.head if sub.synced_at is None else sub.synced_at
+        stretch = self.batch_events * (_SCAN_BATCHES_PER_STEP if sub.scope else 1)
+        upto = min(target, sub.position + stretch)
+        entries = ring.span(sub.position, upto)
+        if sub.scope:
+            entries = [entry for entry in entries if entry[1] in sub.scope]
+        batch, data = take_batch(entries, self.batch_events, self.batch_bytes)
+        # 3. Advance: past everything scanned if all matches fit, else to the last one sent.
+        sub.position = upto if len(batch) == len(entries) else batch[-1][0]
+        if batch:
+            sub.note_delivered(batch[-1][0])
+        # 4. A resumed subscription's replay reached the head it subscribed at.
+        if sub.synced_at is not None and sub.position == sub.synced_at:
+            data += frame(self.encode(0, Synced(revision=sub.synced_at)))
+            sub.synced_at = None
+        # 5. At the head: rejoin the live index in the same step, so no event falls between.
+        if sub.synced_at is None and sub.position == ring.head:
+            self._join_live(sub)
+        return data
+
+    def _forget(self, sub: Subscription) -> None:
+        if sub.state is SubscriptionState.LIVE:
+            self._leave_live(sub)
+        self._subscriptions.pop(sub, None)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _reset(self, sub: Subscription, requested: int, reason: str) -> None:
+        """SubscriptionReset + a fresh snapshot + Synced(head, reset=True), then live. The
+        subscription's buffer is empty here (a fresh one, or a laggard that drained it)."""
+        reset = SubscriptionReset(
+            requested_revision=requested,
+            earliest_revision=self._ring.earliest_resumable,
+            reason=reason,
+        )
+        synced = Synced(revision=self._ring.head, reset=True)
+        sub.synced_at = None
+        sub.set_prefix(self._snapshot_items(sub, reset, synced))
+        self._join_live(sub)
+
+    @staticmethod
+    def _snapshot_items(
+        sub: Subscription, first: SubscriptionReset | None, synced: Synced
+    ) -> Iterator[Event | StreamControl]:
+        """The stream's prefix. The snapshot is taken now; entries are encoded lazily, batch
+        by batch, so a large snapshot costs agent references, not frames, while it waits."""
+        agents: Sequence[Agent] = sub.snapshot(sub.scope)
+        head: list[Event | StreamControl] = [] if first is None else [first]
+        upserts: Iterator[Event | StreamControl] = map(AgentUpserted, agents)
+        return chain(head, upserts, [synced])
+
+    def _join_live(self, sub: Subscription) -> None:
+        sub.set_state(SubscriptionState.LIVE)
+        if not sub.scope:
+            self._live_all[sub] = None
+            return
+        for agent_id in sub.scope:
+            self._live_by_agent.setdefault(agent_id, {})[sub] = None
+
+    def _leave_live(self, sub: Subscription) -> None:
+        if not sub.scope:
+            self._live_all.pop(sub, None)
+            return
+        for agent_id in sub.scope:
+            subs = self._live_by_agent.get(agent_id)
+            if subs is not None:
+                subs.pop(sub, None)
+                if not subs:
+                    del self._live_by_agent[agent_id]

@@ -1,0 +1,130 @@
+"""EventService at the rpc edge: Subscribe streams the hub's framed batches; Heartbeat records
+presence.
+
+Subscribe is registered through a generic handler with an identity response serializer: the
+hub already holds each event's serialized, framed bytes, and a batch (the join of its frames)
+*is* a serialized SubscribeResponse, so nothing is encoded per subscriber here.
+
+Must not: hold protobuf messages per event, or keep a subscription open after its call ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from corral.v1 import event_service_pb2 as event_pb
+
+from corral_server.errors import FieldViolation, InvalidArgument, ShuttingDown
+from corral_server.hub import EventHub, SnapshotFn
+from corral_server.rpc.errors import abort
+
+SERVICE_NAME = "corral.v1.EventService"
+
+# Presence entries kept (oldest heartbeat evicted first), so hostile client ids cannot grow
+# the table without bound.
+MAX_PRESENCE_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """A client's last heartbeat."""
+
+    client_type: str
+    focused_agent_id: str
+    app_visible: bool
+    last_activity_at_ms: int | None
+
+
+def event_service_handler(hub: EventHub, snapshot: SnapshotFn) -> grpc.GenericRpcHandler[Any, Any]:
+    """The EventService handler for `server.add_generic_rpc_handlers`."""
+    return EventServicer(hub, snapshot).handler()
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class EventServicer:
+    def __init__(self, hub: EventHub, snapshot: SnapshotFn) -> None:
+        self._hub = hub
+        self._snapshot = snapshot
+        # client_id -> its last heartbeat, oldest first.
+        self.presence: dict[str, Presence] = {}
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Subscribe": grpc.unary_stream_rpc_method_handler(
+                    self.subscribe,
+                    request_deserializer=event_pb.SubscribeRequest.FromString,
+                    response_serializer=_identity,
+                ),
+                "Heartbeat": grpc.unary_unary_rpc_method_handler(
+                    self.heartbeat,
+                    request_deserializer=event_pb.HeartbeatRequest.FromString,
+                    response_serializer=event_pb.HeartbeatResponse.SerializeToString,
+                ),
+            },
+        )
+
+    async def subscribe(
+        self,
+        request: event_pb.SubscribeRequest,
+        context: grpc.aio.ServicerContext[event_pb.SubscribeRequest, bytes],
+    ) -> AsyncIterator[bytes]:
+        """Yields serialized SubscribeResponse payloads, one framed batch each."""
+        violations = _scope_violations(request.agent_ids)
+        if violations:
+            await abort(context, InvalidArgument("invalid agent_ids", *violations))
+        resume = request.resume_revision if request.HasField("resume_revision") else None
+        try:
+            subscription = self._hub.subscribe(frozenset(request.agent_ids), resume, self._snapshot)
+        except ShuttingDown as exc:
+            await abort(context, exc)
+        # The context manager closes the subscription however the call ends: the client
+        # cancels (CancelledError at the yield or inside the subscription's wait), the
+        # deadline passes, or the hub ends the stream.
+        async with subscription:
+            async for batch in subscription:
+                yield batch
+
+    async def heartbeat(
+        self,
+        request: event_pb.HeartbeatRequest,
+        context: grpc.aio.ServicerContext[event_pb.HeartbeatRequest, event_pb.HeartbeatResponse],
+    ) -> event_pb.HeartbeatResponse:
+        if not request.client_id:
+            await abort(context, InvalidArgument.field("client_id", "must not be empty"))
+        self.presence.pop(request.client_id, None)
+        self.presence[request.client_id] = Presence(
+            client_type=request.client_type,
+            focused_agent_id=request.focused_agent_id,
+            app_visible=request.app_visible,
+            last_activity_at_ms=(
+                request.last_activity_at.ToMilliseconds()
+                if request.HasField("last_activity_at")
+                else None
+            ),
+        )
+        if len(self.presence) > MAX_PRESENCE_ENTRIES:
+            del self.presence[next(iter(self.presence))]
+        return event_pb.HeartbeatResponse()
+
+
+def _scope_violations(agent_ids: Iterable[str]) -> list[FieldViolation]:
+    """agent_ids must be non-empty strings without duplicates (unknown ids are fine: a client
+    may subscribe before the agent exists)."""
+    violations: list[FieldViolation] = []
+    seen: set[str] = set()
+    for index, agent_id in enumerate(agent_ids):
+        name = f"agent_ids[{index}]"
+        if not agent_id:
+            violations.append(FieldViolation(name, "must not be empty"))
+        elif agent_id in seen:
+            violations.append(FieldViolation(name, f"duplicate agent id {agent_id!r}"))
+        seen.add(agent_id)
+    return violations
