@@ -21,7 +21,10 @@ from corral_server.providers.base import (
 )
 
 SLICE = 500
-TEXT = "streamed assistant output of a bursting agent, about one hundred characters long, for the bench."
+TEXT = (
+    "streamed assistant output of a bursting agent, "
+    "about one hundred characters long, for the bench."
+)
 
 
 def _rows(prompt: Prompt) -> int:

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
+
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import timeline_pb2 as timeline_pb

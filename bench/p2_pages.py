@@ -115,7 +115,7 @@ async def measure(sizes: Sequence[int] = (1000, 1_000_000)) -> dict[str, Any]:
     }
 
 
-def _report(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> str:
     lines = [f"P2: {result['page_rows']}-row page, in-memory store (median us per page)"]
     kinds = ("before", "tail", "before_cold")
     lines.append(f"{'rows':>12} {'before(mid)':>12} {'tail':>12} {'before(cold)':>12}")
@@ -131,7 +131,7 @@ def _report(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    print(_report(asyncio.run(measure())))
+    print(report(asyncio.run(measure())))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""A daemon for the benchmarks: the real `Daemon` plus the `burst` provider, on a free
+loopback port (printed on the first line), in its own process like a deployed daemon.
+
+Run: .venv/bin/python -m bench.burst_daemon [retain_events]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from bench.burst import BurstProvider
+from corral_server.app import Config, Daemon
+
+
+async def main(retain_events: int) -> None:
+    config = Config(
+        listen="127.0.0.1:0",
+        retain_events=retain_events,
+        extra_providers={"burst": BurstProvider()},
+    )
+    daemon = Daemon(config)
+    port = await daemon.start()
+    print(port, flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await daemon.drain(1.0)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_100_000))

@@ -1,0 +1,32 @@
+"""Every benchmark in one run, printed as one report (what buildscripts/bench runs).
+
+  P1   events/s to 1, 10, 100 subscribers: corral live and replay vs the bare servers
+  P1'  rows/s through the single writer
+  P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
+
+Run: .venv/bin/python -m bench.run [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from bench import p1, p2_pages, p2_rpc, writer
+
+
+async def main(quick: bool) -> None:
+    history = 200_000 if quick else 1_000_000
+    await p1.main(history)
+    print()
+    rate = await writer.measure(50_000 if quick else 200_000)
+    print(f"P1' single writer: {rate:,.0f} rows/s (goal >= 100,000)")
+    print()
+    store = await p2_pages.measure()
+    print(p2_pages.report(store))
+    print()
+    print(p2_rpc.report(await p2_rpc.measure()))
+
+
+if __name__ == "__main__":
+    asyncio.run(main("--quick" in sys.argv))
