@@ -8,9 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from corral.v1 import event_service_pb2 as event_pb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import event_service_pb2 as event_pb
 from tests.support.client import Stubs, create_request
 from tests.support.daemon import DaemonProcess
 
@@ -79,3 +80,22 @@ def test_sigterm_drains_health_and_ends_streams_with_a_resume_point(
         assert stream.code() == grpc.StatusCode.OK
     code, _, err = served.wait()
     assert code == 0, err
+
+
+def test_a_request_over_the_configured_size_is_resource_exhausted(tmp_path: Path) -> None:
+    from corral_server.app import Config
+    from tests.support.daemon import running_daemon
+
+    with (
+        running_daemon(Config(max_request_bytes=64 * 1024)) as daemon,
+        grpc.insecure_channel(daemon.address) as channel,
+    ):
+        stubs = Stubs.of(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stubs.agents.CreateAgent(create_request(str(tmp_path), title="x" * 100_000))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "64" in (info.value.details() or "") or "larger than max" in (
+            info.value.details() or ""
+        )
+        listed = stubs.agents.ListAgents(agent_pb.ListAgentsRequest())
+        assert list(listed.agents) == []
