@@ -11,8 +11,13 @@ ensure_venv() {
   fi
   if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "installing corral and its dependencies into .venv ..." >&2
-    "$PY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    "$PY" -m pip install -q --disable-pip-version-check -e "$root[dev]"
+    local log="$root/.venv/install.log"
+    if ! { "$PY" -m pip install --disable-pip-version-check --upgrade pip &&
+      "$PY" -m pip install --disable-pip-version-check -e "$root[dev]"; } >"$log" 2>&1; then
+      tail -n 30 "$log" >&2
+      echo "installing into .venv failed (full log: $log)" >&2
+      return 1
+    fi
     # Source roots on sys.path: the generated package appears after install time, so the
     # editable finder alone would miss it.
     local site
