@@ -7,11 +7,11 @@ from typing import Any
 
 import grpc
 import pytest
+
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-
 from tests.support.client import Stubs, create_request, error_details, prompt_request, text
 from tests.support.daemon import DaemonThread
 
@@ -46,7 +46,8 @@ async def test_stream_turn_yields_started_rows_then_one_terminal(
     events = await collect_turn(stubs, agent_id, "hello world")
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[0] == "turn_started"
-    assert kinds[-1] == "turn_completed"
+    assert kinds[-2:] == ["usage", "turn_completed"]
+    assert events[-2].usage.input_tokens == 2 and events[-2].usage == events[-1].turn_completed.usage
     assert kinds.count("turn_completed") == 1
     rows = [e.row for e in events if e.WhichOneof("event") == "row"]
     assert rows[0].item.user_message.text == "hello world"

@@ -346,6 +346,8 @@ class AgentActor:
         self._set(**changes)
         if raise_attention and reason is not None:
             publish(ev.AttentionRequired(self.agent.id, reason))
+        if isinstance(terminal, ev.TurnCompleted) and terminal.usage is not None:
+            active.notify(terminal.usage)
         active.notify(terminal)
         if not active.settled.done():
             active.settled.set_result(terminal)

@@ -8,12 +8,14 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from corral_server.domain.agent import Usage
 from corral_server.domain.events import TurnCanceled, TurnCompleted, TurnFailed, TurnStarted
 from corral_server.domain.timeline import TimelineRow
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled
-# What a StreamTurn caller receives, in order: TurnStarted, rows, exactly one terminal.
-TurnUpdate: TypeAlias = TurnStarted | TimelineRow | TurnTerminal
+# What a StreamTurn caller receives, in order: TurnStarted, rows, the usage (when the
+# provider reported it), exactly one terminal.
+TurnUpdate: TypeAlias = TurnStarted | TimelineRow | Usage | TurnTerminal
 
 
 class IfRunning(enum.Enum):

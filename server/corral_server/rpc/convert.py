@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any, assert_never, cast
 
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from google.protobuf import json_format, struct_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from corral.v1 import event_service_pb2 as event_pb
 
+from corral.v1 import event_service_pb2 as event_pb
 from corral_server.errors import FieldViolation, InvalidArgument, ShuttingDown
 from corral_server.hub import EventHub, SnapshotFn
 from corral_server.rpc.errors import abort

@@ -7,9 +7,9 @@ from typing import Any, assert_never
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
-
 from corral_server import errors
 from corral_server.domain import events as ev
+from corral_server.domain.agent import Usage
 from corral_server.domain.timeline import TimelineRow
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.turns import CancelOutcome, Disposition, IfRunning, TurnUpdate
@@ -52,6 +52,8 @@ def update_to_pb(update: TurnUpdate) -> turn_pb.StreamTurnResponse:
             return R(turn_started=convert.turn_started_pb(update))
         case TimelineRow():
             return R(row=convert.row_to_pb(update))
+        case Usage():
+            return R(usage=convert.usage_to_pb(update))
         case ev.TurnCompleted():
             return R(turn_completed=convert.turn_completed_pb(update))
         case ev.TurnFailed():
