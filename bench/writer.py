@@ -31,6 +31,7 @@ async def measure(rows: int = 200_000) -> float:
             pass
         elapsed = time.perf_counter() - start
     assert manager.get(agent.id).next_seq == rows + 2  # the user row + the burst
+    await manager.shutdown()
     return rows / elapsed
 
 
