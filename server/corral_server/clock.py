@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -56,6 +57,8 @@ class FakeClock:
         self._now_ms = start_ms
         self._timers: list[tuple[int, int, _FakeTimer]] = []
         self._ids = itertools.count()
+        # Lets a test on another thread wait until the code under test armed its timers.
+        self._armed = threading.Condition()
 
     def now_ms(self) -> int:
         return self._now_ms
@@ -63,7 +66,9 @@ class FakeClock:
     def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
         timer = _FakeTimer(callback)
         due = self._now_ms + max(0, round(seconds * 1000))
-        heapq.heappush(self._timers, (due, next(self._ids), timer))
+        with self._armed:
+            heapq.heappush(self._timers, (due, next(self._ids), timer))
+            self._armed.notify_all()
         return timer
 
     async def sleep(self, seconds: float) -> None:
@@ -83,6 +88,13 @@ class FakeClock:
     @property
     def pending_timers(self) -> int:
         return sum(1 for _, _, t in self._timers if not t.canceled)
+
+    def wait_for_timers(self, count: int, timeout_s: float = 30.0) -> None:
+        """Block this thread until at least `count` timers are pending (for tests whose
+        clock runs on another thread's loop)."""
+        with self._armed:
+            if not self._armed.wait_for(lambda: self.pending_timers >= count, timeout_s):
+                raise TimeoutError(f"{self.pending_timers} timers pending, waited for {count}")
 
     async def advance(self, ms: int) -> None:
         """Move time forward by `ms`, firing every timer that falls due on the way."""

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from corral.v1 import agent_pb2 as agent_types_pb
-from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests.support.client import Stubs, create_request, error_details, prompt_request, text
@@ -30,12 +30,27 @@ async def collect_turn(
 
 
 async def wait_for_state(stubs: Stubs, agent_id: str, state: str) -> Any:
-    for _ in range(500):
-        agent = (await stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))).agent
-        if agent.lifecycle.WhichOneof("state") == state:
-            return agent
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"agent never reached {state}: {agent.lifecycle}")
+    """The agent once it is in `state`: from the subscription's snapshot, or the first live
+    upsert that brings it there (no polling)."""
+    call = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
+    try:
+        async for response in call:
+            for event in response.events:
+                agent = event.agent_upserted.agent
+                if (
+                    event.HasField("agent_upserted")
+                    and agent.lifecycle.WhichOneof("state") == state
+                ):
+                    return agent
+    finally:
+        call.cancel()
+    raise AssertionError(f"stream ended before the agent reached {state}")
+
+
+async def wait_for_timers(daemon: DaemonThread, count: int) -> None:
+    """Until the daemon's clock has `count` pending timers (the server registers them on
+    its own thread after our RPC arrives)."""
+    await asyncio.to_thread(daemon.clock.wait_for_timers, count)
 
 
 async def test_stream_turn_yields_started_rows_then_one_terminal(
@@ -47,7 +62,9 @@ async def test_stream_turn_yields_started_rows_then_one_terminal(
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[0] == "turn_started"
     assert kinds[-2:] == ["usage", "turn_completed"]
-    assert events[-2].usage.input_tokens == 2 and events[-2].usage == events[-1].turn_completed.usage
+    assert (
+        events[-2].usage.input_tokens == 2 and events[-2].usage == events[-1].turn_completed.usage
+    )
     assert kinds.count("turn_completed") == 1
     rows = [e.row for e in events if e.WhichOneof("event") == "row"]
     assert rows[0].item.user_message.text == "hello world"
@@ -93,6 +110,7 @@ async def test_a_second_foreground_turn_is_rejected_as_busy(
     assert details.reason == "AGENT_BUSY"
     page = await stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id))
     assert [r.item.user_message.text for r in page.rows] == ["/sleep 1000\n/reply slow"]
+    await wait_for_timers(daemon, 1)  # the script's /sleep
     await daemon.advance_async(1000)
     agent = await wait_for_state(stubs, agent_id, "idle")
     assert agent.lifecycle.WhichOneof("state") == "idle" and first.turn_id
@@ -156,12 +174,10 @@ async def test_cancel_refused_by_the_provider_is_refused_and_the_turn_goes_on(
     cancel = asyncio.ensure_future(
         stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
     )
-    # The manager waits `settle_s` (10 s on the daemon's clock) for the turn to end.
-    for _ in range(200):
-        if cancel.done():
-            break
-        await daemon.advance_async(1000)
-        await asyncio.sleep(0.005)
+    # The provider refuses at once; the manager then waits `settle_s` (10 s on the daemon's
+    # clock) for the turn to end. Pending then: the script's /sleep and the settle wait.
+    await wait_for_timers(daemon, 2)
+    await daemon.advance_async(10_000)
     resp = await cancel
     assert resp.outcome == turn_pb.CANCEL_OUTCOME_REFUSED
     assert resp.agent.lifecycle.WhichOneof("state") == "running"

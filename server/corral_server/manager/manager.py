@@ -215,8 +215,13 @@ class AgentManager:
             self._creates[spec.request_id] = (spec, future)
         try:
             result = await self._create(spec, provider)
-        except BaseException:
+        except Exception as exc:
             self._creates.pop(spec.request_id, None)  # a failed create may be retried
+            future.set_exception(exc)  # concurrent retries share the failure...
+            future.exception()  # ...and none of them waiting is not an error
+            raise
+        except BaseException:
+            self._creates.pop(spec.request_id, None)
             future.cancel()
             raise
         future.set_result(result)
