@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
+
 from corral_server.app import Config
 from corral_server.manager.manager import Timeouts
-
 from tests.support.daemon import DaemonThread
 
 

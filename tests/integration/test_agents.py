@@ -7,10 +7,10 @@ from typing import Any
 
 import grpc
 import pytest
-from corral.v1 import agent_service_pb2 as agent_pb
-from corral.v1 import agent_service_pb2_grpc as agent_grpc
 from google.protobuf import field_mask_pb2
 
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import agent_service_pb2_grpc as agent_grpc
 from tests.support.client import Stubs, create_request, error_details, prompt_request
 
 

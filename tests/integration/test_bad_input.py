@@ -7,14 +7,14 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import field_mask_pb2
+
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from google.protobuf import field_mask_pb2
-
 from tests.support.client import Stubs, create_request, error_details, prompt_request, text
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 import pytest
-from corral.v1 import event_service_pb2 as event_pb
 
+from corral.v1 import event_service_pb2 as event_pb
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import grpc
 import pytest
+
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-
 from tests.support.client import Stubs, create_request, text
 from tests.support.daemon import DaemonThread
 

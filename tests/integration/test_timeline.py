@@ -7,10 +7,10 @@ from typing import Any
 
 import grpc
 import pytest
+
 from corral.v1 import timeline_pb2
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server.app import Config
-
 from tests.support.client import Stubs, create_request, text
 from tests.support.daemon import DaemonThread
 

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import agent_service_pb2_grpc as agent_grpc
 from corral.v1 import content_pb2 as content_pb
@@ -13,8 +16,6 @@ from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
-from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 
 @dataclass

@@ -10,6 +10,9 @@ import asyncio
 from collections.abc import Iterable, Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.events import (
     AgentRemoved,
@@ -24,8 +27,6 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.errors import ShuttingDown
 from corral_server.hub import EventHub, Subscription, SubscriptionState, frame
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def describe(event: Event | StreamControl) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
+
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
@@ -32,7 +34,6 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.hub import EventHub, Subscription, SubscriptionState
 from corral_server.rpc.event_service import EventServicer
-from google.rpc import error_details_pb2, status_pb2
 
 
 def event_to_pb(revision: int, event: Event | StreamControl) -> event_pb.Event:

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+
 from corral_server.clock import FakeClock
 from corral_server.domain.agent import AgentError, Usage
 from corral_server.domain.content import ImagePart, Prompt, TextPart

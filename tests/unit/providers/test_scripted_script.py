@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from corral_server.errors import InvalidArgument
 from corral_server.providers.script import (
     KNOWN_DIRECTIVES,

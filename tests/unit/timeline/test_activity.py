@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from corral_server.domain.timeline import (
     AssistantMessage,
     Compaction,

@@ -8,6 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from corral_server.domain.timeline import (
     DEFAULT_PAGE_LIMIT,
     Cursor,
@@ -20,8 +23,6 @@ from corral_server.domain.timeline import (
 from corral_server.errors import AgentNotFound, InvalidArgument
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import NewRow
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 AGENT = "agent-1"
 EPOCH = "epoch-1"  # the first epoch `counting_epochs` mints

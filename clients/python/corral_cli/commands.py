@@ -1,0 +1,131 @@
+"""The one-shot commands: run, send, ls, cancel, close. Each takes the connected client, the
+console and the parsed arguments, and returns the exit code; RPC errors propagate to main.
+
+Must not: print failures of the RPC itself (main.py does, in one place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from corral.v1 import agent_pb2 as agent_types_pb
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import turn_service_pb2 as turn_pb
+from corral_cli import failure
+from corral_cli.client import Client, parse_labels, prompt_content
+from corral_cli.render import Console, agent_table, local_time, state_label
+from corral_cli.turn import cancel_outcome, stream_turn
+
+IF_RUNNING = {
+    "reject": turn_pb.IF_RUNNING_REJECT,
+    "queue": turn_pb.IF_RUNNING_QUEUE,
+    "steer": turn_pb.IF_RUNNING_STEER,
+    "replace": turn_pb.IF_RUNNING_REPLACE,
+}
+_LIST_PAGE_SIZE = 500
+
+
+def run(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """CreateAgent, then StreamTurn the prompt on it."""
+    try:
+        labels = parse_labels(args.label)
+    except ValueError as exc:
+        console.note(f"error: {exc}")
+        return failure.EXIT_BAD_REQUEST
+    content = prompt_content(args.prompt)  # read stdin (`-`) before creating anything
+    if not content[0].text.strip():
+        console.note("error: the prompt is empty (no agent created)")
+        return failure.EXIT_BAD_REQUEST
+    created = client.agents.CreateAgent(
+        agent_pb.CreateAgentRequest(
+            provider=args.provider,
+            cwd=os.path.abspath(args.cwd or os.getcwd()),
+            model=args.model,
+            mode=args.mode,
+            title=args.title,
+            labels=labels,
+        ),
+        timeout=client.timeout_s,
+    )
+    if console.json:
+        console.message(created)
+    console.note(f"agent {created.agent.id}")
+    request = turn_pb.StreamTurnRequest(agent_id=created.agent.id, content=content)
+    return stream_turn(client, console, request)
+
+
+def send(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """SendPrompt (or, with --follow, StreamTurn) to an existing agent."""
+    content = prompt_content(args.prompt)
+    if_running = IF_RUNNING[args.if_running]
+    if args.follow:
+        request = turn_pb.StreamTurnRequest(
+            agent_id=args.agent, content=content, if_running=if_running
+        )
+        return stream_turn(client, console, request)
+    resp = client.turns.SendPrompt(
+        turn_pb.SendPromptRequest(agent_id=args.agent, content=content, if_running=if_running),
+        timeout=client.timeout_s,
+    )
+    if console.json:
+        console.message(resp)
+    else:
+        found = turn_pb.PromptDisposition.DESCRIPTOR.values_by_number.get(resp.disposition)
+        disposition = found.name.removeprefix("PROMPT_DISPOSITION_").lower() if found else "?"
+        console.line(f"{disposition} turn {resp.turn_id}")
+    return failure.EXIT_OK
+
+
+def ls(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """ListAgents, every page."""
+    request = agent_pb.ListAgentsRequest(
+        page_size=_LIST_PAGE_SIZE,
+        label_selector=args.selector,
+        include_archived=args.all,
+        parent_agent_id=args.parent,
+    )
+    agents: list[agent_types_pb.Agent] = []
+    while True:
+        page = client.agents.ListAgents(request, timeout=client.timeout_s)
+        agents.extend(page.agents)
+        if not page.next_page_token:
+            break
+        request.page_token = page.next_page_token
+    if console.json:
+        for agent in agents:
+            console.message(agent)
+    elif agents:
+        for line in agent_table(agents):
+            console.line(line)
+    else:
+        console.note("no agents")
+    return failure.EXIT_OK
+
+
+def cancel(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """CancelTurn: 0 for not_running and settled, 3 when the provider refused."""
+    resp = client.turns.CancelTurn(
+        turn_pb.CancelTurnRequest(agent_id=args.agent), timeout=client.timeout_s
+    )
+    if console.json:
+        console.message(resp)
+    else:
+        console.line(f"{cancel_outcome(resp.outcome)} (agent {state_label(resp.agent)})")
+    if resp.outcome == turn_pb.CANCEL_OUTCOME_REFUSED:
+        return failure.EXIT_REFUSED
+    return failure.EXIT_OK
+
+
+def close(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """CloseAgent: print the closed snapshot's state."""
+    agent = client.agents.CloseAgent(
+        agent_pb.CloseAgentRequest(agent_id=args.agent), timeout=client.timeout_s
+    ).agent
+    if console.json:
+        console.message(agent)
+    elif agent.lifecycle.HasField("closed"):
+        console.line(f"{agent.id} closed at {local_time(agent.lifecycle.closed.closed_at)}")
+    else:
+        console.line(f"{agent.id} {state_label(agent)}")
+    return failure.EXIT_OK

@@ -1,0 +1,84 @@
+"""How a failed RPC is shown to the user and which exit code it gives.
+
+The message is `error: <CODE>: <message>`, then the google.rpc details the daemon attached
+(ErrorInfo reason, BadRequest field violations), then a hint when the daemon looks absent.
+
+Must not: retry, or swallow an error it does not understand (unknown details are skipped, the
+code and message are always printed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+# Exit codes, shared by every command.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_REQUEST = 2
+EXIT_REFUSED = 3
+EXIT_INTERRUPTED = 130
+
+# The caller asked for something that cannot be done as asked: retrying will not help.
+_BAD_REQUEST_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: grpc.StatusCode
+    message: str
+    reason: str
+    # (field, description) pairs from BadRequest.
+    violations: tuple[tuple[str, str], ...]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BAD_REQUEST if self.code in _BAD_REQUEST_CODES else EXIT_FAILED
+
+
+def decode(error: grpc.RpcError) -> Failure:
+    """The status code, message and google.rpc details of a failed call."""
+    code: grpc.StatusCode = getattr(error, "code", lambda: grpc.StatusCode.UNKNOWN)()
+    message: str = getattr(error, "details", lambda: "")() or ""
+    reason = ""
+    violations: list[tuple[str, str]] = []
+    try:
+        status = rpc_status.from_call(cast(grpc.Call, error))  # every RpcError we see is one
+    except ValueError:  # status trailers that contradict the call's code: keep code + message
+        status = None
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend((v.field, v.description) for v in bad.field_violations)
+    return Failure(code, message, reason, tuple(violations))
+
+
+def describe(failure: Failure, addr: str) -> list[str]:
+    """The lines to print on stderr for a failed call to the daemon at `addr`."""
+    lines = [f"error: {failure.code.name}: {failure.message}"]
+    if failure.reason:
+        lines.append(f"  reason: {failure.reason}")
+    lines.extend(f"  field {field}: {description}" for field, description in failure.violations)
+    if failure.code is grpc.StatusCode.UNAVAILABLE:
+        lines.append(
+            f"hint: the corral daemon may not be running at {addr}; start one with "
+            "`corral serve` (or buildscripts/serve), or point --addr / CORRAL_ADDR at it"
+        )
+    elif failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        lines.append("hint: the daemon did not answer in time; raise --timeout")
+    return lines

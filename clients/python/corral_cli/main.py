@@ -1,0 +1,152 @@
+"""`corral`: the command line. Owns the argument grammar, the global options, dispatch to the
+command modules, and the one place where a failed RPC becomes a message and an exit code.
+
+`corral serve ...` hands every argument after `serve` to the daemon's own parser
+(corral_server.daemon); the other commands are clients of a running daemon and never import
+the server.
+
+Exit codes: 0 ok, 1 failure (RPC error, failed turn), 2 bad request (usage, INVALID_ARGUMENT,
+NOT_FOUND, FAILED_PRECONDITION), 3 cancel refused, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+import grpc
+
+from corral_cli import commands, failure, follow
+from corral_cli.client import DEFAULT_ADDR, DEFAULT_TIMEOUT_S, Client, connect
+from corral_cli.render import Console
+
+Command = Callable[[Client, Console, argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="corral", description="Run, steer and watch AI coding agents through corral."
+    )
+    parser.add_argument(
+        "--addr",
+        default=os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR,
+        help=f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="machine output: one JSON object per line"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds to wait for a unary call (default %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser(
+        "serve", add_help=False, help="run the daemon (all arguments go to it; try serve --help)"
+    )
+    _add_run(sub)
+    _add_send(sub)
+    _add_ls(sub)
+    _add_logs(sub)
+    cancel = sub.add_parser("cancel", help="cancel the agent's running turn")
+    cancel.add_argument("agent")
+    cancel.set_defaults(func=commands.cancel)
+    close = sub.add_parser("close", help="close an agent (its record stays)")
+    close.add_argument("agent")
+    close.set_defaults(func=commands.close)
+    return parser
+
+
+def _add_prompt(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "prompt", nargs="+", metavar="PROMPT", help="prompt words, joined by spaces; - = stdin"
+    )
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser("run", help="create an agent and stream its first turn")
+    run.add_argument("--provider", default="scripted", help="default %(default)s")
+    run.add_argument("--cwd", default=None, help="working directory (default: here)")
+    run.add_argument("--title", default="")
+    run.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="a label (repeatable)"
+    )
+    run.add_argument("--model", default="")
+    run.add_argument("--mode", default="")
+    _add_prompt(run)
+    run.set_defaults(func=commands.run)
+
+
+def _add_send(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    send = sub.add_parser("send", help="send a prompt to an agent")
+    send.add_argument("agent")
+    _add_prompt(send)
+    send.add_argument("-f", "--follow", action="store_true", help="stream the turn like run")
+    send.add_argument(
+        "--if-running",
+        choices=tuple(commands.IF_RUNNING),
+        default="reject",
+        help="when a turn is already running (default %(default)s)",
+    )
+    send.set_defaults(func=commands.send)
+
+
+def _add_ls(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ls = sub.add_parser("ls", help="list agents")
+    ls.add_argument("--selector", "-l", default="", help="labels: k=v,k!=v,k")
+    ls.add_argument("--all", action="store_true", help="include archived agents")
+    ls.add_argument("--parent", default="", metavar="ID", help="only children of this agent")
+    ls.set_defaults(func=commands.ls)
+
+
+def _add_logs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    logs = sub.add_parser("logs", help="print an agent's timeline")
+    logs.add_argument("agent")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow new rows live")
+    logs.add_argument(
+        "--limit", type=int, default=200, metavar="N", help="last N rows (0 = all; default 200)"
+    )
+    logs.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="with -f: exit once the agent is idle or errored (at once if it already is)",
+    )
+    logs.set_defaults(func=follow.logs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # argparse's --help and usage errors
+        return exc.code if isinstance(exc.code, int) else failure.EXIT_BAD_REQUEST
+    except KeyboardInterrupt:
+        return failure.EXIT_INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "serve":
+        from corral_server import daemon  # only `serve` needs the server
+
+        return daemon.main(extra, prog="corral serve")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    console = Console(json=args.json)
+    func: Command = args.func
+    with connect(args.addr, args.timeout) as client:
+        try:
+            return func(client, console, args)
+        except grpc.RpcError as exc:
+            failed = failure.decode(exc)
+            for line in failure.describe(failed, args.addr):
+                console.note(line)
+            return failed.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

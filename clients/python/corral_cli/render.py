@@ -1,0 +1,188 @@
+"""What the CLI prints: the console (text or `--json` lines), timeline rows as live turn output
+or as log lines, agent states and the agent table.
+
+Text goes to stdout only when it is the command's answer (a reply, a row, a table); progress,
+notes and errors go to stderr, so `corral run ... > reply.txt` captures just the reply. Every
+write is flushed: output is live, also through a pipe.
+
+Must not: call the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TextIO
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from corral.v1 import agent_pb2 as agent_types_pb
+from corral.v1 import timeline_pb2 as timeline_pb
+
+SHORT_ID = 8
+_TITLE_WIDTH = 40
+
+
+@dataclass
+class Console:
+    """Where output goes. `json` switches answers to one JSON object per line."""
+
+    json: bool = False
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def line(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        print(text, file=self.err, flush=True)
+
+    def message(self, msg: Message) -> None:
+        """One protobuf message as one JSON line, in proto JSON's field names."""
+        self.line(json.dumps(json_format.MessageToDict(msg), ensure_ascii=False))
+
+
+def short(ident: str) -> str:
+    """The first SHORT_ID characters after any `kind-` prefix: `turn-1a2b3c4d…`."""
+    prefix, sep, rest = ident.rpartition("-")
+    return ident if len(rest) <= SHORT_ID else f"{prefix}{sep}{rest[:SHORT_ID]}…"
+
+
+def local_time(ts: Timestamp, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    return datetime.fromtimestamp(ts.ToMilliseconds() / 1000).strftime(fmt)
+
+
+def one_line(text: str) -> str:
+    return " ↵ ".join(text.splitlines())
+
+
+def tool_status(value: int) -> str:
+    """`TOOL_CALL_STATUS_COMPLETED` -> `completed` (the number when the name is unknown)."""
+    found = timeline_pb.ToolCallStatus.DESCRIPTOR.values_by_number.get(value)
+    return found.name.removeprefix("TOOL_CALL_STATUS_").lower() if found else str(value)
+
+
+# --- agents ------------------------------------------------------------------------------
+
+
+def state_name(agent: agent_types_pb.Agent) -> str:
+    return agent.lifecycle.WhichOneof("state") or "unknown"
+
+
+def state_label(agent: agent_types_pb.Agent) -> str:
+    """The lifecycle's name, with the turn for `running` and the error for `errored`."""
+    name = state_name(agent)
+    if name == "running":
+        turn = agent.lifecycle.running.active_turn_id
+        return f"running (turn {short(turn)})" if turn else "running"
+    if name == "errored":
+        return f"errored: {one_line(agent.lifecycle.errored.error.message)}"
+    return name
+
+
+def agent_table(agents: Sequence[agent_types_pb.Agent]) -> list[str]:
+    header = ("ID", "PROVIDER", "STATE", "TITLE", "UPDATED")
+    rows = [
+        (
+            a.id,
+            a.provider,
+            state_label(a),
+            _clip(one_line(a.title), _TITLE_WIDTH),
+            local_time(a.updated_at),
+        )
+        for a in agents
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# --- timeline rows -----------------------------------------------------------------------
+
+
+def item_kind(row: timeline_pb.TimelineRow) -> str:
+    return row.item.WhichOneof("kind") or "unknown"
+
+
+def item_text(row: timeline_pb.TimelineItem) -> str:
+    """A one-line summary of an item, for log lines."""
+    kind = row.WhichOneof("kind")
+    match kind:
+        case "user_message":
+            return one_line(row.user_message.text)
+        case "assistant_message":
+            return one_line(row.assistant_message.text)
+        case "reasoning":
+            return one_line(row.reasoning.text)
+        case "tool_call":
+            call = row.tool_call
+            text = f"{call.name} {tool_status(call.status)}"
+            return f"{text}: {one_line(call.error)}" if call.error else text
+        case "todo":
+            return "; ".join(
+                f"[{'x' if e.completed else ' '}] {one_line(e.text)}" for e in row.todo.entries
+            )
+        case "error":
+            code = f"{row.error.code}: " if row.error.code else ""
+            return code + one_line(row.error.message)
+        case "compaction":
+            return one_line(row.compaction.summary)
+        case "subagent_notice":
+            notice = row.subagent_notice
+            return f"{short(notice.child_agent_id)} {one_line(notice.text)}"
+        case _:
+            return ""
+
+
+def log_line(row: timeline_pb.TimelineRow) -> str:
+    """`#seq  HH:MM:SS  kind  text`."""
+    when = local_time(row.timestamp, "%H:%M:%S")
+    return f"#{row.seq}  {when}  {item_kind(row)}  {item_text(row.item)}".rstrip()
+
+
+@dataclass
+class TurnPrinter:
+    """Prints a turn's rows as they arrive: the reply on stdout, everything else on stderr."""
+
+    console: Console
+    # The messages already shown from error rows, so the turn's failure does not repeat them.
+    shown_errors: set[str] = field(default_factory=set)
+
+    def row(self, row: timeline_pb.TimelineRow) -> None:
+        item = row.item
+        match item.WhichOneof("kind"):
+            case "user_message":
+                pass  # the user typed it
+            case "assistant_message":
+                self.console.line(item.assistant_message.text)
+            case "reasoning":
+                self.console.note(f"· thinking: {one_line(item.reasoning.text)}")
+            case "tool_call":
+                call = item.tool_call
+                suffix = f": {one_line(call.error)}" if call.error else ""
+                self.console.note(f"⚙ tool {call.name} {tool_status(call.status)}{suffix}")
+            case "error":
+                self.shown_errors.add(item.error.message)
+                self.console.note(f"error: {item_text(item)}")
+            case _:
+                self.console.note(f"{item_kind(row)}: {item_text(item)}")
+
+    def failed(self, error: agent_types_pb.AgentError) -> None:
+        if error.message in self.shown_errors:
+            self.console.note("turn failed")
+        else:
+            code = f" ({error.code})" if error.code else ""
+            self.console.note(f"turn failed: {error.message}{code}")
