@@ -14,9 +14,7 @@ from corral_server.domain.timeline import AssistantMessage, Reasoning, TimelineI
 from corral_server.rpc import convert
 
 
-def varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
+def _varint_slow(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -25,11 +23,20 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _len_field(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + varint(len(payload)) + payload
+# Lengths and small numbers (below 2**14: one or two bytes) come from a table.
+_SMALL = tuple(_varint_slow(i) for i in range(1 << 14))
 
 
-def _str_field(tag: int, text: str) -> bytes:
+def varint(value: int) -> bytes:
+    return _SMALL[value] if value < 16384 else _varint_slow(value)
+
+
+def _len_field(tag: bytes, payload: bytes) -> bytes:
+    n = len(payload)
+    return tag + (_SMALL[n] if n < 16384 else _varint_slow(n)) + payload
+
+
+def _str_field(tag: bytes, text: str) -> bytes:
     return _len_field(tag, text.encode()) if text else b""
 
 
@@ -37,26 +44,41 @@ def item_bytes(item: TimelineItem) -> bytes:
     """A serialized corral.v1.TimelineItem."""
     if type(item) is AssistantMessage:
         # TimelineItem.assistant_message = 2 -> AssistantMessage{text = 1, message_id = 2}
-        return _len_field(0x12, _str_field(0x0A, item.text) + _str_field(0x12, item.message_id))
+        body = _str_field(b"\x0a", item.text) + _str_field(b"\x12", item.message_id)
+        return _len_field(b"\x12", body)
     if type(item) is Reasoning:
         # TimelineItem.reasoning = 3 -> Reasoning{text = 1}
-        return _len_field(0x1A, _str_field(0x0A, item.text))
+        return _len_field(b"\x1a", _str_field(b"\x0a", item.text))
     return convert.item_to_pb(item).SerializeToString()
+
+
+_last_timestamp: tuple[int, bytes] = (-1, b"")
+
+
+def _timestamp_field(ms: int) -> bytes:
+    """TimelineRow.timestamp = 2 -> Timestamp{seconds = 1, nanos = 2}; rows of a burst share
+    their millisecond, so the last one is kept."""
+    global _last_timestamp
+    if _last_timestamp[0] == ms:
+        return _last_timestamp[1]
+    seconds, millis = divmod(ms, 1000)
+    body = (b"\x08" + varint(seconds) if seconds else b"") + (
+        b"\x10" + varint(millis * 1_000_000) if millis else b""
+    )
+    encoded = _len_field(b"\x12", body)
+    _last_timestamp = (ms, encoded)
+    return encoded
 
 
 def row_bytes(row: TimelineRow) -> bytes:
     """A serialized corral.v1.TimelineRow."""
-    seconds, millis = divmod(row.timestamp_ms, 1000)
-    timestamp = (b"\x08" + varint(seconds) if seconds else b"") + (
-        b"\x10" + varint(millis * 1_000_000) if millis else b""
-    )
     return b"".join(
         (
             b"\x08" + varint(row.seq) if row.seq else b"",
-            _len_field(0x12, timestamp),
-            _str_field(0x1A, row.turn_id),
-            _len_field(0x22, item_bytes(row.item)),
-            _str_field(0x2A, row.provider_message_id),
+            _timestamp_field(row.timestamp_ms),
+            _str_field(b"\x1a", row.turn_id),
+            _len_field(b"\x22", item_bytes(row.item)),
+            _str_field(b"\x2a", row.provider_message_id),
         )
     )
 
@@ -64,7 +86,9 @@ def row_bytes(row: TimelineRow) -> bytes:
 def row_appended_event(revision: int, agent_id: str, epoch: str, row: TimelineRow) -> bytes:
     """A serialized corral.v1.Event{revision, timeline_row_appended{agent_id, epoch, row}}."""
     appended = (
-        _str_field(0x0A, agent_id) + _str_field(0x12, epoch) + _len_field(0x1A, row_bytes(row))
+        _str_field(b"\x0a", agent_id)
+        + _str_field(b"\x12", epoch)
+        + _len_field(b"\x1a", row_bytes(row))
     )
     head = b"\x08" + varint(revision) if revision else b""
-    return head + _len_field(0x22, appended)
+    return head + _len_field(b"\x22", appended)
