@@ -19,6 +19,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.rpc.wire import row_appended_event as _wire_row_appended
 
 # --- scalars ------------------------------------------------------------------------------
 
@@ -361,7 +362,5 @@ def encode_event(revision: int, event: de.Event | de.StreamControl) -> bytes:
     """The serialized corral.v1.Event: what the hub stores once for every subscriber.
     Timeline rows, by far the most numerous events, take the hand-written path."""
     if type(event) is de.RowAppended:
-        from corral_server.rpc import wire  # wire imports this module
-
-        return wire.row_appended_event(revision, event.agent_id, event.epoch, event.row)
+        return _wire_row_appended(revision, event.agent_id, event.epoch, event.row)
     return event_to_pb(revision, event).SerializeToString()

@@ -11,7 +11,6 @@ Items other than assistant and reasoning text are serialized by protobuf and emb
 from __future__ import annotations
 
 from corral_server.domain.timeline import AssistantMessage, Reasoning, TimelineItem, TimelineRow
-from corral_server.rpc import convert
 
 
 def _varint_slow(value: int) -> bytes:
@@ -28,12 +27,25 @@ _SMALL = tuple(_varint_slow(i) for i in range(1 << 14))
 
 
 def varint(value: int) -> bytes:
-    return _SMALL[value] if value < 16384 else _varint_slow(value)
+    if value < 16384:
+        return _SMALL[value]
+    if value < 2_097_152:  # three bytes: seqs and revisions of a busy daemon
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
+    if value < 268_435_456:
+        return bytes(
+            (
+                value & 0x7F | 0x80,
+                (value >> 7) & 0x7F | 0x80,
+                (value >> 14) & 0x7F | 0x80,
+                value >> 21,
+            )
+        )
+    return _varint_slow(value)
 
 
 def _len_field(tag: bytes, payload: bytes) -> bytes:
     n = len(payload)
-    return tag + (_SMALL[n] if n < 16384 else _varint_slow(n)) + payload
+    return tag + (_SMALL[n] if n < 16384 else varint(n)) + payload
 
 
 def _str_field(tag: bytes, text: str) -> bytes:
@@ -49,7 +61,9 @@ def item_bytes(item: TimelineItem) -> bytes:
     if type(item) is Reasoning:
         # TimelineItem.reasoning = 3 -> Reasoning{text = 1}
         return _len_field(b"\x1a", _str_field(b"\x0a", item.text))
-    return convert.item_to_pb(item).SerializeToString()
+    from corral_server.rpc.convert import item_to_pb  # convert imports this module
+
+    return item_to_pb(item).SerializeToString()
 
 
 _last_timestamp: tuple[int, bytes] = (-1, b"")

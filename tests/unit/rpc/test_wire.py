@@ -50,3 +50,8 @@ def test_varint_matches_the_protobuf_encoding_at_the_byte_boundaries() -> None:
     assert wire.varint(128) == b"\x80\x01"
     assert wire.varint(300) == b"\xac\x02"
     assert wire.varint(2**63) == bytes([0x80] * 9 + [0x01])
+
+
+def test_varint_fast_paths_agree_with_the_general_loop() -> None:
+    for value in [*range(0, 70_000, 7), 2_097_151, 2_097_152, 268_435_455, 268_435_456, 2**35]:
+        assert wire.varint(value) == wire._varint_slow(value), value
