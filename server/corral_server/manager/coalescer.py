@@ -31,16 +31,24 @@ class Offered:
 
 class Coalescer:
     def __init__(self) -> None:
-        # Invariant: when set, `_pending` holds an assistant, reasoning or non-terminal tool row.
+        # Invariant: when set, `_pending` holds an assistant, reasoning or non-terminal tool
+        # row; `_parts` holds the text fragments of a pending assistant/reasoning row (joined
+        # once at flush: joining on every fragment would copy a long message quadratically).
         self._pending: NewRow | None = None
-        self._key = ""
+        self._parts: list[str] = []
+        self._key: tuple[object, ...] = ()
 
     @property
     def has_pending(self) -> bool:
         return self._pending is not None
 
     def flush(self) -> NewRow | None:
-        row, self._pending, self._key = self._pending, None, ""
+        row, parts = self._pending, self._parts
+        self._pending, self._parts, self._key = None, [], ()
+        if row is not None and len(parts) > 1:
+            item = row.item
+            assert isinstance(item, AssistantMessage | Reasoning)  # only text rows have parts
+            row = replace(row, item=replace(item, text="".join(parts)))
         return row
 
     def offer(self, event: ProviderItem, now_ms: int) -> Offered:
@@ -49,26 +57,23 @@ class Coalescer:
             case AssistantMessage() | Reasoning():
                 if not item.text:
                     return Offered((), False)
-                key = f"{type(item).__name__}:{event.turn_id}:{_message_key(event)}"
-                pending = self._pending
-                if pending is not None and key == self._key:
-                    prev = pending.item
-                    assert isinstance(prev, AssistantMessage | Reasoning)  # same key, same kind
-                    self._pending = replace(pending, item=replace(prev, text=prev.text + item.text))
+                key: tuple[object, ...] = (type(item), event.turn_id, _message_key(event))
+                if self._pending is not None and key == self._key:
+                    self._parts.append(item.text)
                     return Offered((), False)
                 ready = self._take()
-                self._set_pending(event, now_ms, key)
+                self._pending, self._parts, self._key = _new_row(event, now_ms), [item.text], key
                 return Offered(ready, True)
             case ToolCall():
-                key = f"tool:{event.turn_id}:{item.call_id}"
+                key = (ToolCall, event.turn_id, item.call_id)
                 same = self._pending is not None and key == self._key
-                ready = () if same else self._take()
                 first_ms = self._pending.timestamp_ms if same and self._pending else now_ms
+                ready = () if same else self._take()
                 row = _new_row(event, first_ms)
                 if item.status.is_terminal:
-                    self._pending, self._key = None, ""
+                    self._pending, self._parts, self._key = None, [], ()
                     return Offered((*ready, row), False)
-                self._pending, self._key = row, key
+                self._pending, self._parts, self._key = row, [], key
                 return Offered(ready, not same)
             case _:
                 return Offered((*self._take(), _new_row(event, now_ms)), False)
@@ -76,9 +81,6 @@ class Coalescer:
     def _take(self) -> tuple[NewRow, ...]:
         row = self.flush()
         return (row,) if row is not None else ()
-
-    def _set_pending(self, event: ProviderItem, now_ms: int, key: str) -> None:
-        self._pending, self._key = _new_row(event, now_ms), key
 
 
 def _message_key(event: ProviderItem) -> str:
