@@ -20,7 +20,10 @@ async def main(quick: bool) -> None:
     await p1.main(history)
     print()
     rate = await writer.measure(50_000 if quick else 200_000)
-    print(f"P1' single writer: {rate:,.0f} rows/s (goal >= 100,000)")
+    subscribers = writer.SUBSCRIBERS
+    print(
+        f"P1' single writer, {subscribers} live subscribers: {rate:,.0f} rows/s (goal >= 100,000)"
+    )
     print()
     store = await p2_pages.measure()
     print(p2_pages.report(store))

@@ -1,5 +1,6 @@
 """P1' (NORTH_STAR.md): timeline rows/s a bursting provider gets through the single writer,
-into storage and out to the event hub (no subscriber here: see p1 for delivery).
+into storage and out to 10 live subscribers (hub subscriptions drained in this process, no
+gRPC: bench.p1 measures the wire).
 
 Run: .venv/bin/python -m bench.writer [rows]
 """
@@ -14,15 +15,33 @@ import time
 from bench.burst import BurstProvider
 from corral_server.app import Config, Daemon
 from corral_server.domain.content import TextPart
+from corral_server.hub import Subscription
 from corral_server.manager.manager import CreateSpec
 from corral_server.manager.turns import IfRunning
 
+SUBSCRIBERS = 10
 
-async def measure(rows: int = 200_000) -> float:
+
+async def _drain(subscription: Subscription, until: asyncio.Event) -> int:
+    received = 0
+    async for batch in subscription:
+        received += len(batch)
+        if until.is_set() and subscription.buffered_events == 0:
+            break
+    return received
+
+
+async def measure(rows: int = 200_000, subscribers: int = SUBSCRIBERS) -> float:
     daemon = Daemon(Config(extra_providers={"burst": BurstProvider()}))
     manager = daemon.manager
     with tempfile.TemporaryDirectory() as cwd:
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
+        done = asyncio.Event()
+        subs = [
+            daemon.hub.subscribe(frozenset([agent.id]), None, manager.snapshot)
+            for _ in range(subscribers)
+        ]
+        readers = [asyncio.ensure_future(_drain(s, done)) for s in subs]
         start = time.perf_counter()
         updates = await manager.stream_turn(
             agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT
@@ -30,6 +49,10 @@ async def measure(rows: int = 200_000) -> float:
         async for _ in updates:
             pass
         elapsed = time.perf_counter() - start
+        done.set()
+        for s in subs:
+            s.close()
+        await asyncio.gather(*readers, return_exceptions=True)
     assert manager.get(agent.id).next_seq == rows + 2  # the user row + the burst
     await manager.shutdown()
     return rows / elapsed
@@ -37,4 +60,5 @@ async def measure(rows: int = 200_000) -> float:
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-    print(f"P1' single writer: {asyncio.run(measure(n)):,.0f} rows/s ({n:,} rows)")
+    rate = asyncio.run(measure(n))
+    print(f"P1' single writer, {SUBSCRIBERS} live subscribers: {rate:,.0f} rows/s ({n:,} rows)")
