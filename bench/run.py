@@ -3,6 +3,7 @@
   P1   events/s to 1, 10, 100 subscribers: corral live and replay vs the bare servers
   P1'  rows/s through the single writer
   P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
+  P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents)
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import p1, p2_pages, p2_rpc, writer
+from bench import latency, p1, p2_pages, p2_rpc, writer
 
 
 async def main(quick: bool) -> None:
@@ -29,6 +30,8 @@ async def main(quick: bool) -> None:
     print(p2_pages.report(store))
     print()
     print(p2_rpc.report(await p2_rpc.measure()))
+    print()
+    print(latency.report(await latency.measure(10 if quick else 20)))
 
 
 if __name__ == "__main__":
