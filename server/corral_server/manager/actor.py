@@ -336,7 +336,8 @@ class AgentActor:
             case _:
                 assert_never(terminal)
         self._active = None
-        self._finished.add(active.turn_id)
+        if active.turn_id:  # an id-less autonomous turn must not block the next one
+            self._finished.add(active.turn_id)
         publish = self._deps.publisher.publish
         publish(terminal)
         # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).

@@ -18,7 +18,13 @@ from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.domain.agent import Agent, AgentId, Initializing
 from corral_server.domain.content import Prompt
-from corral_server.domain.events import AgentUpserted, TurnCanceled, TurnCompleted, TurnFailed
+from corral_server.domain.events import (
+    AgentRemoved,
+    AgentUpserted,
+    TurnCanceled,
+    TurnCompleted,
+    TurnFailed,
+)
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
 from corral_server.manager.selector import parse_selector
@@ -274,15 +280,28 @@ class AgentManager:
         actor = AgentActor(agent, deps)
         self._actors[agent_id] = actor
         self._publisher.publish(AgentUpserted(agent))
-        registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
-        turn_id = ""
-        if spec.initial_prompt:
-            started = await actor.call(
-                lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT, follow=False)
-            )
-            turn_id = started.turn_id
-            registered = actor.agent
+        try:
+            registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
+            turn_id = ""
+            if spec.initial_prompt:
+                started = await actor.call(
+                    lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT, False)
+                )
+                turn_id = started.turn_id
+                registered = actor.agent
+        except BaseException:
+            await self._discard(actor)
+            raise
         return registered, turn_id
+
+    async def _discard(self, actor: AgentActor) -> None:
+        """Undo a create that failed half-way: CreateAgent is all or nothing, so no ghost
+        agent stays listed and no session is left open."""
+        agent_id = actor.agent.id
+        self._actors.pop(agent_id, None)
+        await actor.shutdown()  # closes the session if one was opened; stops the task
+        await self._timeline.drop(agent_id)
+        self._publisher.publish(AgentRemoved(agent_id))
 
     # --- updates -------------------------------------------------------------------------
 

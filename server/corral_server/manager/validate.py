@@ -24,9 +24,10 @@ class Limits:
 def check_prompt(prompt: Prompt, limits: Limits, field: str = "content") -> None:
     if not prompt:
         raise InvalidArgument.field(field, "a prompt needs at least one text or image part")
+    if all(isinstance(p, TextPart) and not p.text.strip() for p in prompt):
+        where = f"{field}[0].text" if len(prompt) == 1 else field
+        raise InvalidArgument.field(where, "the prompt is empty")
     for i, part in enumerate(prompt):
-        if isinstance(part, TextPart) and not part.text.strip() and len(prompt) == 1:
-            raise InvalidArgument.field(f"{field}[{i}].text", "the prompt is empty")
         if isinstance(part, ImagePart) and not part.mime_type.startswith("image/"):
             raise InvalidArgument.field(f"{field}[{i}].image.mime_type", "must be image/*")
     size = prompt_chars(prompt)

@@ -1,0 +1,207 @@
+"""Shared fakes for unit tests: a provider whose every move the test controls, and a publisher
+that records what the manager broadcasts.
+
+`FakeProvider` / `FakeSession` implement providers/base.py's `Provider` / `ProviderSession`.
+The test decides when a session starts (`FakeProvider.hold_create`), when `start_turn` and
+`close` return (`FakeSession.hold_start`, `hold_close`), what `interrupt` does
+(`interrupt_behaviour`) and whether `close` raises (`close_error`); it reports any
+`ProviderEvent` at any moment with `FakeSession.emit`, including while `create_session` or
+`start_turn` is still waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from corral_server.domain.content import Prompt
+from corral_server.domain.events import Event
+from corral_server.providers.base import (
+    EventSink,
+    ProviderEvent,
+    ProviderInfo,
+    ProviderMode,
+    ProviderModel,
+    SessionConfig,
+)
+
+if TYPE_CHECKING:
+    from corral_server.providers.base import Provider, ProviderSession
+
+E = TypeVar("E")
+
+# What `FakeSession.interrupt` does: return the bool, hang until canceled, or raise.
+InterruptBehaviour = bool | Literal["hang"] | Exception
+
+
+class FakeSession:
+    """One provider session. Turn ids are `turn-1`, `turn-2`, ... in start order."""
+
+    def __init__(self, config: SessionConfig, sink: EventSink, session_id: str) -> None:
+        self.config = config
+        self.sink = sink
+        self._session_id = session_id
+        self.calls: list[str] = []  # "start_turn", "interrupt", "close", in call order
+        self.prompts: list[Prompt] = []
+        self._turn_numbers = itertools.count(1)
+        self.start_entered = asyncio.Event()  # set when start_turn is called
+        self._start_gate: asyncio.Event | None = None
+        self.start_error: Exception | None = None  # raised by start_turn (after its gate)
+        self.interrupt_behaviour: InterruptBehaviour = True
+        self.interrupt_entered = asyncio.Event()
+        # Reported through the sink while `interrupt` runs, before it returns.
+        self.on_interrupt: list[ProviderEvent] = []
+        self.close_error: Exception | None = None
+        self.close_entered = asyncio.Event()
+        self._close_gate: asyncio.Event | None = None
+        self.closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    # --- test controls ---------------------------------------------------------------------
+
+    def emit(self, *events: ProviderEvent) -> None:
+        """Report events through the manager's sink, now."""
+        for event in events:
+            self.sink(event)
+
+    def hold_start(self) -> asyncio.Event:
+        """Make the next `start_turn` calls wait until the returned event is set."""
+        self._start_gate = asyncio.Event()
+        return self._start_gate
+
+    def hold_close(self) -> asyncio.Event:
+        """Make `close` wait until the returned event is set."""
+        self._close_gate = asyncio.Event()
+        return self._close_gate
+
+    # --- ProviderSession -------------------------------------------------------------------
+
+    async def start_turn(self, prompt: Prompt) -> str:
+        self.calls.append("start_turn")
+        self.prompts.append(prompt)
+        turn_id = f"turn-{next(self._turn_numbers)}"
+        self.start_entered.set()
+        if self._start_gate is not None:
+            await self._start_gate.wait()
+        if self.start_error is not None:
+            raise self.start_error
+        return turn_id
+
+    async def interrupt(self) -> bool:
+        self.calls.append("interrupt")
+        self.interrupt_entered.set()
+        self.emit(*self.on_interrupt)
+        behaviour = self.interrupt_behaviour
+        if behaviour == "hang":
+            await asyncio.Event().wait()  # until the caller gives up and cancels us
+        if isinstance(behaviour, Exception):
+            raise behaviour
+        return bool(behaviour)
+
+    async def close(self) -> None:
+        self.calls.append("close")
+        self.close_entered.set()
+        if self._close_gate is not None:
+            await self._close_gate.wait()
+        self.closed = True
+        if self.close_error is not None:
+            raise self.close_error
+
+
+class FakeProvider:
+    """A provider whose sessions are `FakeSession`s, kept in `sessions` in creation order."""
+
+    def __init__(
+        self,
+        name: str = "fake",
+        *,
+        modes: tuple[ProviderMode, ...] = (ProviderMode("default", "Default"),),
+        models: tuple[ProviderModel, ...] = (ProviderModel("fake-1", "Fake 1"),),
+    ) -> None:
+        self._name = name
+        self._modes = modes
+        self._models = models
+        self.sessions: list[FakeSession] = []
+        self.configs: list[SessionConfig] = []
+        self.validated: list[Prompt] = []
+        self.prompt_error: Exception | None = None  # raised by validate_prompt when set
+        self.create_error: Exception | None = None  # raised by create_session when set
+        self.create_entered = asyncio.Event()
+        self._create_gate: asyncio.Event | None = None
+        # Called with each new session before create_session returns (e.g. to emit events).
+        self.on_create: Callable[[FakeSession], None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def session(self) -> FakeSession:
+        """The newest session."""
+        return self.sessions[-1]
+
+    def hold_create(self) -> asyncio.Event:
+        """Make `create_session` wait (after creating its session) until the event is set."""
+        self._create_gate = asyncio.Event()
+        return self._create_gate
+
+    def info(self) -> ProviderInfo:
+        return ProviderInfo(self._name, "fake", True, modes=self._modes, models=self._models)
+
+    def validate_prompt(self, prompt: Prompt) -> None:
+        self.validated.append(prompt)
+        if self.prompt_error is not None:
+            raise self.prompt_error
+
+    async def create_session(self, config: SessionConfig, sink: EventSink) -> FakeSession:
+        self.configs.append(config)
+        if self.create_error is not None:
+            raise self.create_error
+        session = FakeSession(config, sink, f"session-{len(self.sessions) + 1}")
+        self.sessions.append(session)
+        if self.on_create is not None:
+            self.on_create(session)
+        self.create_entered.set()
+        if self._create_gate is not None:
+            await self._create_gate.wait()
+        return session
+
+
+class RecordingPublisher:
+    """Records every published domain event with the revision it was given (1, 2, ...)."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[int, Event]] = []
+
+    def publish(self, event: Event) -> int:
+        revision = len(self.published) + 1
+        self.published.append((revision, event))
+        return revision
+
+    @property
+    def events(self) -> list[Event]:
+        return [event for _, event in self.published]
+
+    def of_type(self, kind: type[E]) -> list[E]:
+        return [event for event in self.events if isinstance(event, kind)]
+
+    def mark(self) -> int:
+        """A position in the record; `since(mark)` returns what was published after it."""
+        return len(self.published)
+
+    def since(self, mark: int) -> list[Event]:
+        return [event for _, event in self.published[mark:]]
+
+
+if TYPE_CHECKING:
+
+    def _provider(p: FakeProvider) -> Provider:
+        return p  # mypy proves FakeProvider implements Provider
+
+    def _session(s: FakeSession) -> ProviderSession:
+        return s
