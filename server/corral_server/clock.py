@@ -89,12 +89,18 @@ class FakeClock:
     def pending_timers(self) -> int:
         return sum(1 for _, _, t in self._timers if not t.canceled)
 
-    def wait_for_timers(self, count: int, timeout_s: float = 30.0) -> None:
-        """Block this thread until at least `count` timers are pending (for tests whose
-        clock runs on another thread's loop)."""
+    def wait_for_timer(self, due_in_ms: int, timeout_s: float = 30.0) -> None:
+        """Block this thread until a pending timer falls due exactly `due_in_ms` from now (for
+        tests whose clock runs on another thread's loop: "the code under test has armed its
+        10 s wait", whatever other timers exist)."""
+
+        def armed() -> bool:
+            due = self._now_ms + due_in_ms
+            return any(d == due and not t.canceled for d, _, t in self._timers)
+
         with self._armed:
-            if not self._armed.wait_for(lambda: self.pending_timers >= count, timeout_s):
-                raise TimeoutError(f"{self.pending_timers} timers pending, waited for {count}")
+            if not self._armed.wait_for(armed, timeout_s):
+                raise TimeoutError(f"no timer due in {due_in_ms} ms was armed")
 
     async def advance(self, ms: int) -> None:
         """Move time forward by `ms`, firing every timer that falls due on the way."""

@@ -47,10 +47,10 @@ async def wait_for_state(stubs: Stubs, agent_id: str, state: str) -> Any:
     raise AssertionError(f"stream ended before the agent reached {state}")
 
 
-async def wait_for_timers(daemon: DaemonThread, count: int) -> None:
-    """Until the daemon's clock has `count` pending timers (the server registers them on
-    its own thread after our RPC arrives)."""
-    await asyncio.to_thread(daemon.clock.wait_for_timers, count)
+async def wait_for_timer(daemon: DaemonThread, due_in_ms: int) -> None:
+    """Until the daemon has armed a timer due `due_in_ms` from now (the server arms it on its
+    own thread after our RPC arrives)."""
+    await asyncio.to_thread(daemon.clock.wait_for_timer, due_in_ms)
 
 
 async def test_stream_turn_yields_started_rows_then_one_terminal(
@@ -110,7 +110,7 @@ async def test_a_second_foreground_turn_is_rejected_as_busy(
     assert details.reason == "AGENT_BUSY"
     page = await stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id))
     assert [r.item.user_message.text for r in page.rows] == ["/sleep 1000\n/reply slow"]
-    await wait_for_timers(daemon, 1)  # the script's /sleep
+    await wait_for_timer(daemon, 1000)  # the script's /sleep
     await daemon.advance_async(1000)
     agent = await wait_for_state(stubs, agent_id, "idle")
     assert agent.lifecycle.WhichOneof("state") == "idle" and first.turn_id
@@ -175,8 +175,8 @@ async def test_cancel_refused_by_the_provider_is_refused_and_the_turn_goes_on(
         stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
     )
     # The provider refuses at once; the manager then waits `settle_s` (10 s on the daemon's
-    # clock) for the turn to end. Pending then: the script's /sleep and the settle wait.
-    await wait_for_timers(daemon, 2)
+    # clock) for the turn to end.
+    await wait_for_timer(daemon, 10_000)
     await daemon.advance_async(10_000)
     resp = await cancel
     assert resp.outcome == turn_pb.CANCEL_OUTCOME_REFUSED
