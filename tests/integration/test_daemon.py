@@ -99,3 +99,26 @@ def test_a_request_over_the_configured_size_is_resource_exhausted(tmp_path: Path
         )
         listed = stubs.agents.ListAgents(agent_pb.ListAgentsRequest())
         assert list(listed.agents) == []
+
+
+def test_sigterm_ends_a_followed_turn_with_shutting_down(
+    served: DaemonProcess, tmp_path: Path
+) -> None:
+    from corral.v1 import turn_service_pb2 as turn_pb
+    from tests.support.client import text
+
+    with grpc.insecure_channel(served.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
+        turn = stubs.turns.StreamTurn(
+            turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("/sleep 600000"))
+        )
+        assert next(turn).WhichOneof("event") == "turn_started"
+        assert served.proc is not None
+        served.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as info:
+            list(turn)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in (info.value.details() or "")
+    code, _, err = served.wait()
+    assert code == 0, err

@@ -241,7 +241,7 @@ class AgentActor:
         turn_id = await self._session.start_turn(prompt)
         loop = asyncio.get_running_loop()
         active = ActiveTurn(turn_id, foreground=True, settled=loop.create_future())
-        updates: asyncio.Queue[TurnUpdate] | None = None
+        updates: asyncio.Queue[TurnUpdate | errors.CorralError] | None = None
         if follow:
             updates = asyncio.Queue()
             active.listeners.append(updates)
@@ -399,7 +399,10 @@ class AgentActor:
         self._queue.put_nowait(None)
 
     async def shutdown(self) -> None:
-        """Daemon shutdown: close the session quietly, keep the state as it is."""
+        """Daemon shutdown: close the session quietly, keep the state as it is; a StreamTurn
+        following the running turn ends with SHUTTING_DOWN rather than hanging."""
+        if self._active is not None:
+            self._active.abort(errors.ShuttingDown())
         if self._session is not None:
             try:
                 await self._session.close()

@@ -445,9 +445,13 @@ async def _confirmed_interrupt(actor: AgentActor) -> bool:
         return False
 
 
-async def _follow(updates: asyncio.Queue[TurnUpdate]) -> AsyncIterator[TurnUpdate]:
+async def _follow(
+    updates: asyncio.Queue[TurnUpdate | errors.CorralError],
+) -> AsyncIterator[TurnUpdate]:
     while True:
         update = await updates.get()
+        if isinstance(update, errors.CorralError):
+            raise update
         yield update
         if isinstance(update, TurnCompleted | TurnFailed | TurnCanceled):
             return

@@ -11,6 +11,7 @@ from typing import TypeAlias
 from corral_server.domain.agent import Usage
 from corral_server.domain.events import TurnCanceled, TurnCompleted, TurnFailed, TurnStarted
 from corral_server.domain.timeline import TimelineRow
+from corral_server.errors import CorralError
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled
 # What a StreamTurn caller receives, in order: TurnStarted, rows, the usage (when the
@@ -45,11 +46,16 @@ class ActiveTurn:
     turn_id: str
     foreground: bool
     settled: asyncio.Future[TurnTerminal]
-    listeners: list[asyncio.Queue[TurnUpdate]] = field(default_factory=list)
+    listeners: list[asyncio.Queue[TurnUpdate | CorralError]] = field(default_factory=list)
 
     def notify(self, update: TurnUpdate) -> None:
         for listener in self.listeners:
             listener.put_nowait(update)
+
+    def abort(self, error: CorralError) -> None:
+        """End every follower's stream with `error` instead of a terminal event."""
+        for listener in self.listeners:
+            listener.put_nowait(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,4 +63,4 @@ class StartedTurn:
     disposition: Disposition
     turn_id: str
     # Present when the caller asked to follow the turn (StreamTurn).
-    updates: asyncio.Queue[TurnUpdate] | None = None
+    updates: asyncio.Queue[TurnUpdate | CorralError] | None = None
