@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from corral_server.domain.agent import Agent, AgentError, AttentionReason, Usage
 from corral_server.domain.timeline import TimelineRow
@@ -23,8 +23,9 @@ class AgentRemoved:
     agent_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class RowAppended:
+class RowAppended(NamedTuple):
+    """A NamedTuple: one per stored row, on the writer's hot path (see TimelineRow)."""
+
     agent_id: str
     epoch: str
     row: TimelineRow

@@ -48,7 +48,7 @@ class Coalescer:
         if row is not None and len(parts) > 1:
             item = row.item
             assert isinstance(item, AssistantMessage | Reasoning)  # only text rows have parts
-            row = replace(row, item=replace(item, text="".join(parts)))
+            row = row._replace(item=replace(item, text="".join(parts)))
         return row
 
     def offer(self, event: ProviderItem, now_ms: int) -> Offered:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
 from corral_server.domain.agent import AgentError, Usage
 from corral_server.domain.content import Prompt
@@ -56,11 +56,11 @@ class ProviderTurnStarted:
     turn_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class ProviderItem:
+class ProviderItem(NamedTuple):
     """A timeline item, possibly a fragment: consecutive AssistantMessage / Reasoning items
     with the same message id are text chunks the coalescer joins; ToolCall items with the
-    same call_id are status updates where the latest wins (seed 000, section 6.2)."""
+    same call_id are status updates where the latest wins (seed 000, section 6.2). A
+    NamedTuple: one per streamed fragment, on the hot path (see TimelineRow)."""
 
     turn_id: str
     item: TimelineItem

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, assert_never
 
 from corral_server.domain.timeline import (
@@ -170,8 +169,8 @@ class InMemoryTimelineStore:
         if not timeline.first <= seq < timeline.next_seq:
             return
         index = timeline.index(seq)
-        timeline.rows[index] = replace(
-            timeline.rows[index], provider_message_id=provider_message_id
+        timeline.rows[index] = timeline.rows[index]._replace(
+            provider_message_id=provider_message_id
         )
 
     async def drop(self, agent_id: str) -> None:

@@ -7,8 +7,7 @@ Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from corral_server.domain.timeline import (
     Cursor,
@@ -20,9 +19,9 @@ from corral_server.domain.timeline import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class NewRow:
-    """A row to append; the store assigns its seq."""
+class NewRow(NamedTuple):
+    """A row to append; the store assigns its seq. (A NamedTuple: built per row on the
+    writer's hot path, see TimelineRow.)"""
 
     item: TimelineItem
     timestamp_ms: int
