@@ -24,7 +24,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral_server.app import Config, Daemon
 from corral_server.domain.timeline import AssistantMessage
-from corral_server.manager.manager import CreateSpec
+from corral_server.manager.specs import CreateSpec
 from corral_server.timeline.store import NewRow
 
 PAGE = 200

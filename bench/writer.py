@@ -16,7 +16,7 @@ from bench.burst import BurstProvider
 from corral_server.app import Config, Daemon
 from corral_server.domain.content import TextPart
 from corral_server.hub import Subscription
-from corral_server.manager.manager import CreateSpec
+from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import IfRunning
 
 SUBSCRIBERS = 10

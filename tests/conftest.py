@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from corral_server.app import Config
-from corral_server.manager.manager import Timeouts
+from corral_server.manager.specs import Timeouts
 from tests.support.daemon import DaemonThread
 
 

@@ -26,7 +26,8 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
 from corral_server.hub import EventHub
-from corral_server.manager.manager import AgentManager, Timeouts
+from corral_server.manager.manager import AgentManager
+from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider

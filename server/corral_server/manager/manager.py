@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from corral_server import errors
@@ -28,6 +28,7 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
 from corral_server.manager.selector import parse_selector
+from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, TurnUpdate
 from corral_server.manager.validate import (
     Limits,
@@ -37,6 +38,7 @@ from corral_server.manager.validate import (
     check_prompt,
     check_title,
 )
+from corral_server.manager.waiting import confirmed_interrupt, within
 from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
@@ -50,44 +52,6 @@ T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class CreateSpec:
-    provider: str
-    cwd: str
-    model: str = ""
-    mode: str = ""
-    title: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    initial_prompt: Prompt = ()
-    request_id: str = ""
-
-    def same_request(self, other: CreateSpec) -> bool:
-        return (self.provider, self.cwd, self.model, self.mode, self.title, dict(self.labels)) == (
-            other.provider,
-            other.cwd,
-            other.model,
-            other.mode,
-            other.title,
-            dict(other.labels),
-        ) and self.initial_prompt == other.initial_prompt
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """Cancel waits (seed 000, section 5.4). Measured on the manager's clock."""
-
-    interrupt_s: float = 5.0
-    settle_s: float = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class AgentUpdate:
-    title: str | None = None
-    labels: Mapping[str, str] | None = None
-    mode: str | None = None
-    model: str | None = None
 
 
 class AgentManager:
@@ -362,8 +326,8 @@ class AgentManager:
         if active is None:
             return CancelOutcome.NOT_RUNNING, actor.agent
         clock, limits = self._clock, self._timeouts
-        confirmed = await _within(clock, limits.interrupt_s, _confirmed_interrupt(actor))
-        settled = await _within(clock, limits.settle_s, asyncio.shield(active.settled))
+        confirmed = await within(clock, limits.interrupt_s, confirmed_interrupt(actor))
+        settled = await within(clock, limits.settle_s, asyncio.shield(active.settled))
         if settled is not None:
             return CancelOutcome.SETTLED, actor.agent
         if not confirmed:
@@ -418,31 +382,6 @@ class AgentManager:
 
 async def _async(value: T) -> T:
     return value
-
-
-async def _within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T | None:
-    """The result of `awaitable`, or None when `seconds` pass first on `clock` (then the
-    awaitable is canceled; wrap it in `asyncio.shield` to keep it running)."""
-    task = asyncio.ensure_future(awaitable)
-    timer = asyncio.ensure_future(clock.sleep(seconds))
-    try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        timer.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    return None
-
-
-async def _confirmed_interrupt(actor: AgentActor) -> bool:
-    """Outside the actor's queue on purpose: a provider that hangs on interrupt must not
-    stall the agent's writer. An error counts as "not confirmed"."""
-    try:
-        return await actor.interrupt()
-    except Exception:
-        log.exception("agent %s: interrupt failed", actor.agent.id)
-        return False
 
 
 async def _follow(

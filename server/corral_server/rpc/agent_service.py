@@ -8,7 +8,8 @@ from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
 from corral_server import errors
-from corral_server.manager.manager import AgentManager, AgentUpdate, CreateSpec
+from corral_server.manager.manager import AgentManager
+from corral_server.manager.specs import AgentUpdate, CreateSpec
 from corral_server.rpc import convert
 from corral_server.rpc.errors import unary
 

@@ -12,7 +12,8 @@ from corral_server.domain.agent import Agent, Lifecycle
 from corral_server.domain.content import Prompt, TextPart
 from corral_server.domain.events import AgentUpserted
 from corral_server.domain.timeline import Direction, TimelineItem, TimelineRow
-from corral_server.manager.manager import AgentManager, CreateSpec, Timeouts
+from corral_server.manager.manager import AgentManager
+from corral_server.manager.specs import CreateSpec, Timeouts
 from corral_server.manager.turns import IfRunning
 from corral_server.timeline.memory import InMemoryTimelineStore
 from tests.support.fakes import FakeProvider, FakeSession, RecordingPublisher
