@@ -4,6 +4,7 @@
   P1'  rows/s through the single writer
   P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
   P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents)
+  P6   resident memory per idle agent
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import latency, p1, p2_pages, p2_rpc, writer
+from bench import latency, memory, p1, p2_pages, p2_rpc, writer
 
 
 async def main(quick: bool) -> None:
@@ -32,6 +33,7 @@ async def main(quick: bool) -> None:
     print(p2_rpc.report(await p2_rpc.measure()))
     print()
     print(latency.report(await latency.measure(10 if quick else 20)))
+    print(memory.report(await memory.measure()))
 
 
 if __name__ == "__main__":
