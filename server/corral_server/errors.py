@@ -36,6 +36,8 @@ class CorralError(Exception):
         super().__init__(message)
         self.message = message
         self.metadata: dict[str, str] = dict(metadata or {})
+        # Field violations: sent as google.rpc.BadRequest whatever the status code.
+        self.violations: tuple[FieldViolation, ...] = ()
 
 
 class InvalidArgument(CorralError):
@@ -43,7 +45,7 @@ class InvalidArgument(CorralError):
 
     def __init__(self, message: str, *violations: FieldViolation) -> None:
         super().__init__(message)
-        self.violations: tuple[FieldViolation, ...] = violations or (FieldViolation("", message),)
+        self.violations = violations or (FieldViolation("", message),)
 
     @classmethod
     def field(cls, name: str, description: str) -> InvalidArgument:
@@ -70,6 +72,7 @@ class UnknownProvider(NotFound):
             f"unknown provider {provider!r}; known: {', '.join(known)}",
             metadata={"provider": provider, "known": ",".join(known)},
         )
+        self.violations = (FieldViolation("provider", f"one of {', '.join(known)}"),)
 
 
 class FailedPrecondition(CorralError):

@@ -76,16 +76,40 @@ def test_updated_at_strictly_increases_across_updates(grpc_stub: Any, tmp_path: 
 
 
 def test_update_labels_replaces_them_and_sets_the_parent(grpc_stub: Any, tmp_path: Any) -> None:
+    parent = grpc_stub.CreateAgent(create_request(str(tmp_path))).agent
     agent = grpc_stub.CreateAgent(create_request(str(tmp_path), labels={"team": "a"})).agent
     updated = grpc_stub.UpdateAgent(
         agent_pb.UpdateAgentRequest(
             agent_id=agent.id,
-            labels={"corral.parent-agent-id": "p1", "x": "y"},
+            labels={"corral.parent-agent-id": parent.id, "x": "y"},
             update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
         )
     ).agent
-    assert dict(updated.labels) == {"corral.parent-agent-id": "p1", "x": "y"}
-    assert updated.parent_agent_id == "p1"
+    assert dict(updated.labels) == {"corral.parent-agent-id": parent.id, "x": "y"}
+    assert updated.parent_agent_id == parent.id
+    children = grpc_stub.ListAgents(agent_pb.ListAgentsRequest(parent_agent_id=parent.id)).agents
+    assert [c.id for c in children] == [agent.id]
+
+
+def test_a_parent_label_must_name_another_agent_without_a_cycle(
+    grpc_stub: Any, tmp_path: Any
+) -> None:
+    root = grpc_stub.CreateAgent(create_request(str(tmp_path))).agent
+    child = grpc_stub.CreateAgent(
+        create_request(str(tmp_path), labels={"corral.parent-agent-id": root.id})
+    ).agent
+    for target, parent in ((root, child.id), (root, root.id), (child, "no-such-agent")):
+        with pytest.raises(grpc.RpcError) as info:
+            grpc_stub.UpdateAgent(
+                agent_pb.UpdateAgentRequest(
+                    agent_id=target.id,
+                    labels={"corral.parent-agent-id": parent},
+                    update_mask=field_mask_pb2.FieldMask(paths=["labels"]),
+                )
+            )
+        assert error_details(info.value).fields == ("labels['corral.parent-agent-id']",)
+    again = grpc_stub.GetAgent(agent_pb.GetAgentRequest(agent_id=root.id)).agent
+    assert again == root
 
 
 def test_list_agents_pages_and_filters_by_label(grpc_stub: Any, tmp_path: Any) -> None:

@@ -208,3 +208,41 @@ async def test_bad_update_mask_and_selector_are_invalid_argument(
 async def test_bad_subscribe_is_invalid_argument(stubs: Stubs) -> None:
     stream = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=["a", "a"]))
     await expect(stream.read(), INVALID)
+
+
+async def test_update_rejects_an_unknown_mode_or_model_and_changes_nothing(
+    stubs: Stubs, tmp_path: Any
+) -> None:
+    agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
+    for field in ("mode", "model"):
+        request = agent_pb.UpdateAgentRequest(
+            agent_id=agent.id, update_mask=field_mask_pb2.FieldMask(paths=[field])
+        )
+        setattr(request, field, "yolo")
+        await expect(stubs.agents.UpdateAgent(request), INVALID, field=field)
+    plan = agent_pb.UpdateAgentRequest(
+        agent_id=agent.id, mode="plan", update_mask=field_mask_pb2.FieldMask(paths=["mode"])
+    )
+    assert (await stubs.agents.UpdateAgent(plan)).agent.mode == "plan"
+
+
+async def test_an_unknown_provider_names_the_field(stubs: Stubs, tmp_path: Any) -> None:
+    await expect(
+        stubs.agents.CreateAgent(create_request(str(tmp_path), provider="nope")),
+        INVALID,
+        "UNKNOWN_PROVIDER",
+        "provider",
+    )
+
+
+async def test_errors_about_huge_input_stay_small_enough_for_any_client(stubs: Stubs) -> None:
+    huge = "x" * 10_000
+    await expect(
+        stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=huge)), INVALID, field="agent_id"
+    )
+    many = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[""] * 2000))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await many.read()
+    details = error_details(info.value)
+    assert details.code == INVALID
+    assert len(details.fields) <= 21 and len(details.message) <= 1024

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.domain.agent import Agent, AgentId, Initializing
+from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent, AgentId, Initializing
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import (
     AgentRemoved,
@@ -206,17 +206,11 @@ class AgentManager:
         check_cwd(spec.cwd)
         check_title(spec.title, self.limits)
         check_labels(spec.labels, self.limits)
-        info = provider.info()
-        if spec.mode and info.modes and spec.mode not in {m.id for m in info.modes}:
-            modes = ", ".join(m.id for m in info.modes)
-            raise errors.InvalidArgument.field(
-                "mode", f"unknown mode {spec.mode!r}; one of {modes}"
-            )
-        if spec.model and info.models and spec.model not in {m.id for m in info.models}:
-            models = ", ".join(m.id for m in info.models)
-            raise errors.InvalidArgument.field(
-                "model", f"unknown model {spec.model!r}; one of {models}"
-            )
+        self._check_parent(spec.labels, None)
+        if spec.mode:
+            _check_choice(provider, "mode", spec.mode)
+        if spec.model:
+            _check_choice(provider, "model", spec.model)
         if spec.initial_prompt:
             check_prompt(spec.initial_prompt, self.limits, "initial_prompt")
             provider.validate_prompt(spec.initial_prompt)
@@ -277,10 +271,14 @@ class AgentManager:
             fields["title"] = change.title
         if change.labels is not None:
             check_labels(change.labels, self.limits)
+            self._check_parent(change.labels, agent_id)
             fields["labels"] = dict(change.labels)
+        provider = self._providers[actor.agent.provider]
         if change.mode is not None:
+            _check_choice(provider, "mode", change.mode)
             fields["mode"] = change.mode
         if change.model is not None:
+            _check_choice(provider, "model", change.model)
             fields["model"] = change.model
         if not fields:
             raise errors.InvalidArgument.field("update_mask", "nothing to update")
@@ -367,10 +365,32 @@ class AgentManager:
     def _actor(self, agent_id: str) -> AgentActor:
         if not agent_id:
             raise errors.InvalidArgument.field("agent_id", "required")
+        if len(agent_id) > self.limits.max_id_chars:
+            raise errors.InvalidArgument.field(
+                "agent_id", f"at most {self.limits.max_id_chars} chars"
+            )
         actor = self._actors.get(agent_id)
         if actor is None:
             raise errors.AgentNotFound(agent_id)
         return actor
+
+    def _check_parent(self, labels: Mapping[str, str], agent_id: str | None) -> None:
+        """The parent label must name another existing agent and must not close a cycle:
+        cascades (archive, kill) walk this tree."""
+        parent = labels.get(PARENT_AGENT_ID_LABEL)
+        if parent is None:
+            return
+        field = f"labels[{PARENT_AGENT_ID_LABEL!r}]"
+        if parent not in self._actors:
+            raise errors.InvalidArgument.field(field, "must name an existing agent")
+        seen: set[str] = set()
+        cursor: str = parent
+        while cursor and cursor not in seen:
+            if cursor == agent_id:
+                raise errors.InvalidArgument.field(field, "an agent cannot descend from itself")
+            seen.add(cursor)
+            ancestor = self._actors.get(cursor)
+            cursor = ancestor.agent.parent_agent_id if ancestor is not None else ""
 
     def _check_open(self) -> None:
         if self._shutting_down:
@@ -378,6 +398,16 @@ class AgentManager:
 
     def _names(self) -> tuple[str, ...]:
         return tuple(sorted(self._providers))
+
+
+def _check_choice(provider: Provider, field: str, value: str) -> None:
+    """`value` must be one of the provider's modes (or models), when it lists any."""
+    info = provider.info()
+    choices = [m.id for m in (info.modes if field == "mode" else info.models)]
+    if choices and value not in choices:
+        raise errors.InvalidArgument.field(
+            field, f"unknown {field} {value!r}; one of {', '.join(choices)}"
+        )
 
 
 async def _async(value: T) -> T:

@@ -50,23 +50,37 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
+# Error answers never echo unbounded input: trailers past 8 KiB are refused by default
+# clients, which would then see RESOURCE_EXHAUSTED instead of the real status.
+MAX_TEXT_CHARS = 256
+MAX_VIOLATIONS = 20
+
+
+def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+
+
 def to_status(error: errors.CorralError) -> grpc.Status:
     code = status_code_for(error)
-    details = [
-        _pack(
-            error_details_pb2.ErrorInfo(
-                reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
-            )
-        )
-    ]
-    if isinstance(error, errors.InvalidArgument):
+    metadata = {clip(k, 64): clip(v) for k, v in list(error.metadata.items())[:MAX_VIOLATIONS]}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
+    details = [_pack(info)]
+    if error.violations:
+        shown = error.violations[:MAX_VIOLATIONS]
         violations = [
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in error.violations
+            error_details_pb2.BadRequest.FieldViolation(
+                field=clip(v.field, 128), description=clip(v.description)
+            )
+            for v in shown
         ]
+        if len(error.violations) > len(shown):
+            more = len(error.violations) - len(shown)
+            violations.append(
+                error_details_pb2.BadRequest.FieldViolation(description=f"and {more} more")
+            )
         details.append(_pack(error_details_pb2.BadRequest(field_violations=violations)))
     status = status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=error.message, details=details
+        code=getattr(code_pb2, code.name), message=clip(error.message, 1024), details=details
     )
     return rpc_status.to_status(status)
 
