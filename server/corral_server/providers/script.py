@@ -182,7 +182,27 @@ def _parse_tool(argument: str) -> Tool:
     # Tool inputs travel as google.protobuf.Struct, which only holds an object.
     if not isinstance(value, dict):
         raise _BadLine(f"/tool {name}: input must be a JSON object, got {type(value).__name__}")
+    if _depth(value) > MAX_TOOL_INPUT_DEPTH:
+        raise _BadLine(f"/tool {name}: input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels")
     return Tool(name, value)
+
+
+# google.protobuf's JSON conversion stops at 100 levels, and each object costs two
+# (Struct -> Value); 32 leaves a wide margin and is deeper than any real tool input.
+MAX_TOOL_INPUT_DEPTH = 32
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
 
 
 def _reject_constant(constant: str) -> JsonValue:

@@ -5,6 +5,7 @@ Everything inward of the rpc edge speaks domain types; everything outward speaks
 
 from __future__ import annotations
 
+import json
 from typing import Any, assert_never, cast
 
 from google.protobuf import json_format, struct_pb2
@@ -33,9 +34,18 @@ def timestamp_ms(ts: Timestamp) -> int:
 
 
 def json_value(value: dt.JsonValue) -> struct_pb2.Value:
+    """Never fails: a value protobuf cannot hold (nested past its depth limit, say) travels
+    as its JSON text, so one odd tool input cannot make a row unencodable."""
     out = struct_pb2.Value()
-    # ParseDict accepts any JSON value for a Value message; its stub says dict only.
-    json_format.ParseDict(cast(Any, value), out)
+    try:
+        # ParseDict accepts any JSON value for a Value message; its stub says dict only.
+        json_format.ParseDict(cast(Any, value), out)
+    except (json_format.ParseError, RecursionError, ValueError, TypeError):
+        try:
+            text = json.dumps(value)
+        except (RecursionError, ValueError, TypeError):
+            text = "<JSON value too deep or invalid to encode>"
+        out = struct_pb2.Value(string_value=text)
     return out
 
 

@@ -165,3 +165,10 @@ def test_a_prompt_with_neither_text_nor_directives_is_rejected(text: str) -> Non
 
 def test_a_prompt_of_only_directives_is_valid() -> None:
     assert parse_script("/sleep 1") == Script(text="", steps=(Sleep(1),))
+
+
+def test_tool_input_nested_deeper_than_protobuf_can_carry_is_rejected() -> None:
+    deep = "{" + '"k": {' * 40 + "}" * 40 + "}"
+    assert "deeper than 32" in _violation(f"/tool read {deep}")
+    shallow = "{" + '"k": {' * 10 + "}" * 10 + "}"
+    assert parse_script(f"/tool read {shallow}").steps

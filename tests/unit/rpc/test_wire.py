@@ -55,3 +55,14 @@ def test_varint_matches_the_protobuf_encoding_at_the_byte_boundaries() -> None:
 def test_varint_fast_paths_agree_with_the_general_loop() -> None:
     for value in [*range(0, 70_000, 7), 2_097_151, 2_097_152, 268_435_455, 268_435_456, 2**35]:
         assert wire.varint(value) == wire._varint_slow(value), value
+
+
+def test_a_tool_input_too_deep_for_protobuf_still_encodes_as_json_text() -> None:
+    deep: dt.JsonValue = "leaf"
+    for _ in range(60):
+        deep = {"k": deep}
+    row = dt.TimelineRow(1, 0, dt.ToolCall("c1", "read", dt.ToolCallStatus.COMPLETED, deep))
+    event = de.RowAppended("a", "e", row)
+    decoded = convert.event_to_pb(1, event)
+    assert decoded.timeline_row_appended.row.item.tool_call.input.string_value.startswith('{"k": ')
+    assert convert.encode_event(1, event) == decoded.SerializeToString()
