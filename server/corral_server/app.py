@@ -34,6 +34,7 @@ from corral_server.providers.scripted import ScriptedProvider
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import event_service_handler
+from corral_server.rpc.malformed import MalformedRequests
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.turn_service import TurnService
 from corral_server.timeline.memory import InMemoryTimelineStore
@@ -90,12 +91,13 @@ class Daemon:
         """Bind and serve; returns the bound port. Raises OSError when the port is taken."""
         size = self.config.max_request_bytes
         server = grpc.aio.server(
+            interceptors=[MalformedRequests()],
             options=[
                 # A second daemon on the same port must fail to bind, not share the port.
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ]
+            ],
         )
         agent_svc_grpc.add_AgentServiceServicer_to_server(AgentService(self.manager), server)
         turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager), server)

@@ -245,4 +245,28 @@ async def test_errors_about_huge_input_stay_small_enough_for_any_client(stubs: S
         await many.read()
     details = error_details(info.value)
     assert details.code == INVALID
-    assert len(details.fields) <= 21 and len(details.message) <= 1024
+    assert len(details.fields) <= 9 and len(details.message.encode()) <= 512
+
+
+@pytest.mark.parametrize(
+    ("method", "streaming"),
+    [
+        ("/corral.v1.AgentService/CreateAgent", False),
+        ("/corral.v1.TurnService/SendPrompt", False),
+        ("/corral.v1.TurnService/StreamTurn", True),
+        ("/corral.v1.EventService/Subscribe", True),
+        ("/corral.v1.EventService/Heartbeat", False),
+    ],
+)
+async def test_an_undecodable_request_is_invalid_argument_with_details(
+    aio_channel: grpc.aio.Channel, method: str, streaming: bool
+) -> None:
+    garbage = b"\x0a\xff\xff\xff\xff\x0f\x01"  # a length far past the end of the body
+    identity = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    if streaming:
+        call: Any = aio_channel.unary_stream(method, **identity)(garbage)
+        await expect(call.read(), INVALID, "MALFORMED_REQUEST")
+    else:
+        await expect(
+            aio_channel.unary_unary(method, **identity)(garbage), INVALID, "MALFORMED_REQUEST"
+        )

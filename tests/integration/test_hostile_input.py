@@ -103,9 +103,8 @@ def documented(error: grpc.RpcError) -> ErrorDetails:
     info = error_details_pb2.ErrorInfo()
     infos[0].Unpack(info)
     assert info.domain == ERROR_DOMAIN, info
-    # BadRequest for invalid arguments. UNKNOWN_PROVIDER is the one INVALID_ARGUMENT without
-    # field violations (errors.UnknownProvider is a NotFound); see the R4 report.
-    if details.code is Code.INVALID_ARGUMENT and details.reason != "UNKNOWN_PROVIDER":
+    # Every INVALID_ARGUMENT names its fields (google.rpc.BadRequest).
+    if details.code is Code.INVALID_ARGUMENT:
         assert details.fields, f"INVALID_ARGUMENT without BadRequest: {details}"
     return details
 
@@ -249,15 +248,9 @@ def world(grpc_server: DaemonThread, tmp_path_factory: pytest.TempPathFactory) -
     channel = grpc.insecure_channel(
         grpc_server.address,
         options=[
-            # Hostile label maps make big ListAgents pages.
+            # Hostile label maps make big ListAgents pages. Trailer limits stay at grpc's
+            # defaults: error answers must stay small enough for a default client.
             ("grpc.max_receive_message_length", -1),
-            # Error answers echo the hostile input (ids, paths, directive lines, label keys)
-            # into grpc-message and the status details: past grpc's default 8 KiB (soft, random
-            # rejection) / 16 KiB (hard) trailer limits a default client sees RESOURCE_EXHAUSTED
-            # "Stream removed" instead of the status. That is an R4 finding of its own (see the
-            # R4 report); raised limits here let these properties see what the server answered.
-            ("grpc.max_metadata_size", 16 << 20),
-            ("grpc.absolute_max_metadata_size", 16 << 20),
         ],
     )
     stubs = Stubs.of(channel)
@@ -478,13 +471,22 @@ def cursors(world: World) -> st.SearchStrategy[timeline_pb2.Cursor]:
     return st.builds(timeline_pb2.Cursor, epoch=epoch, seq=seq)
 
 
-# Timestamps inside google.protobuf.Timestamp's valid range only: one outside it is an R4 bug
-# of Heartbeat (UNKNOWN), kept out of this file; see the R4 report.
+# Timestamps inside and outside google.protobuf.Timestamp's valid range.
+MIN_SECONDS, MAX_SECONDS = -62_135_596_800, 253_402_300_799
 VALID_TIMESTAMPS = st.builds(
     timestamp_pb2.Timestamp,
-    seconds=st.integers(-62_135_596_800, 253_402_300_799),
+    seconds=st.integers(MIN_SECONDS, MAX_SECONDS),
     nanos=st.integers(0, 999_999_999),
 )
+ANY_TIMESTAMPS = st.one_of(
+    VALID_TIMESTAMPS, st.builds(timestamp_pb2.Timestamp, seconds=INT64, nanos=INT32)
+)
+
+
+def valid_timestamp(ts: timestamp_pb2.Timestamp) -> bool:
+    return MIN_SECONDS <= ts.seconds <= MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
+
+
 DURATIONS = st.builds(duration_pb2.Duration, seconds=INT64, nanos=INT32)
 
 
@@ -841,11 +843,17 @@ def test_heartbeat_answers_documented_statuses_and_changes_nothing(
         app_visible=data.draw(st.booleans(), "app_visible"),
     )
     if data.draw(st.booleans(), "has last_activity_at"):
-        request.last_activity_at.CopyFrom(data.draw(VALID_TIMESTAMPS, "last_activity_at"))
+        request.last_activity_at.CopyFrom(data.draw(ANY_TIMESTAMPS, "last_activity_at"))
     before = world.state()
     _, error = attempt(world.stubs.events.Heartbeat, request)
+    bad_client = not request.client_id or len(request.client_id) > 256
+    bad_time = request.HasField("last_activity_at") and not valid_timestamp(
+        request.last_activity_at
+    )
     if error is not None:
-        assert request.client_id == "" and error.code is Code.INVALID_ARGUMENT, error
+        assert (bad_client or bad_time) and error.code is Code.INVALID_ARGUMENT, error
+    else:
+        assert not (bad_client or bad_time), request
     assert_unchanged(before, world.state(), "Heartbeat")
 
 
@@ -970,10 +978,8 @@ def _identity(data: bytes) -> bytes:
 
 
 def undecodable(details: ErrorDetails) -> bool:
-    """grpc's answer to a body the request type cannot parse: the generated deserializer
-    raises DecodeError before any corral code runs, and grpc reports UNKNOWN without details
-    (an R4 gap, described in the R4 report)."""
-    return details.code is Code.UNKNOWN and "DecodeError" in details.message
+    """The daemon's answer to a body the request type cannot parse (rpc/malformed.py)."""
+    return details.code is Code.INVALID_ARGUMENT and details.reason == "MALFORMED_REQUEST"
 
 
 def seed_bodies(world: World, target: str) -> list[bytes]:
@@ -1054,10 +1060,8 @@ def test_raw_bytes_on_every_method_never_crash_or_hang_the_daemon(
             )(body, timeout=DEADLINE_S)
     except grpc.RpcError as error:
         details = error_details(error)
-        if undecodable(details):
-            event("raw bytes: UNKNOWN (DecodeError)")
-        else:
-            event(f"raw bytes: {documented(error).code.name}")
+        documented(error)
+        event("raw bytes: MALFORMED_REQUEST" if undecodable(details) else details.code.name)
     else:
         event("raw bytes: OK")
     if world.get(raw_target.agent_id).lifecycle.HasField("running"):

@@ -50,26 +50,34 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
-# Error answers never echo unbounded input: trailers past 8 KiB are refused by default
-# clients, which would then see RESOURCE_EXHAUSTED instead of the real status.
-MAX_TEXT_CHARS = 256
-MAX_VIOLATIONS = 20
+# Error answers never echo unbounded input: grpc clients refuse trailers past 8 KiB by default
+# and would then see RESOURCE_EXHAUSTED instead of the real status. Budget, in UTF-8 bytes:
+# the message <= 512 (percent-encoded on the wire: up to 3x), the details <= ~3 KB (base64).
+MAX_MESSAGE_BYTES = 512
+MAX_ENTRIES = 8  # metadata entries, and field violations
+MAX_KEY_BYTES = 64
+MAX_VALUE_BYTES = 128
 
 
-def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+def clip(text: str, limit: int = MAX_VALUE_BYTES) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, saying how long it was."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[: limit - 24].decode(errors="ignore") + f"... ({len(raw)} bytes)"
 
 
 def to_status(error: errors.CorralError) -> grpc.Status:
     code = status_code_for(error)
-    metadata = {clip(k, 64): clip(v) for k, v in list(error.metadata.items())[:MAX_VIOLATIONS]}
+    entries = list(error.metadata.items())[:MAX_ENTRIES]
+    metadata = {clip(k, MAX_KEY_BYTES): clip(v) for k, v in entries}
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     details = [_pack(info)]
     if error.violations:
-        shown = error.violations[:MAX_VIOLATIONS]
+        shown = error.violations[:MAX_ENTRIES]
         violations = [
             error_details_pb2.BadRequest.FieldViolation(
-                field=clip(v.field, 128), description=clip(v.description)
+                field=clip(v.field, MAX_KEY_BYTES), description=clip(v.description)
             )
             for v in shown
         ]
@@ -79,9 +87,8 @@ def to_status(error: errors.CorralError) -> grpc.Status:
                 error_details_pb2.BadRequest.FieldViolation(description=f"and {more} more")
             )
         details.append(_pack(error_details_pb2.BadRequest(field_violations=violations)))
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=clip(error.message, 1024), details=details
-    )
+    message = clip(error.message, MAX_MESSAGE_BYTES)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     return rpc_status.to_status(status)
 
 

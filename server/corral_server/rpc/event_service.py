@@ -15,17 +15,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf import timestamp_pb2
 
 from corral.v1 import event_service_pb2 as event_pb
-from corral_server.errors import FieldViolation, InvalidArgument, ShuttingDown
+from corral_server.errors import FieldViolation, InvalidArgument
 from corral_server.hub import EventHub, SnapshotFn
-from corral_server.rpc.errors import abort
+from corral_server.rpc.errors import streaming, unary
 
 SERVICE_NAME = "corral.v1.EventService"
 
 # Presence entries kept (oldest heartbeat evicted first), so hostile client ids cannot grow
 # the table without bound.
 MAX_PRESENCE_ENTRIES = 10_000
+MAX_CLIENT_ID_CHARS = 256
+
+# google.protobuf.Timestamp's valid range (0001-01-01 .. 9999-12-31, UTC).
+_MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
+
+
+def _valid_timestamp(ts: timestamp_pb2.Timestamp) -> bool:
+    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,7 @@ class EventServicer:
             },
         )
 
+    @streaming
     async def subscribe(
         self,
         request: event_pb.SubscribeRequest,
@@ -79,12 +89,9 @@ class EventServicer:
         """Yields serialized SubscribeResponse payloads, one framed batch each."""
         violations = _scope_violations(request.agent_ids)
         if violations:
-            await abort(context, InvalidArgument("invalid agent_ids", *violations))
+            raise InvalidArgument("invalid agent_ids", *violations)
         resume = request.resume_revision if request.HasField("resume_revision") else None
-        try:
-            subscription = self._hub.subscribe(frozenset(request.agent_ids), resume, self._snapshot)
-        except ShuttingDown as exc:
-            await abort(context, exc)
+        subscription = self._hub.subscribe(frozenset(request.agent_ids), resume, self._snapshot)
         # The context manager closes the subscription however the call ends: the client
         # cancels (CancelledError at the yield or inside the subscription's wait), the
         # deadline passes, or the hub ends the stream.
@@ -92,13 +99,20 @@ class EventServicer:
             async for batch in subscription:
                 yield batch
 
+    @unary
     async def heartbeat(
         self,
         request: event_pb.HeartbeatRequest,
         context: grpc.aio.ServicerContext[event_pb.HeartbeatRequest, event_pb.HeartbeatResponse],
     ) -> event_pb.HeartbeatResponse:
         if not request.client_id:
-            await abort(context, InvalidArgument.field("client_id", "must not be empty"))
+            raise InvalidArgument.field("client_id", "must not be empty")
+        if len(request.client_id) > MAX_CLIENT_ID_CHARS:
+            raise InvalidArgument.field("client_id", f"at most {MAX_CLIENT_ID_CHARS} chars")
+        if request.HasField("last_activity_at") and not _valid_timestamp(request.last_activity_at):
+            raise InvalidArgument.field(
+                "last_activity_at", "outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z"
+            )
         self.presence.pop(request.client_id, None)
         self.presence[request.client_id] = Presence(
             client_type=request.client_type,
