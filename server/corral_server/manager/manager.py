@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
+# CreateAgent request ids remembered for idempotent retries: the most recent this many, so
+# hostile clients cannot grow the table without bound.
+MAX_REMEMBERED_CREATES = 10_000
 MAX_PAGE_SIZE = 1000
 
 
@@ -183,6 +186,8 @@ class AgentManager:
         future = asyncio.get_running_loop().create_future()
         if spec.request_id:
             self._creates[spec.request_id] = (spec, future)
+            if len(self._creates) > MAX_REMEMBERED_CREATES:  # oldest first: dicts keep order
+                del self._creates[next(iter(self._creates))]
         try:
             result = await self._create(spec, provider)
         except Exception as exc:
