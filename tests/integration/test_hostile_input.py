@@ -869,10 +869,7 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
                 "ReloadAgent",
                 "ImportAgent",
                 "ArchiveAgent",
-                "DetachAgent",
-                "ClearAttention",
                 "RespondToPermission",
-                "WaitForIdle",
                 "Rewind",
             ]
         )
@@ -889,11 +886,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
         )
     if name == "ArchiveAgent":
         return s.agents.ArchiveAgent, agent_pb.ArchiveAgentRequest(agent_id=agent_id)
-    if name == "DetachAgent":
-        return s.agents.DetachAgent, agent_pb.DetachAgentRequest(agent_id=agent_id)
-    if name == "ClearAttention":
-        ids = data.draw(st.lists(st.one_of(agent_ids(world), st.just("")), max_size=5))
-        return s.agents.ClearAttention, agent_pb.ClearAttentionRequest(agent_ids=ids)
     if name == "RespondToPermission":
         respond = turn_pb.RespondToPermissionRequest(
             agent_id=agent_id,
@@ -905,11 +897,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
         if data.draw(st.booleans()):
             respond.updated_input.CopyFrom(data.draw(structs()))
         return s.turns.RespondToPermission, respond
-    if name == "WaitForIdle":
-        wait = turn_pb.WaitForIdleRequest(agent_id=agent_id)
-        if data.draw(st.booleans()):
-            wait.timeout.CopyFrom(data.draw(DURATIONS))
-        return s.turns.WaitForIdle, wait
     return s.turns.Rewind, turn_pb.RewindRequest(agent_id=agent_id, message_id=data.draw(texts()))
 
 
@@ -926,6 +913,36 @@ def test_not_yet_delivered_rpcs_answer_documented_statuses_and_change_nothing(
     assert_unchanged(before, world.state(), type(request).__name__)
     providers, _ = attempt(world.stubs.agents.ListProviders, agent_pb.ListProvidersRequest())
     assert [p.name for p in providers.providers] == ["scripted"]
+
+
+def small_rpc_calls(world: World, data: st.DataObject) -> tuple[Callable[..., Any], Any]:
+    """DetachAgent, ClearAttention and WaitForIdle (never on the busy agent: its turn sleeps
+    on a clock this module never moves, so the wait would only end at the client deadline)."""
+    s = world.stubs
+    agent_id = data.draw(agent_ids(world).filter(lambda a: a not in world.busy))
+    name = data.draw(st.sampled_from(["DetachAgent", "ClearAttention", "WaitForIdle"]))
+    if name == "DetachAgent":
+        return s.agents.DetachAgent, agent_pb.DetachAgentRequest(agent_id=agent_id)
+    if name == "ClearAttention":
+        ids = data.draw(st.lists(st.one_of(agent_ids(world), st.just("")), max_size=5))
+        return s.agents.ClearAttention, agent_pb.ClearAttentionRequest(agent_ids=ids)
+    wait = turn_pb.WaitForIdleRequest(agent_id=agent_id)
+    if data.draw(st.booleans()):
+        wait.timeout.CopyFrom(data.draw(DURATIONS))
+    return s.turns.WaitForIdle, wait
+
+
+@PROPERTY
+@given(data=st.data())
+def test_detach_clear_attention_and_wait_answer_documented_statuses(
+    world: World, data: st.DataObject
+) -> None:
+    world.settle()
+    rpc, request = small_rpc_calls(world, data)
+    before = world.state()
+    _, error = attempt(rpc, request)
+    if error is not None:
+        assert_unchanged(before, world.state(), type(request).__name__)
 
 
 # --- raw bytes --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from corral_server import errors
 from corral_server.clock import Clock, TimerHandle
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
+    PARENT_AGENT_ID_LABEL,
     Agent,
     AgentError,
     Attention,
@@ -94,6 +95,7 @@ class AgentActor:
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
         self._finished: set[str] = set()
         self._stopped = False
+        self._changed = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"agent-actor:{agent.id}")
 
     # --- the serial queue ---------------------------------------------------------------
@@ -195,10 +197,30 @@ class AgentActor:
             self._snapshot, updated_at_ms=updated, next_seq=self._next_seq, **changes
         )
         self._deps.publisher.publish(ev.AgentUpserted(self._snapshot))
+        # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the next change of the snapshot (a fresh event per change)."""
+        return self._changed
 
     def update(self, **changes: Any) -> Agent:
         self._ensure_open()
         self._set(**changes)
+        return self.agent
+
+    def clear_attention(self) -> Agent:
+        if self._snapshot.attention.required:
+            self._set(attention=Attention())
+        return self.agent
+
+    def detach(self) -> Agent:
+        labels = self._snapshot.labels
+        if PARENT_AGENT_ID_LABEL in labels:
+            kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
+            self._set(labels=kept)
         return self.agent
 
     def _ensure_open(self) -> None:

@@ -10,13 +10,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import TypeVar, assert_never
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent, AgentId, Initializing
+from corral_server.domain.agent import (
+    PARENT_AGENT_ID_LABEL,
+    Agent,
+    AgentId,
+    Closed,
+    Errored,
+    Idle,
+    Initializing,
+    Running,
+)
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import (
     AgentRemoved,
@@ -29,7 +38,13 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
-from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, TurnUpdate
+from corral_server.manager.turns import (
+    CancelOutcome,
+    IfRunning,
+    StartedTurn,
+    TurnUpdate,
+    WaitStatus,
+)
 from corral_server.manager.validate import (
     Limits,
     check_cwd,
@@ -51,6 +66,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
+# WaitForIdle's longest wait; clients re-wait for longer.
+MAX_WAIT_S = 24 * 3600.0
 # CreateAgent request ids remembered for idempotent retries: the most recent this many, so
 # hostile clients cannot grow the table without bound.
 MAX_REMEMBERED_CREATES = 10_000
@@ -341,6 +358,50 @@ class AgentManager:
         )
         return CancelOutcome.SETTLED, actor.agent
 
+    async def wait_for_idle(
+        self, agent_id: str, timeout_s: float | None
+    ) -> tuple[WaitStatus, Agent]:
+        """Until the agent stops running: IDLE, ERROR, PERMISSION (a pending permission), or
+        TIMEOUT after `timeout_s` on the manager's clock (None: no limit)."""
+        actor = self._actor(agent_id)
+        if timeout_s is not None and not 0 <= timeout_s <= MAX_WAIT_S:
+            raise errors.InvalidArgument.field("timeout", f"from 0 to {MAX_WAIT_S:.0f} seconds")
+        deadline_ms = None if timeout_s is None else self._clock.now_ms() + timeout_s * 1000
+        while True:
+            agent = actor.agent
+            if agent.pending_permissions:
+                return WaitStatus.PERMISSION, agent
+            match agent.lifecycle:
+                case Idle():
+                    return WaitStatus.IDLE, agent
+                case Errored():
+                    return WaitStatus.ERROR, agent
+                case Closed():
+                    raise errors.AgentClosed(agent_id)
+                case Initializing() | Running():
+                    pass
+                case _:
+                    assert_never(agent.lifecycle)
+            changed = actor.changed.wait()
+            if deadline_ms is None:
+                await changed
+                continue
+            remaining_s = (deadline_ms - self._clock.now_ms()) / 1000
+            if remaining_s <= 0 or await within(self._clock, remaining_s, changed) is None:
+                return WaitStatus.TIMEOUT, actor.agent
+
+    async def clear_attention(self, agent_ids: Sequence[str]) -> list[Agent]:
+        """Clear the "unread" mark of each agent (all ids are checked before any changes)."""
+        if not agent_ids:
+            raise errors.InvalidArgument.field("agent_ids", "name at least one agent")
+        actors = [self._actor(agent_id) for agent_id in agent_ids]
+        return [await _clear_attention(actor) for actor in actors]
+
+    async def detach(self, agent_id: str) -> Agent:
+        """No longer a child: drop the parent label, so cascades never reach it again."""
+        actor = self._actor(agent_id)
+        return await actor.call(lambda: _async(actor.detach()))
+
     # --- close and shutdown --------------------------------------------------------------
 
     async def close(self, agent_id: str) -> Agent:
@@ -413,6 +474,10 @@ def _check_choice(provider: Provider, field: str, value: str) -> None:
         raise errors.InvalidArgument.field(
             field, f"unknown {field} {value!r}; one of {', '.join(choices)}"
         )
+
+
+async def _clear_attention(actor: AgentActor) -> Agent:
+    return await actor.call(lambda: _async(actor.clear_attention()))
 
 
 async def _async(value: T) -> T:

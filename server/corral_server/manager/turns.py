@@ -33,6 +33,13 @@ class Disposition(enum.Enum):
     REPLACED = "replaced"
 
 
+class WaitStatus(enum.Enum):
+    IDLE = "idle"
+    ERROR = "error"
+    PERMISSION = "permission"
+    TIMEOUT = "timeout"
+
+
 class CancelOutcome(enum.Enum):
     NOT_RUNNING = "not_running"
     SETTLED = "settled"

@@ -116,15 +116,15 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def DetachAgent(
         self, request: svc_pb.DetachAgentRequest, context: Ctx
     ) -> svc_pb.DetachAgentResponse:
-        raise errors.Unimplemented("DetachAgent needs the agent tree capability, not yet delivered")
+        agent = await self._manager.detach(request.agent_id)
+        return svc_pb.DetachAgentResponse(agent=convert.agent_to_pb(agent))
 
     @unary
     async def ClearAttention(
         self, request: svc_pb.ClearAttentionRequest, context: Ctx
     ) -> svc_pb.ClearAttentionResponse:
-        raise errors.Unimplemented(
-            "ClearAttention needs the attention capability, not yet delivered"
-        )
+        agents = await self._manager.clear_attention(list(request.agent_ids))
+        return svc_pb.ClearAttentionResponse(agents=[convert.agent_to_pb(a) for a in agents])
 
     @unary
     async def ListProviders(

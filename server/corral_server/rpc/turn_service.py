@@ -12,7 +12,13 @@ from corral_server.domain import events as ev
 from corral_server.domain.agent import Usage
 from corral_server.domain.timeline import TimelineRow
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.turns import CancelOutcome, Disposition, IfRunning, TurnUpdate
+from corral_server.manager.turns import (
+    CancelOutcome,
+    Disposition,
+    IfRunning,
+    TurnUpdate,
+    WaitStatus,
+)
 from corral_server.rpc import convert
 from corral_server.rpc.errors import streaming, unary
 
@@ -30,6 +36,12 @@ _DISPOSITION = {
     Disposition.QUEUED: turn_pb.PROMPT_DISPOSITION_QUEUED,
     Disposition.STEERED: turn_pb.PROMPT_DISPOSITION_STEERED,
     Disposition.REPLACED: turn_pb.PROMPT_DISPOSITION_REPLACED,
+}
+_WAIT_STATUS = {
+    WaitStatus.IDLE: turn_pb.WAIT_STATUS_IDLE,
+    WaitStatus.ERROR: turn_pb.WAIT_STATUS_ERROR,
+    WaitStatus.PERMISSION: turn_pb.WAIT_STATUS_PERMISSION,
+    WaitStatus.TIMEOUT: turn_pb.WAIT_STATUS_TIMEOUT,
 }
 _OUTCOME = {
     CancelOutcome.NOT_RUNNING: turn_pb.CANCEL_OUTCOME_NOT_RUNNING,
@@ -116,7 +128,16 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def WaitForIdle(
         self, request: turn_pb.WaitForIdleRequest, context: Ctx
     ) -> turn_pb.WaitForIdleResponse:
-        raise errors.Unimplemented("WaitForIdle is not yet delivered")
+        timeout_s = None
+        if request.HasField("timeout"):
+            timeout = request.timeout
+            if timeout.seconds < 0 or timeout.nanos < 0 or timeout.nanos > 999_999_999:
+                raise errors.InvalidArgument.field("timeout", "must be a non-negative duration")
+            timeout_s = timeout.seconds + timeout.nanos / 1e9
+        status, agent = await self._manager.wait_for_idle(request.agent_id, timeout_s)
+        return turn_pb.WaitForIdleResponse(
+            status=_WAIT_STATUS[status], agent=convert.agent_to_pb(agent)
+        )
 
     @unary
     async def Rewind(self, request: turn_pb.RewindRequest, context: Ctx) -> turn_pb.RewindResponse:
