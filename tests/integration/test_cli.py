@@ -323,3 +323,24 @@ def test_usage_errors_exit_two_without_calling_the_daemon(capsys: Capture) -> No
     assert "label 'nokey' is not key=value" in err
     assert "--until-idle needs -f" in err
     assert "UNAVAILABLE" not in err
+
+
+def test_wait_exits_zero_once_idle_and_four_on_timeout(
+    grpc_server: DaemonThread, grpc_addr: str, tmp_path: Path, capsys: Capture
+) -> None:
+    agent_id = new_agent(grpc_addr, tmp_path, capsys)
+    assert cli(grpc_addr, "wait", agent_id) == 0
+    assert capsys.readouterr().out.startswith("idle")
+    assert cli(grpc_addr, "send", agent_id, "/sleep 600000") == 0
+    capsys.readouterr()
+    outcome: list[int] = []
+    waiter = threading.Thread(
+        target=lambda: outcome.append(cli(grpc_addr, "wait", agent_id, "--for", "3"))
+    )
+    waiter.start()
+    grpc_server.clock.wait_for_timer(3000)
+    grpc_server.advance(3000)
+    waiter.join(30)
+    assert outcome == [4]
+    assert capsys.readouterr().out.startswith("timeout (agent running")
+    assert cli(grpc_addr, "cancel", agent_id) == 0

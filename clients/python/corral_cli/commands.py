@@ -117,6 +117,30 @@ def cancel(client: Client, console: Console, args: argparse.Namespace) -> int:
     return failure.EXIT_OK
 
 
+_WAIT_EXIT = {
+    turn_pb.WAIT_STATUS_IDLE: ("idle", failure.EXIT_OK),
+    turn_pb.WAIT_STATUS_ERROR: ("error", failure.EXIT_FAILED),
+    turn_pb.WAIT_STATUS_PERMISSION: ("permission", failure.EXIT_OK),
+    turn_pb.WAIT_STATUS_TIMEOUT: ("timeout", failure.EXIT_TIMEOUT),
+}
+
+
+def wait(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """WaitForIdle: 0 idle (or waiting on a permission), 1 errored, 4 timed out."""
+    request = turn_pb.WaitForIdleRequest(agent_id=args.agent)
+    if args.timeout_s is not None:
+        request.timeout.FromNanoseconds(int(args.timeout_s * 1e9))
+    # The RPC's own deadline: the wait plus the usual slack (None waits as long as it takes).
+    deadline = None if args.timeout_s is None else args.timeout_s + client.timeout_s
+    resp = client.turns.WaitForIdle(request, timeout=deadline)
+    label, code = _WAIT_EXIT.get(resp.status, ("unknown", failure.EXIT_FAILED))
+    if console.json:
+        console.message(resp)
+    else:
+        console.line(f"{label} (agent {state_label(resp.agent)})")
+    return code
+
+
 def close(client: Client, console: Console, args: argparse.Namespace) -> int:
     """CloseAgent: print the closed snapshot's state."""
     agent = client.agents.CloseAgent(

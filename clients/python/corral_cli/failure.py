@@ -21,6 +21,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_REQUEST = 2
 EXIT_REFUSED = 3
+EXIT_TIMEOUT = 4
 EXIT_INTERRUPTED = 130
 
 # The caller asked for something that cannot be done as asked: retrying will not help.

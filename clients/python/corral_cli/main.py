@@ -6,7 +6,7 @@ command modules, and the one place where a failed RPC becomes a message and an e
 the server.
 
 Exit codes: 0 ok, 1 failure (RPC error, failed turn), 2 bad request (usage, INVALID_ARGUMENT,
-NOT_FOUND, FAILED_PRECONDITION), 3 cancel refused, 130 interrupted.
+NOT_FOUND, FAILED_PRECONDITION), 3 cancel refused, 4 wait timed out, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel the agent's running turn")
     cancel.add_argument("agent")
     cancel.set_defaults(func=commands.cancel)
+    wait = sub.add_parser("wait", help="wait until the agent is idle (or errored)")
+    wait.add_argument("agent")
+    wait.add_argument(
+        "--for", dest="timeout_s", type=float, default=None, metavar="S", help="give up after S"
+    )
+    wait.set_defaults(func=commands.wait)
     close = sub.add_parser("close", help="close an agent (its record stays)")
     close.add_argument("agent")
     close.set_defaults(func=commands.close)
