@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import Event
 from corral_server.providers.base import (
@@ -205,3 +206,17 @@ if TYPE_CHECKING:
 
     def _session(s: FakeSession) -> ProviderSession:
         return s
+
+
+def idle_agent(agent_id: str) -> Agent:
+    """A plain idle agent snapshot, for tests of readers (hub, conversion)."""
+    return Agent(
+        id=AgentId(agent_id),
+        provider="scripted",
+        cwd="/work",
+        lifecycle=Idle(),
+        created_at_ms=0,
+        updated_at_ms=0,
+        epoch="e1",
+        next_seq=1,
+    )

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral_server.domain.agent import Agent, AgentId, Idle
+from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
     AgentRemoved,
     AgentUpserted,
@@ -27,6 +27,7 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.errors import ShuttingDown
 from corral_server.hub import EventHub, Subscription, SubscriptionState, frame
+from tests.support.fakes import idle_agent as agent
 
 
 def describe(event: Event | StreamControl) -> str:
@@ -68,19 +69,6 @@ def unframe(batch: bytes) -> list[str]:
         i += length
     assert i == len(batch)
     return items
-
-
-def agent(agent_id: str) -> Agent:
-    return Agent(
-        id=AgentId(agent_id),
-        provider="scripted",
-        cwd="/work",
-        lifecycle=Idle(),
-        created_at_ms=0,
-        updated_at_ms=0,
-        epoch="e1",
-        next_seq=1,
-    )
 
 
 def row(agent_id: str, seq: int) -> RowAppended:

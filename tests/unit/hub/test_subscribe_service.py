@@ -20,7 +20,7 @@ from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import timeline_pb2 as timeline_pb
-from corral_server.domain.agent import Agent, AgentId, Idle
+from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
     AgentRemoved,
     AgentUpserted,
@@ -34,6 +34,7 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.hub import EventHub, Subscription, SubscriptionState
 from corral_server.rpc.event_service import EventServicer
+from tests.support.fakes import idle_agent as agent
 
 
 def event_to_pb(revision: int, event: Event | StreamControl) -> event_pb.Event:
@@ -97,19 +98,6 @@ def describe(event: event_pb.Event) -> str:
             return f"{event.revision}:ending {event.stream_ending.resume_revision}"
         case other:
             return f"{event.revision}:{other}"
-
-
-def agent(agent_id: str) -> Agent:
-    return Agent(
-        id=AgentId(agent_id),
-        provider="scripted",
-        cwd="/work",
-        lifecycle=Idle(),
-        created_at_ms=0,
-        updated_at_ms=0,
-        epoch="e1",
-        next_seq=1,
-    )
 
 
 def row(agent_id: str, seq: int) -> RowAppended:
