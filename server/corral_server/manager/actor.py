@@ -23,7 +23,6 @@ from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     PARENT_AGENT_ID_LABEL,
     Agent,
-    AgentError,
     Attention,
     AttentionReason,
     Closed,
@@ -432,7 +431,3 @@ class AgentActor:
                 log.exception("agent %s: session close failed during shutdown", self.agent.id)
         self._stop()
         await self._task
-
-
-def error_of(exc: BaseException) -> AgentError:
-    return AgentError(str(exc) or type(exc).__name__, type(exc).__name__)

@@ -8,7 +8,6 @@ agent's actor (actor.py), the agent's single writer.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -62,7 +61,6 @@ from corral_server.timeline.activity import (
 )
 from corral_server.timeline.store import TimelineStore
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
