@@ -1,8 +1,16 @@
 """The server-wide event hub: one revision order, each event encoded once, fanned out to
 every subscriber without the writer ever waiting for a reader."""
 
-from corral_server.hub.event_hub import Encoder, EventHub
+from corral_server.hub.event_hub import Encoder, EventHub, Prepared
 from corral_server.hub.ring import frame
 from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
 
-__all__ = ["Encoder", "EventHub", "SnapshotFn", "Subscription", "SubscriptionState", "frame"]
+__all__ = [
+    "Encoder",
+    "EventHub",
+    "Prepared",
+    "SnapshotFn",
+    "Subscription",
+    "SubscriptionState",
+    "frame",
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import assert_never
+from typing import NamedTuple, assert_never
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
@@ -33,11 +33,20 @@ from corral_server.domain.events import (
     Synced,
 )
 from corral_server.errors import ShuttingDown
-from corral_server.hub.ring import Entry, Ring, frame, take_batch
+from corral_server.hub.ring import Entry, Ring, frame, frame_with_revision, take_batch
 from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
 
 Encoder = Callable[[int, Event | StreamControl], bytes]
 """(revision, event) -> the serialized corral.v1.Event; revision 0 for snapshot and control."""
+
+
+class Prepared(NamedTuple):
+    """An event encoded by `EventHub.prepare` and not yet numbered: `body` is the serialized
+    corral.v1.Event without its revision (a NamedTuple: one per stored row, hot path)."""
+
+    agent_id: str
+    body: bytes
+
 
 # A scoped subscriber catching up scans at most this many batches' worth of ring entries per
 # step, so one step over other agents' events stays short however narrow its scope.
@@ -87,13 +96,21 @@ class EventHub:
 
     # --- the writer -----------------------------------------------------------------------
 
-    def publish(self, event: Event) -> int:
-        """Number, encode and retain `event`, hand it to every matching live subscriber, and
-        return its revision. Synchronous; costs O(matching live subscribers)."""
+    # The writer encodes before it stores and publishes after: `prepare` is the only step
+    # that can fail (an event the encoder refuses), and it runs before anything is stored;
+    # `commit` cannot fail, so a stored event is always published.
+
+    def prepare(self, event: Event) -> Prepared:
+        """Encode `event` now, without a revision. Raises whatever the encoder raises."""
+        return Prepared(event.agent_id, self.encode(0, event))
+
+    def commit(self, prepared: Prepared) -> int:
+        """Number and retain a prepared event, hand it to every matching live subscriber, and
+        return its revision. Synchronous, never raises; costs O(matching live subscribers)."""
         ring = self._ring
         revision = ring.head + 1
-        agent_id = event.agent_id
-        entry = (revision, agent_id, frame(self.encode(revision, event)))
+        agent_id = prepared[0]
+        entry = (revision, agent_id, frame_with_revision(revision, prepared[1]))
         ring.append(entry)
         if self._live_all:
             self._hand(self._live_all, entry)
@@ -101,6 +118,10 @@ class EventHub:
         if scoped:
             self._hand(scoped, entry)
         return revision
+
+    def publish(self, event: Event) -> int:
+        """`commit(prepare(event))`: for a writer with nothing to store between the two."""
+        return self.commit(self.prepare(event))
 
     def _hand(self, subs: dict[Subscription, None], entry: Entry) -> None:
         """Append `entry` to each subscriber's buffer; a subscriber whose buffer is full gets

@@ -47,6 +47,39 @@ def frame(payload: bytes) -> bytes:
     return _header(length) + payload
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# `Event.revision` is field 1, varint (tag 0x08); the first 16,384 revisions from a table.
+_REVISION_FIELDS = tuple(b"\x08" + _varint(revision) for revision in range(1 << 14))
+
+
+def revision_field(revision: int) -> bytes:
+    """`Event.revision = revision` as protobuf writes it (revision >= 1)."""
+    if revision < 16384:
+        return _REVISION_FIELDS[revision]
+    if revision < 2_097_152:  # three bytes: the revisions of a busy daemon
+        return bytes((0x08, revision & 0x7F | 0x80, (revision >> 7) & 0x7F | 0x80, revision >> 14))
+    return b"\x08" + _varint(revision)
+
+
+def frame_with_revision(revision: int, body: bytes) -> bytes:
+    """The frame of `revision_field(revision) + body`, where `body` is an Event encoded with
+    revision 0 (so without field 1). protobuf writes fields in number order, so this is
+    byte-identical to the frame of the Event encoded with `revision`."""
+    head = revision_field(revision)
+    length = len(head) + len(body)
+    if length < 4096:
+        return _HEADERS[length] + head + body
+    return _header(length) + head + body
+
+
 def take_batch(
     entries: Sequence[Entry], max_events: int, max_bytes: int
 ) -> tuple[Sequence[Entry], bytes]:

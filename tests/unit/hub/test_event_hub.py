@@ -1,7 +1,9 @@
 """EventHub without grpc: revisions, snapshot + synced + live, scope, resume, laggards, drain.
 
-The encoder here writes a short text per event ("7:row a1 3"), so a batch unframes into
-readable items and a test can state the exact stream a subscriber must see.
+The encoder here writes a short text per event ("row a1 3") after the revision, written as
+protobuf writes `Event.revision` (field 1 first, omitted when 0: the hub numbers a prepared
+event by prepending it), so a batch unframes into readable items ("7:row a1 3") and a test can
+state the exact stream a subscriber must see.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from corral_server.domain.events import (
 from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.errors import ShuttingDown
 from corral_server.hub import EventHub, Subscription, SubscriptionState, frame
+from corral_server.hub.ring import revision_field
 from tests.support.fakes import idle_agent as agent
 
 
@@ -47,7 +50,19 @@ def describe(event: Event | StreamControl) -> str:
 
 
 def encode(revision: int, event: Event | StreamControl) -> bytes:
-    return f"{revision}:{describe(event)}".encode()
+    head = revision_field(revision) if revision else b""
+    return head + describe(event).encode()
+
+
+def read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
 
 
 def unframe(batch: bytes) -> list[str]:
@@ -56,16 +71,10 @@ def unframe(batch: bytes) -> list[str]:
     i = 0
     while i < len(batch):
         assert batch[i] == 0x0A
-        i += 1
-        length = shift = 0
-        while True:
-            byte = batch[i]
-            i += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        items.append(batch[i : i + length].decode())
+        length, i = read_varint(batch, i + 1)
+        payload = batch[i : i + length]
+        revision, start = read_varint(payload, 1) if payload[:1] == b"\x08" else (0, 0)
+        items.append(f"{revision}:{payload[start:].decode()}")
         i += length
     assert i == len(batch)
     return items
