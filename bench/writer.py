@@ -43,11 +43,8 @@ async def measure(rows: int = 200_000, subscribers: int = SUBSCRIBERS) -> float:
         ]
         readers = [asyncio.ensure_future(_drain(s, done)) for s in subs]
         start = time.perf_counter()
-        updates = await manager.stream_turn(
-            agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT
-        )
-        async for _ in updates:
-            pass
+        await manager.send_prompt(agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT)
+        await manager.wait_for_idle(agent.id, None)
         elapsed = time.perf_counter() - start
         done.set()
         for s in subs:

@@ -100,7 +100,7 @@ class Daemon:
             ],
         )
         agent_svc_grpc.add_AgentServiceServicer_to_server(AgentService(self.manager), server)
-        turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager), server)
+        turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager, self.hub), server)
         tl_grpc.add_TimelineServiceServicer_to_server(TimelineService(self.manager), server)
         server.add_generic_rpc_handlers((event_service_handler(self.hub, self.manager.snapshot),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

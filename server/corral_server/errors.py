@@ -11,7 +11,9 @@
     │   └── ProviderRefusedInterrupt
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
+    │   └── SubscriberLagged     a stream fell behind retained history
     ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
+    ├── ProviderTimeout          a provider call missed its deadline      -> DEADLINE_EXCEEDED
     └── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
 
 Each error has a stable `reason` (the ErrorInfo reason on the wire) and structured fields.
@@ -109,12 +111,27 @@ class ResourceExhausted(CorralError):
     reason = "RESOURCE_EXHAUSTED"
 
 
+class SubscriberLagged(ResourceExhausted):
+    reason = "SUBSCRIBER_LAGGED"
+
+
 class Unimplemented(CorralError):
     reason = "UNIMPLEMENTED"
+
+
+class ProviderTimeout(CorralError):
+    reason = "PROVIDER_TIMEOUT"
+
+    def __init__(self, call: str, seconds: float) -> None:
+        super().__init__(
+            f"the provider did not answer {call} within {seconds:g} s",
+            metadata={"call": call, "timeout_s": f"{seconds:g}"},
+        )
+        self.call = call
 
 
 class ShuttingDown(CorralError):
     reason = "SHUTTING_DOWN"
 
     def __init__(self) -> None:
-        super().__init__("the daemon is shutting down; retry against another replica or later")
+        super().__init__("the daemon is shutting down; retry in a moment")

@@ -14,26 +14,39 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import Event
 from corral_server.providers.base import (
     EventSink,
+    InterruptResult,
     ProviderEvent,
     ProviderInfo,
     ProviderMode,
     ProviderModel,
+    ProviderTurnCanceled,
+    ProviderTurnCompleted,
+    ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.rpc.convert import encode_event
 
 if TYPE_CHECKING:
     from corral_server.providers.base import Provider, ProviderSession
 
 E = TypeVar("E")
+TERMINAL = (ProviderTurnCompleted, ProviderTurnFailed, ProviderTurnCanceled)
 
-# What `FakeSession.interrupt` does: return the bool, hang until canceled, or raise.
+
+class _Recorded(NamedTuple):
+    event: Event
+
+
+# What `FakeSession.interrupt` does for the running turn: answer CONFIRMED (True) or REFUSED
+# (False), hang until canceled, or raise. An interrupt for another turn is NOT_RUNNING, like
+# every provider's (the fence of providers/base.py).
 InterruptBehaviour = bool | Literal["hang"] | Exception
 
 
@@ -45,6 +58,10 @@ class FakeSession:
         self.sink = sink
         self._session_id = session_id
         self.calls: list[str] = []  # "start_turn", "interrupt", "close", in call order
+        self.interrupted: list[str] = []  # the turn id of each interrupt, in call order
+        # The turn the session runs: set by start_turn, cleared by a terminal event for it.
+        self.current_turn: str | None = None
+        self._interrupt_gate: asyncio.Event | None = None
         self.prompts: list[Prompt] = []
         self._turn_numbers = itertools.count(1)
         self.start_entered = asyncio.Event()  # set when start_turn is called
@@ -68,12 +85,20 @@ class FakeSession:
     def emit(self, *events: ProviderEvent) -> None:
         """Report events through the manager's sink, now."""
         for event in events:
+            if isinstance(event, TERMINAL) and event.turn_id in ("", self.current_turn):
+                self.current_turn = None
             self.sink(event)
 
     def hold_start(self) -> asyncio.Event:
         """Make the next `start_turn` calls wait until the returned event is set."""
         self._start_gate = asyncio.Event()
         return self._start_gate
+
+    def hold_interrupt(self) -> asyncio.Event:
+        """Make `interrupt` wait, once entered, until the returned event is set: the interrupt
+        is "in flight" while the test changes the world."""
+        self._interrupt_gate = asyncio.Event()
+        return self._interrupt_gate
 
     def hold_close(self) -> asyncio.Event:
         """Make `close` wait until the returned event is set."""
@@ -91,18 +116,24 @@ class FakeSession:
             await self._start_gate.wait()
         if self.start_error is not None:
             raise self.start_error
+        self.current_turn = turn_id
         return turn_id
 
-    async def interrupt(self) -> bool:
+    async def interrupt(self, turn_id: str) -> InterruptResult:
         self.calls.append("interrupt")
+        self.interrupted.append(turn_id)
         self.interrupt_entered.set()
+        if self._interrupt_gate is not None:
+            await self._interrupt_gate.wait()
+        if self.current_turn is None or (turn_id and turn_id != self.current_turn):
+            return InterruptResult.NOT_RUNNING
         self.emit(*self.on_interrupt)
         behaviour = self.interrupt_behaviour
         if behaviour == "hang":
             await asyncio.Event().wait()  # until the caller gives up and cancels us
         if isinstance(behaviour, Exception):
             raise behaviour
-        return bool(behaviour)
+        return InterruptResult.CONFIRMED if behaviour else InterruptResult.REFUSED
 
     async def close(self) -> None:
         self.calls.append("close")
@@ -174,15 +205,28 @@ class FakeProvider:
 
 
 class RecordingPublisher:
-    """Records every published domain event with the revision it was given (1, 2, ...)."""
+    """Records every published domain event with the revision it was given (1, 2, ...).
+    `prepare` runs the real encoder (rpc/convert.encode_event), so an event that cannot be
+    encoded fails where it would in the daemon: before the store step. `fail_prepare` makes
+    `prepare` raise for events the test picks."""
 
     def __init__(self) -> None:
         self.published: list[tuple[int, Event]] = []
+        self.fail_prepare: Callable[[Event], bool] = lambda event: False
+
+    def prepare(self, event: Event) -> _Recorded:
+        if self.fail_prepare(event):
+            raise ValueError("cannot encode this event (test)")
+        encode_event(0, event)
+        return _Recorded(event)
+
+    def commit(self, prepared: _Recorded) -> int:
+        revision = len(self.published) + 1
+        self.published.append((revision, prepared.event))
+        return revision
 
     def publish(self, event: Event) -> int:
-        revision = len(self.published) + 1
-        self.published.append((revision, event))
-        return revision
+        return self.commit(self.prepare(event))
 
     @property
     def events(self) -> list[Event]:

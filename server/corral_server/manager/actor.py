@@ -1,10 +1,24 @@
 """One agent's actor: the single writer of its state and timeline (seed 000, section 6.1).
 
 Every change to the agent goes through `_queue`, processed by one task in order: RPC commands
-(`call`), provider events (the session's sink posts them) and coalescer timers. So seqs are
-assigned in one order, and provider events that arrive while a command awaits the provider
-(for example before `start_turn` returns a turn id) wait behind it: staging for free
-(seed 000, section 5.2). Order of effects: persist first, then publish, then notify waiters.
+(`call`), provider events (the session's sink posts them), coalescer timers, and shutdown. So
+seqs are assigned in one order, and provider events that arrive while a command awaits the
+provider (for example before `start_turn` returns a turn id) wait behind it: staging for free
+(seed 000, section 5.2).
+
+A writer step, in order:
+  1. sanitize what the provider reported (the provider boundary: text that cannot be encoded
+     never gets further), and give rows without a turn id the running turn's id;
+  2. build the rows and events and encode them (`Publisher.prepare`): a failure here has
+     stored nothing;
+  3. store the rows;
+  4. publish the encoded events (`Publisher.commit`, which cannot fail);
+  5. wake whoever waits for the change.
+Any step that still fails ends the running turn as turn_failed, with an error row, and leaves
+the agent errored: never stuck in running, never a stored row that was not published.
+
+Provider calls run under deadlines on the clock (specs.Timeouts) and carry the turn they are
+meant for, so a late interrupt can never stop the next turn.
 
 Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
 """
@@ -23,6 +37,7 @@ from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     PARENT_AGENT_ID_LABEL,
     Agent,
+    AgentError,
     Attention,
     AttentionReason,
     Closed,
@@ -32,17 +47,15 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, UserMessage
+from corral_server.domain.timeline import ErrorItem, TimelineRow, UserMessage
+from corral_server.hub import Prepared
 from corral_server.manager.coalescer import WINDOW_MS, Coalescer
-from corral_server.manager.turns import (
-    ActiveTurn,
-    Disposition,
-    IfRunning,
-    StartedTurn,
-    TurnTerminal,
-    TurnUpdate,
-)
+from corral_server.manager.deadlines import deadline
+from corral_server.manager.sanitize import sanitize_item, sanitize_text
+from corral_server.manager.specs import Timeouts
+from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
 from corral_server.providers.base import (
+    InterruptResult,
     Provider,
     ProviderEvent,
     ProviderItem,
@@ -58,8 +71,20 @@ from corral_server.timeline.store import NewRow, TimelineStore
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The error code of a turn that corral itself could not record (a failed writer step).
+WRITER_FAILED = "WRITER_FAILED"
+# The code of the row that records a canceled turn in the timeline.
+TURN_CANCELED = "TURN_CANCELED"
+PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
+
 
 class Publisher(Protocol):
+    """The event hub as the writer sees it: encode first, publish after the store step."""
+
+    def prepare(self, event: ev.Event) -> Prepared: ...
+
+    def commit(self, prepared: Prepared) -> int: ...
+
     def publish(self, event: ev.Event) -> int: ...
 
 
@@ -70,6 +95,7 @@ class ActorDeps:
     publisher: Publisher
     clock: Clock
     is_shutting_down: Callable[[], bool]
+    timeouts: Timeouts
 
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
@@ -93,6 +119,7 @@ class AgentActor:
         self._active: ActiveTurn | None = None
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
         self._finished: set[str] = set()
+        # Set once the queue accepts nothing more (closed, or shut down).
         self._stopped = False
         self._changed = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"agent-actor:{agent.id}")
@@ -112,23 +139,36 @@ class AgentActor:
             self._queue.put_nowait((op, None))
 
     async def _run(self) -> None:
-        while (job := await self._queue.get()) is not None:
-            op, future = job
-            try:
-                result = await op()
-            except Exception as exc:
-                if future is None:
-                    log.exception("agent %s: background step failed", self.agent.id)
-                elif not future.done():
-                    future.set_exception(exc)
-            else:
-                if future is not None and not future.done():
-                    future.set_result(result)
-        # Stopped: whatever is still queued will never run; fail its callers, never hang them.
-        while not self._queue.empty():
-            job = self._queue.get_nowait()
-            if job is not None and job[1] is not None and not job[1].done():
-                job[1].set_exception(errors.AgentClosed(self.agent.id))
+        future: asyncio.Future[Any] | None = None
+        try:
+            while (job := await self._queue.get()) is not None:
+                op, future = job
+                try:
+                    result = await op()
+                except errors.CorralError as exc:
+                    # A refusal (busy, closed, shutting down, a provider deadline): the step
+                    # decided it before changing anything, or recorded the failure itself.
+                    if future is None:
+                        log.warning("agent %s: %s", self._snapshot.id, exc.message)
+                    elif not future.done():
+                        future.set_exception(exc)
+                except Exception as exc:
+                    await self._writer_failed(exc)
+                    if future is not None and not future.done():
+                        future.set_exception(exc)
+                else:
+                    if future is not None and not future.done():
+                        future.set_result(result)
+                future = None
+        finally:
+            # Stopped (or killed mid-step): whatever did not run never will; fail its
+            # callers, never hang them.
+            if future is not None and not future.done():
+                future.set_exception(errors.AgentClosed(self._snapshot.id))
+            while not self._queue.empty():
+                job = self._queue.get_nowait()
+                if job is not None and job[1] is not None and not job[1].done():
+                    job[1].set_exception(errors.AgentClosed(self._snapshot.id))
 
     @property
     def agent(self) -> Agent:
@@ -148,9 +188,14 @@ class AgentActor:
         behind this step, so none reaches a half-built agent."""
         deps = self._deps
         config = SessionConfig(agent_id=self.agent.id, cwd=self.agent.cwd, model=model, mode=mode)
-        session = await deps.provider.create_session(config, self._on_provider_event)
+        session = await deadline(
+            deps.clock,
+            deps.timeouts.create_session_s,
+            deps.provider.create_session(config, self._on_provider_event),
+            "create_session",
+        )
         if deps.is_shutting_down():
-            await session.close()  # leave no orphan session behind
+            await self._close_session(session)  # leave no orphan session behind
             raise errors.ShuttingDown()
         self._session = session
         info = deps.provider.info()
@@ -177,14 +222,25 @@ class AgentActor:
         events, self._inbox = self._inbox, []
         ready: list[NewRow] = []
         for event in events:
-            if isinstance(event, ProviderItem) and not self._stopped:
-                if self._accepts(event.turn_id):
-                    ready.extend(self._offer(event))
+            if isinstance(event, ProviderItem):
+                if not self._stopped and self._accepts(event.turn_id):
+                    ready.extend(self._offer(self._admit(event)))
                 continue
             await self._append(ready)
             ready = []
             await self._handle_provider_event(event)
         await self._append(ready)
+
+    def _admit(self, event: ProviderItem) -> ProviderItem:
+        """The provider boundary: text that cannot be encoded is mended here, and a row
+        without a turn id belongs to the running turn (seed 000, section 5.2)."""
+        item = sanitize_item(event.item)
+        turn_id = event.turn_id
+        if not turn_id and self._active is not None:
+            turn_id = self._active.turn_id
+        if item is event.item and turn_id == event.turn_id:
+            return event
+        return ProviderItem(turn_id, item, sanitize_text(event.provider_message_id))
 
     # --- state ---------------------------------------------------------------------------
 
@@ -192,10 +248,12 @@ class AgentActor:
         """Replace the snapshot, bump `updated_at` strictly, publish the upsert."""
         now = self._deps.clock.now_ms()
         updated = max(now, self._snapshot.updated_at_ms + 1)
-        self._snapshot = replace(
+        snapshot = replace(
             self._snapshot, updated_at_ms=updated, next_seq=self._next_seq, **changes
         )
-        self._deps.publisher.publish(ev.AgentUpserted(self._snapshot))
+        prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
+        self._snapshot = snapshot
+        self._deps.publisher.commit(prepared)
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
@@ -227,24 +285,41 @@ class AgentActor:
             raise errors.AgentClosed(self.agent.id)
 
     async def _append(self, rows: Sequence[NewRow]) -> None:
+        """Store `rows` and publish one RowAppended each: encoded first, stored second,
+        published last, so a row is stored only if it will be published."""
         if not rows:
             return
         agent_id, epoch = self._snapshot.id, self._snapshot.epoch
+        prepare = self._deps.publisher.prepare
+        first = self._next_seq  # the single writer knows the seqs the store will assign
+        prepared = [
+            prepare(
+                ev.RowAppended(
+                    agent_id,
+                    epoch,
+                    TimelineRow(
+                        first + i, row.timestamp_ms, row.item, row.turn_id, row.provider_message_id
+                    ),
+                )
+            )
+            for i, row in enumerate(rows)
+        ]
         stored = await self._deps.timeline.append(agent_id, rows)
-        self._next_seq = stored[-1].seq + 1  # no upsert: rows announce themselves
-        publish = self._deps.publisher.publish
-        active = self._active
-        for row in stored:
-            publish(ev.RowAppended(agent_id, epoch, row))
-            if active is not None and row.turn_id == active.turn_id:
-                active.notify(row)
+        if stored[0].seq != first or len(stored) != len(rows):
+            raise RuntimeError(f"the store numbered rows from {stored[0].seq}, expected {first}")
+        self._next_seq = first + len(stored)  # no upsert: rows announce themselves
+        commit = self._deps.publisher.commit
+        for item in prepared:
+            commit(item)
 
     # --- turns ---------------------------------------------------------------------------
 
     async def start_turn(
-        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, follow: bool
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning
     ) -> StartedTurn:
         self._ensure_open()
+        if self._deps.is_shutting_down():
+            raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
         if self._active is not None:
             match if_running:
                 case IfRunning.REJECT:
@@ -258,27 +333,32 @@ class AgentActor:
                     assert_never(if_running)
         if isinstance(self.agent.lifecycle, Initializing) or self._session is None:
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
-        self._deps.provider.validate_prompt(prompt)
-        turn_id = await self._session.start_turn(prompt)
-        loop = asyncio.get_running_loop()
-        active = ActiveTurn(turn_id, foreground=True, settled=loop.create_future())
-        updates: asyncio.Queue[TurnUpdate | errors.CorralError] | None = None
-        if follow:
-            updates = asyncio.Queue()
-            active.listeners.append(updates)
-        self._begin(active)
+        deps = self._deps
+        deps.provider.validate_prompt(prompt)
+        try:
+            turn_id = await deadline(
+                deps.clock,
+                deps.timeouts.start_turn_s,
+                self._session.start_turn(prompt),
+                "start_turn",
+            )
+        except errors.ProviderTimeout as exc:
+            # A hung provider: the agent says so instead of looking idle (or busy) for ever.
+            error = AgentError(exc.message, PROVIDER_TIMEOUT)
+            self._set(lifecycle=Errored(error), last_error=error)
+            raise
+        settled = asyncio.get_running_loop().create_future()
+        self._begin(ActiveTurn(turn_id, foreground=True, settled=settled))
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
-        now = self._deps.clock.now_ms()
-        await self._append([NewRow(message, now, turn_id)])
-        return StartedTurn(Disposition.STARTED, turn_id, updates)
+        await self._append([NewRow(message, deps.clock.now_ms(), turn_id)])
+        return StartedTurn(Disposition.STARTED, turn_id)
 
     def _begin(self, active: ActiveTurn) -> None:
         """The manager's own, authoritative turn_started (seed 000, section 11.1)."""
+        started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._active = active
         self._set(lifecycle=Running(active.turn_id))
-        started = ev.TurnStarted(self.agent.id, active.turn_id)
-        self._deps.publisher.publish(started)
-        active.notify(started)
+        self._deps.publisher.commit(started)
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
         if self._stopped or isinstance(self.agent.lifecycle, Closed):
@@ -292,12 +372,14 @@ class AgentActor:
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
                 if self._accepts(event.turn_id):
-                    await self._append(self._offer(event))
+                    await self._append(self._offer(self._admit(event)))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
+                error = AgentError(sanitize_text(error.message), sanitize_text(error.code))
                 await self._terminal(turn_id, ev.TurnFailed(self.agent.id, turn_id, error))
             case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
+                reason = sanitize_text(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
             case _:
                 assert_never(event)
@@ -329,17 +411,20 @@ class AgentActor:
         if row is not None:
             await self._append([row])
 
-    async def _terminal(self, turn_id: str, terminal: TurnTerminal) -> None:
+    async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
         active = self._active
         if active is None or (turn_id and active.turn_id and turn_id != active.turn_id):
             return  # a late or duplicate terminal event: that turn is already settled
         await self._finish(active, replace(terminal, turn_id=active.turn_id or turn_id))
 
-    async def _finish(self, active: ActiveTurn, terminal: TurnTerminal) -> None:
-        await self._flush()
+    async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None:
+        """End `active` with `terminal`: its pending row, a row saying how it ended (failed or
+        canceled), the terminal event, the new lifecycle, attention. Always ends the turn,
+        even when storing a row fails."""
         clock = self._deps.clock
         changes: dict[str, Any]
         reason: AttentionReason | None = None
+        last_row: ErrorItem | None = None
         match terminal:
             case ev.TurnCompleted(usage=usage):
                 changes = {"lifecycle": Idle()}
@@ -347,39 +432,85 @@ class AgentActor:
                     changes["last_usage"] = usage
                 reason = AttentionReason.FINISHED
             case ev.TurnFailed(error=error):
-                await self._append(
-                    [NewRow(ErrorItem(error.message, error.code), clock.now_ms(), active.turn_id)]
-                )
+                last_row = ErrorItem(error.message, error.code)
                 changes = {"lifecycle": Errored(error), "last_error": error}
                 reason = AttentionReason.ERROR
-            case ev.TurnCanceled():
+            case ev.TurnCanceled(reason=why):
+                # The timeline keeps a trace of the cancel and why, like a failure's error row.
+                last_row = ErrorItem(
+                    f"turn canceled: {why}" if why else "turn canceled", TURN_CANCELED
+                )
                 changes = {"lifecycle": Idle()}
             case _:
                 assert_never(terminal)
+        try:
+            await self._flush()
+            if last_row is not None:
+                await self._append([NewRow(last_row, clock.now_ms(), active.turn_id)])
+        except Exception:
+            log.exception(
+                "agent %s: the end of turn %s could not be stored", self.agent.id, active.turn_id
+            )
+            self._coalescer = Coalescer()  # drop the fragment that would not store
+            if not isinstance(terminal, ev.TurnFailed):
+                error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
+                terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
+                changes = {"lifecycle": Errored(error), "last_error": error}
+                reason = AttentionReason.ERROR
         self._active = None
         if active.turn_id:  # an id-less autonomous turn must not block the next one
             self._finished.add(active.turn_id)
-        publish = self._deps.publisher.publish
-        publish(terminal)
+        publisher = self._deps.publisher
+        publisher.commit(publisher.prepare(terminal))
         # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).
         raise_attention = reason is not None and not self.agent.attention.required
         if raise_attention and reason is not None:
             changes["attention"] = Attention(True, reason, clock.now_ms())
         self._set(**changes)
         if raise_attention and reason is not None:
-            publish(ev.AttentionRequired(self.agent.id, reason))
-        if isinstance(terminal, ev.TurnCompleted) and terminal.usage is not None:
-            active.notify(terminal.usage)
-        active.notify(terminal)
+            publisher.publish(ev.AttentionRequired(self.agent.id, reason))
         if not active.settled.done():
             active.settled.set_result(terminal)
 
+    async def _writer_failed(self, exc: Exception) -> None:
+        """A writer step failed unexpectedly: end the running turn as failed (with an error
+        row, when one can be stored) and leave the agent errored, never stuck in running."""
+        log.error("agent %s: a writer step failed", self._snapshot.id, exc_info=exc)
+        error = AgentError(
+            sanitize_text(
+                f"corral could not record the agent's output: {type(exc).__name__}: {exc}"
+            )[:500],
+            WRITER_FAILED,
+        )
+        try:
+            active = self._active
+            if active is not None:
+                await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
+            elif not isinstance(self._snapshot.lifecycle, Closed):
+                self._set(lifecycle=Errored(error), last_error=error)
+        except Exception:
+            log.exception("agent %s: could not record a writer failure", self._snapshot.id)
+
     # --- cancel and close ----------------------------------------------------------------
 
-    async def interrupt(self) -> bool:
-        """Ask the provider to stop the running turn; True only if it confirmed."""
-        session = self._session
-        return await session.interrupt() if session is not None else False
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
+        to answer must not stall the writer), under the interrupt deadline, and fenced twice:
+        here, and by the provider, which ignores an interrupt for a turn it is not running.
+        A deadline or an error counts as "not confirmed" (REFUSED)."""
+        active, session = self._active, self._session
+        if active is None or active.turn_id != turn_id or session is None:
+            return InterruptResult.NOT_RUNNING
+        try:
+            return await deadline(
+                self._deps.clock,
+                self._deps.timeouts.interrupt_s,
+                session.interrupt(turn_id),
+                "interrupt",
+            )
+        except Exception:
+            log.warning("agent %s: interrupt of %s failed", self.agent.id, turn_id, exc_info=True)
+            return InterruptResult.REFUSED
 
     async def force_cancel(self, turn_id: str, reason: str) -> None:
         """The provider confirmed the interrupt but never ended the turn: end it ourselves
@@ -389,8 +520,8 @@ class AgentActor:
             await self._finish(active, ev.TurnCanceled(self.agent.id, turn_id, reason))
 
     async def close(self) -> Agent:
-        """Close the runtime and keep the record. A failing session close still broadcasts
-        the closed snapshot, then raises (seed 000, section 4.3)."""
+        """Close the runtime and keep the record. A session close that fails or misses its
+        deadline still broadcasts the closed snapshot, then raises (seed 000, section 4.3)."""
         if isinstance(self.agent.lifecycle, Closed):
             return self.agent
         failure: Exception | None = None
@@ -402,16 +533,22 @@ class AgentActor:
         await self._flush()
         if self._session is not None:
             try:
-                await self._session.close()
+                await self._close_session(self._session)
             except Exception as exc:
                 failure = exc
         self._set(lifecycle=Closed(self._deps.clock.now_ms()))
         self._stop()
+        if isinstance(failure, errors.CorralError):
+            raise failure
         if failure is not None:
             raise errors.CorralError(
                 f"the provider session failed to close: {failure}"
             ) from failure
         return self.agent
+
+    async def _close_session(self, session: ProviderSession) -> None:
+        deps = self._deps
+        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
 
     def _stop(self) -> None:
         self._stopped = True
@@ -420,14 +557,32 @@ class AgentActor:
         self._queue.put_nowait(None)
 
     async def shutdown(self) -> None:
-        """Daemon shutdown: close the session quietly, keep the state as it is; a StreamTurn
-        following the running turn ends with SHUTTING_DOWN rather than hanging."""
-        if self._active is not None:
-            self._active.abort(errors.ShuttingDown())
-        if self._session is not None:
-            try:
-                await self._session.close()
-            except Exception:
-                log.exception("agent %s: session close failed during shutdown", self.agent.id)
-        self._stop()
-        await self._task
+        """Daemon shutdown, through the queue like every other change: what was queued
+        before runs first (a queued prompt is refused: the manager refuses new work before
+        it shuts actors down), then the session closes under its deadline and the actor
+        stops. The state stays as it is."""
+        if not self._stopped:
+            self._queue.put_nowait((self._shutdown_step, None))
+        await self.stopped()
+
+    async def _shutdown_step(self) -> None:
+        if self._stopped:
+            return
+        try:
+            if self._session is not None:
+                await self._close_session(self._session)
+        except Exception:
+            log.warning(
+                "agent %s: session close failed during shutdown", self.agent.id, exc_info=True
+            )
+        finally:
+            self._stop()
+
+    def kill(self) -> None:
+        """Stop at once, whatever is running (shutdown's deadline passed)."""
+        self._stopped = True
+        self._task.cancel()
+
+    async def stopped(self) -> None:
+        """Until the actor's task has ended."""
+        await asyncio.wait([self._task])

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -26,24 +26,13 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt
-from corral_server.domain.events import (
-    AgentRemoved,
-    AgentUpserted,
-    TurnCanceled,
-    TurnCompleted,
-    TurnFailed,
-)
+from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
+from corral_server.manager.deadlines import within
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
-from corral_server.manager.turns import (
-    CancelOutcome,
-    IfRunning,
-    StartedTurn,
-    TurnUpdate,
-    WaitStatus,
-)
+from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.validate import (
     Limits,
     check_cwd,
@@ -52,8 +41,7 @@ from corral_server.manager.validate import (
     check_prompt,
     check_title,
 )
-from corral_server.manager.waiting import confirmed_interrupt, within
-from corral_server.providers.base import Provider, ProviderInfo
+from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
@@ -94,7 +82,10 @@ class AgentManager:
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
+        # Set by refuse_new_work (the drain): new turns and creates answer SHUTTING_DOWN,
+        # and every WaitForIdle ends with it.
         self._shutting_down = False
+        self._draining = asyncio.Event()
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -253,7 +244,12 @@ class AgentManager:
             labels=dict(spec.labels),
         )
         deps = ActorDeps(
-            provider, self._timeline, self._publisher, self._clock, lambda: self._shutting_down
+            provider,
+            self._timeline,
+            self._publisher,
+            self._clock,
+            lambda: self._shutting_down,
+            self._timeouts,
         )
         actor = AgentActor(agent, deps)
         self._actors[agent_id] = actor
@@ -263,7 +259,7 @@ class AgentManager:
             turn_id = ""
             if spec.initial_prompt:
                 started = await actor.call(
-                    lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT, False)
+                    lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT)
                 )
                 turn_id = started.turn_id
                 registered = actor.agent
@@ -309,23 +305,8 @@ class AgentManager:
     async def send_prompt(
         self, agent_id: str, prompt: Prompt, client_message_id: str, if_running: IfRunning
     ) -> StartedTurn:
-        return await self._start(agent_id, prompt, client_message_id, if_running, follow=False)
-
-    async def stream_turn(
-        self, agent_id: str, prompt: Prompt, client_message_id: str, if_running: IfRunning
-    ) -> AsyncIterator[TurnUpdate]:
-        started = await self._start(agent_id, prompt, client_message_id, if_running, follow=True)
-        assert started.updates is not None
-        return _follow(started.updates)
-
-    async def _start(
-        self,
-        agent_id: str,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        follow: bool,
-    ) -> StartedTurn:
+        """Start a turn. Its events reach readers through the publisher (the hub): StreamTurn
+        follows them there like any other subscriber."""
         self._check_open()
         actor = self._actor(agent_id)
         check_prompt(prompt, self.limits)
@@ -333,22 +314,35 @@ class AgentManager:
             raise errors.InvalidArgument.field(
                 "client_message_id", f"at most {self.limits.max_id_chars} chars"
             )
-        return await actor.call(
-            lambda: actor.start_turn(prompt, client_message_id, if_running, follow)
-        )
+        return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running))
 
     async def cancel(self, agent_id: str) -> tuple[CancelOutcome, Agent]:
-        """Seed 000, section 5.4: never invent a cancel the provider did not confirm."""
+        """Seed 000, section 5.4: never invent a cancel the provider did not confirm.
+
+        1. Read the running turn on the agent's queue; none: NOT_RUNNING.
+        2. Ask the provider to stop exactly that turn (fenced by its id, under the interrupt
+           deadline). NOT_RUNNING: it ended by itself meanwhile, and a later turn is never
+           touched.
+        3. Wait for the turn to settle: it did -> SETTLED; it did not and the provider had
+           confirmed -> end it ourselves, SETTLED; it did not and the provider had not
+           confirmed -> REFUSED (the turn goes on).
+        """
         actor = self._actor(agent_id)
         active = await actor.call(lambda: _async(actor.active_turn))
         if active is None:
             return CancelOutcome.NOT_RUNNING, actor.agent
-        clock, limits = self._clock, self._timeouts
-        confirmed = await within(clock, limits.interrupt_s, confirmed_interrupt(actor))
-        settled = await within(clock, limits.settle_s, asyncio.shield(active.settled))
+        result = await actor.interrupt(active.turn_id)
+        settled = await within(self._clock, self._timeouts.settle_s, asyncio.shield(active.settled))
+        match result:
+            case InterruptResult.NOT_RUNNING:
+                return CancelOutcome.NOT_RUNNING, actor.agent
+            case InterruptResult.CONFIRMED | InterruptResult.REFUSED:
+                pass
+            case _:
+                assert_never(result)
         if settled is not None:
             return CancelOutcome.SETTLED, actor.agent
-        if not confirmed:
+        if result is not InterruptResult.CONFIRMED:
             return CancelOutcome.REFUSED, actor.agent
         turn_id = active.turn_id
         await actor.call(
@@ -380,19 +374,29 @@ class AgentManager:
                     pass
                 case _:
                     assert_never(agent.lifecycle)
-            changed = actor.changed.wait()
-            if deadline_ms is None:
+            if self._shutting_down:
+                raise errors.ShuttingDown()
+            remaining_s = None
+            if deadline_ms is not None:
+                remaining_s = (deadline_ms - self._clock.now_ms()) / 1000
+                if remaining_s <= 0:
+                    return WaitStatus.TIMEOUT, actor.agent
+            changed = _first_of(actor.changed.wait(), self._draining.wait())
+            if remaining_s is None:
                 await changed
                 continue
-            remaining_s = (deadline_ms - self._clock.now_ms()) / 1000
-            if remaining_s <= 0 or await within(self._clock, remaining_s, changed) is None:
+            if not await within(self._clock, remaining_s, _true_after(changed)):
                 return WaitStatus.TIMEOUT, actor.agent
 
     async def clear_attention(self, agent_ids: Sequence[str]) -> list[Agent]:
         """Clear the "unread" mark of each agent (all ids are checked before any changes)."""
         if not agent_ids:
             raise errors.InvalidArgument.field("agent_ids", "name at least one agent")
+        # Check every id before changing anything: a request that fails changes nothing.
         actors = [self._actor(agent_id) for agent_id in agent_ids]
+        for actor in actors:
+            if actor.agent.is_closed:
+                raise errors.AgentClosed(actor.agent.id)
         return [await _clear_attention(actor) for actor in actors]
 
     async def detach(self, agent_id: str) -> Agent:
@@ -419,10 +423,23 @@ class AgentManager:
         finally:
             self._closes.pop(actor.agent.id, None)
 
-    async def shutdown(self) -> None:
-        """Refuse new work, then stop every actor (sessions closed, records kept)."""
+    def refuse_new_work(self) -> None:
+        """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,
+        and every WaitForIdle ends with it at once."""
         self._shutting_down = True
-        await asyncio.gather(*(a.shutdown() for a in self._actors.values()), return_exceptions=True)
+        self._draining.set()
+
+    async def shutdown(self) -> None:
+        """Refuse new work, then stop every actor through its queue (sessions closed under
+        their deadlines, records kept). Bounded: actors still busy after
+        `Timeouts.shutdown_s` are stopped regardless."""
+        self.refuse_new_work()
+        actors = list(self._actors.values())
+        stopping = asyncio.gather(*(a.shutdown() for a in actors), return_exceptions=True)
+        if await within(self._clock, self._timeouts.shutdown_s, stopping) is None:
+            for actor in actors:
+                actor.kill()
+            await asyncio.gather(*(a.stopped() for a in actors))
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -482,13 +499,16 @@ async def _async(value: T) -> T:
     return value
 
 
-async def _follow(
-    updates: asyncio.Queue[TurnUpdate | errors.CorralError],
-) -> AsyncIterator[TurnUpdate]:
-    while True:
-        update = await updates.get()
-        if isinstance(update, errors.CorralError):
-            raise update
-        yield update
-        if isinstance(update, TurnCompleted | TurnFailed | TurnCanceled):
-            return
+async def _true_after(wait: Awaitable[object]) -> bool:
+    await wait
+    return True
+
+
+async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:
+    """Until the first of `waits` finishes (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,4 +1,4 @@
-"""What callers hand the manager: create and update requests, cancel timeouts."""
+"""What callers hand the manager: create and update requests, provider deadlines."""
 
 from __future__ import annotations
 
@@ -32,10 +32,17 @@ class CreateSpec:
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Cancel waits (seed 000, section 5.4). Measured on the manager's clock."""
+    """Deadlines of provider calls and the cancel waits (seed 000, section 5.4), measured on
+    the manager's clock. A provider that misses one never holds its agent's queue longer."""
 
+    create_session_s: float = 60.0  # a real agent process starts and handshakes
+    start_turn_s: float = 30.0  # until the provider names the turn (not until it ends)
     interrupt_s: float = 5.0
-    settle_s: float = 10.0
+    settle_s: float = 10.0  # after an interrupt, for the turn to end
+    close_s: float = 10.0
+    # Daemon shutdown: every agent's queue drains and its session closes within this, or
+    # its actor is stopped regardless.
+    shutdown_s: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ agent's serial queue). Events may arrive before `start_turn` returns; the manage
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias
@@ -96,6 +97,14 @@ ProviderEvent: TypeAlias = (
 EventSink: TypeAlias = Callable[[ProviderEvent], None]
 
 
+class InterruptResult(enum.Enum):
+    """A provider's answer to "stop turn T" (seed 000, section 5.4)."""
+
+    CONFIRMED = "confirmed"  # T is stopping; its ProviderTurnCanceled follows (or came already)
+    REFUSED = "refused"  # T goes on
+    NOT_RUNNING = "not_running"  # T is not the running turn (it ended, or never ran): a no-op
+
+
 class ProviderSession(Protocol):
     @property
     def session_id(self) -> str: ...
@@ -105,9 +114,11 @@ class ProviderSession(Protocol):
         with exactly one terminal event (completed, failed or canceled)."""
         ...
 
-    async def interrupt(self) -> bool:
-        """Ask the running turn to stop. True when the provider confirmed the interrupt (a
-        `ProviderTurnCanceled` follows); False when it refused or could not confirm."""
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        """Ask turn `turn_id` to stop. Fenced by the id: when another turn (or none) is
+        running, nothing is interrupted and the answer is NOT_RUNNING, so an interrupt that
+        arrives late can never stop the next turn. An empty `turn_id` names the running turn
+        whatever its id (an autonomous turn whose id the provider never gave)."""
         ...
 
     async def close(self) -> None:

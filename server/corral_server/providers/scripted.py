@@ -4,7 +4,7 @@
 This module owns running a parsed `Script` (see `script.py`) as a turn: one asyncio task per
 turn that reports through the session's sink, sleeps only on the injected clock, and ends with
 exactly one terminal event. It must never raise out of the task, never report after `close()`,
-and never invent a cancel it did not perform (an interrupt it refuses returns False).
+and never invent a cancel it did not perform (an interrupt it refuses answers REFUSED).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall,
 from corral_server.errors import AgentBusy, AgentClosed, Unimplemented
 from corral_server.providers.base import (
     EventSink,
+    InterruptResult,
     ProviderEvent,
     ProviderInfo,
     ProviderItem,
@@ -159,12 +160,12 @@ class ScriptedSession:
         self._run = run
         return run.turn_id
 
-    async def interrupt(self) -> bool:
+    async def interrupt(self, turn_id: str) -> InterruptResult:
         run = self._run
-        if run is None:
-            return True
+        if run is None or (turn_id and run.turn_id != turn_id):
+            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
         if run.refusing:
-            return False
+            return InterruptResult.REFUSED
         self._run = None
         run.task.cancel()
         # Safe to report before the task has unwound: it reports only between awaits, and the
@@ -172,7 +173,7 @@ class ScriptedSession:
         self._emit(ProviderTurnCanceled(run.turn_id, reason=INTERRUPTED))
         # Waiting makes "interrupt returned" mean "the script stopped" (its timers are gone).
         await asyncio.wait([run.task])
-        return True
+        return InterruptResult.CONFIRMED
 
     async def close(self) -> None:
         self._closed = True

@@ -33,6 +33,7 @@ _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+    (errors.ProviderTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
 )
 

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, assert_never
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server import errors
-from corral_server.domain import events as ev
-from corral_server.domain.agent import Usage
-from corral_server.domain.timeline import TimelineRow
+from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.turns import (
     CancelOutcome,
     Disposition,
     IfRunning,
-    TurnUpdate,
+    StartedTurn,
     WaitStatus,
 )
 from corral_server.rpc import convert
+from corral_server.rpc.bounds import check_content
 from corral_server.rpc.errors import streaming, unary
 
 Ctx = Any
@@ -57,39 +57,49 @@ def _if_running(value: int) -> IfRunning:
         raise errors.InvalidArgument.field("if_running", f"unknown value {value}") from None
 
 
-def update_to_pb(update: TurnUpdate) -> turn_pb.StreamTurnResponse:
+def turn_responses(batch: bytes, turn_id: str) -> Iterator[turn_pb.StreamTurnResponse]:
+    """The StreamTurn responses for turn `turn_id` in one Subscribe batch (a serialized
+    SubscribeResponse of one agent's events), in order; the terminal is the last one.
+    Raises ShuttingDown when the hub ended the stream, SubscriberLagged when it reset it."""
     R = turn_pb.StreamTurnResponse
-    match update:
-        case ev.TurnStarted():
-            return R(turn_started=convert.turn_started_pb(update))
-        case TimelineRow():
-            return R(row=convert.row_to_pb(update))
-        case Usage():
-            return R(usage=convert.usage_to_pb(update))
-        case ev.TurnCompleted():
-            return R(turn_completed=convert.turn_completed_pb(update))
-        case ev.TurnFailed():
-            return R(turn_failed=convert.turn_failed_pb(update))
-        case ev.TurnCanceled():
-            return R(turn_canceled=convert.turn_canceled_pb(update))
-        case _:
-            assert_never(update)
+    for event in event_pb.SubscribeResponse.FromString(batch).events:
+        match event.WhichOneof("payload"):
+            case "turn_started" if event.turn_started.turn_id == turn_id:
+                yield R(turn_started=event.turn_started)
+            case "timeline_row_appended" if event.timeline_row_appended.row.turn_id == turn_id:
+                yield R(row=event.timeline_row_appended.row)
+            case "turn_completed" if event.turn_completed.turn_id == turn_id:
+                if event.turn_completed.HasField("usage"):
+                    yield R(usage=event.turn_completed.usage)
+                yield R(turn_completed=event.turn_completed)
+            case "turn_failed" if event.turn_failed.turn_id == turn_id:
+                yield R(turn_failed=event.turn_failed)
+            case "turn_canceled" if event.turn_canceled.turn_id == turn_id:
+                yield R(turn_canceled=event.turn_canceled)
+            case "stream_ending":
+                raise errors.ShuttingDown()
+            case "subscription_reset":
+                raise errors.SubscriberLagged(
+                    "this StreamTurn fell too far behind its turn; read the rest with "
+                    "FetchTimeline (the turn goes on)"
+                )
+            case _:
+                pass  # other turns, other events of the agent, `synced`
+
+
+_TERMINALS = ("turn_completed", "turn_failed", "turn_canceled")
 
 
 class TurnService(turn_grpc.TurnServiceServicer):
-    def __init__(self, manager: AgentManager) -> None:
+    def __init__(self, manager: AgentManager, hub: EventHub) -> None:
         self._manager = manager
+        self._hub = hub
 
     @unary
     async def SendPrompt(
         self, request: turn_pb.SendPromptRequest, context: Ctx
     ) -> turn_pb.SendPromptResponse:
-        started = await self._manager.send_prompt(
-            request.agent_id,
-            convert.prompt_from_pb(list(request.content)),
-            request.client_message_id,
-            _if_running(request.if_running),
-        )
+        started = await self._start(request)
         return turn_pb.SendPromptResponse(
             disposition=_DISPOSITION[started.disposition], turn_id=started.turn_id
         )
@@ -98,14 +108,32 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def StreamTurn(
         self, request: turn_pb.StreamTurnRequest, context: Ctx
     ) -> AsyncIterator[turn_pb.StreamTurnResponse]:
-        updates = await self._manager.stream_turn(
+        """The turn's events come from the hub, like every Subscribe: one fan-out path, one
+        bound per subscriber. The subscription starts at the current head, before the turn,
+        so the turn's first event is already in it."""
+        self._manager.get(request.agent_id)  # a known agent, before any subscription
+        hub = self._hub
+        subscription = hub.subscribe(
+            frozenset((request.agent_id,)), hub.head_revision, self._manager.snapshot
+        )
+        async with subscription:
+            started = await self._start(request)
+            async for batch in subscription:
+                for response in turn_responses(batch, started.turn_id):
+                    yield response
+                    if response.WhichOneof("event") in _TERMINALS:
+                        return
+
+    async def _start(
+        self, request: turn_pb.SendPromptRequest | turn_pb.StreamTurnRequest
+    ) -> StartedTurn:
+        check_content(request.content, self._manager.limits)
+        return await self._manager.send_prompt(
             request.agent_id,
             convert.prompt_from_pb(list(request.content)),
             request.client_message_id,
             _if_running(request.if_running),
         )
-        async for update in updates:
-            yield update_to_pb(update)
 
     @unary
     async def CancelTurn(

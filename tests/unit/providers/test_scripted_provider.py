@@ -13,6 +13,7 @@ from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
 from corral_server.errors import AgentBusy, AgentClosed, InvalidArgument, Unimplemented
 from corral_server.providers.base import (
+    InterruptResult,
     Provider,
     ProviderEvent,
     ProviderItem,
@@ -330,13 +331,13 @@ async def test_an_exception_inside_the_turn_becomes_a_provider_error(
 # --- interrupt and close -----------------------------------------------------------------
 
 
-async def test_interrupt_with_no_turn_is_confirmed_and_reports_nothing(
+async def test_interrupt_with_no_turn_is_not_running_and_reports_nothing(
     session: ScriptedSession, recorder: Recorder
 ) -> None:
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.NOT_RUNNING
     await run_turn(session, recorder, "done")
     count = len(recorder.events)
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.NOT_RUNNING
     assert len(recorder.events) == count
 
 
@@ -345,7 +346,7 @@ async def test_confirmed_interrupt_cancels_once_and_stops_the_script(
 ) -> None:
     turn_id = await session.start_turn(text("/think first\n/sleep 1000\n/reply late"))
     await until(lambda: clock.pending_timers == 1)
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.CONFIRMED
     assert clock.pending_timers == 0
     await clock.advance(1000)
     assert [type(e) for e in recorder.events] == [
@@ -360,7 +361,7 @@ async def test_interrupt_before_the_script_runs_still_follows_the_start(
     session: ScriptedSession, recorder: Recorder
 ) -> None:
     turn_id = await session.start_turn(text("/reply never"))
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.CONFIRMED
     assert recorder.events == [
         ProviderTurnStarted(turn_id),
         ProviderTurnCanceled(turn_id, reason="interrupted"),
@@ -372,8 +373,8 @@ async def test_concurrent_interrupts_report_a_single_cancel(
 ) -> None:
     await session.start_turn(text("/sleep 1000"))
     await until(lambda: clock.pending_timers == 1)
-    first, second = await asyncio.gather(session.interrupt(), session.interrupt())
-    assert first is True and second is True
+    first, second = await asyncio.gather(session.interrupt(""), session.interrupt(""))
+    assert {first, second} == {InterruptResult.CONFIRMED, InterruptResult.NOT_RUNNING}
     assert sum(isinstance(e, ProviderTurnCanceled) for e in recorder.events) == 1
 
 
@@ -382,7 +383,7 @@ async def test_refused_interrupt_returns_false_and_the_turn_completes(
 ) -> None:
     await session.start_turn(text("/refuse-interrupt\n/sleep 1000\n/reply finished"))
     await until(lambda: clock.pending_timers == 1)
-    assert await session.interrupt() is False
+    assert await session.interrupt("") is InterruptResult.REFUSED
     await clock.advance(1000)
     assert isinstance(await recorder.terminal(), ProviderTurnCompleted)
     assert not any(isinstance(e, ProviderTurnCanceled) for e in recorder.events)
@@ -394,7 +395,7 @@ async def test_interrupts_before_refuse_interrupt_is_reached_are_confirmed(
 ) -> None:
     await session.start_turn(text("/sleep 10\n/refuse-interrupt\n/reply x"))
     await until(lambda: clock.pending_timers == 1)
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.CONFIRMED
     assert isinstance(recorder.events[-1], ProviderTurnCanceled)
 
 
@@ -404,7 +405,21 @@ async def test_refusal_lasts_only_for_its_own_turn(
     await run_turn(session, recorder, "/refuse-interrupt\n/reply first")
     await session.start_turn(text("/sleep 10"))
     await until(lambda: clock.pending_timers == 1)
-    assert await session.interrupt() is True
+    assert await session.interrupt("") is InterruptResult.CONFIRMED
+
+
+async def test_an_interrupt_for_an_earlier_turn_never_stops_the_running_one(
+    session: ScriptedSession, recorder: Recorder, clock: FakeClock
+) -> None:
+    first = await run_turn(session, recorder, "/reply first")
+    await session.start_turn(text("/sleep 10\n/reply second"))
+    await until(lambda: clock.pending_timers == 1)
+    assert await session.interrupt(first) is InterruptResult.NOT_RUNNING
+    await clock.advance(10)
+    await recorder.wait_for(lambda events: sum(isinstance(e, TERMINAL) for e in events) == 2)
+    assert isinstance(recorder.events[-1], ProviderTurnCompleted)
+    assert not any(isinstance(e, ProviderTurnCanceled) for e in recorder.events)
+    assert list(reply_texts(recorder).values()) == ["first", "second"]
 
 
 async def test_close_stops_the_turn_without_reporting_anything_more(
@@ -418,7 +433,7 @@ async def test_close_stops_the_turn_without_reporting_anything_more(
     assert clock.pending_timers == 0
     await clock.advance(1000)
     assert recorder.events == [ProviderTurnStarted(turn_id)]
-    assert await session.interrupt() is True
+    assert await session.interrupt(turn_id) is InterruptResult.NOT_RUNNING
     assert recorder.events == [ProviderTurnStarted(turn_id)]
 
 

@@ -1,0 +1,61 @@
+"""Waiting on the manager's clock: a result within a time limit, and provider calls under
+deadlines. Tests drive both with a FakeClock, so a 30 s deadline costs microseconds.
+
+Must not: leave a task running once its caller has stopped waiting (the caller cancelled, or
+the time ran out), or leave a task whose failure nobody retrieves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from corral_server import errors
+from corral_server.clock import Clock
+
+T = TypeVar("T")
+
+
+async def _race(
+    clock: Clock, seconds: float, awaitable: Awaitable[T]
+) -> asyncio.Future[T] | None:
+    """Run `awaitable` until it finishes or `seconds` pass on `clock`: its done future, or
+    None when the time ran out (it is then cancelled). Cancelling the caller cancels it too."""
+    task = asyncio.ensure_future(awaitable)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+    finally:
+        timer.cancel()
+    if not task.done():
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        return None
+    return task
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Nobody awaits an abandoned task: take its outcome so it is never reported unretrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T | None:
+    """The result of `awaitable`, or None when `seconds` pass first on `clock` (then the
+    awaitable is cancelled; wrap it in `asyncio.shield` to keep it running)."""
+    task = await _race(clock, seconds, awaitable)
+    return None if task is None else task.result()
+
+
+async def deadline(clock: Clock, seconds: float, awaitable: Awaitable[T], call: str) -> T:
+    """The result of provider call `call`, or ProviderTimeout when `seconds` pass first (the
+    call is then cancelled)."""
+    task = await _race(clock, seconds, awaitable)
+    if task is None:
+        raise errors.ProviderTimeout(call, seconds)
+    return task.result()
