@@ -61,11 +61,13 @@ def is_terminal(turn_id: str) -> Any:
 
 
 async def run_turn(stubs: Stubs, agent_id: str, *lines: str) -> str:
-    call = stubs.turns.StreamTurn(
-        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
+    """Run a turn to its end. Not through StreamTurn: on this daemon's tiny ring a StreamTurn
+    of 300 rows would fall behind retained history like any other subscriber."""
+    started = await stubs.turns.SendPrompt(
+        turn_pb.SendPromptRequest(agent_id=agent_id, content=text(*lines))
     )
-    events = [e async for e in call]
-    return events[0].turn_started.turn_id
+    await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+    return started.turn_id
 
 
 async def test_fresh_subscription_gets_snapshot_then_synced_then_live_events(

@@ -413,14 +413,25 @@ class AgentActor:
 
     async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
         active = self._active
-        if active is None or (turn_id and active.turn_id and turn_id != active.turn_id):
+        if active is None or turn_id in self._finished:
             return  # a late or duplicate terminal event: that turn is already settled
-        await self._finish(active, replace(terminal, turn_id=active.turn_id or turn_id))
+        if turn_id and active.turn_id and turn_id != active.turn_id:
+            return  # the end of another turn, never of this one
+        # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
+        # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
+        await self._finish(active, replace(terminal, turn_id=active.turn_id))
 
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None:
         """End `active` with `terminal`: its pending row, a row saying how it ended (failed or
-        canceled), the terminal event, the new lifecycle, attention. Always ends the turn,
-        even when storing a row fails."""
+        canceled), the terminal event, the new lifecycle, attention. Always ends the turn:
+        a pending row that cannot be stored turns the end into a WRITER_FAILED failure."""
+        try:
+            await self._flush()
+        except Exception:
+            log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
+            self._coalescer = Coalescer()  # drop the fragment that would not store
+            error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
+            terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
         clock = self._deps.clock
         changes: dict[str, Any]
         reason: AttentionReason | None = None
@@ -437,26 +448,16 @@ class AgentActor:
                 reason = AttentionReason.ERROR
             case ev.TurnCanceled(reason=why):
                 # The timeline keeps a trace of the cancel and why, like a failure's error row.
-                last_row = ErrorItem(
-                    f"turn canceled: {why}" if why else "turn canceled", TURN_CANCELED
-                )
+                text = f"turn canceled: {why}" if why else "turn canceled"
+                last_row = ErrorItem(text, TURN_CANCELED)
                 changes = {"lifecycle": Idle()}
             case _:
                 assert_never(terminal)
-        try:
-            await self._flush()
-            if last_row is not None:
+        if last_row is not None:
+            try:
                 await self._append([NewRow(last_row, clock.now_ms(), active.turn_id)])
-        except Exception:
-            log.exception(
-                "agent %s: the end of turn %s could not be stored", self.agent.id, active.turn_id
-            )
-            self._coalescer = Coalescer()  # drop the fragment that would not store
-            if not isinstance(terminal, ev.TurnFailed):
-                error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
-                terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
-                changes = {"lifecycle": Errored(error), "last_error": error}
-                reason = AttentionReason.ERROR
+            except Exception:
+                log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
         self._active = None
         if active.turn_id:  # an id-less autonomous turn must not block the next one
             self._finished.add(active.turn_id)

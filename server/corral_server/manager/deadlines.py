@@ -17,9 +17,7 @@ from corral_server.clock import Clock
 T = TypeVar("T")
 
 
-async def _race(
-    clock: Clock, seconds: float, awaitable: Awaitable[T]
-) -> asyncio.Future[T] | None:
+async def _race(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> asyncio.Future[T] | None:
     """Run `awaitable` until it finishes or `seconds` pass on `clock`: its done future, or
     None when the time ran out (it is then cancelled). Cancelling the caller cancels it too."""
     task = asyncio.ensure_future(awaitable)
