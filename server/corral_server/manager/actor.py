@@ -52,7 +52,7 @@ from corral_server.hub import Prepared
 from corral_server.manager.coalescer import WINDOW_MS, Coalescer
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.sanitize import sanitize_item, sanitize_text
-from corral_server.manager.specs import Timeouts
+from corral_server.manager.specs import AgentUpdate, Timeouts
 from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
 from corral_server.providers.base import (
     InterruptResult,
@@ -200,10 +200,13 @@ class AgentActor:
         self._session = session
         info = deps.provider.info()
         self._set(
-            lifecycle=Idle(),
-            provider_session_id=session.session_id,
-            model=model or (info.models[0].id if info.models else ""),
-            mode=mode or (info.modes[0].id if info.modes else ""),
+            replace(
+                self._snapshot,
+                lifecycle=Idle(),
+                provider_session_id=session.session_id,
+                model=model or (info.models[0].id if info.models else ""),
+                mode=mode or (info.modes[0].id if info.modes else ""),
+            )
         )
         return self.agent
 
@@ -244,13 +247,12 @@ class AgentActor:
 
     # --- state ---------------------------------------------------------------------------
 
-    def _set(self, **changes: Any) -> None:
-        """Replace the snapshot, bump `updated_at` strictly, publish the upsert."""
+    def _set(self, changed: Agent) -> None:
+        """Make `changed` (a `replace` of the snapshot: its fields are type-checked) the
+        snapshot, with `updated_at` bumped strictly, and publish the upsert."""
         now = self._deps.clock.now_ms()
         updated = max(now, self._snapshot.updated_at_ms + 1)
-        snapshot = replace(
-            self._snapshot, updated_at_ms=updated, next_seq=self._next_seq, **changes
-        )
+        snapshot = replace(changed, updated_at_ms=updated, next_seq=self._next_seq)
         prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
         self._snapshot = snapshot
         self._deps.publisher.commit(prepared)
@@ -263,21 +265,30 @@ class AgentActor:
         """Set at the next change of the snapshot (a fresh event per change)."""
         return self._changed
 
-    def update(self, **changes: Any) -> Agent:
+    def update(self, change: AgentUpdate) -> Agent:
         self._ensure_open()
-        self._set(**changes)
+        agent = self._snapshot
+        self._set(
+            replace(
+                agent,
+                title=agent.title if change.title is None else change.title,
+                labels=agent.labels if change.labels is None else dict(change.labels),
+                mode=agent.mode if change.mode is None else change.mode,
+                model=agent.model if change.model is None else change.model,
+            )
+        )
         return self.agent
 
     def clear_attention(self) -> Agent:
         if self._snapshot.attention.required:
-            self._set(attention=Attention())
+            self._set(replace(self._snapshot, attention=Attention()))
         return self.agent
 
     def detach(self) -> Agent:
         labels = self._snapshot.labels
         if PARENT_AGENT_ID_LABEL in labels:
             kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
-            self._set(labels=kept)
+            self._set(replace(self._snapshot, labels=kept))
         return self.agent
 
     def _ensure_open(self) -> None:
@@ -345,7 +356,7 @@ class AgentActor:
         except errors.ProviderTimeout as exc:
             # A hung provider: the agent says so instead of looking idle (or busy) for ever.
             error = AgentError(exc.message, PROVIDER_TIMEOUT)
-            self._set(lifecycle=Errored(error), last_error=error)
+            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
             raise
         settled = asyncio.get_running_loop().create_future()
         self._begin(ActiveTurn(turn_id, foreground=True, settled=settled))
@@ -357,7 +368,7 @@ class AgentActor:
         """The manager's own, authoritative turn_started (seed 000, section 11.1)."""
         started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._active = active
-        self._set(lifecycle=Running(active.turn_id))
+        self._set(replace(self._snapshot, lifecycle=Running(active.turn_id)))
         self._deps.publisher.commit(started)
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
@@ -433,24 +444,22 @@ class AgentActor:
             error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
             terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
         clock = self._deps.clock
-        changes: dict[str, Any]
+        agent = self._snapshot
         reason: AttentionReason | None = None
         last_row: ErrorItem | None = None
         match terminal:
             case ev.TurnCompleted(usage=usage):
-                changes = {"lifecycle": Idle()}
-                if usage is not None:
-                    changes["last_usage"] = usage
+                ended = replace(agent, lifecycle=Idle(), last_usage=usage or agent.last_usage)
                 reason = AttentionReason.FINISHED
             case ev.TurnFailed(error=error):
                 last_row = ErrorItem(error.message, error.code)
-                changes = {"lifecycle": Errored(error), "last_error": error}
+                ended = replace(agent, lifecycle=Errored(error), last_error=error)
                 reason = AttentionReason.ERROR
             case ev.TurnCanceled(reason=why):
                 # The timeline keeps a trace of the cancel and why, like a failure's error row.
                 text = f"turn canceled: {why}" if why else "turn canceled"
                 last_row = ErrorItem(text, TURN_CANCELED)
-                changes = {"lifecycle": Idle()}
+                ended = replace(agent, lifecycle=Idle())
             case _:
                 assert_never(terminal)
         if last_row is not None:
@@ -466,8 +475,8 @@ class AgentActor:
         # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).
         raise_attention = reason is not None and not self.agent.attention.required
         if raise_attention and reason is not None:
-            changes["attention"] = Attention(True, reason, clock.now_ms())
-        self._set(**changes)
+            ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
+        self._set(ended)
         if raise_attention and reason is not None:
             publisher.publish(ev.AttentionRequired(self.agent.id, reason))
         if not active.settled.done():
@@ -488,7 +497,7 @@ class AgentActor:
             if active is not None:
                 await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
             elif not isinstance(self._snapshot.lifecycle, Closed):
-                self._set(lifecycle=Errored(error), last_error=error)
+                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
         except Exception:
             log.exception("agent %s: could not record a writer failure", self._snapshot.id)
 
@@ -537,7 +546,7 @@ class AgentActor:
                 await self._close_session(self._session)
             except Exception as exc:
                 failure = exc
-        self._set(lifecycle=Closed(self._deps.clock.now_ms()))
+        self._set(replace(self._snapshot, lifecycle=Closed(self._deps.clock.now_ms())))
         self._stop()
         if isinstance(failure, errors.CorralError):
             raise failure

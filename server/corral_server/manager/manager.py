@@ -281,24 +281,19 @@ class AgentManager:
 
     async def update(self, agent_id: str, change: AgentUpdate) -> Agent:
         actor = self._actor(agent_id)
-        fields: dict[str, object] = {}
         if change.title is not None:
             check_title(change.title, self.limits)
-            fields["title"] = change.title
         if change.labels is not None:
             check_labels(change.labels, self.limits)
             self._check_parent(change.labels, agent_id)
-            fields["labels"] = dict(change.labels)
         provider = self._providers[actor.agent.provider]
         if change.mode is not None:
             _check_choice(provider, "mode", change.mode)
-            fields["mode"] = change.mode
         if change.model is not None:
             _check_choice(provider, "model", change.model)
-            fields["model"] = change.model
-        if not fields:
+        if change == AgentUpdate():
             raise errors.InvalidArgument.field("update_mask", "nothing to update")
-        return await actor.call(lambda: _async(actor.update(**fields)))
+        return await actor.call(lambda: _async(actor.update(change)))
 
     # --- turns ---------------------------------------------------------------------------
 
