@@ -25,7 +25,7 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
-from corral_server.hub import EventHub
+from corral_server.hub import EventHub, new_incarnation
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
@@ -67,8 +67,11 @@ class Daemon:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
+        # The event log. It lives in memory today, so each start creates a new one with a new
+        # incarnation; the durability issue loads both from the state directory here.
         self.hub = EventHub(
             encode_event,
+            incarnation=new_incarnation(),
             retain_events=config.retain_events,
             buffer_events=config.subscriber_buffer_events,
         )

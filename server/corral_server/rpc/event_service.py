@@ -91,7 +91,12 @@ class EventServicer:
         if violations:
             raise InvalidArgument("invalid agent_ids", *violations)
         resume = request.resume_revision if request.HasField("resume_revision") else None
-        subscription = self._hub.subscribe(frozenset(request.agent_ids), resume, self._snapshot)
+        subscription = self._hub.subscribe(
+            frozenset(request.agent_ids),
+            resume,
+            self._snapshot,
+            resume_incarnation=request.resume_incarnation,
+        )
         # The context manager closes the subscription however the call ends: the client
         # cancels (CancelledError at the yield or inside the subscription's wait), the
         # deadline passes, or the hub ends the stream.
