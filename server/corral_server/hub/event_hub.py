@@ -73,7 +73,8 @@ class EventHub:
         batch_bytes: int = 1 << 20,
         incarnation: str | None = None,
     ) -> None:
-        """`batch_bytes` bounds a batch's size softly (grpc's default receive limit is 4 MiB);
+        """`batch_bytes` bounds a batch's size: no batch exceeds it unless it is one event
+        that alone does (rows are capped well below grpc's default 4 MiB receive limit);
         `batch_events` bounds its event count. `incarnation` is the event log's identity:
         None mints a new one (a new, empty log); a log restored from storage passes its own."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
@@ -239,11 +240,14 @@ class EventHub:
         sub.position = upto if len(batch) == len(entries) else batch[-1][0]
         if batch:
             sub.note_delivered(batch[-1][0])
-        # 4. A resumed subscription's replay reached the head it subscribed at.
+        # 4. A resumed subscription's replay reached the head it subscribed at: Synced goes
+        #    with this batch if it fits, else alone in the next step (position stays put).
         if sub.synced_at is not None and sub.position == sub.synced_at:
             synced = Synced(revision=sub.synced_at, incarnation=self.incarnation)
-            data += frame(self.encode(0, synced))
-            sub.synced_at = None
+            framed = frame(self.encode(0, synced))
+            if len(data) + len(framed) <= self.batch_bytes or not data:
+                data += framed
+                sub.synced_at = None
         # 5. At the head: rejoin the live index in the same step, so no event falls between.
         if sub.synced_at is None and sub.position == ring.head:
             self._join_live(sub)

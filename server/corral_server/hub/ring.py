@@ -83,9 +83,10 @@ def frame_with_revision(revision: int, body: bytes) -> bytes:
 def take_batch(
     entries: Sequence[Entry], max_events: int, max_bytes: int
 ) -> tuple[Sequence[Entry], bytes]:
-    """The longest prefix of `entries` with at most `max_events` events that stays under
-    `max_bytes` (a soft bound: the event that crosses it is included, and a batch always holds
-    at least one event), and that prefix's frames joined as one SubscribeResponse payload."""
+    """The longest prefix of `entries` with at most `max_events` events whose frames total at
+    most `max_bytes` (a firm bound, broken only by a batch of one event that alone exceeds
+    it: a batch always holds at least one event), and that prefix's frames joined as one
+    SubscribeResponse payload."""
     batch = entries if len(entries) <= max_events else entries[:max_events]
     data = b"".join(map(frame_of, batch))
     if len(data) <= max_bytes or len(batch) <= 1:
@@ -94,8 +95,8 @@ def take_batch(
     cut = len(batch)
     for index, entry in enumerate(batch):
         size += len(entry[2])
-        if size >= max_bytes:
-            cut = index + 1
+        if size > max_bytes:
+            cut = max(index, 1)
             break
     batch = batch[:cut]
     return batch, b"".join(map(frame_of, batch))
