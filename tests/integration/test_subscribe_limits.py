@@ -1,5 +1,5 @@
-"""Subscribe is bounded, through the wire: ids per subscription and the size of every
-SubscribeResponse."""
+"""Subscribe is bounded, through the wire: ids per subscription, calls per connection, and the
+size of every SubscribeResponse."""
 
 from __future__ import annotations
 
@@ -17,6 +17,15 @@ from tests.support.client import Stubs, create_request, error_details, text
 from tests.support.daemon import DaemonThread
 
 MiB = 1 << 20
+LOCAL_POOL = [("grpc.use_local_subchannel_pool", 1)]
+
+
+@pytest.fixture(scope="module")
+def two_streams() -> Iterator[DaemonThread]:
+    """A daemon that lets one connection hold at most two calls open."""
+    daemon = DaemonThread(Config(max_streams_per_connection=2)).start()
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture
@@ -61,6 +70,34 @@ async def test_an_agent_id_longer_than_the_id_limit_is_refused(
     details = error_details(info.value)
     assert details.code is grpc.StatusCode.INVALID_ARGUMENT
     assert details.fields == ("agent_ids[1]",)
+
+
+async def test_a_connection_holds_at_most_the_configured_number_of_calls(
+    two_streams: DaemonThread,
+) -> None:
+    async with (
+        grpc.aio.insecure_channel(two_streams.address) as first,
+        # Its own subchannel pool: channels with equal arguments share one connection.
+        grpc.aio.insecure_channel(two_streams.address, options=LOCAL_POOL) as second,
+    ):
+        stubs = Stubs.of(first)
+        held = [stubs.events.Subscribe(event_pb.SubscribeRequest()) for _ in range(2)]
+        for call in held:
+            await synced(call)
+        # A third call on the same connection waits for a free stream (its deadline passes),
+        # while another connection is served at once.
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=0.5).read()
+        assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        other = Stubs.of(second).events.Subscribe(event_pb.SubscribeRequest())
+        await synced(other)
+        other.cancel()
+        # Ending one of the two frees a stream on the first connection.
+        held[0].cancel()
+        third = stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=30)
+        await synced(third)
+        for call in (held[1], third):
+            call.cancel()
 
 
 async def test_no_subscribe_response_exceeds_1_mib_unless_one_event_alone_does(
