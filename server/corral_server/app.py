@@ -1,13 +1,13 @@
 """The daemon assembled: store, hub, manager, gRPC services, health and reflection.
 
 `Daemon` is what `corral serve` runs and what the integration tests start on port 0 with a
-temporary state directory and an injected clock. Drain order (SIGTERM): health goes
-NOT_SERVING, new work is refused, open streams end with a resume point, then the server
-stops within the grace period.
+temporary state directory and an injected clock. The drain (SIGTERM, SIGINT) is `Daemon.drain`;
+its docstring gives the order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +25,7 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
-from corral_server.hub import EventHub
+from corral_server.hub import EventHub, new_incarnation
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
@@ -60,6 +60,13 @@ class Config:
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
     subscriber_buffer_events: int = 8_192
+    # Concurrent calls (HTTP/2 streams) one client connection may hold open; more wait in the
+    # client until one ends. Bounds what a single connection can pin (subscriptions, turns);
+    # a bench or a UI with a few hundred agents on one channel stays under it.
+    max_streams_per_connection: int = 256
+    # Drain: how long the daemon keeps answering after health goes NOT_SERVING, so a load
+    # balancer's health checks notice before new work is refused (on the daemon's clock).
+    drain_delay_s: float = 3.0
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
 
 
@@ -67,8 +74,11 @@ class Daemon:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
+        # The event log. It lives in memory today, so each start creates a new one with a new
+        # incarnation; the durability issue loads both from the state directory here.
         self.hub = EventHub(
             encode_event,
+            incarnation=new_incarnation(),
             retain_events=config.retain_events,
             buffer_events=config.subscriber_buffer_events,
         )
@@ -86,6 +96,10 @@ class Daemon:
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        # The drain runs once; later calls await the same one. Setting `_skip_delay` ends its
+        # delay early (a second signal, or a caller that asks for no delay).
+        self._drain_task: asyncio.Future[None] | None = None
+        self._skip_delay = asyncio.Event()
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port. Raises OSError when the port is taken."""
@@ -97,12 +111,16 @@ class Daemon:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_concurrent_streams", self.config.max_streams_per_connection),
             ],
         )
         agent_svc_grpc.add_AgentServiceServicer_to_server(AgentService(self.manager), server)
         turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager, self.hub), server)
         tl_grpc.add_TimelineServiceServicer_to_server(TimelineService(self.manager), server)
-        server.add_generic_rpc_handlers((event_service_handler(self.hub, self.manager.snapshot),))
+        events = event_service_handler(
+            self.hub, self.manager.snapshot, max_id_chars=self.config.limits.max_id_chars
+        )
+        server.add_generic_rpc_handlers((events,))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -120,14 +138,59 @@ class Daemon:
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
-    async def drain(self, grace_s: float = 10.0) -> None:
-        """Health NOT_SERVING, refuse new work, end streams with a resume point, stop."""
-        await self._health.enter_graceful_shutdown()
-        self.hub.end_all("server draining")
-        await self.manager.shutdown()
+    async def drain(self, grace_s: float = 10.0, delay_s: float | None = None) -> None:
+        """Stop honestly, for a load balancer in front; bounded by the delay plus the grace.
+
+        1. Health goes NOT_SERVING for "" and every service.
+        2. Everything is still answered for `delay_s` (default: the config's drain_delay_s),
+           waited on the daemon's clock, so balancers notice and send new calls elsewhere.
+        3. New work is refused: new turns and creates answer UNAVAILABLE / SHUTTING_DOWN,
+           pending WaitForIdle calls end at once with SHUTTING_DOWN.
+        4. Every Subscribe stream ends with stream_ending (resume point and incarnation).
+        5. The agents shut down and the server stops, both within `grace_s`.
+
+        Runs once: a second call awaits the first (and, with `delay_s` <= 0, cuts its delay).
+        """
+        delay = self.config.drain_delay_s if delay_s is None else delay_s
+        if delay <= 0:
+            self._skip_delay.set()
+        if self._drain_task is None:
+            self._drain_task = asyncio.ensure_future(self._drain(grace_s, delay))
+        await asyncio.shield(self._drain_task)
+
+    def skip_drain_delay(self) -> None:
+        """End the drain's delay now (a second SIGTERM)."""
+        self._skip_delay.set()
+
+    async def _drain(self, grace_s: float, delay_s: float) -> None:
+        await self._health.enter_graceful_shutdown()  # 1
+        log.info("draining: NOT_SERVING, still answering for %.1fs", delay_s)
+        await self._hold(delay_s)  # 2
+        # TODO(lead): call self.manager.refuse_new_work() directly once it is merged.
+        refuse = getattr(self.manager, "refuse_new_work", None)
+        if refuse is not None:
+            refuse()  # 3
+        self.hub.end_all("server draining")  # 4
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        try:  # 5
+            await asyncio.wait_for(self.manager.shutdown(), grace_s)
+        except TimeoutError:
+            log.warning("agents did not shut down within the %.1fs grace", grace_s)
         if self._server is not None:
-            await self._server.stop(grace_s)
+            await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
+
+    async def _hold(self, delay_s: float) -> None:
+        """Wait `delay_s` on the daemon's clock, or until the delay is skipped."""
+        if delay_s <= 0 or self._skip_delay.is_set():
+            return
+        sleep = asyncio.ensure_future(self.clock.sleep(delay_s))
+        skip = asyncio.ensure_future(self._skip_delay.wait())
+        _, pending = await asyncio.wait((sleep, skip), return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def wait(self) -> None:
         if self._server is not None:

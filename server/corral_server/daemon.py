@@ -42,7 +42,20 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
     p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
     p.add_argument(
+        "--drain-delay-s",
+        type=float,
+        default=Config().drain_delay_s,
+        help="on SIGTERM, seconds to keep answering while health is NOT_SERVING, before new "
+        "work is refused (default %(default)s; a second signal ends the delay)",
+    )
+    p.add_argument(
         "--drain-grace-s", type=float, default=10.0, help="seconds to finish RPCs on SIGTERM"
+    )
+    p.add_argument(
+        "--max-streams-per-connection",
+        type=int,
+        default=Config().max_streams_per_connection,
+        help="concurrent calls one client connection may hold open (default %(default)s)",
     )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     p.add_argument(
@@ -107,6 +120,8 @@ async def serve(args: argparse.Namespace) -> int:
         state_dir=state_dir,
         max_request_bytes=args.max_request_bytes,
         limits=Limits(max_prompt_chars=args.max_prompt_chars),
+        max_streams_per_connection=args.max_streams_per_connection,
+        drain_delay_s=args.drain_delay_s,
     )
     daemon = Daemon(config)
     try:
@@ -122,7 +137,9 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("draining (grace %.1fs)", args.drain_grace_s)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, daemon.skip_drain_delay)
+    log.info("draining (delay %.1fs, grace %.1fs)", args.drain_delay_s, args.drain_grace_s)
     await daemon.drain(args.drain_grace_s)
     lock.close()
     log.info("stopped")

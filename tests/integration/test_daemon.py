@@ -12,13 +12,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral_server.app import SERVICE_NAMES
 from tests.support.client import Stubs, create_request
 from tests.support.daemon import DaemonProcess
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[DaemonProcess]:
-    proc = DaemonProcess(tmp_path / "state").start()
+    proc = DaemonProcess(tmp_path / "state", "--drain-delay-s", "0").start()
     yield proc
     proc.stop()
 
@@ -55,9 +56,18 @@ def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
     assert code == 2 and "not a loopback address" in err
 
 
-def test_sigterm_drains_health_and_ends_streams_with_a_resume_point(
-    served: DaemonProcess, tmp_path: Path
-) -> None:
+def test_sigterm_turns_health_not_serving_while_the_port_still_answers(tmp_path: Path) -> None:
+    """A balancer watching health sees NOT_SERVING and can still call the daemon during the
+    drain delay; the delay is long here and a second SIGTERM ends it, so nothing is timed."""
+    served = DaemonProcess(tmp_path / "state", "--drain-delay-s", "600").start()
+    try:
+        _drain_with_a_balancer_watching(served, tmp_path)
+    finally:
+        served.stop()
+
+
+def _drain_with_a_balancer_watching(served: DaemonProcess, tmp_path: Path) -> None:
+    assert served.proc is not None
     with grpc.insecure_channel(served.address) as channel:
         stubs = Stubs.of(channel)
         agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
@@ -66,17 +76,28 @@ def test_sigterm_drains_health_and_ends_streams_with_a_resume_point(
         )
         assert next(health).status == health_pb2.HealthCheckResponse.SERVING
         stream = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-        kinds = []
+        seen: list[event_pb.Event] = []
         for response in stream:
-            kinds += [e.WhichOneof("payload") for e in response.events]
-            if "synced" in kinds:
+            seen += response.events
+            if any(e.HasField("synced") for e in response.events):
                 break
-        assert served.proc is not None
+        incarnation = next(e for e in reversed(seen) if e.HasField("synced"))
         served.proc.send_signal(signal.SIGTERM)
         assert next(health).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        # The delay: the port is open and every service answers, health says NOT_SERVING.
+        checker = health_pb2_grpc.HealthStub(channel)
+        for service in ("", *SERVICE_NAMES):
+            reply = checker.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        listed = stubs.agents.ListAgents(agent_pb.ListAgentsRequest(), timeout=10)
+        assert [a.id for a in listed.agents] == [agent_id]
+        assert served.proc.poll() is None
+        served.proc.send_signal(signal.SIGTERM)  # a second signal ends the delay
         rest = [e for response in stream for e in response.events]
-        assert rest[-1].WhichOneof("payload") == "stream_ending"
-        assert rest[-1].stream_ending.resume_revision >= 1
+        ending = rest[-1]
+        assert ending.WhichOneof("payload") == "stream_ending"
+        assert ending.stream_ending.resume_revision >= 1
+        assert ending.stream_ending.incarnation == incarnation.synced.incarnation != ""
         assert stream.code() == grpc.StatusCode.OK
     code, _, err = served.wait()
     assert code == 0, err

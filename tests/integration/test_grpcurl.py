@@ -169,6 +169,8 @@ def test_subscribe_streams_one_agents_snapshot_synced_then_its_turn(
         assert [(payload_kind(e), agent_id_of(e)) for e in snapshot] == [
             ("agent_upserted", agent_id)
         ]
+        # Reflection serves the new field: a JSON client sees the incarnation to resume with.
+        assert len(event["synced"]["incarnation"]) == 32
 
         sent = call(
             grpcurl, address, "corral.v1.TurnService/SendPrompt",

@@ -193,3 +193,45 @@ async def test_a_subscriber_that_stops_reading_neither_blocks_others_nor_loses_e
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 152
         slow.call.cancel()
         fast.call.cancel()
+
+
+async def _history(daemon: DaemonThread, cwd: str, turns: int) -> tuple[int, str]:
+    """Create an agent and run `turns` turns; returns (last revision seen, incarnation)."""
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = (await stubs.agents.CreateAgent(create_request(cwd))).agent.id
+        reader = Reader(stubs)
+        synced = await reader.synced()
+        for index in range(turns):
+            await reader.until(is_terminal(await run_turn(stubs, agent_id, f"turn {index}")))
+        reader.call.cancel()
+        return reader.events[-1].revision, synced.synced.incarnation
+
+
+async def test_a_resume_point_from_before_a_restart_is_reset_never_replayed(tmp_path: Any) -> None:
+    before = DaemonThread(Config()).start()
+    try:
+        resume_at, old_incarnation = await _history(before, str(tmp_path), 1)
+    finally:
+        before.stop()
+    after = DaemonThread(Config()).start()  # a restart: a new, in-memory event log
+    try:
+        head, new_incarnation = await _history(after, str(tmp_path), 3)
+        assert new_incarnation != old_incarnation and head > resume_at
+        async with grpc.aio.insecure_channel(after.address) as channel:
+            stubs = Stubs.of(channel)
+            stale = Reader(stubs, resume_revision=resume_at, resume_incarnation=old_incarnation)
+            synced = await stale.synced()
+            assert stale.events[0].subscription_reset.requested_revision == resume_at
+            assert all(e.revision == 0 for e in stale.events), "replayed the new log's events"
+            assert synced.synced.reset and synced.synced.incarnation == new_incarnation
+            # Within one incarnation, with or without naming it, a resume replays exactly.
+            for named in (new_incarnation, ""):
+                same = Reader(stubs, resume_revision=head - 1, resume_incarnation=named)
+                synced = await same.synced()
+                assert [e.revision for e in same.events] == [head, 0]
+                assert not synced.synced.reset and synced.synced.incarnation == new_incarnation
+                same.call.cancel()
+            stale.call.cancel()
+    finally:
+        after.stop()

@@ -91,10 +91,12 @@ TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled
 
 @dataclass(frozen=True, slots=True)
 class Synced:
-    """The snapshot is complete; live events with revisions > `revision` follow."""
+    """The snapshot is complete; live events with revisions > `revision` follow.
+    `incarnation` names the event log the revisions belong to."""
 
     revision: int
     reset: bool = False
+    incarnation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +110,12 @@ class SubscriptionReset:
 
 @dataclass(frozen=True, slots=True)
 class StreamEnding:
-    """The server ends the stream; a client resumes with `resume_revision`."""
+    """The server ends the stream; a client resumes with `resume_revision` (and
+    `incarnation`, the event log it belongs to)."""
 
     resume_revision: int
     reason: str
+    incarnation: str = ""
 
 
 StreamControl: TypeAlias = Synced | SubscriptionReset | StreamEnding

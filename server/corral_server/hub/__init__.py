@@ -1,7 +1,7 @@
 """The server-wide event hub: one revision order, each event encoded once, fanned out to
 every subscriber without the writer ever waiting for a reader."""
 
-from corral_server.hub.event_hub import Encoder, EventHub, Prepared
+from corral_server.hub.event_hub import Encoder, EventHub, Prepared, new_incarnation
 from corral_server.hub.ring import frame
 from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
 
@@ -13,4 +13,5 @@ __all__ = [
     "Subscription",
     "SubscriptionState",
     "frame",
+    "new_incarnation",
 ]

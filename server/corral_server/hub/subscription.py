@@ -55,6 +55,7 @@ class Subscription:
         "_closed",
         "_delivered",
         "_ending",
+        "_held",
         "_hub",
         "_prefix",
         "_state",
@@ -75,6 +76,9 @@ class Subscription:
         # Snapshot entries and controls (encoded with revision 0, lazily, batch by batch), sent
         # before anything in `buffer`. None once exhausted.
         self._prefix: Iterator[Event | StreamControl] | None = None
+        # A prefix entry already encoded that did not fit in the last batch: the next one
+        # starts with it (so a batch crosses the hub's batch_bytes only when one entry does).
+        self._held: bytes | None = None
         # In revision order, at most the hub's buffer_events entries.
         # LIVE: every matching event published since the subscription (re)joined the live index
         #   that the reader has not taken yet. Publish appends; only the reader removes.
@@ -171,14 +175,16 @@ class Subscription:
 
     def _take_prefix(self, prefix: Iterator[Event | StreamControl]) -> bytes:
         hub = self._hub
-        frames: list[bytes] = []
-        size = 0
-        for item in islice(prefix, hub.batch_events):
+        held, self._held = self._held, None
+        frames: list[bytes] = [] if held is None else [held]
+        size = 0 if held is None else len(held)
+        for item in islice(prefix, hub.batch_events - len(frames)):
             framed = frame(hub.encode(0, item))
+            if frames and size + len(framed) > hub.batch_bytes:
+                self._held = framed
+                break
             frames.append(framed)
             size += len(framed)
-            if size >= hub.batch_bytes:
-                break
         return b"".join(frames)
 
     def _take_buffer(self) -> bytes:
@@ -210,6 +216,7 @@ class Subscription:
 
     def set_prefix(self, items: Iterator[Event | StreamControl]) -> None:
         self._prefix = items
+        self._held = None
 
     def set_state(self, state: SubscriptionState) -> None:
         self._state = state
@@ -230,6 +237,7 @@ class Subscription:
         self._hub._forget(self)
         self._state = SubscriptionState.ENDED
         self._prefix = None
+        self._held = None
         self.buffer = []
         self._ending = None
         self._closed.set()

@@ -352,8 +352,9 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 agent_id=agent_id, reason=attention_reason(reason)
             )
             return E(revision=revision, attention_required=attention)
-        case de.Synced(revision=synced_at, reset=reset):
-            return E(revision=revision, synced=event_pb.Synced(revision=synced_at, reset=reset))
+        case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
+            synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
+            return E(revision=revision, synced=synced)
         case de.SubscriptionReset():
             sub_reset = event_pb.SubscriptionReset(
                 requested_revision=event.requested_revision,
@@ -361,8 +362,10 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 reason=event.reason,
             )
             return E(revision=revision, subscription_reset=sub_reset)
-        case de.StreamEnding(resume_revision=resume, reason=reason):
-            ending = event_pb.StreamEnding(resume_revision=resume, reason=reason)
+        case de.StreamEnding(resume_revision=resume, reason=reason, incarnation=incarnation):
+            ending = event_pb.StreamEnding(
+                resume_revision=resume, reason=reason, incarnation=incarnation
+            )
             return E(revision=revision, stream_ending=ending)
         case _:
             assert_never(event)

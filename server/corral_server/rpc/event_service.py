@@ -29,6 +29,13 @@ SERVICE_NAME = "corral.v1.EventService"
 MAX_PRESENCE_ENTRIES = 10_000
 MAX_CLIENT_ID_CHARS = 256
 
+# Ids one subscription may name (empty = every agent, which needs none): a client watching more
+# agents than this subscribes to all of them. Checked on the request before any set is built:
+# 400 k ids cost 65-200 MB per stream (issue 5).
+MAX_SUBSCRIBE_AGENT_IDS = 1_000
+# An agent id is 32 hex characters; this is the manager's default `Limits.max_id_chars`.
+MAX_AGENT_ID_CHARS = 256
+
 # google.protobuf.Timestamp's valid range (0001-01-01 .. 9999-12-31, UTC).
 _MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
 
@@ -47,9 +54,11 @@ class Presence:
     last_activity_at_ms: int | None
 
 
-def event_service_handler(hub: EventHub, snapshot: SnapshotFn) -> grpc.GenericRpcHandler[Any, Any]:
+def event_service_handler(
+    hub: EventHub, snapshot: SnapshotFn, *, max_id_chars: int = MAX_AGENT_ID_CHARS
+) -> grpc.GenericRpcHandler[Any, Any]:
     """The EventService handler for `server.add_generic_rpc_handlers`."""
-    return EventServicer(hub, snapshot).handler()
+    return EventServicer(hub, snapshot, max_id_chars=max_id_chars).handler()
 
 
 def _identity(data: bytes) -> bytes:
@@ -57,9 +66,12 @@ def _identity(data: bytes) -> bytes:
 
 
 class EventServicer:
-    def __init__(self, hub: EventHub, snapshot: SnapshotFn) -> None:
+    def __init__(
+        self, hub: EventHub, snapshot: SnapshotFn, *, max_id_chars: int = MAX_AGENT_ID_CHARS
+    ) -> None:
         self._hub = hub
         self._snapshot = snapshot
+        self._max_id_chars = max_id_chars
         # client_id -> its last heartbeat, oldest first.
         self.presence: dict[str, Presence] = {}
 
@@ -87,11 +99,21 @@ class EventServicer:
         context: grpc.aio.ServicerContext[event_pb.SubscribeRequest, bytes],
     ) -> AsyncIterator[bytes]:
         """Yields serialized SubscribeResponse payloads, one framed batch each."""
-        violations = _scope_violations(request.agent_ids)
+        if len(request.agent_ids) > MAX_SUBSCRIBE_AGENT_IDS:
+            raise InvalidArgument.field(
+                "agent_ids",
+                f"at most {MAX_SUBSCRIBE_AGENT_IDS} ids (subscribe with none to see every agent)",
+            )
+        violations = _scope_violations(request.agent_ids, self._max_id_chars)
         if violations:
             raise InvalidArgument("invalid agent_ids", *violations)
         resume = request.resume_revision if request.HasField("resume_revision") else None
-        subscription = self._hub.subscribe(frozenset(request.agent_ids), resume, self._snapshot)
+        subscription = self._hub.subscribe(
+            frozenset(request.agent_ids),
+            resume,
+            self._snapshot,
+            resume_incarnation=request.resume_incarnation,
+        )
         # The context manager closes the subscription however the call ends: the client
         # cancels (CancelledError at the yield or inside the subscription's wait), the
         # deadline passes, or the hub ends the stream.
@@ -129,15 +151,17 @@ class EventServicer:
         return event_pb.HeartbeatResponse()
 
 
-def _scope_violations(agent_ids: Iterable[str]) -> list[FieldViolation]:
-    """agent_ids must be non-empty strings without duplicates (unknown ids are fine: a client
-    may subscribe before the agent exists)."""
+def _scope_violations(agent_ids: Iterable[str], max_chars: int) -> list[FieldViolation]:
+    """agent_ids must be non-empty strings of at most `max_chars` without duplicates (unknown
+    ids are fine: a client may subscribe before the agent exists)."""
     violations: list[FieldViolation] = []
     seen: set[str] = set()
     for index, agent_id in enumerate(agent_ids):
         name = f"agent_ids[{index}]"
         if not agent_id:
             violations.append(FieldViolation(name, "must not be empty"))
+        elif len(agent_id) > max_chars:
+            violations.append(FieldViolation(name, f"at most {max_chars} chars"))
         elif agent_id in seen:
             violations.append(FieldViolation(name, f"duplicate agent id {agent_id!r}"))
         seen.add(agent_id)

@@ -321,10 +321,27 @@ async def test_batch_bytes_bounds_the_size_of_a_batch() -> None:
     sub = hub.subscribe(frozenset(), None, Agents())
     drain(sub)
     publish_rows(hub, "a1", range(1, 21))
-    sizes = [len(batch) for batch in batches(sub)]
-    # Frames of revisions 1-9 are 12 bytes and 10-20 are 14 bytes: a batch ends with the
-    # frame that reaches 100 bytes (the 9th of 12, the 8th of 14).
-    assert sizes == [9, 8, 3]
+    sent: list[bytes] = []
+    while (batch := sub.poll()) is not None:
+        sent.append(batch)
+    # Frames of revisions 1-9 are 12 bytes and 10-20 are 13 bytes: a batch ends before the
+    # frame that would cross 100 bytes (8 x 12; 12 + 6 x 13; the 5 left).
+    assert [len(unframe(batch)) for batch in sent] == [8, 7, 5]
+    assert [len(batch) for batch in sent] == [96, 90, 65]
+
+
+async def test_only_an_event_that_alone_exceeds_batch_bytes_makes_a_bigger_batch() -> None:
+    hub = EventHub(encode, batch_bytes=100)
+    sub = hub.subscribe(frozenset(), None, Agents())
+    drain(sub)
+    publish_rows(hub, "a1", range(1, 4))
+    hub.publish(row("a" * 200, 4))
+    publish_rows(hub, "a1", range(5, 7))
+    sent: list[bytes] = []
+    while (batch := sub.poll()) is not None:
+        sent.append(batch)
+    assert [len(unframe(batch)) for batch in sent] == [3, 1, 2]
+    assert len(sent[1]) > 100 and all(len(batch) <= 100 for batch in (sent[0], sent[2]))
 
 
 async def test_end_all_ends_every_stream_with_its_resume_point_after_what_it_was_given() -> None:

@@ -16,7 +16,8 @@ from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.agent import AgentId
 from corral_server.hub import EventHub, Prepared, frame
-from corral_server.hub.ring import frame_with_revision
+from corral_server.hub.ring import frame_with_revision, revision_field
+from corral_server.rpc import wire
 from corral_server.rpc.convert import encode_event
 from tests.support.fakes import idle_agent
 
@@ -117,3 +118,9 @@ def test_an_event_the_encoder_refuses_fails_in_prepare_and_takes_no_revision() -
         hub.prepare(surrogate)
     assert hub.head_revision == 0
     assert hub.publish(de.TurnStarted("a1", "t1")) == 1
+
+
+def test_the_revision_field_tables_agree_with_the_general_varint_at_every_width() -> None:
+    sweep = [*range(1, 2_200_000, 997), *(2**k + d for k in range(7, 64, 7) for d in (-1, 0, 1))]
+    for revision in sweep:
+        assert revision_field(revision) == b"\x08" + wire.varint(revision), revision

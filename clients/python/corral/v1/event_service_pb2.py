@@ -28,7 +28,7 @@ from corral.v1 import turn_service_pb2 as corral_dot_v1_dot_turn__service__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/v1/event_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1c\x63orral/v1/turn_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n\x10SubscribeRequest\x12\x11\n\tagent_ids\x18\x01 \x03(\t\x12\x1c\n\x0fresume_revision\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x12\n\x10_resume_revision\"5\n\x11SubscribeResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.corral.v1.Event\"\xcf\x06\n\x05\x45vent\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x32\n\x0e\x61gent_upserted\x18\x02 \x01(\x0b\x32\x18.corral.v1.AgentUpsertedH\x00\x12\x30\n\ragent_removed\x18\x03 \x01(\x0b\x32\x17.corral.v1.AgentRemovedH\x00\x12?\n\x15timeline_row_appended\x18\x04 \x01(\x0b\x32\x1e.corral.v1.TimelineRowAppendedH\x00\x12\x32\n\x0etimeline_reset\x18\x05 \x01(\x0b\x32\x18.corral.v1.TimelineResetH\x00\x12.\n\x0cturn_started\x18\x06 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12\x32\n\x0eturn_completed\x18\x07 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x08 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\t \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x12>\n\x14permission_requested\x18\n \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x0b \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12:\n\x12\x61ttention_required\x18\x0c \x01(\x0b\x32\x1c.corral.v1.AttentionRequiredH\x00\x12=\n\x14subagent_run_updated\x18\r \x01(\x0b\x32\x1d.corral.v1.SubagentRunUpdatedH\x00\x12#\n\x06synced\x18\x0e \x01(\x0b\x32\x11.corral.v1.SyncedH\x00\x12:\n\x12subscription_reset\x18\x0f \x01(\x0b\x32\x1c.corral.v1.SubscriptionResetH\x00\x12\x30\n\rstream_ending\x18\x10 \x01(\x0b\x32\x17.corral.v1.StreamEndingH\x00\x42\t\n\x07payload\"0\n\rAgentUpserted\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\" \n\x0c\x41gentRemoved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"[\n\x13TimelineRowAppended\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12#\n\x03row\x18\x03 \x01(\x0b\x32\x16.corral.v1.TimelineRow\"@\n\rTimelineReset\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"Q\n\x11\x41ttentionRequired\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\"X\n\x12SubagentRunUpdated\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x1a\n\x12requester_agent_id\x18\x03 \x01(\t\")\n\x06Synced\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\r\n\x05reset\x18\x02 \x01(\x08\"Z\n\x11SubscriptionReset\x12\x1a\n\x12requested_revision\x18\x01 \x01(\x04\x12\x19\n\x11\x65\x61rliest_revision\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"7\n\x0cStreamEnding\x12\x17\n\x0fresume_revision\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x9f\x01\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_type\x18\x02 \x01(\t\x12\x18\n\x10\x66ocused_agent_id\x18\x03 \x01(\t\x12\x13\n\x0b\x61pp_visible\x18\x04 \x01(\x08\x12\x34\n\x10last_activity_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x13\n\x11HeartbeatResponse2\xa0\x01\n\x0c\x45ventService\x12H\n\tSubscribe\x12\x1b.corral.v1.SubscribeRequest\x1a\x1c.corral.v1.SubscribeResponse0\x01\x12\x46\n\tHeartbeat\x12\x1b.corral.v1.HeartbeatRequest\x1a\x1c.corral.v1.HeartbeatResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/v1/event_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1c\x63orral/v1/turn_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n\x10SubscribeRequest\x12\x11\n\tagent_ids\x18\x01 \x03(\t\x12\x1c\n\x0fresume_revision\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12resume_incarnation\x18\x03 \x01(\tB\x12\n\x10_resume_revision\"5\n\x11SubscribeResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.corral.v1.Event\"\xcf\x06\n\x05\x45vent\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x32\n\x0e\x61gent_upserted\x18\x02 \x01(\x0b\x32\x18.corral.v1.AgentUpsertedH\x00\x12\x30\n\ragent_removed\x18\x03 \x01(\x0b\x32\x17.corral.v1.AgentRemovedH\x00\x12?\n\x15timeline_row_appended\x18\x04 \x01(\x0b\x32\x1e.corral.v1.TimelineRowAppendedH\x00\x12\x32\n\x0etimeline_reset\x18\x05 \x01(\x0b\x32\x18.corral.v1.TimelineResetH\x00\x12.\n\x0cturn_started\x18\x06 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12\x32\n\x0eturn_completed\x18\x07 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x08 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\t \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x12>\n\x14permission_requested\x18\n \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x0b \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12:\n\x12\x61ttention_required\x18\x0c \x01(\x0b\x32\x1c.corral.v1.AttentionRequiredH\x00\x12=\n\x14subagent_run_updated\x18\r \x01(\x0b\x32\x1d.corral.v1.SubagentRunUpdatedH\x00\x12#\n\x06synced\x18\x0e \x01(\x0b\x32\x11.corral.v1.SyncedH\x00\x12:\n\x12subscription_reset\x18\x0f \x01(\x0b\x32\x1c.corral.v1.SubscriptionResetH\x00\x12\x30\n\rstream_ending\x18\x10 \x01(\x0b\x32\x17.corral.v1.StreamEndingH\x00\x42\t\n\x07payload\"0\n\rAgentUpserted\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\" \n\x0c\x41gentRemoved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"[\n\x13TimelineRowAppended\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12#\n\x03row\x18\x03 \x01(\x0b\x32\x16.corral.v1.TimelineRow\"@\n\rTimelineReset\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"Q\n\x11\x41ttentionRequired\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\"X\n\x12SubagentRunUpdated\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x1a\n\x12requester_agent_id\x18\x03 \x01(\t\">\n\x06Synced\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\r\n\x05reset\x18\x02 \x01(\x08\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"Z\n\x11SubscriptionReset\x12\x1a\n\x12requested_revision\x18\x01 \x01(\x04\x12\x19\n\x11\x65\x61rliest_revision\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"L\n\x0cStreamEnding\x12\x17\n\x0fresume_revision\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\x9f\x01\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_type\x18\x02 \x01(\t\x12\x18\n\x10\x66ocused_agent_id\x18\x03 \x01(\t\x12\x13\n\x0b\x61pp_visible\x18\x04 \x01(\x08\x12\x34\n\x10last_activity_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x13\n\x11HeartbeatResponse2\xa0\x01\n\x0c\x45ventService\x12H\n\tSubscribe\x12\x1b.corral.v1.SubscribeRequest\x1a\x1c.corral.v1.SubscribeResponse0\x01\x12\x46\n\tHeartbeat\x12\x1b.corral.v1.HeartbeatRequest\x1a\x1c.corral.v1.HeartbeatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,33 +36,33 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.event_service_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBSCRIBEREQUEST']._serialized_start=156
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=243
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=245
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=298
-  _globals['_EVENT']._serialized_start=301
-  _globals['_EVENT']._serialized_end=1148
-  _globals['_AGENTUPSERTED']._serialized_start=1150
-  _globals['_AGENTUPSERTED']._serialized_end=1198
-  _globals['_AGENTREMOVED']._serialized_start=1200
-  _globals['_AGENTREMOVED']._serialized_end=1232
-  _globals['_TIMELINEROWAPPENDED']._serialized_start=1234
-  _globals['_TIMELINEROWAPPENDED']._serialized_end=1325
-  _globals['_TIMELINERESET']._serialized_start=1327
-  _globals['_TIMELINERESET']._serialized_end=1391
-  _globals['_ATTENTIONREQUIRED']._serialized_start=1393
-  _globals['_ATTENTIONREQUIRED']._serialized_end=1474
-  _globals['_SUBAGENTRUNUPDATED']._serialized_start=1476
-  _globals['_SUBAGENTRUNUPDATED']._serialized_end=1564
-  _globals['_SYNCED']._serialized_start=1566
-  _globals['_SYNCED']._serialized_end=1607
-  _globals['_SUBSCRIPTIONRESET']._serialized_start=1609
-  _globals['_SUBSCRIPTIONRESET']._serialized_end=1699
-  _globals['_STREAMENDING']._serialized_start=1701
-  _globals['_STREAMENDING']._serialized_end=1756
-  _globals['_HEARTBEATREQUEST']._serialized_start=1759
-  _globals['_HEARTBEATREQUEST']._serialized_end=1918
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1920
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1939
-  _globals['_EVENTSERVICE']._serialized_start=1942
-  _globals['_EVENTSERVICE']._serialized_end=2102
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=271
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=273
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=326
+  _globals['_EVENT']._serialized_start=329
+  _globals['_EVENT']._serialized_end=1176
+  _globals['_AGENTUPSERTED']._serialized_start=1178
+  _globals['_AGENTUPSERTED']._serialized_end=1226
+  _globals['_AGENTREMOVED']._serialized_start=1228
+  _globals['_AGENTREMOVED']._serialized_end=1260
+  _globals['_TIMELINEROWAPPENDED']._serialized_start=1262
+  _globals['_TIMELINEROWAPPENDED']._serialized_end=1353
+  _globals['_TIMELINERESET']._serialized_start=1355
+  _globals['_TIMELINERESET']._serialized_end=1419
+  _globals['_ATTENTIONREQUIRED']._serialized_start=1421
+  _globals['_ATTENTIONREQUIRED']._serialized_end=1502
+  _globals['_SUBAGENTRUNUPDATED']._serialized_start=1504
+  _globals['_SUBAGENTRUNUPDATED']._serialized_end=1592
+  _globals['_SYNCED']._serialized_start=1594
+  _globals['_SYNCED']._serialized_end=1656
+  _globals['_SUBSCRIPTIONRESET']._serialized_start=1658
+  _globals['_SUBSCRIPTIONRESET']._serialized_end=1748
+  _globals['_STREAMENDING']._serialized_start=1750
+  _globals['_STREAMENDING']._serialized_end=1826
+  _globals['_HEARTBEATREQUEST']._serialized_start=1829
+  _globals['_HEARTBEATREQUEST']._serialized_end=1988
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1990
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2009
+  _globals['_EVENTSERVICE']._serialized_start=2012
+  _globals['_EVENTSERVICE']._serialized_end=2172
 # @@protoc_insertion_point(module_scope)

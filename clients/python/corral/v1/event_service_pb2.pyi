@@ -28,9 +28,18 @@ class SubscribeRequest(_message.Message):
 
     AGENT_IDS_FIELD_NUMBER: _builtins.int
     RESUME_REVISION_FIELD_NUMBER: _builtins.int
+    RESUME_INCARNATION_FIELD_NUMBER: _builtins.int
     resume_revision: _builtins.int
     """Resume after this revision. Inside the retained window the missed events are replayed
     exactly; outside it the stream starts with `subscription_reset` and a new snapshot.
+    """
+    resume_incarnation: _builtins.str
+    """The event log `resume_revision` belongs to: the `incarnation` of the `synced` or
+    `stream_ending` the client last saw. When it differs from the server's (the daemon
+    restarted with a new event log), the stream starts with `subscription_reset` and a new
+    snapshot instead of replaying another log's revisions. Empty = not known: the revision is
+    taken to belong to the current log (a client that omits it cannot detect a restart).
+    Ignored without `resume_revision`.
     """
     @_builtins.property
     def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -41,10 +50,11 @@ class SubscribeRequest(_message.Message):
         *,
         agent_ids: _abc.Iterable[_builtins.str] | None = ...,
         resume_revision: _builtins.int | None = ...,
+        resume_incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "resume_revision", b"resume_revision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "agent_ids", b"agent_ids", "resume_revision", b"resume_revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "agent_ids", b"agent_ids", "resume_incarnation", b"resume_incarnation", "resume_revision", b"resume_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__resume_revision: _TypeAlias = _typing.Literal["resume_revision"]  # noqa: Y015
     _WhichOneofArgType__resume_revision: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision"]  # noqa: Y015
@@ -304,18 +314,26 @@ class Synced(_message.Message):
 
     REVISION_FIELD_NUMBER: _builtins.int
     RESET_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     reset: _builtins.bool
-    """True when this snapshot replaced a resume that was no longer retained."""
+    """True when this snapshot replaced a resume that was no longer retained (or that named
+    another incarnation).
+    """
+    incarnation: _builtins.str
+    """The identity of the server's event log (random hex): revisions are comparable only within
+    one incarnation. Send it back as `SubscribeRequest.resume_incarnation`.
+    """
     def __init__(
         self,
         *,
         revision: _builtins.int = ...,
         reset: _builtins.bool = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reset", b"reset", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "reset", b"reset", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -323,7 +341,9 @@ Global___Synced: _TypeAlias = Synced  # noqa: Y015
 
 @_typing.final
 class SubscriptionReset(_message.Message):
-    """The requested resume revision is no longer retained: a new snapshot follows."""
+    """The requested resume revision is no longer retained, or belongs to another incarnation of
+    the event log: a new snapshot follows.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -359,17 +379,21 @@ class StreamEnding(_message.Message):
 
     RESUME_REVISION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
     resume_revision: _builtins.int
     reason: _builtins.str
+    incarnation: _builtins.str
+    """The event log `resume_revision` belongs to; send it back as `resume_incarnation`."""
     def __init__(
         self,
         *,
         resume_revision: _builtins.int = ...,
         reason: _builtins.str = ...,
+        incarnation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "resume_revision", b"resume_revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "reason", b"reason", "resume_revision", b"resume_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
