@@ -166,10 +166,7 @@ class Daemon:
         await self._health.enter_graceful_shutdown()  # 1
         log.info("draining: NOT_SERVING, still answering for %.1fs", delay_s)
         await self._hold(delay_s)  # 2
-        # TODO(lead): call self.manager.refuse_new_work() directly once it is merged.
-        refuse = getattr(self.manager, "refuse_new_work", None)
-        if refuse is not None:
-            refuse()  # 3
+        self.manager.refuse_new_work()  # 3
         self.hub.end_all("server draining")  # 4
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s

@@ -42,10 +42,14 @@ async def test_calls_are_answered_during_the_delay_and_streams_end_after_it(
     assert draining.daemon is not None
     daemon: Daemon = draining.daemon
     order: list[str] = []
-    # Until the lead's AgentManager.refuse_new_work lands, record when the drain calls it.
-    daemon.manager.refuse_new_work = lambda: order.append(  # type: ignore[attr-defined]
-        "refuse, streams open" if daemon.hub.subscriptions else "refuse, streams ended"
-    )
+    # Record when the drain first refuses new work: before the streams end.
+    refuse = daemon.manager.refuse_new_work
+
+    def recording_refuse() -> None:
+        order.append("refuse, streams open" if daemon.hub.subscriptions else "refuse, ended")
+        refuse()
+
+    daemon.manager.refuse_new_work = recording_refuse  # type: ignore[method-assign]
     async with grpc.aio.insecure_channel(draining.address) as channel:
         stubs = Stubs.of(channel)
         health = health_pb2_grpc.HealthStub(channel)
@@ -80,7 +84,7 @@ async def test_calls_are_answered_during_the_delay_and_streams_end_after_it(
             ending = events[-1].stream_ending
             assert ending.resume_revision >= 1 and ending.incarnation == incarnation
         await asyncio.wrap_future(drained)
-        assert order == ["refuse, streams open"]
+        assert order[0] == "refuse, streams open"
 
 
 async def test_a_drain_is_bounded_by_its_delay_and_grace_even_if_agents_hang() -> None:
