@@ -280,3 +280,25 @@ def test_a_draining_daemon_gets_a_hint_that_does_not_contradict_it(
         "retry once it is back, or use another one"
     )
     assert "start one" not in err and "may not be running" not in err
+
+
+# --- what the README says about /refuse-interrupt -------------------------------------------
+
+
+def test_a_refused_interrupt_of_a_turn_that_ends_by_itself_within_the_settle_wait_is_settled(
+    grpc_server: DaemonThread, grpc_addr: str, tmp_path: Path, capsys: Capture
+) -> None:
+    agent_id = new_agent(grpc_addr, tmp_path, capsys)
+    assert cli(grpc_addr, "send", agent_id, "/refuse-interrupt\n/sleep 3000\n/reply end") == 0
+    capsys.readouterr()
+    codes: list[int] = []
+    canceler = threading.Thread(target=lambda: codes.append(cli(grpc_addr, "cancel", agent_id)))
+    canceler.start()
+    grpc_server.clock.wait_for_timer(10_000)  # refused; the settle wait (settle_s) has begun
+    assert canceler.is_alive()  # CancelTurn blocks while the turn runs on
+    grpc_server.advance(3000)  # the turn ends by itself, well within the settle wait
+    canceler.join(30)
+    assert codes == [0]
+    assert capsys.readouterr().out == "settled (agent idle)\n"
+    assert cli(grpc_addr, "logs", agent_id, "--limit", "1") == 0
+    assert capsys.readouterr().out.rstrip().endswith("assistant_message  end")
