@@ -218,8 +218,7 @@ def test_ls_shows_the_running_turn(
     turn = capsys.readouterr().out.split()[-1]
     assert cli(grpc_addr, "ls", "-l", f"team={team}") == 0
     row = capsys.readouterr().out.splitlines()[1]
-    prefix, _, rest = turn.rpartition("-")
-    assert f"running (turn {prefix}-{rest[:8]}…)" in row
+    assert f"running (turn {turn})" in row
     grpc_server.advance(1000)
 
 
@@ -228,8 +227,9 @@ def test_a_bad_selector_prints_the_field_violation_and_exits_two(
 ) -> None:
     assert cli(grpc_addr, "ls", "--selector", "=bad") == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: INVALID_ARGUMENT: ")
-    assert "  field label_selector: " in err
+    # The message names the field; its violation would only repeat it.
+    assert err.startswith("error: INVALID_ARGUMENT: label_selector: bad term '=bad'")
+    assert len(err.splitlines()) == 1
 
 
 def test_cancel_without_a_running_turn_is_not_running_and_exits_zero(
@@ -285,21 +285,10 @@ def test_close_prints_the_closed_state_and_ls_shows_it(
     assert "reason: AGENT_CLOSED" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["logs", "cancel", "close", "send"])
-def test_a_bad_agent_id_prints_not_found_with_the_reason_and_exits_two(
-    grpc_addr: str, capsys: Capture, command: str
+def test_logs_follow_of_an_unknown_whole_agent_id_exits_two(
+    grpc_addr: str, capsys: Capture
 ) -> None:
-    argv = [command, "no-such-agent"] + (["hi"] if command == "send" else [])
-    assert cli(grpc_addr, *argv) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.startswith("error: NOT_FOUND: ")
-    assert "no-such-agent" in err
-    assert "  reason: AGENT_NOT_FOUND\n" in err
-
-
-def test_logs_follow_of_a_bad_agent_id_exits_two(grpc_addr: str, capsys: Capture) -> None:
-    assert cli(grpc_addr, "logs", "-f", "no-such-agent") == 2
+    assert cli(grpc_addr, "logs", "-f", uuid.uuid4().hex) == 2
     assert "reason: AGENT_NOT_FOUND" in capsys.readouterr().err
 
 

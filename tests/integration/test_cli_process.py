@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral_cli.main import main
-from tests.support.daemon import DaemonProcess
+from tests.support.daemon import DaemonProcess, DaemonThread
 
 CORRAL = [sys.executable, "-m", "corral_cli.main"]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -83,3 +83,64 @@ def test_corral_serve_starts_a_daemon_that_ls_reaches_and_sigterm_stops(
     finally:
         daemon.stop()
     assert code == 0, err
+
+
+def test_ctrl_c_during_logs_follow_exits_130(grpc_addr: str, tmp_path: Path) -> None:
+    created = subprocess.run(
+        [*CORRAL, "--addr", grpc_addr, "run", "--cwd", str(tmp_path), "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
+    agent_id = created.stderr.split()[1]
+    proc = subprocess.Popen(
+        [*CORRAL, "logs", agent_id, "-f", "--addr", grpc_addr],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # history is printed once the subscription is live
+        assert first.startswith("#1  "), first
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+
+
+def test_ctrl_c_during_wait_exits_130(
+    grpc_server: DaemonThread, grpc_addr: str, tmp_path: Path
+) -> None:
+    created = subprocess.run(
+        [*CORRAL, "--addr", grpc_addr, "run", "--cwd", str(tmp_path), "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
+    agent_id = created.stderr.split()[1]
+    assert main(["--addr", grpc_addr, "send", agent_id, "/sleep 600000"]) == 0
+    proc = subprocess.Popen(
+        [*CORRAL, "wait", agent_id[:8], "--for", "7.25", "--addr", grpc_addr],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        grpc_server.clock.wait_for_timer(7250)  # the daemon holds the wait
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert main(["--addr", grpc_addr, "cancel", agent_id]) == 0

@@ -14,6 +14,7 @@ from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, parse_labels, prompt_content
+from corral_cli.first_turn import follow_first_turn, head_revision
 from corral_cli.render import Console, agent_table, local_time, state_label
 from corral_cli.turn import cancel_outcome, stream_turn
 
@@ -27,7 +28,8 @@ _LIST_PAGE_SIZE = 500
 
 
 def run(client: Client, console: Console, args: argparse.Namespace) -> int:
-    """CreateAgent, then StreamTurn the prompt on it."""
+    """CreateAgent with the prompt as its initial prompt (an invalid prompt creates nothing),
+    then follow that first turn (first_turn.py says how no event is missed)."""
     try:
         labels = parse_labels(args.label)
     except ValueError as exc:
@@ -37,6 +39,7 @@ def run(client: Client, console: Console, args: argparse.Namespace) -> int:
     if not content[0].text.strip():
         console.note("error: the prompt is empty (no agent created)")
         return failure.EXIT_BAD_REQUEST
+    after_revision = head_revision(client)
     created = client.agents.CreateAgent(
         agent_pb.CreateAgentRequest(
             provider=args.provider,
@@ -45,14 +48,14 @@ def run(client: Client, console: Console, args: argparse.Namespace) -> int:
             mode=args.mode,
             title=args.title,
             labels=labels,
+            initial_prompt=content,
         ),
         timeout=client.timeout_s,
     )
     if console.json:
         console.message(created)
     console.note(f"agent {created.agent.id}")
-    request = turn_pb.StreamTurnRequest(agent_id=created.agent.id, content=content)
-    return stream_turn(client, console, request)
+    return follow_first_turn(client, console, created.agent.id, created.turn_id, after_revision)
 
 
 def send(client: Client, console: Console, args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ code and message are always printed).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import cast
 
@@ -70,16 +71,43 @@ def decode(error: grpc.RpcError) -> Failure:
 
 
 def describe(failure: Failure, addr: str) -> list[str]:
-    """The lines to print on stderr for a failed call to the daemon at `addr`."""
+    """The lines to print on stderr for a failed call to the daemon at `addr`. Each thing is
+    said once: a reason that only repeats the code, or a field violation the message already
+    states, is left out."""
     lines = [f"error: {failure.code.name}: {failure.message}"]
-    if failure.reason:
+    if failure.reason and failure.reason != failure.code.name:
         lines.append(f"  reason: {failure.reason}")
-    lines.extend(f"  field {field}: {description}" for field, description in failure.violations)
+    lines.extend(
+        f"  field {field}: {description}"
+        for field, description in failure.violations
+        if not _already_said(failure.message, field, description)
+    )
+    hint = _hint(failure, addr)
+    if hint:
+        lines.append(f"hint: {hint}")
+    return lines
+
+
+def _hint(failure: Failure, addr: str) -> str:
     if failure.code is grpc.StatusCode.UNAVAILABLE:
-        lines.append(
-            f"hint: the corral daemon may not be running at {addr}; start one with "
+        if failure.reason == "SHUTTING_DOWN":
+            # The daemon answered: it is there, and is going away (its message says so).
+            return f"the daemon at {addr} is draining; retry once it is back, or use another one"
+        return (
+            f"the corral daemon may not be running at {addr}; start one with "
             "`corral serve` (or buildscripts/serve), or point --addr / CORRAL_ADDR at it"
         )
-    elif failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
-        lines.append("hint: the daemon did not answer in time; raise --timeout")
-    return lines
+    if failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "the daemon did not answer in time; raise --timeout"
+    return ""
+
+
+# How the daemon marks a text it cut to fit an error answer: `...<cut> (N bytes)`.
+_CLIPPED = re.compile(r"\.\.\. \(\d+ bytes\)$")
+
+
+def _already_said(message: str, field: str, description: str) -> bool:
+    """The violation is (a clipped copy of) what the message says, e.g. the message
+    `content: line 1: unknown directive ...` and the violation (content, `line 1: ...`)."""
+    said = _CLIPPED.sub("", description)
+    return f"{field}: {said}" in message if field else said in message

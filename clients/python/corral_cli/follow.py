@@ -11,7 +11,8 @@ How `-f` stays exact (the order matters):
      first; a row at or below the last printed one is a duplicate and dropped.
 A `timeline_reset` starts the new epoch at seq 1; an in-stream `subscription_reset` (this
 client fell behind) is followed by a fresh snapshot, and step 3 catches up from the last
-printed row. `stream_ending` prints the resume revision and ends with exit 0.
+printed row. `stream_ending` prints the resume revision and ends with exit 0; so does the
+agent's closed snapshot (after its last rows) or its removal. Ctrl-C exits 130.
 
 Must not: print a row twice, or skip one silently (retention that dropped rows is a note).
 """
@@ -34,13 +35,16 @@ _PAGE_ROWS = 200
 _BUSY_STATES = frozenset({"initializing", "running"})
 
 
-def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> str:
+    """A usage error in `logs`'s options, found before the daemon is called ("" for none)."""
     if args.until_idle and not args.follow:
-        console.note("error: --until-idle needs -f")
-        return failure.EXIT_BAD_REQUEST
+        return "--until-idle needs -f"
     if args.limit < 0:
-        console.note("error: --limit must be 0 (everything) or more")
-        return failure.EXIT_BAD_REQUEST
+        return "--limit must be 0 (everything) or more"
+    return ""
+
+
+def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
     if args.follow:
         return _Follower(client, console, args.agent, args.limit, args.until_idle).run()
     page = client.timeline.FetchTimeline(
@@ -92,7 +96,7 @@ class _Follower:
                     return exit_code
         except KeyboardInterrupt:
             stop(call)
-            return failure.EXIT_OK
+            return failure.EXIT_INTERRUPTED
         self.console.note("-- the daemon ended the stream --")
         return failure.EXIT_OK
 
@@ -110,7 +114,11 @@ class _Follower:
                 if agent.id == self.agent_id:
                     self.agent = agent
                     if not self.in_snapshot:
-                        return self._exit_if_settled()
+                        return self._exit_if_done()
+            case "agent_removed":
+                if event.agent_removed.agent_id == self.agent_id:
+                    self.console.note(f"-- agent {self.agent_id} was removed --")
+                    return failure.EXIT_OK
             case "synced":
                 return self._synced()
             case "subscription_reset":
@@ -143,7 +151,7 @@ class _Follower:
         elif epoch != self.epoch:
             self._new_epoch(epoch, "re-based while this client was behind")
         self._catch_up(next_seq)
-        return self._exit_if_settled()
+        return self._exit_if_done()
 
     def _head(self) -> tuple[str, int]:
         """The timeline's epoch and next_seq as of the subscription."""
@@ -160,7 +168,12 @@ class _Follower:
         )
         return page.epoch, page.window.next_seq
 
-    def _exit_if_settled(self) -> int | None:
+    def _exit_if_done(self) -> int | None:
+        """Exit 0 once the agent is closed (no row can follow: its last rows are stored
+        before its closed snapshot is published), or, with --until-idle, settled."""
+        if self.agent is not None and state_name(self.agent) == "closed":
+            self.console.note(f"-- agent {self.agent_id} is closed --")
+            return failure.EXIT_OK
         if self.until_idle and (self.agent is None or _settled(self.agent)):
             return failure.EXIT_OK
         return None

@@ -15,56 +15,83 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import TypeAlias
 
 import grpc
 
-from corral_cli import commands, failure, follow
+from corral_cli import commands, failure, follow, ids
 from corral_cli.client import DEFAULT_ADDR, DEFAULT_TIMEOUT_S, Client, connect
 from corral_cli.render import Console
 
 Command = Callable[[Client, Console, argparse.Namespace], int]
+# A command's own usage checks, before anything is sent: the error, or "".
+Check = Callable[[argparse.Namespace], str]
+# argparse's classes are generic to the type checker only.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Parents: TypeAlias = list[argparse.ArgumentParser]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The grammar. The global options are accepted before the command and after it (`corral
+    --json ls` and `corral ls --json`): each subcommand repeats them with SUPPRESS defaults,
+    so a value given after the command overrides the one before it, and one not given there
+    leaves it alone."""
     parser = argparse.ArgumentParser(
         prog="corral", description="Run, steer and watch AI coding agents through corral."
     )
-    parser.add_argument(
-        "--addr",
-        default=os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR,
-        help=f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="machine output: one JSON object per line"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help="seconds to wait for a unary call (default %(default)s)",
-    )
+    _add_globals(parser, defaults=True)
+    globals_after = argparse.ArgumentParser(add_help=False)
+    _add_globals(globals_after, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser(
         "serve", add_help=False, help="run the daemon (all arguments go to it; try serve --help)"
     )
-    _add_run(sub)
-    _add_send(sub)
-    _add_ls(sub)
-    _add_logs(sub)
-    cancel = sub.add_parser("cancel", help="cancel the agent's running turn")
-    cancel.add_argument("agent")
+    parents = [globals_after]
+    _add_run(sub, parents)
+    _add_send(sub, parents)
+    _add_ls(sub, parents)
+    _add_logs(sub, parents)
+    cancel = sub.add_parser("cancel", parents=parents, help="cancel the agent's running turn")
+    _add_agent(cancel)
     cancel.set_defaults(func=commands.cancel)
-    wait = sub.add_parser("wait", help="wait until the agent is idle (or errored)")
-    wait.add_argument("agent")
+    wait = sub.add_parser("wait", parents=parents, help="wait until the agent is idle (or errored)")
+    _add_agent(wait)
     wait.add_argument(
         "--for", dest="timeout_s", type=float, default=None, metavar="S", help="give up after S"
     )
     wait.set_defaults(func=commands.wait)
-    close = sub.add_parser("close", help="close an agent (its record stays)")
-    close.add_argument("agent")
+    close = sub.add_parser("close", parents=parents, help="close an agent (its record stays)")
+    _add_agent(close)
     close.set_defaults(func=commands.close)
     return parser
+
+
+def _add_globals(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--addr",
+        default=default(os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR),
+        help=f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine output: one JSON object per line",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=default(DEFAULT_TIMEOUT_S),
+        metavar="S",
+        help=f"seconds to wait for a unary call (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def _add_agent(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("agent", help="an agent id, or any unique prefix of one")
 
 
 def _add_prompt(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +100,8 @@ def _add_prompt(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = sub.add_parser("run", help="create an agent and stream its first turn")
+def _add_run(sub: Subparsers, parents: Parents) -> None:
+    run = sub.add_parser("run", parents=parents, help="create an agent and stream its first turn")
     run.add_argument("--provider", default="scripted", help="default %(default)s")
     run.add_argument("--cwd", default=None, help="working directory (default: here)")
     run.add_argument("--title", default="")
@@ -87,9 +114,9 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.set_defaults(func=commands.run)
 
 
-def _add_send(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    send = sub.add_parser("send", help="send a prompt to an agent")
-    send.add_argument("agent")
+def _add_send(sub: Subparsers, parents: Parents) -> None:
+    send = sub.add_parser("send", parents=parents, help="send a prompt to an agent")
+    _add_agent(send)
     _add_prompt(send)
     send.add_argument("-f", "--follow", action="store_true", help="stream the turn like run")
     send.add_argument(
@@ -101,17 +128,19 @@ def _add_send(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     send.set_defaults(func=commands.send)
 
 
-def _add_ls(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ls = sub.add_parser("ls", help="list agents")
+def _add_ls(sub: Subparsers, parents: Parents) -> None:
+    ls = sub.add_parser("ls", parents=parents, help="list agents")
     ls.add_argument("--selector", "-l", default="", help="labels: k=v,k!=v,k")
     ls.add_argument("--all", action="store_true", help="include archived agents")
-    ls.add_argument("--parent", default="", metavar="ID", help="only children of this agent")
+    ls.add_argument(
+        "--parent", default="", metavar="ID", help="only children of this agent (id or prefix)"
+    )
     ls.set_defaults(func=commands.ls)
 
 
-def _add_logs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    logs = sub.add_parser("logs", help="print an agent's timeline")
-    logs.add_argument("agent")
+def _add_logs(sub: Subparsers, parents: Parents) -> None:
+    logs = sub.add_parser("logs", parents=parents, help="print an agent's timeline")
+    _add_agent(logs)
     logs.add_argument("-f", "--follow", action="store_true", help="follow new rows live")
     logs.add_argument(
         "--limit", type=int, default=200, metavar="N", help="last N rows (0 = all; default 200)"
@@ -121,7 +150,7 @@ def _add_logs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="with -f: exit once the agent is idle or errored (at once if it already is)",
     )
-    logs.set_defaults(func=follow.logs)
+    logs.set_defaults(func=follow.logs, check=follow.check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,15 +172,32 @@ def _main(argv: list[str]) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     console = Console(json=args.json)
+    check: Check | None = getattr(args, "check", None)
+    usage_error = check(args) if check is not None else ""
+    if usage_error:
+        console.note(f"error: {usage_error}")
+        return failure.EXIT_BAD_REQUEST
     func: Command = args.func
     with connect(args.addr, args.timeout) as client:
         try:
+            _resolve_agents(client, args)
             return func(client, console, args)
+        except ids.AgentIdError as exc:
+            console.note(f"error: {exc}")
+            return failure.EXIT_BAD_REQUEST
         except grpc.RpcError as exc:
             failed = failure.decode(exc)
             for line in failure.describe(failed, args.addr):
                 console.note(line)
             return failed.exit_code
+
+
+def _resolve_agents(client: Client, args: argparse.Namespace) -> None:
+    """Every agent argument (`agent`, `ls --parent`) from a unique prefix to the whole id."""
+    if getattr(args, "agent", None) is not None:
+        args.agent = ids.resolve(client, args.agent)
+    if getattr(args, "parent", ""):
+        args.parent = ids.resolve(client, args.parent)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 
-SHORT_ID = 8
 _TITLE_WIDTH = 40
 
 
@@ -45,12 +44,6 @@ class Console:
     def message(self, msg: Message) -> None:
         """One protobuf message as one JSON line, in proto JSON's field names."""
         self.line(json.dumps(json_format.MessageToDict(msg), ensure_ascii=False))
-
-
-def short(ident: str) -> str:
-    """The first SHORT_ID characters after any `kind-` prefix: `turn-1a2b3c4d…`."""
-    prefix, sep, rest = ident.rpartition("-")
-    return ident if len(rest) <= SHORT_ID else f"{prefix}{sep}{rest[:SHORT_ID]}…"
 
 
 def local_time(ts: Timestamp, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -81,7 +74,7 @@ def state_label(agent: agent_types_pb.Agent) -> str:
     name = state_name(agent)
     if name == "running":
         turn = agent.lifecycle.running.active_turn_id
-        return f"running (turn {short(turn)})" if turn else "running"
+        return f"running (turn {turn})" if turn else "running"  # ids are whole, never cut
     if name == "errored":
         return f"errored: {one_line(agent.lifecycle.errored.error.message)}"
     return name
@@ -142,7 +135,7 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
             return one_line(row.compaction.summary)
         case "subagent_notice":
             notice = row.subagent_notice
-            return f"{short(notice.child_agent_id)} {one_line(notice.text)}"
+            return f"{notice.child_agent_id} {one_line(notice.text)}"
         case _:
             return ""
 

@@ -15,7 +15,7 @@ import grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, stop
-from corral_cli.render import Console, TurnPrinter, one_line, short, state_label
+from corral_cli.render import Console, TurnPrinter, one_line, state_label
 
 
 def cancel_outcome(value: int) -> str:
@@ -27,7 +27,7 @@ def cancel_outcome(value: int) -> str:
 def stream_turn(client: Client, console: Console, request: turn_pb.StreamTurnRequest) -> int:
     """Send the prompt, print the turn as it streams, and return the exit code."""
     call = client.turns.StreamTurn(request)
-    follower = _TurnFollower(console)
+    follower = TurnFollower(console)
     try:
         for event in call:
             exit_code = follower.handle(event)
@@ -58,7 +58,7 @@ def interrupt(client: Client, console: Console, agent_id: str) -> int:
     return failure.EXIT_INTERRUPTED
 
 
-class _TurnFollower:
+class TurnFollower:
     """Prints each StreamTurn event; returns an exit code once the turn has ended."""
 
     def __init__(self, console: Console) -> None:
@@ -83,7 +83,7 @@ class _TurnFollower:
         note = self.console.note
         match event.WhichOneof("event"):
             case "turn_started":
-                note(f"turn {short(event.turn_started.turn_id)} started")
+                note(f"turn {event.turn_started.turn_id} started")
             case "row":
                 self.printer.row(event.row)
             case "permission_requested":
