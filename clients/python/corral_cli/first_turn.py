@@ -28,8 +28,9 @@ from corral_cli.turn import TurnFollower, interrupt
 _NO_AGENT = "corral-cli-head-probe"
 
 
-def head_revision(client: Client) -> int:
-    """Step 1: the revision the daemon's event stream is at now."""
+def head_revision(client: Client) -> tuple[int, str]:
+    """Step 1: the revision the daemon's event stream is at now, and the incarnation of its
+    event log (a resume into another incarnation is reset, never replayed wrongly)."""
     call = client.events.Subscribe(
         event_pb.SubscribeRequest(agent_ids=[_NO_AGENT]), timeout=client.timeout_s
     )
@@ -37,17 +38,21 @@ def head_revision(client: Client) -> int:
         for response in call:
             for event in response.events:
                 if event.WhichOneof("payload") == "synced":
-                    return event.synced.revision
+                    return event.synced.revision, event.synced.incarnation
     finally:
         stop(call)
     raise RuntimeError("the daemon ended the subscription before `synced`")
 
 
 def follow_first_turn(
-    client: Client, console: Console, agent_id: str, turn_id: str, after_revision: int
+    client: Client, console: Console, agent_id: str, turn_id: str, after: tuple[int, str]
 ) -> int:
-    """Step 3: print the turn's events from `after_revision` on; the exit code of the turn."""
-    request = event_pb.SubscribeRequest(agent_ids=[agent_id], resume_revision=after_revision)
+    """Step 3: print the turn's events from `after` (a revision and its incarnation) on; the
+    exit code of the turn."""
+    revision, incarnation = after
+    request = event_pb.SubscribeRequest(
+        agent_ids=[agent_id], resume_revision=revision, resume_incarnation=incarnation
+    )
     call = client.events.Subscribe(request)
     follower = TurnFollower(console)
     try:
