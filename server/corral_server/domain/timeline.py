@@ -16,6 +16,18 @@ JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, J
 # Unset limit in FetchTimeline (seed 000, section 7.2: "默认一次 200 行").
 DEFAULT_PAGE_LIMIT = 200
 
+# The size limits that keep every answer within a default gRPC client's 4 MiB receive limit
+# (issue 5, section 3). Sizes are encoded bytes, estimated by timeline/size.py.
+# No stored row is bigger than this: long assistant text is split over several rows, other
+# items are cut with a marker (manager/oversize.py); prompts are checked (manager/validate.py).
+MAX_ROW_BYTES = 2 * 1024 * 1024
+# A FetchTimeline page holds rows of at most this many bytes in all, whatever its `limit`,
+# and always at least one row: a page is at most one row or this budget, under 4 MiB.
+MAX_PAGE_BYTES = 2 * 1024 * 1024
+# ... and at most this many rows (`limit: 0` included): converting a row to protobuf costs
+# ~10 us (BENCHMARKS.md, P2), so a page blocks the event loop for 100 ms at most.
+MAX_PAGE_ROWS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:

@@ -5,6 +5,11 @@
 - tool-call updates with the same call_id replace each other; a terminal status flushes at once;
 - anything else flushes what is pending and is appended as it is.
 
+No row is bigger than `max_row_bytes` (MAX_ROW_BYTES; manager/oversize.py states the rules):
+assistant and reasoning text that would make a bigger row is split into consecutive rows of
+the same message at a character boundary: each full row is ready at once, the rest stays
+pending. Any other item too big is cut by `fit_item`, with a marker.
+
 Pure logic: the actor owns the 60 ms timer and calls `flush` when it fires. At most one row is
 pending at any time, so a flush is never more than one row.
 """
@@ -13,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall
+from corral_server.domain.timeline import MAX_ROW_BYTES, AssistantMessage, Reasoning, ToolCall
+from corral_server.manager.oversize import fit_item, text_pieces
 from corral_server.providers.base import ProviderItem
+from corral_server.timeline.size import text_bytes
 from corral_server.timeline.store import NewRow
 
 # Seed 000, section 6.2: AGENT_STREAM_COALESCE_DEFAULT_WINDOW_MS = 60.
@@ -30,13 +37,17 @@ class Offered:
 
 
 class Coalescer:
-    def __init__(self) -> None:
+    def __init__(self, max_row_bytes: int = MAX_ROW_BYTES) -> None:
+        self._max_row_bytes = max_row_bytes
         # Invariant: when set, `_pending` holds an assistant, reasoning or non-terminal tool
         # row; `_parts` holds the text fragments of a pending assistant/reasoning row (joined
         # once at flush: joining on every fragment would copy a long message quadratically).
         self._pending: NewRow | None = None
         self._parts: list[str] = []
         self._key: tuple[object, ...] = ()
+        # Of a pending text row: the UTF-8 bytes of its parts, and the most its text may hold.
+        self._bytes = 0
+        self._room = 0
 
     @property
     def has_pending(self) -> bool:
@@ -57,30 +68,67 @@ class Coalescer:
             case AssistantMessage() | Reasoning():
                 if not item.text:
                     return Offered((), False)
+                text = item.text
+                size = len(text) if text.isascii() else text_bytes(text)
                 key: tuple[object, ...] = (type(item), event.turn_id, _message_key(event))
                 if self._pending is not None and key == self._key:
-                    self._parts.append(item.text)
-                    return Offered((), False)
+                    if self._bytes + size <= self._room:
+                        self._parts.append(text)
+                        self._bytes += size
+                        return Offered((), False)
+                    return Offered(self._split(event, now_ms), True)
                 ready = self._take()
-                self._pending, self._parts, self._key = _new_row(event, now_ms), [item.text], key
-                return Offered(ready, True)
+                row = _new_row(event, now_ms)
+                self._pending, self._parts, self._key, self._bytes = row, [text], key, size
+                # A text row is its text, its message id and 12 bytes of tags and lengths,
+                # 6 more with an id (timeline/size.py, item_bytes). One whose id alone fills
+                # it still takes some text (64 bytes) per row.
+                room = self._max_row_bytes - 12
+                if type(item) is AssistantMessage and item.message_id:
+                    room -= 6 + text_bytes(item.message_id)
+                    room = room if room > 64 else 64
+                self._room = room
+                if size <= room:
+                    return Offered(ready, True)
+                return Offered((*ready, *self._split(None, now_ms)), True)
             case ToolCall():
                 key = (ToolCall, event.turn_id, item.call_id)
                 same = self._pending is not None and key == self._key
                 first_ms = self._pending.timestamp_ms if same and self._pending else now_ms
                 ready = () if same else self._take()
-                row = _new_row(event, first_ms)
+                row = self._fitted(event, first_ms)
                 if item.status.is_terminal:
                     self._pending, self._parts, self._key = None, [], ()
                     return Offered((*ready, row), False)
                 self._pending, self._parts, self._key = row, [], key
                 return Offered(ready, not same)
             case _:
-                return Offered((*self._take(), _new_row(event, now_ms)), False)
+                return Offered((*self._take(), self._fitted(event, now_ms)), False)
 
     def _take(self) -> tuple[NewRow, ...]:
         row = self.flush()
         return (row,) if row is not None else ()
+
+    def _split(self, event: ProviderItem | None, now_ms: int) -> tuple[NewRow, ...]:
+        """The pending text (plus `event`'s) is more than a row may hold: the full rows it
+        makes, in order; the rest stays pending. Rows after the first are timestamped now."""
+        pending = self._pending
+        assert pending is not None and isinstance(pending.item, AssistantMessage | Reasoning)
+        if event is not None:
+            assert isinstance(event.item, AssistantMessage | Reasoning)
+            self._parts.append(event.item.text)
+        pieces = text_pieces("".join(self._parts), self._room)
+        rows = [pending._replace(item=replace(pending.item, text=piece)) for piece in pieces[:-1]]
+        rows[1:] = [row._replace(timestamp_ms=now_ms) for row in rows[1:]]
+        last = pieces[-1]
+        self._pending = pending._replace(timestamp_ms=now_ms, item=replace(pending.item, text=last))
+        self._parts, self._bytes = [last], text_bytes(last)
+        return tuple(rows)
+
+    def _fitted(self, event: ProviderItem, now_ms: int) -> NewRow:
+        row = _new_row(event, now_ms)
+        item = fit_item(row.item, self._max_row_bytes)
+        return row if item is row.item else row._replace(item=item)
 
 
 def _message_key(event: ProviderItem) -> str:

@@ -6,6 +6,14 @@ section 7.2. It does no I/O and must not import protobuf or grpc.
 Seeking never scans: seqs are contiguous within an epoch, so the list index of a seq is
 arithmetic, and a page costs one slice of `limit` rows whether the timeline holds 1 k or 1 M.
 
+Pages are cut by rows and bytes too: a page holds at most `max_page_rows` rows and
+`max_page_bytes` of them (their encoded size, estimated by timeline/size.py), and always at
+least one row, whatever its `limit` (0 included). A page that walks back (TAIL, BEFORE) keeps
+the newest rows of its range, one that walks forward (AFTER) the oldest, and the receipt says
+what was left out (has_older / has_newer), so a client just pages on. Only the rows a page
+keeps are measured (sizes are not kept: that would cost the writer on every row), so
+`limit: 0` over 80 MB costs one page.
+
 Page positions. Every page is a half-open seq interval [lo, hi) clipped to the retained range
 [first, next_seq) (`first` is the oldest retained seq, or next_seq when empty), so a page may be
 empty and still have a position. has_older = retained rows exist below lo; has_newer = retained
@@ -26,10 +34,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, NamedTuple, assert_never
 
 from corral_server.domain.timeline import (
     DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_BYTES,
+    MAX_PAGE_ROWS,
     Cursor,
     Direction,
     FetchResult,
@@ -38,6 +48,7 @@ from corral_server.domain.timeline import (
     TimelineWindow,
 )
 from corral_server.errors import AgentNotFound, InvalidArgument
+from corral_server.timeline.size import row_bytes
 from corral_server.timeline.store import NewRow
 
 if TYPE_CHECKING:
@@ -92,17 +103,25 @@ class _Timeline:
 
 class InMemoryTimelineStore:
     """A `TimelineStore` in memory. `retain_rows` caps the rows kept per agent (oldest dropped
-    first, so min_seq rises); None keeps everything. `epoch_factory` mints epochs (uuid4 hex)."""
+    first, so min_seq rises); None keeps everything. `epoch_factory` mints epochs (uuid4 hex).
+    `max_page_rows` and `max_page_bytes` cap a page, whatever its `limit` (one row always
+    fits)."""
 
     def __init__(
         self,
         *,
         retain_rows: int | None = None,
         epoch_factory: Callable[[], str] = _uuid_epoch,
+        max_page_rows: int = MAX_PAGE_ROWS,
+        max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:
         if retain_rows is not None and retain_rows < 1:
             raise ValueError(f"retain_rows must be at least 1, got {retain_rows}")
+        if max_page_rows < 1 or max_page_bytes < 1:
+            raise ValueError(f"page limits must be at least 1, got {max_page_rows} rows")
         self._retain_rows = retain_rows
+        self._max_page_rows = max_page_rows
+        self._max_page_bytes = max_page_bytes
         self._epoch_factory = epoch_factory
         self._timelines: dict[str, _Timeline] = {}
 
@@ -140,13 +159,14 @@ class InMemoryTimelineStore:
             limit = DEFAULT_PAGE_LIMIT
         elif limit < 0:
             raise InvalidArgument.field("limit", f"must be 0 (whole window) or more, got {limit}")
+        page = _Page(timeline, self._max_page_rows, self._max_page_bytes)
         match direction:
             case Direction.TAIL:
-                return _tail(timeline, limit)
+                return _tail(page, limit)
             case Direction.BEFORE:
-                return _before(timeline, _checked(cursor, direction), limit)
+                return _before(page, _checked(cursor, direction), limit)
             case Direction.AFTER:
-                return _after(timeline, _checked(cursor, direction), limit)
+                return _after(page, _checked(cursor, direction), limit)
             case _:
                 assert_never(direction)
 
@@ -192,38 +212,47 @@ def _checked(cursor: Cursor | None, direction: Direction) -> Cursor:
     return cursor
 
 
-def _tail(
-    timeline: _Timeline, limit: int, *, stale: bool = False, gap: bool = False
-) -> FetchResult:
+class _Page(NamedTuple):
+    """What a fetch reads from: the timeline, and the most rows and bytes a page may hold."""
+
+    timeline: _Timeline
+    max_rows: int
+    max_bytes: int
+
+
+def _tail(page: _Page, limit: int, *, stale: bool = False, gap: bool = False) -> FetchResult:
+    timeline = page.timeline
     hi = timeline.next_seq
     lo = timeline.first if limit == 0 else max(timeline.first, hi - limit)
-    return _page(timeline, lo, hi, reset=stale or gap, stale_cursor=stale, gap=gap)
+    return _cut(page, lo, hi, newest=True, reset=stale or gap, stale_cursor=stale, gap=gap)
 
 
-def _before(timeline: _Timeline, cursor: Cursor, limit: int) -> FetchResult:
+def _before(page: _Page, cursor: Cursor, limit: int) -> FetchResult:
+    timeline = page.timeline
     if cursor.epoch != timeline.epoch:
-        return _tail(timeline, limit, stale=True)
+        return _tail(page, limit, stale=True)
     first, next_seq = timeline.first, timeline.next_seq
     if cursor.seq > next_seq:
         raise _future_cursor(cursor, next_seq)
     # Never a gap: the client holds everything from the cursor on; older rows are just gone.
     hi = max(first, cursor.seq)
     lo = first if limit == 0 else max(first, hi - limit)
-    return _page(timeline, lo, hi)
+    return _cut(page, lo, hi, newest=True)
 
 
-def _after(timeline: _Timeline, cursor: Cursor, limit: int) -> FetchResult:
+def _after(page: _Page, cursor: Cursor, limit: int) -> FetchResult:
+    timeline = page.timeline
     if cursor.epoch != timeline.epoch:
-        return _tail(timeline, limit, stale=True)
+        return _tail(page, limit, stale=True)
     first, next_seq = timeline.first, timeline.next_seq
     if cursor.seq >= next_seq:
         raise _future_cursor(cursor, next_seq - 1)
     lo = cursor.seq + 1
     if lo < first:
         # Rows the client never saw (lo .. first-1) are gone: it must start again.
-        return _tail(timeline, limit, gap=True)
+        return _tail(page, limit, gap=True)
     hi = next_seq if limit == 0 else min(next_seq, lo + limit)
-    return _page(timeline, lo, hi)
+    return _cut(page, lo, hi, newest=False)
 
 
 def _future_cursor(cursor: Cursor, newest_allowed: int) -> InvalidArgument:
@@ -233,23 +262,50 @@ def _future_cursor(cursor: Cursor, newest_allowed: int) -> InvalidArgument:
     )
 
 
-def _page(
-    timeline: _Timeline,
+def _cut(
+    page: _Page,
     lo: int,
     hi: int,
     *,
+    newest: bool,
     reset: bool = False,
     stale_cursor: bool = False,
     gap: bool = False,
 ) -> FetchResult:
-    """The rows with seqs lo..hi-1; the caller guarantees first <= lo <= hi <= next_seq."""
-    rows = timeline.rows[timeline.index(lo) : timeline.index(hi)]
+    """The rows with seqs lo..hi-1, cut to the page's rows and bytes: the newest rows that fit
+    when `newest`, else the oldest; always one row at least. Measures only the rows it keeps
+    (and one more). The caller guarantees first <= lo <= hi <= next_seq."""
+    timeline = page.timeline
+    rows = timeline.rows
+    i, j = timeline.index(lo), timeline.index(hi)
+    if j - i > page.max_rows:
+        i, j = (j - page.max_rows, j) if newest else (i, i + page.max_rows)
+    budget = page.max_bytes
+    if sum(map(row_bytes, rows[i:j])) <= budget:
+        pass  # the common case, measured in one C loop
+    elif newest:
+        k = j
+        while k > i:
+            budget -= row_bytes(rows[k - 1])
+            if budget < 0 and k < j:
+                break
+            k -= 1
+        i = k
+    else:
+        k = i
+        while k < j:
+            budget -= row_bytes(rows[k])
+            if budget < 0 and k > i:
+                break
+            k += 1
+        j = k
+    shift = timeline.first - timeline.start  # seq = list index + shift
     return FetchResult(
         epoch=timeline.epoch,
         window=timeline.window(),
-        rows=tuple(rows),
-        has_older=lo > timeline.first,
-        has_newer=hi < timeline.next_seq,
+        rows=tuple(rows[i:j]),
+        has_older=i + shift > timeline.first,
+        has_newer=j + shift < timeline.next_seq,
         reset=reset,
         stale_cursor=stale_cursor,
         gap=gap,
