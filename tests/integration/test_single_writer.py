@@ -148,6 +148,9 @@ async def test_a_lone_surrogate_in_tool_input_never_leaves_the_agent_running(
     events = await _run(stubs, agent_id, '/tool t {"a":"\\ud800"}')
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[-1] == "turn_completed"
+    rows = [e.row for e in events if e.WhichOneof("event") == "row"]
+    tool = [r.item.tool_call for r in rows if r.item.HasField("tool_call")][-1]
+    assert tool.input.struct_value.fields["a"].string_value == "\ufffd"  # mended, not dropped
     rows = await timeline(stubs, agent_id)
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
     agent = (await stubs.agents.GetAgent(agent_svc_pb.GetAgentRequest(agent_id=agent_id))).agent
