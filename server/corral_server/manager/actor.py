@@ -6,16 +6,9 @@ seqs are assigned in one order, and provider events that arrive while a command 
 provider (for example before `start_turn` returns a turn id) wait behind it: staging for free
 (seed 000, section 5.2).
 
-A writer step, in order:
-  1. sanitize what the provider reported (the provider boundary: text that cannot be encoded
-     never gets further), and give rows without a turn id the running turn's id;
-  2. build the rows and events and encode them (`Publisher.prepare`): a failure here has
-     stored nothing;
-  3. store the rows;
-  4. publish the encoded events (`Publisher.commit`, which cannot fail);
-  5. wake whoever waits for the change.
-Any step that still fails ends the running turn as turn_failed, with an error row, and leaves
-the agent errored: never stuck in running, never a stored row that was not published.
+A writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
+the provider boundary, encode, store, publish). Any step that still fails ends the running
+turn as turn_failed, with an error row, and leaves the agent errored: never stuck in running.
 
 Provider calls run under deadlines on the clock (specs.Timeouts) and carry the turn they are
 meant for, so a late interrupt can never stop the next turn.
@@ -27,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from corral_server import errors
-from corral_server.clock import Clock, TimerHandle
+from corral_server.clock import Clock
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     PARENT_AGENT_ID_LABEL,
@@ -47,13 +40,12 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, TimelineRow, UserMessage
-from corral_server.hub import Prepared
-from corral_server.manager.coalescer import WINDOW_MS, Coalescer
+from corral_server.domain.timeline import ErrorItem, UserMessage
 from corral_server.manager.deadlines import deadline
-from corral_server.manager.sanitize import sanitize_item, sanitize_text
+from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate, Timeouts
 from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
+from corral_server.manager.writer import Publisher, TimelineWriter
 from corral_server.providers.base import (
     InterruptResult,
     Provider,
@@ -78,16 +70,6 @@ TURN_CANCELED = "TURN_CANCELED"
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
 
 
-class Publisher(Protocol):
-    """The event hub as the writer sees it: encode first, publish after the store step."""
-
-    def prepare(self, event: ev.Event) -> Prepared: ...
-
-    def commit(self, prepared: Prepared) -> int: ...
-
-    def publish(self, event: ev.Event) -> int: ...
-
-
 @dataclass(frozen=True, slots=True)
 class ActorDeps:
     provider: Provider
@@ -104,17 +86,24 @@ _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
 class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._snapshot = agent  # replaced whole, only by this actor's task
-        # next_seq moves with every append; folding it into the snapshot on every row would
-        # cost more than the row, so readers get it folded in on read (`agent`).
-        self._next_seq = agent.next_seq
+        # The timeline's writer. Its next_seq moves with every append; folding it into the
+        # snapshot on every row would cost more than the row, so readers get it folded in on
+        # read (`agent`).
+        self._writer = TimelineWriter(
+            agent.id,
+            agent.epoch,
+            agent.next_seq,
+            timeline=deps.timeline,
+            publisher=deps.publisher,
+            clock=deps.clock,
+            on_window=lambda: self.post(self._writer.flush),
+        )
         # Provider events wait here; one queued job drains them in order, in one batch.
         self._inbox: list[ProviderEvent] = []
         self._inbox_queued = False
         self._deps = deps
         self._session: ProviderSession | None = None
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
-        self._coalescer = Coalescer()
-        self._timer: TimerHandle | None = None
         # Invariant: set exactly while the lifecycle is Running.
         self._active: ActiveTurn | None = None
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
@@ -173,8 +162,9 @@ class AgentActor:
     @property
     def agent(self) -> Agent:
         """The current snapshot, for readers."""
-        if self._snapshot.next_seq != self._next_seq:
-            self._snapshot = replace(self._snapshot, next_seq=self._next_seq)
+        next_seq = self._writer.next_seq
+        if self._snapshot.next_seq != next_seq:
+            self._snapshot = replace(self._snapshot, next_seq=next_seq)
         return self._snapshot
 
     @property
@@ -227,23 +217,12 @@ class AgentActor:
         for event in events:
             if isinstance(event, ProviderItem):
                 if not self._stopped and self._accepts(event.turn_id):
-                    ready.extend(self._offer(self._admit(event)))
+                    ready.extend(self._offer(event))
                 continue
-            await self._append(ready)
+            await self._writer.append(ready)
             ready = []
             await self._handle_provider_event(event)
-        await self._append(ready)
-
-    def _admit(self, event: ProviderItem) -> ProviderItem:
-        """The provider boundary: text that cannot be encoded is mended here, and a row
-        without a turn id belongs to the running turn (seed 000, section 5.2)."""
-        item = sanitize_item(event.item)
-        turn_id = event.turn_id
-        if not turn_id and self._active is not None:
-            turn_id = self._active.turn_id
-        if item is event.item and turn_id == event.turn_id:
-            return event
-        return ProviderItem(turn_id, item, sanitize_text(event.provider_message_id))
+        await self._writer.append(ready)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -252,7 +231,7 @@ class AgentActor:
         snapshot, with `updated_at` bumped strictly, and publish the upsert."""
         now = self._deps.clock.now_ms()
         updated = max(now, self._snapshot.updated_at_ms + 1)
-        snapshot = replace(changed, updated_at_ms=updated, next_seq=self._next_seq)
+        snapshot = replace(changed, updated_at_ms=updated, next_seq=self._writer.next_seq)
         prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
         self._snapshot = snapshot
         self._deps.publisher.commit(prepared)
@@ -295,34 +274,6 @@ class AgentActor:
         if isinstance(self.agent.lifecycle, Closed):
             raise errors.AgentClosed(self.agent.id)
 
-    async def _append(self, rows: Sequence[NewRow]) -> None:
-        """Store `rows` and publish one RowAppended each: encoded first, stored second,
-        published last, so a row is stored only if it will be published."""
-        if not rows:
-            return
-        agent_id, epoch = self._snapshot.id, self._snapshot.epoch
-        prepare = self._deps.publisher.prepare
-        first = self._next_seq  # the single writer knows the seqs the store will assign
-        prepared = [
-            prepare(
-                ev.RowAppended(
-                    agent_id,
-                    epoch,
-                    TimelineRow(
-                        first + i, row.timestamp_ms, row.item, row.turn_id, row.provider_message_id
-                    ),
-                )
-            )
-            for i, row in enumerate(rows)
-        ]
-        stored = await self._deps.timeline.append(agent_id, rows)
-        if stored[0].seq != first or len(stored) != len(rows):
-            raise RuntimeError(f"the store numbered rows from {stored[0].seq}, expected {first}")
-        self._next_seq = first + len(stored)  # no upsert: rows announce themselves
-        commit = self._deps.publisher.commit
-        for item in prepared:
-            commit(item)
-
     # --- turns ---------------------------------------------------------------------------
 
     async def start_turn(
@@ -361,7 +312,7 @@ class AgentActor:
         settled = asyncio.get_running_loop().create_future()
         self._begin(ActiveTurn(turn_id, foreground=True, settled=settled))
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
-        await self._append([NewRow(message, deps.clock.now_ms(), turn_id)])
+        await self._writer.append([NewRow(message, deps.clock.now_ms(), turn_id)])
         return StartedTurn(Disposition.STARTED, turn_id)
 
     def _begin(self, active: ActiveTurn) -> None:
@@ -383,7 +334,7 @@ class AgentActor:
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
                 if self._accepts(event.turn_id):
-                    await self._append(self._offer(self._admit(event)))
+                    await self._writer.append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
@@ -402,25 +353,11 @@ class AgentActor:
         return turn_id not in self._finished
 
     def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        """Give a fragment to the coalescer; returns the rows to append now."""
-        offered = self._coalescer.offer(event, self._deps.clock.now_ms())
-        if offered.arm_timer and self._timer is None:
-            self._timer = self._deps.clock.call_later(
-                WINDOW_MS / 1000, lambda: self.post(self._flush_on_timer)
-            )
-        return offered.ready
-
-    async def _flush_on_timer(self) -> None:
-        self._timer = None
-        await self._flush()
-
-    async def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        row = self._coalescer.flush()
-        if row is not None:
-            await self._append([row])
+        """Admit a provider fragment (the provider boundary) and give it to the coalescer;
+        returns the rows to append now."""
+        active = self._active
+        turn_id = active.turn_id if active is not None else None
+        return self._writer.offer(self._writer.admit(event, turn_id))
 
     async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
         active = self._active
@@ -437,10 +374,10 @@ class AgentActor:
         canceled), the terminal event, the new lifecycle, attention. Always ends the turn:
         a pending row that cannot be stored turns the end into a WRITER_FAILED failure."""
         try:
-            await self._flush()
+            await self._writer.flush()
         except Exception:
             log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
-            self._coalescer = Coalescer()  # drop the fragment that would not store
+            self._writer.discard_pending()
             error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
             terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
         clock = self._deps.clock
@@ -464,7 +401,7 @@ class AgentActor:
                 assert_never(terminal)
         if last_row is not None:
             try:
-                await self._append([NewRow(last_row, clock.now_ms(), active.turn_id)])
+                await self._writer.append([NewRow(last_row, clock.now_ms(), active.turn_id)])
             except Exception:
                 log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
         self._active = None
@@ -540,7 +477,7 @@ class AgentActor:
             await self._finish(
                 active, ev.TurnCanceled(self.agent.id, active.turn_id, "agent closed")
             )
-        await self._flush()
+        await self._writer.flush()
         if self._session is not None:
             try:
                 await self._close_session(self._session)
@@ -562,8 +499,7 @@ class AgentActor:
 
     def _stop(self) -> None:
         self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._writer.cancel_timer()
         self._queue.put_nowait(None)
 
     async def shutdown(self) -> None:

@@ -28,7 +28,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
-from corral_server.manager.actor import ActorDeps, AgentActor, Publisher
+from corral_server.manager.actor import ActorDeps, AgentActor
 from corral_server.manager.deadlines import within
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
@@ -41,6 +41,7 @@ from corral_server.manager.validate import (
     check_prompt,
     check_title,
 )
+from corral_server.manager.writer import Publisher
 from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,

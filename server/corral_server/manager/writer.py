@@ -1,0 +1,125 @@
+"""One agent's timeline as its actor writes it: provider fragments in, whole rows out.
+
+Owns the path of a row (seed 000, sections 6.1 and 6.2): the provider boundary (text that
+cannot be encoded is mended; a row without a turn id takes the running turn's), the coalescer
+and its 60 ms timer, and append's order: encode every event first (`Publisher.prepare`, the
+only step that may fail on content), store, then publish (`Publisher.commit`, which cannot
+fail). So a row is stored only if it will be published, and published only once stored.
+
+Must not: be called from anywhere but its actor's queue (it is the single writer's half that
+touches the timeline), or change the agent's snapshot (the actor owns it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from corral_server.clock import Clock, TimerHandle
+from corral_server.domain import events as ev
+from corral_server.domain.timeline import TimelineRow
+from corral_server.hub import Prepared
+from corral_server.manager.coalescer import WINDOW_MS, Coalescer
+from corral_server.manager.sanitize import sanitize_item, sanitize_text
+from corral_server.providers.base import ProviderItem
+from corral_server.timeline.store import NewRow, TimelineStore
+
+
+class Publisher(Protocol):
+    """The event hub as the writer sees it: encode first, publish after the store step."""
+
+    def prepare(self, event: ev.Event) -> Prepared: ...
+
+    def commit(self, prepared: Prepared) -> int: ...
+
+    def publish(self, event: ev.Event) -> int: ...
+
+
+class TimelineWriter:
+    def __init__(
+        self,
+        agent_id: str,
+        epoch: str,
+        next_seq: int,
+        *,
+        timeline: TimelineStore,
+        publisher: Publisher,
+        clock: Clock,
+        on_window: Callable[[], None],
+    ) -> None:
+        """`on_window` is called (from the clock) when a pending row's window has passed:
+        the actor queues a `flush`."""
+        self._agent_id = agent_id
+        self._epoch = epoch
+        # The seq the next stored row gets: the single writer knows it before the store does.
+        self.next_seq = next_seq
+        self._timeline = timeline
+        self._publisher = publisher
+        self._clock = clock
+        self._on_window = on_window
+        self._coalescer = Coalescer()
+        self._timer: TimerHandle | None = None
+
+    def admit(self, event: ProviderItem, active_turn_id: str | None) -> ProviderItem:
+        """The provider boundary: text that cannot be encoded is mended here, and a row
+        without a turn id belongs to the running turn (seed 000, section 5.2)."""
+        item = sanitize_item(event.item)
+        turn_id = event.turn_id or active_turn_id or ""
+        if item is event.item and turn_id == event.turn_id:
+            return event
+        return ProviderItem(turn_id, item, sanitize_text(event.provider_message_id))
+
+    def offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
+        """Give an admitted fragment to the coalescer; the rows to append now."""
+        offered = self._coalescer.offer(event, self._clock.now_ms())
+        if offered.arm_timer and self._timer is None:
+            self._timer = self._clock.call_later(WINDOW_MS / 1000, self._window_passed)
+        return offered.ready
+
+    def _window_passed(self) -> None:
+        self._timer = None
+        self._on_window()
+
+    async def flush(self) -> None:
+        """Append the pending row, if any."""
+        self.cancel_timer()
+        row = self._coalescer.flush()
+        if row is not None:
+            await self.append([row])
+
+    def discard_pending(self) -> None:
+        """Drop the pending fragment (it could not be stored: the turn fails instead)."""
+        self.cancel_timer()
+        self._coalescer = Coalescer()
+
+    def cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def append(self, rows: Sequence[NewRow]) -> None:
+        """Store `rows` and publish one RowAppended each: encoded first, stored second,
+        published last, so a row is stored only if it will be published."""
+        if not rows:
+            return
+        agent_id, epoch, first = self._agent_id, self._epoch, self.next_seq
+        prepare = self._publisher.prepare
+        prepared = [
+            prepare(
+                ev.RowAppended(
+                    agent_id,
+                    epoch,
+                    TimelineRow(
+                        first + i, row.timestamp_ms, row.item, row.turn_id, row.provider_message_id
+                    ),
+                )
+            )
+            for i, row in enumerate(rows)
+        ]
+        stored = await self._timeline.append(agent_id, rows)
+        if stored[0].seq != first or len(stored) != len(rows):
+            raise RuntimeError(f"the store numbered rows from {stored[0].seq}, expected {first}")
+        self.next_seq = first + len(stored)
+        commit = self._publisher.commit
+        for event in prepared:
+            commit(event)
