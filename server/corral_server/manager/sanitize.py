@@ -71,12 +71,14 @@ def sanitize_text(text: str) -> str:
 
 def sanitize_item(item: TimelineItem) -> TimelineItem:
     """`item` with every string and JSON value made encodable; `item` itself when clean."""
+    if type(item) is AssistantMessage:  # the hot path: streamed text, before any matching
+        text, message_id = item.text, item.message_id
+        plain = type(text) is str and type(message_id) is str
+        if plain and text.isascii() and message_id.isascii():
+            return item
     t = _text
     match item:
         case AssistantMessage(text=text, message_id=message_id):
-            plain = type(text) is str and type(message_id) is str
-            if plain and text.isascii() and message_id.isascii():
-                return item  # the hot path: streamed ASCII text
             return _changed(item, text=t(text), message_id=t(message_id))
         case Reasoning(text=text):
             return _changed(item, text=t(text))

@@ -10,12 +10,14 @@ from corral.v1 import agent_service_pb2_grpc as svc_grpc
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec
-from corral_server.rpc import convert
+from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
 
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 _UPDATABLE = ("title", "labels", "mode", "model")
+# A selector is at most max_labels terms of a key and a value: 64 * (256 + 256 + 2) < 64 K.
+_MAX_SELECTOR_CHARS = 65_536
 
 
 class AgentService(svc_grpc.AgentServiceServicer):
@@ -26,6 +28,12 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def CreateAgent(
         self, request: svc_pb.CreateAgentRequest, context: Ctx
     ) -> svc_pb.CreateAgentResponse:
+        limits = self._manager.limits
+        bounds.check_content(request.initial_prompt, limits, "initial_prompt")
+        bounds.check_labels(request.labels, limits)
+        for field in ("provider", "model", "mode", "request_id"):
+            bounds.check_string(getattr(request, field), limits.max_id_chars, field)
+        bounds.check_string(request.title, limits.max_title_chars, "title")
         spec = CreateSpec(
             provider=request.provider,
             cwd=request.cwd,
@@ -51,6 +59,10 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ListAgents(
         self, request: svc_pb.ListAgentsRequest, context: Ctx
     ) -> svc_pb.ListAgentsResponse:
+        limits = self._manager.limits
+        bounds.check_string(request.label_selector, _MAX_SELECTOR_CHARS, "label_selector")
+        bounds.check_string(request.page_token, limits.max_id_chars, "page_token")
+        bounds.check_string(request.parent_agent_id, limits.max_id_chars, "parent_agent_id")
         agents, token = self._manager.list_agents(
             page_size=request.page_size,
             page_token=request.page_token,
@@ -66,6 +78,15 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def UpdateAgent(
         self, request: svc_pb.UpdateAgentRequest, context: Ctx
     ) -> svc_pb.UpdateAgentResponse:
+        limits = self._manager.limits
+        bounds.check_labels(request.labels, limits)
+        if len(request.update_mask.paths) > len(_UPDATABLE):
+            raise errors.InvalidArgument.field(
+                "update_mask", f"at most {len(_UPDATABLE)} paths: {', '.join(_UPDATABLE)}"
+            )
+        for field in ("model", "mode"):
+            bounds.check_string(getattr(request, field), limits.max_id_chars, field)
+        bounds.check_string(request.title, limits.max_title_chars, "title")
         paths = list(request.update_mask.paths)
         unknown = [p for p in paths if p not in _UPDATABLE]
         if unknown:
@@ -123,6 +144,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ClearAttention(
         self, request: svc_pb.ClearAttentionRequest, context: Ctx
     ) -> svc_pb.ClearAttentionResponse:
+        bounds.check_ids(request.agent_ids, self._manager.limits, "agent_ids")
         agents = await self._manager.clear_attention(list(request.agent_ids))
         return svc_pb.ClearAttentionResponse(agents=[convert.agent_to_pb(a) for a in agents])
 

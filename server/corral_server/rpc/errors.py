@@ -24,6 +24,33 @@ log = logging.getLogger(__name__)
 
 ERROR_DOMAIN = "corral.dev"
 
+
+class ClientGone(logging.Filter):
+    """grpc.aio logs "ExecuteBatchError raised in core by servicer method [...]" at ERROR with
+    a traceback whenever it cannot send an answer because the client has gone: it hung up,
+    its deadline passed, or it refused the message as too big for its receive limit. That is
+    the client's doing, not a fault of the daemon: such a record becomes one INFO line
+    without the traceback (issue 5, section 5)."""
+
+    MARKER = "ExecuteBatchError raised in core"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not str(record.msg).startswith(self.MARKER):
+            return True
+        text = record.getMessage()  # "... servicer method [/corral.v1.Service/Method]"
+        method = text[text.find("[") + 1 : text.rfind("]")] if "[" in text else "?"
+        record.msg, record.args = "client gone before its answer to %s was sent", (method,)
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info, record.exc_text = None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+# grpc.aio's server logs through this logger. The filter is installed when the rpc edge is
+# imported, so every server built from it (the daemon's, the tests') logs the same way.
+GRPC_SERVER_LOGGER = "grpc._cython.cygrpc"
+_client_gone = ClientGone()
+logging.getLogger(GRPC_SERVER_LOGGER).addFilter(_client_gone)
+
 # Most specific class first: the first isinstance match wins.
 _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),

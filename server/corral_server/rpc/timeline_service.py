@@ -9,8 +9,9 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral_server import errors
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
-from corral_server.rpc import convert
+from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
+from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
 
 Ctx = Any
 
@@ -48,10 +49,16 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
     def __init__(self, manager: AgentManager) -> None:
         self._manager = manager
 
+    def _check_ids(self, agent_id: str, epoch: str, epoch_field: str) -> None:
+        max_chars = self._manager.limits.max_id_chars
+        bounds.check_string(agent_id, max_chars, "agent_id")
+        bounds.check_string(epoch, max_chars, epoch_field)
+
     @unary
     async def FetchTimeline(
         self, request: tl_pb.FetchTimelineRequest, context: Ctx
     ) -> tl_pb.FetchTimelineResponse:
+        self._check_ids(request.agent_id, request.cursor.epoch, "cursor.epoch")
         direction = _DIRECTION.get(request.direction)
         if direction is None:
             raise errors.InvalidArgument.field("direction", f"unknown value {request.direction}")
@@ -66,13 +73,18 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
     async def GetActivity(
         self, request: tl_pb.GetActivityRequest, context: Ctx
     ) -> tl_pb.GetActivityResponse:
+        self._check_ids(request.agent_id, request.start_cursor.epoch, "start_cursor.epoch")
+        self._check_ids(request.agent_id, request.end_cursor.epoch, "end_cursor.epoch")
+        # Answer at most MAX_ACTIVITY_CHARS (the text then fits any client); `truncated` says
+        # when older rows were left out, as for any other budget.
+        max_chars = min(request.max_chars, MAX_ACTIVITY_CHARS)
         start = (
             convert.cursor_from_pb(request.start_cursor)
             if request.HasField("start_cursor")
             else None
         )
         end = convert.cursor_from_pb(request.end_cursor) if request.HasField("end_cursor") else None
-        digest = await self._manager.activity(request.agent_id, start, end, request.max_chars)
+        digest = await self._manager.activity(request.agent_id, start, end, max_chars)
         msg = tl_pb.GetActivityResponse(text=digest.text, truncated=digest.truncated)
         epoch = self._manager.get(request.agent_id).epoch
         if digest.first_seq:

@@ -33,6 +33,9 @@ from corral_server.errors import InvalidArgument
 
 # GetActivityRequest.max_chars: "Unset or 0 = 4000" (proto/corral/v1/timeline_service.proto).
 DEFAULT_ACTIVITY_MAX_CHARS = 4000
+# A larger max_chars is taken as this: 500,000 characters are at most 2,000,000 bytes of UTF-8,
+# within MAX_PAGE_BYTES and a default client's 4 MiB receive limit.
+MAX_ACTIVITY_CHARS = 500_000
 
 # A tool's input is a hint of what it did, not a transcript: one short line. 160 characters
 # fits a typical shell command or file path while keeping ~25 tool rows in the default budget.
@@ -69,7 +72,8 @@ class ActivityDigest:
 def curate_activity(
     rows: Sequence[TimelineRow], max_chars: int = DEFAULT_ACTIVITY_MAX_CHARS
 ) -> ActivityDigest:
-    """Digest `rows` (ascending seq) into at most `max_chars` characters (0 = the default).
+    """Digest `rows` (ascending seq) into at most `max_chars` characters (0 = the default;
+    at most MAX_ACTIVITY_CHARS).
     Walks from the newest row back and stops when the budget is spent, so rows older than
     what fits are never rendered."""
     budget = _budget(max_chars)
@@ -173,7 +177,7 @@ def clip(text: str, max_chars: int) -> str:
 def _budget(max_chars: int) -> int:
     if max_chars < 0:
         raise InvalidArgument.field("max_chars", f"must be 0 (default) or more, got {max_chars}")
-    return max_chars or DEFAULT_ACTIVITY_MAX_CHARS
+    return min(max_chars or DEFAULT_ACTIVITY_MAX_CHARS, MAX_ACTIVITY_CHARS)
 
 
 def _labelled(label: str, text: str) -> str:
