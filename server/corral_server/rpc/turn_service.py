@@ -19,7 +19,7 @@ from corral_server.manager.turns import (
     WaitStatus,
 )
 from corral_server.rpc import convert
-from corral_server.rpc.bounds import check_content
+from corral_server.rpc.bounds import check_content, check_string
 from corral_server.rpc.errors import streaming, unary
 
 Ctx = Any
@@ -127,7 +127,9 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def _start(
         self, request: turn_pb.SendPromptRequest | turn_pb.StreamTurnRequest
     ) -> StartedTurn:
-        check_content(request.content, self._manager.limits)
+        limits = self._manager.limits
+        check_content(request.content, limits)
+        check_string(request.client_message_id, limits.max_id_chars, "client_message_id")
         return await self._manager.send_prompt(
             request.agent_id,
             convert.prompt_from_pb(list(request.content)),
