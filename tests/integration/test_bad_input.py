@@ -150,7 +150,6 @@ async def test_not_yet_delivered_capabilities_answer_unimplemented(
     agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
     un = grpc.StatusCode.UNIMPLEMENTED
     await expect(stubs.agents.ArchiveAgent(agent_pb.ArchiveAgentRequest(agent_id=agent.id)), un)
-    await expect(stubs.agents.ReloadAgent(agent_pb.ReloadAgentRequest(agent_id=agent.id)), un)
     await expect(stubs.turns.Rewind(turn_pb.RewindRequest(agent_id=agent.id, message_id="m")), un)
     await expect(stubs.turns.SendPrompt(prompt_request(agent.id, "/permission write")), un)
     # QUEUE on an idle agent just starts the turn: it is only unimplemented when busy.

@@ -302,3 +302,22 @@ def test_a_refused_interrupt_of_a_turn_that_ends_by_itself_within_the_settle_wai
     assert capsys.readouterr().out == "settled (agent idle)\n"
     assert cli(grpc_addr, "logs", agent_id, "--limit", "1") == 0
     assert capsys.readouterr().out.rstrip().endswith("assistant_message  end")
+
+
+def test_reload_restarts_the_session_and_rehydrate_moves_the_epoch(
+    grpc_addr: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--addr", grpc_addr, "run", "--cwd", str(tmp_path), "hi"]) == 0
+    agent_id = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
+    assert agent_id is not None
+    assert main(["--addr", grpc_addr, "--json", "reload", agent_id.group(1)[:12]]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert main(["--addr", grpc_addr, "--json", "reload", agent_id.group(1), "--rehydrate"]) == 0
+    moved = json.loads(capsys.readouterr().out)
+    assert kept["timeline"]["nextSeq"] != "1"
+    assert moved["timeline"]["epoch"] != kept["timeline"]["epoch"]
+    assert moved["providerSessionId"] != kept["providerSessionId"]
+    assert main(["--addr", grpc_addr, "reload", agent_id.group(1)]) == 0
+    assert re.match(
+        rf"{agent_id.group(1)} reloaded: idle, session \S+, epoch \S+\n", capsys.readouterr().out
+    )

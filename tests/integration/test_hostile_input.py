@@ -866,7 +866,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
     name = data.draw(
         st.sampled_from(
             [
-                "ReloadAgent",
                 "ImportAgent",
                 "ArchiveAgent",
                 "RespondToPermission",
@@ -874,10 +873,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
             ]
         )
     )
-    if name == "ReloadAgent":
-        return s.agents.ReloadAgent, agent_pb.ReloadAgentRequest(
-            agent_id=agent_id, rehydrate_from_disk=data.draw(st.booleans())
-        )
     if name == "ImportAgent":
         return s.agents.ImportAgent, agent_pb.ImportAgentRequest(
             provider=data.draw(st.one_of(st.just("scripted"), texts())),

@@ -156,3 +156,17 @@ def close(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         console.line(f"{agent.id} {state_label(agent)}")
     return failure.EXIT_OK
+
+
+def reload(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """ReloadAgent: the agent's new session and timeline epoch."""
+    request = agent_pb.ReloadAgentRequest(agent_id=args.agent, rehydrate_from_disk=args.rehydrate)
+    agent = client.agents.ReloadAgent(request, timeout=client.timeout_s).agent
+    if console.json:
+        console.message(agent)
+    else:
+        console.line(
+            f"{agent.id} reloaded: {state_label(agent)}, session {agent.provider_session_id}, "
+            f"epoch {agent.timeline.epoch}"
+        )
+    return failure.EXIT_OK

@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     close = sub.add_parser("close", parents=parents, help="close an agent (its record stays)")
     _add_agent(close)
     close.set_defaults(func=commands.close)
+    reload = sub.add_parser(
+        "reload", parents=parents, help="restart the agent's provider session (same agent id)"
+    )
+    _add_agent(reload)
+    reload.add_argument(
+        "--rehydrate",
+        action="store_true",
+        help="rebuild the timeline from the provider's history under a new epoch",
+    )
+    reload.set_defaults(func=commands.reload)
     return parser
 
 

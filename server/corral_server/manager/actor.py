@@ -89,19 +89,11 @@ class AgentActor:
         # The timeline's writer. Its next_seq moves with every append; folding it into the
         # snapshot on every row would cost more than the row, so readers get it folded in on
         # read (`agent`).
-        self._writer = TimelineWriter(
-            agent.id,
-            agent.epoch,
-            agent.next_seq,
-            timeline=deps.timeline,
-            publisher=deps.publisher,
-            clock=deps.clock,
-            on_window=lambda: self.post(self._writer.flush),
-        )
+        self._deps = deps
+        self._writer = self._new_writer(agent.epoch, agent.next_seq)
         # Provider events wait here; one queued job drains them in order, in one batch.
         self._inbox: list[ProviderEvent] = []
         self._inbox_queued = False
-        self._deps = deps
         self._session: ProviderSession | None = None
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         # Invariant: set exactly while the lifecycle is Running.
@@ -112,6 +104,18 @@ class AgentActor:
         self._stopped = False
         self._changed = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"agent-actor:{agent.id}")
+
+    def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
+        deps = self._deps
+        return TimelineWriter(
+            self._snapshot.id,
+            epoch,
+            next_seq,
+            timeline=deps.timeline,
+            publisher=deps.publisher,
+            clock=deps.clock,
+            on_window=lambda: self.post(self._writer.flush),
+        )
 
     # --- the serial queue ---------------------------------------------------------------
 
@@ -293,8 +297,13 @@ class AgentActor:
                     )
                 case _:
                     assert_never(if_running)
-        if isinstance(self.agent.lifecycle, Initializing) or self._session is None:
+        if isinstance(self.agent.lifecycle, Initializing):
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
+        if self._session is None:
+            raise errors.FailedPrecondition(
+                f"agent {self.agent.id!r} has no provider session (a reload failed); "
+                "ReloadAgent to start one"
+            )
         deps = self._deps
         deps.provider.validate_prompt(prompt)
         try:
@@ -437,6 +446,41 @@ class AgentActor:
                 self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
         except Exception:
             log.exception("agent %s: could not record a writer failure", self._snapshot.id)
+
+    # --- reload (seed 000, section 4.2) ---------------------------------------------------
+
+    async def reload(self, rehydrate: bool) -> Agent:
+        """Restart the provider session under the same agent id. The caller settled the
+        running turn first (a turn started since makes this AGENT_BUSY). The timeline and its
+        epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
+        announced by TimelineReset (clients holding old cursors get stale_cursor), to be
+        primed again from the provider's history (the scripted provider keeps none)."""
+        self._ensure_open()
+        if self._deps.is_shutting_down():
+            raise errors.ShuttingDown()
+        if self._active is not None:
+            raise errors.AgentBusy(self.agent.id, self._active.turn_id)
+        await self._writer.flush()
+        old, self._session = self._session, None
+        if old is not None:
+            try:
+                await self._close_session(old)
+            except Exception:
+                log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
+        agent = self._snapshot
+        if rehydrate:
+            head = await self._deps.timeline.rebase(agent.id)
+            self._writer = self._new_writer(head.epoch, head.next_seq)
+            reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
+            self._deps.publisher.publish(reset)
+            agent = replace(agent, epoch=head.epoch)
+        self._set(replace(agent, lifecycle=Initializing()))
+        try:
+            return await self.register(agent.model, agent.mode)
+        except errors.CorralError as exc:
+            error = AgentError(f"reload failed: {exc.message}", exc.reason)
+            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            raise
 
     # --- cancel and close ----------------------------------------------------------------
 

@@ -400,6 +400,22 @@ class AgentManager:
         actor = self._actor(agent_id)
         return await actor.call(lambda: _async(actor.detach()))
 
+    async def reload(self, agent_id: str, rehydrate: bool) -> Agent:
+        """Restart the agent's provider session (seed 000, section 4.2): the running turn is
+        canceled first, and a provider that refuses to stop it abandons the reload
+        (PROVIDER_REFUSED_INTERRUPT) rather than forcing two turns onto one timeline."""
+        self._check_open()
+        actor = self._actor(agent_id)
+        if actor.active_turn is not None:
+            outcome, _ = await self.cancel(agent_id)
+            if outcome is CancelOutcome.REFUSED:
+                raise errors.ProviderRefusedInterrupt(
+                    f"agent {agent_id!r}: the provider refused to stop the running turn; "
+                    "the reload was abandoned",
+                    metadata={"agent_id": agent_id},
+                )
+        return await actor.call(lambda: actor.reload(rehydrate))
+
     # --- close and shutdown --------------------------------------------------------------
 
     async def close(self, agent_id: str) -> Agent:

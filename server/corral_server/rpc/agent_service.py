@@ -110,9 +110,8 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ReloadAgent(
         self, request: svc_pb.ReloadAgentRequest, context: Ctx
     ) -> svc_pb.ReloadAgentResponse:
-        raise errors.Unimplemented(
-            "ReloadAgent needs the session-reload capability, not yet delivered"
-        )
+        agent = await self._manager.reload(request.agent_id, request.rehydrate_from_disk)
+        return svc_pb.ReloadAgentResponse(agent=convert.agent_to_pb(agent))
 
     @unary
     async def ImportAgent(
