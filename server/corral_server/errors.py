@@ -4,6 +4,7 @@
     ├── InvalidArgument          bad input; carries field violations      -> INVALID_ARGUMENT
     ├── NotFound
     │   ├── AgentNotFound                                                 -> NOT_FOUND
+    │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
@@ -64,6 +65,17 @@ class AgentNotFound(NotFound):
     def __init__(self, agent_id: str) -> None:
         super().__init__(f"agent {agent_id!r} not found", metadata={"agent_id": agent_id})
         self.agent_id = agent_id
+
+
+class QueuedPromptNotFound(NotFound):
+    reason = "QUEUED_PROMPT_NOT_FOUND"
+
+    def __init__(self, agent_id: str, client_message_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r} has no queued prompt {client_message_id!r} (it started, "
+            "was removed, or was never queued)",
+            metadata={"agent_id": agent_id, "client_message_id": client_message_id},
+        )
 
 
 class UnknownProvider(NotFound):

@@ -699,12 +699,17 @@ def test_close_agent_answers_documented_statuses_and_never_closes_the_wrong_agen
 
 def prompt_fields(world: World, data: st.DataObject) -> dict[str, Any]:
     field = Fields(data, "agent_id", "content", "client_message_id", "if_running")
-    return {
+    fields = {
         "agent_id": field("agent_id", st.sampled_from(world.live), agent_ids(world)),
         "content": field("content", PLAUSIBLE_CONTENT, CONTENT_PARTS),
         "client_message_id": field("client_message_id", PLAUSIBLE_IDS, texts()),
         "if_running": field("if_running", st.integers(0, 4), enum_values(4)),
     }
+    if fields["agent_id"] in world.busy and fields["if_running"] in (2, 3, 4):
+        # QUEUE, STEER and REPLACE change a busy agent by design (test_prompt_queue.py
+        # covers them); here a busy agent must refuse, so it gets REJECT.
+        fields["if_running"] = 1
+    return fields
 
 
 @settings(PROPERTY, max_examples=examples(80))
@@ -962,6 +967,7 @@ UNARY_METHODS = {
         "RespondToPermission",
         "WaitForIdle",
         "Rewind",
+        "RemoveQueuedPrompt",
     ),
     "corral.v1.TimelineService": ("FetchTimeline", "GetActivity"),
     "corral.v1.EventService": ("Heartbeat",),

@@ -68,9 +68,11 @@ class FakeSession:
         self._start_gate: asyncio.Event | None = None
         self.start_error: Exception | None = None  # raised by start_turn (after its gate)
         self.interrupt_behaviour: InterruptBehaviour = True
+        self.can_steer = False  # mirrors FakeProvider.can_steer
         self.interrupt_entered = asyncio.Event()
         # Reported through the sink while `interrupt` runs, before it returns.
         self.on_interrupt: list[ProviderEvent] = []
+        self.steered: list[tuple[str, Prompt]] = []  # (turn id, prompt) of each steer taken
         self.close_error: Exception | None = None
         self.close_entered = asyncio.Event()
         self._close_gate: asyncio.Event | None = None
@@ -135,6 +137,13 @@ class FakeSession:
             raise behaviour
         return InterruptResult.CONFIRMED if behaviour else InterruptResult.REFUSED
 
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        self.calls.append("steer")
+        if turn_id != self.current_turn or not self.can_steer:
+            return False
+        self.steered.append((turn_id, prompt))
+        return True
+
     async def close(self) -> None:
         self.calls.append("close")
         self.close_entered.set()
@@ -162,6 +171,7 @@ class FakeProvider:
         self.configs: list[SessionConfig] = []
         self.validated: list[Prompt] = []
         self.prompt_error: Exception | None = None  # raised by validate_prompt when set
+        self.can_steer = False  # ProviderInfo.can_steer, and what its sessions do
         self.create_error: Exception | None = None  # raised by create_session when set
         self.create_entered = asyncio.Event()
         self._create_gate: asyncio.Event | None = None
@@ -183,7 +193,14 @@ class FakeProvider:
         return self._create_gate
 
     def info(self) -> ProviderInfo:
-        return ProviderInfo(self._name, "fake", True, modes=self._modes, models=self._models)
+        return ProviderInfo(
+            self._name,
+            "fake",
+            True,
+            modes=self._modes,
+            models=self._models,
+            can_steer=self.can_steer,
+        )
 
     def validate_prompt(self, prompt: Prompt) -> None:
         self.validated.append(prompt)
@@ -195,6 +212,7 @@ class FakeProvider:
         if self.create_error is not None:
             raise self.create_error
         session = FakeSession(config, sink, f"session-{len(self.sessions) + 1}")
+        session.can_steer = self.can_steer
         self.sessions.append(session)
         if self.on_create is not None:
             self.on_create(session)

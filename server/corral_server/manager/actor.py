@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, assert_never
@@ -37,6 +38,8 @@ from corral_server.domain.agent import (
     Errored,
     Idle,
     Initializing,
+    Lifecycle,
+    QueuedPrompt,
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
@@ -65,6 +68,8 @@ T = TypeVar("T")
 
 # The error code of a turn that corral itself could not record (a failed writer step).
 WRITER_FAILED = "WRITER_FAILED"
+# Prompts one agent may hold queued (each up to a prompt's size limit).
+MAX_QUEUED_PROMPTS = 32
 # The code of the row that records a canceled turn in the timeline.
 TURN_CANCELED = "TURN_CANCELED"
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
@@ -96,8 +101,13 @@ class AgentActor:
         self._inbox_queued = False
         self._session: ProviderSession | None = None
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
-        # Invariant: set exactly while the lifecycle is Running.
+        # Invariant: set exactly while the lifecycle is Running, except during a handoff.
         self._active: ActiveTurn | None = None
+        # A handoff: the running turn has ended (or is being canceled for a replacement) and
+        # its successor is about to start; readers still see Running, REJECT prompts are
+        # busy. `_ended` is the lifecycle the last turn ended in, shown if nothing follows.
+        self._handoff = False
+        self._ended: Lifecycle = Idle()
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
         self._finished: set[str] = set()
         # Set once the queue accepts nothing more (closed, or shut down).
@@ -283,20 +293,32 @@ class AgentActor:
     async def start_turn(
         self, prompt: Prompt, client_message_id: str, if_running: IfRunning
     ) -> StartedTurn:
+        """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
+        none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
+        STEER (into the running turn when the provider can, else queued), or REPLACE (the
+        manager canceled the running turn and opened a handoff: start now, as its
+        successor)."""
         self._ensure_open()
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
-        if self._active is not None:
+        replacing = if_running is IfRunning.REPLACE and self._handoff and self._active is None
+        if (self._active is not None or self._handoff) and not replacing:
             match if_running:
-                case IfRunning.REJECT:
-                    raise errors.AgentBusy(self.agent.id, self._active.turn_id)
-                case IfRunning.QUEUE | IfRunning.STEER | IfRunning.REPLACE:
-                    raise errors.Unimplemented(
-                        f"if_running={if_running.name} needs the queued-prompts capability, "
-                        "not yet delivered; use REJECT or cancel the running turn first"
-                    )
+                case IfRunning.REJECT | IfRunning.REPLACE:
+                    busy = self._active.turn_id if self._active is not None else ""
+                    raise errors.AgentBusy(self.agent.id, busy)
+                case IfRunning.QUEUE:
+                    return self._enqueue(prompt, client_message_id)
+                case IfRunning.STEER:
+                    return await self._steer_or_queue(prompt, client_message_id)
                 case _:
                     assert_never(if_running)
+        self._check_session()
+        turn_id = await self._start(prompt, client_message_id, self._snapshot.queued_prompts)
+        disposition = Disposition.REPLACED if replacing else Disposition.STARTED
+        return StartedTurn(disposition, turn_id, client_message_id)
+
+    def _check_session(self) -> None:
         if isinstance(self.agent.lifecycle, Initializing):
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
         if self._session is None:
@@ -304,31 +326,130 @@ class AgentActor:
                 f"agent {self.agent.id!r} has no provider session (a reload failed); "
                 "ReloadAgent to start one"
             )
+
+    async def _start(
+        self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
+    ) -> str:
+        """Start a turn now: the provider names it, then TurnStarted, Running (with the queue
+        left behind), the prompt's row. Ends a handoff either way."""
         deps = self._deps
-        deps.provider.validate_prompt(prompt)
+        session = self._session
+        assert session is not None
+        handoff, self._handoff = self._handoff, False
         try:
-            turn_id = await deadline(
-                deps.clock,
-                deps.timeouts.start_turn_s,
-                self._session.start_turn(prompt),
-                "start_turn",
-            )
-        except errors.ProviderTimeout as exc:
-            # A hung provider: the agent says so instead of looking idle (or busy) for ever.
-            error = AgentError(exc.message, PROVIDER_TIMEOUT)
-            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            deps.provider.validate_prompt(prompt)
+            start = session.start_turn(prompt)
+            turn_id = await deadline(deps.clock, deps.timeouts.start_turn_s, start, "start_turn")
+        except Exception as exc:
+            if handoff or isinstance(exc, errors.ProviderTimeout):
+                # A hung provider, or a successor that could not start: the agent says so
+                # instead of looking busy (or idle) for ever.
+                code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
+                why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
+                error = AgentError(sanitize_text(why)[:500], code)
+                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
             raise
         settled = asyncio.get_running_loop().create_future()
-        self._begin(ActiveTurn(turn_id, foreground=True, settled=settled))
+        self._begin(ActiveTurn(turn_id, foreground=True, settled=settled), queued_after)
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
         await self._writer.append([NewRow(message, deps.clock.now_ms(), turn_id)])
-        return StartedTurn(Disposition.STARTED, turn_id)
+        return turn_id
 
-    def _begin(self, active: ActiveTurn) -> None:
+    def _enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
+        turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
+        self._deps.provider.validate_prompt(prompt)
+        queued = self._snapshot.queued_prompts
+        if len(queued) >= MAX_QUEUED_PROMPTS:
+            raise errors.ResourceExhausted(
+                f"agent {self.agent.id!r} already has {len(queued)} queued prompts "
+                f"(max_queued_prompts: {MAX_QUEUED_PROMPTS})",
+                metadata={"agent_id": self.agent.id, "limit": str(MAX_QUEUED_PROMPTS)},
+            )
+        client_message_id = client_message_id or f"queued-{uuid.uuid4().hex}"
+        if any(q.client_message_id == client_message_id for q in queued):
+            raise errors.AlreadyExists(
+                f"a prompt with client_message_id {client_message_id!r} is already queued",
+                metadata={"client_message_id": client_message_id},
+            )
+        entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms())
+        self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
+        return StartedTurn(Disposition.QUEUED, "", client_message_id)
+
+    async def _steer_or_queue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """STEER: into the running turn when the provider takes it (the prompt's row joins
+        that turn), else the prompt is queued and the answer says QUEUED."""
+        active, session, deps = self._active, self._session, self._deps
+        if active is not None and session is not None and deps.provider.info().can_steer:
+            deps.provider.validate_prompt(prompt)
+            try:
+                steer = session.steer(active.turn_id, prompt)
+                taken = await deadline(deps.clock, deps.timeouts.interrupt_s, steer, "steer")
+            except Exception:
+                log.warning("agent %s: steer failed; queued", self.agent.id, exc_info=True)
+                taken = False
+            if taken:
+                message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
+                row = NewRow(message, deps.clock.now_ms(), active.turn_id)
+                await self._writer.append([row])
+                return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
+        return self._enqueue(prompt, client_message_id)
+
+    def remove_queued(self, client_message_id: str) -> Agent:
+        queued = self._snapshot.queued_prompts
+        kept = tuple(q for q in queued if q.client_message_id != client_message_id)
+        if len(kept) == len(queued):
+            raise errors.QueuedPromptNotFound(self.agent.id, client_message_id)
+        self._set(replace(self._snapshot, queued_prompts=kept))
+        return self.agent
+
+    def open_handoff(self) -> str | None:
+        """REPLACE, step 1 (on the queue, before the cancel): from now until the successor
+        starts, the agent keeps reporting Running (no idle moment any subscriber could see)
+        and REJECT prompts stay busy. Returns the running turn's id (None: nothing runs)."""
+        if self._active is None:
+            return None
+        self._handoff = True
+        return self._active.turn_id
+
+    async def close_handoff(self) -> None:
+        """REPLACE abandoned (the provider refused to stop the turn): the handoff ends; if
+        the turn ended meanwhile, what follows a turn follows now."""
+        self._handoff = False
+        if self._active is None and isinstance(self._snapshot.lifecycle, Running):
+            self._after_turn()
+
+    def _after_turn(self) -> None:
+        """No turn runs and none is handed over: start the next queued prompt, else show
+        the lifecycle the last turn ended in."""
+        if self._snapshot.queued_prompts and not self._deps.is_shutting_down():
+            self._handoff = True
+            self.post(self._start_next_queued)
+        elif isinstance(self._snapshot.lifecycle, Running):
+            self._set(replace(self._snapshot, lifecycle=self._ended))
+
+    async def _start_next_queued(self) -> None:
+        if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
+            self._handoff = False
+            return
+        if self._active is not None:
+            self._handoff = False  # an autonomous turn took the slot: its end goes on
+            return
+        queued = self._snapshot.queued_prompts
+        if not queued or self._deps.is_shutting_down() or self._session is None:
+            self._handoff = False
+            self._after_turn()
+            return
+        first = queued[0]
+        await self._start(first.content, first.client_message_id, queued[1:])
+
+    def _begin(self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None) -> None:
         """The manager's own, authoritative turn_started (seed 000, section 11.1)."""
         started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._active = active
-        self._set(replace(self._snapshot, lifecycle=Running(active.turn_id)))
+        agent = self._snapshot
+        queue = agent.queued_prompts if queued is None else queued
+        self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
         self._deps.publisher.commit(started)
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
@@ -418,6 +539,14 @@ class AgentActor:
             self._finished.add(active.turn_id)
         publisher = self._deps.publisher
         publisher.commit(publisher.prepare(terminal))
+        # A successor (a replacement, the next queued prompt) follows at once: readers keep
+        # seeing Running, with no idle moment between, and nobody is told "finished".
+        self._ended = ended.lifecycle
+        successor = self._handoff or bool(agent.queued_prompts)
+        if successor:
+            ended = replace(ended, lifecycle=agent.lifecycle)
+            if reason is AttentionReason.FINISHED:
+                reason = None
         # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).
         raise_attention = reason is not None and not self.agent.attention.required
         if raise_attention and reason is not None:
@@ -427,6 +556,8 @@ class AgentActor:
             publisher.publish(ev.AttentionRequired(self.agent.id, reason))
         if not active.settled.done():
             active.settled.set_result(terminal)
+        if successor and not self._handoff:
+            self._after_turn()
 
     async def _writer_failed(self, exc: Exception) -> None:
         """A writer step failed unexpectedly: end the running turn as failed (with an error
@@ -527,7 +658,8 @@ class AgentActor:
                 await self._close_session(self._session)
             except Exception as exc:
                 failure = exc
-        self._set(replace(self._snapshot, lifecycle=Closed(self._deps.clock.now_ms())))
+        closed = Closed(self._deps.clock.now_ms())
+        self._set(replace(self._snapshot, lifecycle=closed, queued_prompts=()))
         self._stop()
         if isinstance(failure, errors.CorralError):
             raise failure

@@ -310,7 +310,31 @@ class AgentManager:
             raise errors.InvalidArgument.field(
                 "client_message_id", f"at most {self.limits.max_id_chars} chars"
             )
+        if if_running is IfRunning.REPLACE and actor.active_turn is not None:
+            await self._cancel_for_replace(actor)
         return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running))
+
+    async def _cancel_for_replace(self, actor: AgentActor) -> None:
+        """REPLACE (seed 000, 5.1): open a handoff (the agent keeps reporting Running), then
+        cancel the running turn; a refused cancel closes the handoff and abandons the
+        replace: the running turn goes on."""
+        turn_id = await actor.call(lambda: _async(actor.open_handoff()))
+        if turn_id is None:
+            return
+        outcome, _ = await self.cancel(actor.agent.id)
+        if outcome is CancelOutcome.REFUSED:
+            await actor.call(actor.close_handoff)
+            raise errors.ProviderRefusedInterrupt(
+                f"agent {actor.agent.id!r}: the provider refused to stop turn {turn_id!r}; "
+                "the replace was abandoned and that turn goes on",
+                metadata={"agent_id": actor.agent.id, "turn_id": turn_id},
+            )
+
+    async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
+        """Remove a queued prompt before it starts."""
+        actor = self._actor(agent_id)
+        check_id("client_message_id", client_message_id, self.limits)
+        return await actor.call(lambda: _async(actor.remove_queued(client_message_id)))
 
     async def cancel(self, agent_id: str) -> tuple[CancelOutcome, Agent]:
         """Seed 000, section 5.4: never invent a cancel the provider did not confirm.

@@ -50,4 +50,5 @@ class ActiveTurn:
 @dataclass(frozen=True, slots=True)
 class StartedTurn:
     disposition: Disposition
-    turn_id: str
+    turn_id: str  # empty for a QUEUED prompt
+    client_message_id: str = ""

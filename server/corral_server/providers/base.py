@@ -39,6 +39,8 @@ class ProviderInfo:
     unavailable_reason: str = ""
     modes: tuple[ProviderMode, ...] = ()
     models: tuple[ProviderModel, ...] = ()
+    # The provider takes prompts into a running turn (`ProviderSession.steer`).
+    can_steer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,12 @@ class ProviderSession(Protocol):
         running, nothing is interrupted and the answer is NOT_RUNNING, so an interrupt that
         arrives late can never stop the next turn. An empty `turn_id` names the running turn
         whatever its id (an autonomous turn whose id the provider never gave)."""
+        ...
+
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        """Deliver `prompt` into running turn `turn_id` (seed 003, section 5.8). True when the
+        provider took it; False when it cannot (then corral queues the prompt instead).
+        Providers without `ProviderInfo.can_steer` answer False."""
         ...
 
     async def close(self) -> None:

@@ -175,6 +175,9 @@ class ScriptedSession:
         await asyncio.wait([run.task])
         return InterruptResult.CONFIRMED
 
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        return False  # a script runs as written: steered prompts are queued by corral
+
     async def close(self) -> None:
         self._closed = True
         run, self._run = self._run, None

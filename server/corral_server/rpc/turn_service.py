@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server import errors
@@ -21,6 +20,7 @@ from corral_server.manager.turns import (
 from corral_server.rpc import convert
 from corral_server.rpc.bounds import check_content, check_string
 from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.turn_follow import TurnFollower
 
 Ctx = Any
 
@@ -57,39 +57,6 @@ def _if_running(value: int) -> IfRunning:
         raise errors.InvalidArgument.field("if_running", f"unknown value {value}") from None
 
 
-def turn_responses(batch: bytes, turn_id: str) -> Iterator[turn_pb.StreamTurnResponse]:
-    """The StreamTurn responses for turn `turn_id` in one Subscribe batch (a serialized
-    SubscribeResponse of one agent's events), in order; the terminal is the last one.
-    Raises ShuttingDown when the hub ended the stream, SubscriberLagged when it reset it."""
-    R = turn_pb.StreamTurnResponse
-    for event in event_pb.SubscribeResponse.FromString(batch).events:
-        match event.WhichOneof("payload"):
-            case "turn_started" if event.turn_started.turn_id == turn_id:
-                yield R(turn_started=event.turn_started)
-            case "timeline_row_appended" if event.timeline_row_appended.row.turn_id == turn_id:
-                yield R(row=event.timeline_row_appended.row)
-            case "turn_completed" if event.turn_completed.turn_id == turn_id:
-                if event.turn_completed.HasField("usage"):
-                    yield R(usage=event.turn_completed.usage)
-                yield R(turn_completed=event.turn_completed)
-            case "turn_failed" if event.turn_failed.turn_id == turn_id:
-                yield R(turn_failed=event.turn_failed)
-            case "turn_canceled" if event.turn_canceled.turn_id == turn_id:
-                yield R(turn_canceled=event.turn_canceled)
-            case "stream_ending":
-                raise errors.ShuttingDown()
-            case "subscription_reset":
-                raise errors.SubscriberLagged(
-                    "this StreamTurn fell too far behind its turn; read the rest with "
-                    "FetchTimeline (the turn goes on)"
-                )
-            case _:
-                pass  # other turns, other events of the agent, `synced`
-
-
-_TERMINALS = ("turn_completed", "turn_failed", "turn_canceled")
-
-
 class TurnService(turn_grpc.TurnServiceServicer):
     def __init__(self, manager: AgentManager, hub: EventHub) -> None:
         self._manager = manager
@@ -101,8 +68,17 @@ class TurnService(turn_grpc.TurnServiceServicer):
     ) -> turn_pb.SendPromptResponse:
         started = await self._start(request)
         return turn_pb.SendPromptResponse(
-            disposition=_DISPOSITION[started.disposition], turn_id=started.turn_id
+            disposition=_DISPOSITION[started.disposition],
+            turn_id=started.turn_id,
+            client_message_id=started.client_message_id,
         )
+
+    @unary
+    async def RemoveQueuedPrompt(
+        self, request: turn_pb.RemoveQueuedPromptRequest, context: Ctx
+    ) -> turn_pb.RemoveQueuedPromptResponse:
+        agent = await self._manager.remove_queued(request.agent_id, request.client_message_id)
+        return turn_pb.RemoveQueuedPromptResponse(agent=convert.agent_to_pb(agent))
 
     @streaming
     async def StreamTurn(
@@ -118,11 +94,14 @@ class TurnService(turn_grpc.TurnServiceServicer):
         )
         async with subscription:
             started = await self._start(request)
+            follower = TurnFollower(request.agent_id, started)
+            for response in follower.opening():
+                yield response
             async for batch in subscription:
-                for response in turn_responses(batch, started.turn_id):
+                for response in follower.responses(batch):
                     yield response
-                    if response.WhichOneof("event") in _TERMINALS:
-                        return
+                if follower.done:
+                    return
 
     async def _start(
         self, request: turn_pb.SendPromptRequest | turn_pb.StreamTurnRequest

@@ -167,21 +167,70 @@ class SendPromptResponse(_message.Message):
 
     DISPOSITION_FIELD_NUMBER: _builtins.int
     TURN_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     disposition: Global___PromptDisposition.ValueType
     turn_id: _builtins.str
+    """Empty for a QUEUED prompt: its turn id is known when it starts."""
+    client_message_id: _builtins.str
+    """The prompt's client_message_id: the request's, or one the daemon minted for a queued
+    prompt sent without one (RemoveQueuedPrompt takes it).
+    """
     def __init__(
         self,
         *,
         disposition: Global___PromptDisposition.ValueType = ...,
         turn_id: _builtins.str = ...,
+        client_message_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["disposition", b"disposition", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_message_id", b"client_message_id", "disposition", b"disposition", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SendPromptResponse: _TypeAlias = SendPromptResponse  # noqa: Y015
+
+@_typing.final
+class RemoveQueuedPromptRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    client_message_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        client_message_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "client_message_id", b"client_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveQueuedPromptRequest: _TypeAlias = RemoveQueuedPromptRequest  # noqa: Y015
+
+@_typing.final
+class RemoveQueuedPromptResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agent(self) -> _agent_pb2.Agent: ...
+    def __init__(
+        self,
+        *,
+        agent: _agent_pb2.Agent | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveQueuedPromptResponse: _TypeAlias = RemoveQueuedPromptResponse  # noqa: Y015
 
 @_typing.final
 class StreamTurnRequest(_message.Message):

@@ -65,6 +65,11 @@ class TurnServiceStub:
                 request_serializer=corral_dot_v1_dot_turn__service__pb2.RewindRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_turn__service__pb2.RewindResponse.FromString,
                 _registered_method=True)
+        self.RemoveQueuedPrompt = channel.unary_unary(
+                '/corral.v1.TurnService/RemoveQueuedPrompt',
+                request_serializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.FromString,
+                _registered_method=True)
 
 
 class TurnServiceServicer:
@@ -109,6 +114,13 @@ class TurnServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveQueuedPrompt(self, request, context):
+        """Removes a queued prompt (Agent.queued_prompts) before it starts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TurnServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +153,11 @@ def add_TurnServiceServicer_to_server(servicer, server):
                     servicer.Rewind,
                     request_deserializer=corral_dot_v1_dot_turn__service__pb2.RewindRequest.FromString,
                     response_serializer=corral_dot_v1_dot_turn__service__pb2.RewindResponse.SerializeToString,
+            ),
+            'RemoveQueuedPrompt': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveQueuedPrompt,
+                    request_deserializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +323,33 @@ class TurnService:
             '/corral.v1.TurnService/Rewind',
             corral_dot_v1_dot_turn__service__pb2.RewindRequest.SerializeToString,
             corral_dot_v1_dot_turn__service__pb2.RewindResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveQueuedPrompt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TurnService/RemoveQueuedPrompt',
+            corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.SerializeToString,
+            corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,8 @@ class TurnServiceStub:
     RespondToPermission: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.RespondToPermissionRequest, _turn_service_pb2.RespondToPermissionResponse]
     WaitForIdle: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.WaitForIdleRequest, _turn_service_pb2.WaitForIdleResponse]
     Rewind: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.RewindRequest, _turn_service_pb2.RewindResponse]
+    RemoveQueuedPrompt: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.RemoveQueuedPromptRequest, _turn_service_pb2.RemoveQueuedPromptResponse]
+    """Removes a queued prompt (Agent.queued_prompts) before it starts."""
 
 @_typing.type_check_only
 class TurnServiceAsyncStub(TurnServiceStub):
@@ -55,6 +57,8 @@ class TurnServiceAsyncStub(TurnServiceStub):
     RespondToPermission: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.RespondToPermissionRequest, _turn_service_pb2.RespondToPermissionResponse]  # type: ignore[assignment]
     WaitForIdle: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.WaitForIdleRequest, _turn_service_pb2.WaitForIdleResponse]  # type: ignore[assignment]
     Rewind: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.RewindRequest, _turn_service_pb2.RewindResponse]  # type: ignore[assignment]
+    RemoveQueuedPrompt: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.RemoveQueuedPromptRequest, _turn_service_pb2.RemoveQueuedPromptResponse]  # type: ignore[assignment]
+    """Removes a queued prompt (Agent.queued_prompts) before it starts."""
 
 class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
     """TurnService runs turns: prompts, cancels, permissions."""
@@ -102,5 +106,13 @@ class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _turn_service_pb2.RewindRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_turn_service_pb2.RewindResponse, _abc.Awaitable[_turn_service_pb2.RewindResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveQueuedPrompt(
+        self,
+        request: _turn_service_pb2.RemoveQueuedPromptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_turn_service_pb2.RemoveQueuedPromptResponse, _abc.Awaitable[_turn_service_pb2.RemoveQueuedPromptResponse]]:
+        """Removes a queued prompt (Agent.queued_prompts) before it starts."""
 
 def add_TurnServiceServicer_to_server(servicer: TurnServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
