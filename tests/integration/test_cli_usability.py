@@ -321,3 +321,21 @@ def test_reload_restarts_the_session_and_rehydrate_moves_the_epoch(
     assert re.match(
         rf"{agent_id.group(1)} reloaded: idle, session \S+, epoch \S+\n", capsys.readouterr().out
     )
+
+
+def test_send_queue_prints_the_queued_message_id(
+    grpc_server: DaemonThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    addr = grpc_server.address
+    assert main(["--addr", addr, "run", "--cwd", str(tmp_path), "hi"]) == 0
+    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
+    assert found is not None
+    agent_id = found.group(1)
+    assert main(["--addr", addr, "send", agent_id, "/sleep 9001"]) == 0
+    capsys.readouterr()
+    grpc_server.clock.wait_for_timer(9001)
+    assert main(["--addr", addr, "send", agent_id, "--queue", "later"]) == 0
+    assert re.fullmatch(r"queued as queued-[0-9a-f]{32}\n", capsys.readouterr().out)
+    assert main(["--addr", addr, "send", agent_id, "now"]) == 2  # REJECT: busy
+    assert "AGENT_BUSY" in capsys.readouterr().err
+    grpc_server.advance(9001)

@@ -76,7 +76,10 @@ def send(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         found = turn_pb.PromptDisposition.DESCRIPTOR.values_by_number.get(resp.disposition)
         disposition = found.name.removeprefix("PROMPT_DISPOSITION_").lower() if found else "?"
-        console.line(f"{disposition} turn {resp.turn_id}")
+        if resp.turn_id:
+            console.line(f"{disposition} turn {resp.turn_id}")
+        else:  # queued: the turn starts later; the message id removes it before then
+            console.line(f"{disposition} as {resp.client_message_id}")
     return failure.EXIT_OK
 
 

@@ -135,6 +135,14 @@ def _add_send(sub: Subparsers, parents: Parents) -> None:
         default="reject",
         help="when a turn is already running (default %(default)s)",
     )
+    for mode, what in (
+        ("queue", "run it after the running turn"),
+        ("steer", "into the running turn if the agent can, else queued"),
+        ("replace", "cancel the running turn and run this instead"),
+    ):
+        send.add_argument(
+            f"--{mode}", dest="if_running", action="store_const", const=mode, help=what
+        )
     send.set_defaults(func=commands.send)
 
 
