@@ -45,6 +45,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import ErrorItem, UserMessage
 from corral_server.manager.deadlines import deadline
+from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate, Timeouts
 from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
@@ -68,6 +69,11 @@ T = TypeVar("T")
 
 # The error code of a turn that corral itself could not record (a failed writer step).
 WRITER_FAILED = "WRITER_FAILED"
+# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
+# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
+# error code up to MAX_CODE_BYTES.
+MAX_ERROR_BYTES = 16 * 1024
+MAX_CODE_BYTES = 256
 # Prompts one agent may hold queued (each up to a prompt's size limit).
 MAX_QUEUED_PROMPTS = 32
 # The code of the row that records a canceled turn in the timeline.
@@ -468,10 +474,10 @@ class AgentActor:
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
-                error = AgentError(sanitize_text(error.message), sanitize_text(error.code))
+                error = AgentError(_bounded(error.message), _bounded(error.code, MAX_CODE_BYTES))
                 await self._terminal(turn_id, ev.TurnFailed(self.agent.id, turn_id, error))
             case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
-                reason = sanitize_text(reason)
+                reason = _bounded(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
             case _:
                 assert_never(event)
@@ -708,3 +714,8 @@ class AgentActor:
     async def stopped(self) -> None:
         """Until the actor's task has ended."""
         await asyncio.wait([self._task])
+
+
+def _bounded(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
+    """Provider text for an error or a reason: encodable, and cut (with a marker) to size."""
+    return cut_text(sanitize_text(text), max_bytes)

@@ -528,7 +528,12 @@ def _check_choice(provider: Provider, field: str, value: str) -> None:
 
 
 async def _clear_attention(actor: AgentActor) -> Agent:
-    return await actor.call(lambda: _async(actor.clear_attention()))
+    try:
+        return await actor.call(lambda: _async(actor.clear_attention()))
+    except errors.AgentClosed:
+        # Closed after the request was checked: its record cannot change any more, and
+        # failing now would leave the agents before it cleared: answer it as it is.
+        return actor.agent
 
 
 async def _async(value: T) -> T:

@@ -10,7 +10,7 @@ import gc
 import pytest
 
 from corral_server.clock import FakeClock
-from corral_server.domain.agent import Closed, Errored, Idle, Running
+from corral_server.domain.agent import AgentError, Closed, Errored, Idle, Running
 from corral_server.domain.events import (
     AgentUpserted,
     Event,
@@ -21,10 +21,16 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
+from corral_server.manager.actor import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
-from corral_server.providers.base import InterruptResult, ProviderItem, ProviderTurnCompleted
+from corral_server.providers.base import (
+    InterruptResult,
+    ProviderItem,
+    ProviderTurnCompleted,
+    ProviderTurnFailed,
+)
 from tests.unit.manager.harness import PROMPT, TIMEOUTS, World, until
 
 START_MS = round(TIMEOUTS.start_turn_s * 1000)
@@ -311,3 +317,18 @@ async def test_every_upsert_is_encoded_before_the_snapshot_changes(world: World)
     with pytest.raises(ValueError):
         await world.manager.update(agent.id, AgentUpdate(title="bad"))
     assert world.manager.get(agent.id).title == ""
+
+
+async def test_a_huge_provider_error_is_cut_to_size_with_a_marker_everywhere_it_lands(
+    world: World,
+) -> None:
+    agent, session = await world.started()
+    session.emit(ProviderTurnFailed("turn-1", AgentError("x" * 5_000_000, "E" * 10_000)))
+    snapshot = await world.drained(agent.id)
+    assert isinstance(snapshot.lifecycle, Errored)
+    error = snapshot.lifecycle.error
+    assert len(error.message.encode()) <= MAX_ERROR_BYTES and "cut by corral" in error.message
+    assert len(error.code.encode()) <= MAX_CODE_BYTES
+    row = (await world.rows(agent.id))[-1]
+    assert row.item == ErrorItem(error.message, error.code)
+    assert world.publisher.of_type(TurnFailed)[-1].error == error

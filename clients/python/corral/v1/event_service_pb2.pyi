@@ -371,8 +371,9 @@ Global___SubscriptionReset: _TypeAlias = SubscriptionReset  # noqa: Y015
 
 @_typing.final
 class StreamEnding(_message.Message):
-    """The server is ending the stream (drain, or the subscriber fell too far behind).
-    Resume with `resume_revision`.
+    """The server is ending the stream (it is draining). Resume with `resume_revision` and
+    `incarnation`. (A subscriber that falls behind retained history is not ended: it gets
+    `subscription_reset` and a fresh snapshot in the same stream.)
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -77,21 +77,33 @@ class _CancelOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CancelO
     DESCRIPTOR: _descriptor.EnumDescriptor
     CANCEL_OUTCOME_UNSPECIFIED: _CancelOutcome.ValueType  # 0
     CANCEL_OUTCOME_NOT_RUNNING: _CancelOutcome.ValueType  # 1
-    """No turn was running."""
+    """No turn was running, or the turn ended by itself before the interrupt reached the
+    provider (a turn started since is never touched).
+    """
     CANCEL_OUTCOME_SETTLED: _CancelOutcome.ValueType  # 2
-    """The provider confirmed the interrupt and the turn ended."""
+    """The turn ended within the settle wait (canceled, or ended by itself), or the provider
+    confirmed the interrupt and corral ended the turn when it did not.
+    """
     CANCEL_OUTCOME_REFUSED: _CancelOutcome.ValueType  # 3
-    """The provider did not confirm the interrupt; the turn goes on."""
+    """The provider did not confirm the interrupt and the turn did not end within the settle
+    wait; the turn goes on.
+    """
 
 class CancelOutcome(_CancelOutcome, metaclass=_CancelOutcomeEnumTypeWrapper): ...
 
 CANCEL_OUTCOME_UNSPECIFIED: CancelOutcome.ValueType  # 0
 CANCEL_OUTCOME_NOT_RUNNING: CancelOutcome.ValueType  # 1
-"""No turn was running."""
+"""No turn was running, or the turn ended by itself before the interrupt reached the
+provider (a turn started since is never touched).
+"""
 CANCEL_OUTCOME_SETTLED: CancelOutcome.ValueType  # 2
-"""The provider confirmed the interrupt and the turn ended."""
+"""The turn ended within the settle wait (canceled, or ended by itself), or the provider
+confirmed the interrupt and corral ended the turn when it did not.
+"""
 CANCEL_OUTCOME_REFUSED: CancelOutcome.ValueType  # 3
-"""The provider did not confirm the interrupt; the turn goes on."""
+"""The provider did not confirm the interrupt and the turn did not end within the settle
+wait; the turn goes on.
+"""
 Global___CancelOutcome: _TypeAlias = CancelOutcome  # noqa: Y015
 
 class _PermissionBehavior:
