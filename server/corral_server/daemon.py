@@ -146,6 +146,18 @@ def access_error(args: argparse.Namespace) -> str:
     return ""
 
 
+def _access_note(config: Config) -> str:
+    """What a client needs, for the "listening" line: e.g. "; TLS; tokens", or ""."""
+    notes: list[str] = []
+    if config.tls is not None:
+        notes.append("mutual TLS" if config.tls.client_ca else "TLS")
+    if config.auth_token_file is not None:
+        notes.append("tokens")
+    if not config.reflection:
+        notes.append("no reflection")
+    return "".join(f"; {note}" for note in notes)
+
+
 def reflection_on(choice: str, listen: str) -> bool:
     """`--reflection`: on, off, or auto (on only when listening on loopback)."""
     return choice == "on" or (choice == "auto" and is_loopback(listen))
@@ -187,13 +199,16 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("%s (is another corral daemon running?)", exc)
         lock.close()
         return 1
-    host = args.listen.rsplit(":", 1)[0]
-    print(f"corral listening on {host}:{port} (state {state_dir})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Before the "listening" line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
+    host = args.listen.rsplit(":", 1)[0]
+    print(
+        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)})", flush=True
+    )
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.skip_drain_delay)
