@@ -6,6 +6,7 @@ that authority, or the handshake fails. Must not: fall back to plaintext.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +35,35 @@ def _read(path: Path, flag: str) -> bytes:
     return data
 
 
+def _check(files: TlsFiles) -> None:
+    """Load the files into an `ssl` context first: gRPC says only "Failed to bind" when the
+    key does not match the certificate or a file is not a certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # An empty password: an encrypted key fails here instead of prompting on a terminal
+        # (gRPC cannot use one).
+        context.load_cert_chain(files.cert, files.key, password=b"")
+    except ssl.SSLError as exc:
+        raise TlsFileError(
+            f"--tls-cert {files.cert} and --tls-key {files.key} are not a certificate and its "
+            f"unencrypted private key ({exc.reason or exc})"
+        ) from None
+    if files.client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=files.client_ca)
+        except ssl.SSLError as exc:
+            raise TlsFileError(
+                f"--tls-client-ca {files.client_ca}: not a certificate ({exc.reason or exc})"
+            ) from None
+
+
 def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
-    """Credentials for `add_secure_port`; TlsFileError when a file is unreadable or not PEM."""
+    """Credentials for `add_secure_port`; TlsFileError when a file is unreadable, not PEM, or
+    the key does not belong to the certificate."""
     key = _read(files.key, "--tls-key")
     cert = _read(files.cert, "--tls-cert")
     client_ca = _read(files.client_ca, "--tls-client-ca") if files.client_ca else None
+    _check(files)
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
     )
