@@ -86,8 +86,16 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         help="serve gRPC reflection (needs the token when tokens are on); auto = on only "
         "when listening on loopback (default %(default)s)",
     )
-    access.add_argument("--tls-cert", type=Path, default=None, metavar="PEM", help="TLS chain")
-    access.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="TLS key")
+    access.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="speak only TLS, with this certificate chain (needs --tls-key)",
+    )
+    access.add_argument(
+        "--tls-key", type=Path, default=None, metavar="PEM", help="its unencrypted private key"
+    )
     access.add_argument(
         "--tls-client-ca",
         type=Path,

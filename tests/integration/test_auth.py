@@ -140,6 +140,20 @@ def test_an_undecodable_body_without_a_token_is_unauthenticated_not_decoded(
     assert error_details(caught.value).reason == "TOKEN_MISSING"
 
 
+def test_an_unknown_method_without_a_token_is_unauthenticated_not_unimplemented(
+    secured: DaemonThread,
+) -> None:
+    """Without a token a caller learns nothing, not even which methods exist."""
+    with grpc.insecure_channel(secured.address) as channel:
+        raw = channel.unary_unary("/corral.v1.NoSuchService/Probe")
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(b"", timeout=TIMEOUT)
+        assert error_details(caught.value).reason == "TOKEN_MISSING"
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(b"", metadata=bearer(TOKENS[0]), timeout=TIMEOUT)
+        assert error_details(caught.value).code is grpc.StatusCode.UNIMPLEMENTED
+
+
 def test_tokens_are_never_logged(secured: DaemonThread, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         refusal(secured.address, bearer(WRONG))

@@ -81,6 +81,8 @@ class TokenFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._digests = tuple(_digest(t) for t in read_tokens(path))
+        if path.stat().st_mode & 0o077:
+            log.warning("the token file %s is readable by others: chmod 600 it", path)
 
     @property
     def count(self) -> int:

@@ -78,3 +78,16 @@ def test_the_refusal_is_unauthenticated_with_an_error_info_reason() -> None:
     status = unauthenticated(TOKEN_INVALID)
     assert status.code.name == "UNAUTHENTICATED"
     assert any(key == "grpc-status-details-bin" for key, _ in status.trailing_metadata)
+
+
+def test_a_token_file_others_can_read_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("alpha\n")
+    path.chmod(0o600)
+    TokenFile(path)
+    assert "readable by others" not in caplog.text
+    path.chmod(0o640)
+    TokenFile(path)
+    assert f"the token file {path} is readable by others" in caplog.text
