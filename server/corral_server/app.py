@@ -32,10 +32,12 @@ from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.rpc.agent_service import AgentService
+from corral_server.rpc.auth import BearerTokens, TokenFile
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import event_service_handler
 from corral_server.rpc.malformed import MalformedRequests
 from corral_server.rpc.timeline_service import TimelineService
+from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
 from corral_server.timeline.memory import InMemoryTimelineStore
 
@@ -68,6 +70,11 @@ class Config:
     # balancer's health checks notice before new work is refused (on the daemon's clock).
     drain_delay_s: float = 3.0
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
+    # Access (rpc/auth.py, rpc/tls.py): with a token file every call but health needs a bearer
+    # token; with TLS files the listener speaks only TLS (mutual TLS with a client CA).
+    auth_token_file: Path | None = None
+    tls: TlsFiles | None = None
+    reflection: bool = True
 
 
 class Daemon:
@@ -93,6 +100,10 @@ class Daemon:
             limits=config.limits,
             timeouts=config.timeouts,
         )
+        # Read at construction, so a bad token or certificate file stops the start-up with
+        # TokenFileError / TlsFileError before anything binds.
+        self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
+        self._credentials = server_credentials(config.tls) if config.tls else None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -104,8 +115,10 @@ class Daemon:
     async def start(self) -> int:
         """Bind and serve; returns the bound port. Raises OSError when the port is taken."""
         size = self.config.max_request_bytes
+        # The token check runs first: a refused call's body is never decoded.
+        auth = [BearerTokens(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
-            interceptors=[MalformedRequests()],
+            interceptors=[*auth, MalformedRequests()],
             options=[
                 # A second daemon on the same port must fail to bind, not share the port.
                 ("grpc.so_reuseport", 0),
@@ -122,11 +135,15 @@ class Daemon:
         )
         server.add_generic_rpc_handlers((events,))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        if self.config.reflection:
+            reflection.enable_server_reflection(
+                (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            )
         try:
-            self.port = server.add_insecure_port(self.config.listen)
+            if self._credentials is not None:
+                self.port = server.add_secure_port(self.config.listen, self._credentials)
+            else:
+                self.port = server.add_insecure_port(self.config.listen)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if self.port == 0:
@@ -157,6 +174,11 @@ class Daemon:
         if self._drain_task is None:
             self._drain_task = asyncio.ensure_future(self._drain(grace_s, delay))
         await asyncio.shield(self._drain_task)
+
+    def reload_tokens(self) -> None:
+        """Read the token file again (SIGHUP); a bad file keeps the old tokens."""
+        if self.tokens is not None:
+            self.tokens.reload()
 
     def skip_drain_delay(self) -> None:
         """End the drain's delay now (a second SIGTERM)."""

@@ -1,7 +1,8 @@
 """`corral serve`: arguments, the state-directory lock, signals and the drain.
 
-Refuses to start, with a clear message, when the port is taken or another daemon holds the
-state directory.
+Refuses to start, with a clear message and exit code, when the port is taken (1), another daemon
+holds the state directory (1), a non-loopback address comes without a token file (2), or a token,
+certificate or key file is unreadable or empty (2). SIGHUP reloads the token file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import IO
 
 from corral_server.app import Config, Daemon
 from corral_server.manager.validate import Limits
+from corral_server.rpc.auth import TokenFileError
+from corral_server.rpc.tls import TlsFileError, TlsFiles
 
 log = logging.getLogger("corral")
 
@@ -58,12 +61,48 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow a non-loopback address (no authentication yet: trusted networks only)",
-    )
+    _add_access(p)
     return p
+
+
+def _add_access(p: argparse.ArgumentParser) -> None:
+    access = p.add_argument_group(
+        "access",
+        "Loopback needs no token by default; any other --listen address needs "
+        "--auth-token-file (and should use TLS).",
+    )
+    access.add_argument(
+        "--auth-token-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="bearer tokens, one per line (# comments); every call but health then needs "
+        "'authorization: Bearer TOKEN'; SIGHUP reloads the file",
+    )
+    access.add_argument(
+        "--reflection",
+        choices=("on", "off", "auto"),
+        default="auto",
+        help="serve gRPC reflection (needs the token when tokens are on); auto = on only "
+        "when listening on loopback (default %(default)s)",
+    )
+    access.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="speak only TLS, with this certificate chain (needs --tls-key)",
+    )
+    access.add_argument(
+        "--tls-key", type=Path, default=None, metavar="PEM", help="its unencrypted private key"
+    )
+    access.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="mutual TLS: require client certificates signed by this authority",
+    )
 
 
 class StateDirLocked(RuntimeError):
@@ -101,15 +140,45 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
+def access_error(args: argparse.Namespace) -> str:
+    """Why these access flags cannot start a daemon, or "" when they can."""
+    if not is_loopback(args.listen) and args.auth_token_file is None:
+        return (
+            f"refusing to listen on {args.listen}: not a loopback address; any other address "
+            "needs --auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
+        )
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
+    return ""
+
+
+def _access_note(config: Config) -> str:
+    """What a client needs, for the "listening" line: e.g. "; TLS; tokens", or ""."""
+    notes: list[str] = []
+    if config.tls is not None:
+        notes.append("mutual TLS" if config.tls.client_ca else "TLS")
+    if config.auth_token_file is not None:
+        notes.append("tokens")
+    if not config.reflection:
+        notes.append("no reflection")
+    return "".join(f"; {note}" for note in notes)
+
+
+def reflection_on(choice: str, listen: str) -> bool:
+    """`--reflection`: on, off, or auto (on only when listening on loopback)."""
+    return choice == "on" or (choice == "auto" and is_loopback(listen))
+
+
 async def serve(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir or default_state_dir()
-    if not is_loopback(args.listen) and not args.allow_remote:
-        log.error(
-            "refusing to listen on %s: not a loopback address; tokens and TLS are not yet "
-            "available, pass --allow-remote only on a trusted network",
-            args.listen,
-        )
+    refusal = access_error(args)
+    if refusal:
+        log.error("%s", refusal)
         return 2
+    if not is_loopback(args.listen) and args.tls_cert is None:
+        log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
     try:
         lock = lock_state_dir(state_dir)
     except StateDirLocked as exc:
@@ -122,20 +191,32 @@ async def serve(args: argparse.Namespace) -> int:
         limits=Limits(max_prompt_chars=args.max_prompt_chars),
         max_streams_per_connection=args.max_streams_per_connection,
         drain_delay_s=args.drain_delay_s,
+        auth_token_file=args.auth_token_file,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+        reflection=reflection_on(args.reflection, args.listen),
     )
-    daemon = Daemon(config)
+    try:
+        daemon = Daemon(config)
+    except (TokenFileError, TlsFileError) as exc:
+        log.error("cannot start: %s", exc)
+        lock.close()
+        return 2
     try:
         port = await daemon.start()
     except OSError as exc:
         log.error("%s (is another corral daemon running?)", exc)
         lock.close()
         return 1
-    host = args.listen.rsplit(":", 1)[0]
-    print(f"corral listening on {host}:{port} (state {state_dir})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Before the "listening" line, so whoever waits for it may signal at once.
+    loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
+    host = args.listen.rsplit(":", 1)[0]
+    print(
+        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)})", flush=True
+    )
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.skip_drain_delay)

@@ -119,6 +119,17 @@ class DaemonProcess:
             self.address = f"127.0.0.1:{match.group(2)}"
         return self
 
+    def wait_for_log(self, text: str) -> str:
+        """Read the daemon's stderr until a line containing `text` (e.g. after a signal); the
+        line. Fails if the daemon exits first (pytest-timeout bounds a daemon that hangs)."""
+        assert self.proc is not None and self.proc.stderr is not None
+        seen: list[str] = []
+        for line in self.proc.stderr:
+            if text in line:
+                return line
+            seen.append(line)
+        raise AssertionError(f"the daemon ended without logging {text!r}: {''.join(seen)}")
+
     def wait(self, timeout: float = 30) -> tuple[int, str, str]:
         assert self.proc is not None
         out, err = self.proc.communicate(timeout=timeout)

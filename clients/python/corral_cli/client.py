@@ -1,5 +1,6 @@
-"""The CLI's connection to the daemon: one sync channel, the four service stubs, and how a
-prompt given on the command line becomes request content.
+"""The CLI's connection to the daemon: one sync channel (plaintext or TLS, with a bearer token
+on every call when one is given), the four service stubs, and how a prompt given on the command
+line becomes request content.
 
 Must not: print, or decide exit codes (that is render.py and failure.py).
 """
@@ -7,9 +8,11 @@ Must not: print, or decide exit codes (that is render.py and failure.py).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -34,10 +37,133 @@ class Client:
     events: event_grpc.EventServiceStub
 
 
+@dataclass(frozen=True)
+class Access:
+    """How to reach a daemon that asks for more than loopback plaintext: files already read."""
+
+    token: str = ""
+    tls: bool = False
+    tls_ca: bytes | None = None  # None with tls: the system's authorities
+    tls_cert: bytes | None = None  # a client certificate and its key, for mutual TLS
+    tls_key: bytes | None = None
+
+
+class AccessError(ValueError):
+    """A token, certificate or key file the CLI cannot use; the message names it."""
+
+
+def load_access(
+    token_file: Path | None,
+    env_token: str,
+    tls_ca: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> Access:
+    """The token (`--token-file` first, else `CORRAL_TOKEN`) and the TLS files, read now."""
+    if (tls_cert is None) != (tls_key is None):
+        raise AccessError("--tls-cert and --tls-key go together")
+    token = read_token_file(token_file) if token_file is not None else env_token.strip()
+    if not all("!" <= c <= "~" for c in token):
+        raise AccessError("a token is visible ASCII without spaces")
+    return Access(
+        token=token,
+        tls=tls_ca is not None or tls_cert is not None,
+        tls_ca=_read_pem(tls_ca, "--tls-ca"),
+        tls_cert=_read_pem(tls_cert, "--tls-cert"),
+        tls_key=_read_pem(tls_key, "--tls-key"),
+    )
+
+
+def read_token_file(path: Path) -> str:
+    """The first token in a token file (the daemon's format: one per line, # comments)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise AccessError(f"cannot read the token file {path}: {reason}") from None
+    for line in text.splitlines():
+        token = line.strip()
+        if token and not token.startswith("#"):
+            return token
+    raise AccessError(f"the token file {path} holds no token")
+
+
+def _read_pem(path: Path | None, flag: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise AccessError(f"{flag} {path}: cannot read it: {exc.strerror}") from None
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(
+        self, base: grpc.ClientCallDetails, metadata: tuple[tuple[str, str | bytes], ...]
+    ) -> None:
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
+        self.wait_for_ready = base.wait_for_ready
+        self.compression = base.compression
+
+
+if TYPE_CHECKING:  # generic in the stubs only
+    _UnaryUnary = grpc.UnaryUnaryClientInterceptor[Any, Any]
+    _UnaryStream = grpc.UnaryStreamClientInterceptor[Any, Any]
+else:
+    _UnaryUnary = grpc.UnaryUnaryClientInterceptor
+    _UnaryStream = grpc.UnaryStreamClientInterceptor
+
+
+class _Bearer(_UnaryUnary, _UnaryStream):
+    """Adds `authorization: Bearer <token>` to every call, over TLS or plaintext alike (gRPC's
+    own token credentials refuse plaintext, which a loopback daemon with tokens speaks)."""
+
+    def __init__(self, token: str) -> None:
+        self._header: tuple[str, str | bytes] = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _Details(details, (*(details.metadata or ()), self._header))
+
+    def intercept_unary_unary(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Any], grpc.CallFuture[Any]],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
+    ) -> grpc.CallFuture[Any]:
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(
+        self,
+        continuation: Callable[[grpc.ClientCallDetails, Any], grpc.CallIterator[Any]],
+        client_call_details: grpc.ClientCallDetails,
+        request: Any,
+    ) -> grpc.CallIterator[Any]:
+        return continuation(self._details(client_call_details), request)
+
+
+def open_channel(addr: str, access: Access) -> grpc.Channel:
+    """A channel to `addr`: TLS when `access` says so, with its token on every call."""
+    if access.tls:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=access.tls_ca,
+            private_key=access.tls_key,
+            certificate_chain=access.tls_cert,
+        )
+        channel = grpc.secure_channel(addr, credentials)
+    else:
+        channel = grpc.insecure_channel(addr)
+    if access.token:
+        return grpc.intercept_channel(channel, _Bearer(access.token))
+    return channel
+
+
 @contextmanager
-def connect(addr: str, timeout_s: float) -> Iterator[Client]:
-    """A client on a fresh insecure channel (the daemon listens on loopback without a token)."""
-    with grpc.insecure_channel(addr) as channel:
+def connect(addr: str, timeout_s: float, access: Access | None = None) -> Iterator[Client]:
+    """A client on a fresh channel: plaintext without a token unless `access` says otherwise."""
+    with open_channel(addr, access or Access()) as channel:
         yield Client(
             addr=addr,
             timeout_s=timeout_s,

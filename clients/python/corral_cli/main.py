@@ -15,12 +15,21 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeAlias
 
 import grpc
 
 from corral_cli import commands, failure, follow, ids
-from corral_cli.client import DEFAULT_ADDR, DEFAULT_TIMEOUT_S, Client, connect
+from corral_cli.client import (
+    DEFAULT_ADDR,
+    DEFAULT_TIMEOUT_S,
+    Access,
+    AccessError,
+    Client,
+    connect,
+    load_access,
+)
 from corral_cli.render import Console
 
 Command = Callable[[Client, Console, argparse.Namespace], int]
@@ -98,6 +107,24 @@ def _add_globals(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         metavar="S",
         help=f"seconds to wait for a unary call (default {DEFAULT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=default(None),
+        metavar="FILE",
+        help="send the first token in FILE as 'authorization: Bearer' (default $CORRAL_TOKEN)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        type=Path,
+        default=default(None),
+        metavar="PEM",
+        help="speak TLS, trusting the daemon's certificate if this authority signed it",
+    )
+    for flag, what in (("--tls-cert", "client certificate"), ("--tls-key", "its key")):
+        parser.add_argument(
+            flag, type=Path, default=default(None), metavar="PEM", help=f"mutual TLS: {what}"
+        )
 
 
 def _add_agent(parser: argparse.ArgumentParser) -> None:
@@ -196,7 +223,12 @@ def _main(argv: list[str]) -> int:
         console.note(f"error: {usage_error}")
         return failure.EXIT_BAD_REQUEST
     func: Command = args.func
-    with connect(args.addr, args.timeout) as client:
+    try:
+        access = _access(args)
+    except AccessError as exc:
+        console.note(f"error: {exc}")
+        return failure.EXIT_BAD_REQUEST
+    with connect(args.addr, args.timeout, access) as client:
         try:
             _resolve_agents(client, args)
             return func(client, console, args)
@@ -208,6 +240,11 @@ def _main(argv: list[str]) -> int:
             for line in failure.describe(failed, args.addr):
                 console.note(line)
             return failed.exit_code
+
+
+def _access(args: argparse.Namespace) -> Access:
+    env_token = os.environ.get("CORRAL_TOKEN", "")
+    return load_access(args.token_file, env_token, args.tls_ca, args.tls_cert, args.tls_key)
 
 
 def _resolve_agents(client: Client, args: argparse.Namespace) -> None:

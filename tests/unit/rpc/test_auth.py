@@ -1,0 +1,93 @@
+"""The token file's format and the bearer check, without a server (the wire is covered by
+tests/integration/test_auth.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral_server.rpc.auth import (
+    TOKEN_INVALID,
+    TOKEN_MISSING,
+    TokenFile,
+    TokenFileError,
+    check,
+    parse_tokens,
+    unauthenticated,
+)
+
+
+def test_blank_lines_comments_and_surrounding_spaces_are_ignored() -> None:
+    text = "# ops team\n\n  alpha-1  \n\t# old: beta\nga#mma\n"
+    assert parse_tokens(text, "f") == (b"alpha-1", b"ga#mma")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n  # another\n"])
+def test_a_file_without_a_token_is_an_error(text: str) -> None:
+    with pytest.raises(TokenFileError, match="holds no token"):
+        parse_tokens(text, "f")
+
+
+@pytest.mark.parametrize("line", ["two words", "caf\u00e9", "nul\x00byte"])
+def test_a_line_that_is_not_one_header_token_is_an_error_naming_the_line_only(line: str) -> None:
+    with pytest.raises(TokenFileError, match="f line 2") as caught:
+        parse_tokens(f"good\n{line}\n", "f")
+    assert line not in str(caught.value)
+
+
+def tokens(tmp_path: Path, *lines: str) -> TokenFile:
+    path = tmp_path / "tokens"
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return TokenFile(path)
+
+
+def bearer(value: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", value),)
+
+
+def test_the_check_names_a_missing_and_an_invalid_token(tmp_path: Path) -> None:
+    file = tokens(tmp_path, "alpha", "beta")
+    assert check(file, None) == TOKEN_MISSING
+    assert check(file, (("x-other", "alpha"),)) == TOKEN_MISSING
+    assert check(file, bearer("Bearer alpha")) == ""
+    assert check(file, bearer("BEARER beta")) == ""
+    for wrong in ("Bearer gamma", "Bearer alph", "Bearer alphaa", "alpha", "Basic alpha", ""):
+        assert check(file, bearer(wrong)) == TOKEN_INVALID, wrong
+    assert check(file, (*bearer("Bearer alpha"), *bearer("Bearer beta"))) == TOKEN_INVALID
+
+
+def test_a_reload_swaps_the_tokens_and_a_bad_one_keeps_them(tmp_path: Path) -> None:
+    file = tokens(tmp_path, "alpha")
+    file.path.write_text("beta\n")
+    assert file.reload() and file.accepts(b"beta") and not file.accepts(b"alpha")
+    file.path.write_text("# emptied by mistake\n")
+    assert not file.reload() and file.accepts(b"beta")
+    file.path.unlink()
+    assert not file.reload() and file.accepts(b"beta")
+
+
+def test_an_unreadable_file_is_an_error_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(TokenFileError, match="cannot read the token file"):
+        TokenFile(tmp_path / "absent")
+    with pytest.raises(TokenFileError, match="cannot read the token file"):
+        TokenFile(tmp_path)
+
+
+def test_the_refusal_is_unauthenticated_with_an_error_info_reason() -> None:
+    status = unauthenticated(TOKEN_INVALID)
+    assert status.code.name == "UNAUTHENTICATED"
+    assert any(key == "grpc-status-details-bin" for key, _ in status.trailing_metadata)
+
+
+def test_a_token_file_others_can_read_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("alpha\n")
+    path.chmod(0o600)
+    TokenFile(path)
+    assert "readable by others" not in caplog.text
+    path.chmod(0o640)
+    TokenFile(path)
+    assert f"the token file {path} is readable by others" in caplog.text
