@@ -587,3 +587,37 @@ def _model_test(kind: str) -> Callable[..., None]:
 test_fetch_agrees_with_a_naive_list_model_in_memory = _model_test("memory")
 test_fetch_agrees_with_a_naive_list_model_in_sqlite = _model_test("sqlite")
 assert set(_MODEL_EXAMPLES) == set(KINDS), "every store kind runs the model"
+
+
+# --- pipelined appends ------------------------------------------------------------------------
+
+
+async def test_pipelined_appends_take_their_seqs_in_call_order(stores: Stores) -> None:
+    store = await filled(stores, 2)
+    futures = [store.append_nowait(AGENT, [new_row(n), new_row(n)]) for n in (3, 4, 5)]
+    results = [await future for future in futures]
+    assert [[row.seq for row in rows] for rows in results] == [[3, 4], [5, 6], [7, 8]]
+    assert store.head(AGENT).next_seq == 9
+    page = await store.fetch(AGENT, Direction.AFTER, Cursor(EPOCH, 2), 0)
+    assert [row.item for row in page.rows] == [UserMessage(f"m{n}") for n in (3, 3, 4, 4, 5, 5)]
+
+
+async def test_pipelined_appends_from_many_agents_stay_per_agent_contiguous(
+    stores: Stores,
+) -> None:
+    store = await stores.make()
+    agents = [f"agent-{i}" for i in range(20)]
+    for agent in agents:
+        await store.create(agent)
+    futures = [store.append_nowait(agent, [new_row(n)]) for n in range(1, 6) for agent in agents]
+    await asyncio.gather(*futures)
+    for agent in agents:
+        page = await store.fetch(agent, Direction.TAIL, None, 0)
+        assert seqs(page) == span(1, 5)
+        assert [row.item for row in page.rows] == [UserMessage(f"m{n}") for n in span(1, 5)]
+
+
+async def test_a_pipelined_append_for_an_unknown_agent_fails_at_once(stores: Stores) -> None:
+    store = await filled(stores, 0)
+    with pytest.raises(AgentNotFound):
+        store.append_nowait("ghost", [new_row(1)])
