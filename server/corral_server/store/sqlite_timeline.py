@@ -149,24 +149,22 @@ class SqliteTimelineStore:
         self, agent_id: str, rows: Sequence[NewRow]
     ) -> asyncio.Future[list[TimelineRow]]:
         before = self._reserved_head(agent_id)
-        encode = self._codec.encode
-        blobs = [encode(row.item) for row in rows]  # a codec error fails this call only
         if not rows:
             return _done([])
-        start, tid = before.next_seq, before.timeline_id
-        stored = [
-            TimelineRow(start + i, row.timestamp_ms, row.item, row.turn_id, row.provider_message_id)
-            for i, row in enumerate(rows)
-        ]
-        tuples = [
-            (tid, start + i, row.timestamp_ms, row.turn_id, row.provider_message_id, blob)
-            for i, (row, blob) in enumerate(zip(rows, blobs, strict=True))
-        ]
-        next_seq = start + len(rows)
+        encode = self._codec.encode
+        seq, tid = before.next_seq, before.timeline_id
+        stored: list[TimelineRow] = []
+        tuples: list[tuple[Any, ...]] = []
+        for row in rows:  # one pass: this is the writer's hot path
+            item, timestamp_ms, turn_id, provider_message_id = row
+            blob = encode(item)  # a codec error fails this call, before anything is queued
+            stored.append(TimelineRow(seq, timestamp_ms, item, turn_id, provider_message_id))
+            tuples.append((tid, seq, timestamp_ms, turn_id, provider_message_id, blob))
+            seq += 1
         first = before.first
         if self._retain_rows is not None:
-            first = max(first, next_seq - self._retain_rows)
-        after = before._replace(next_seq=next_seq, first=first)
+            first = max(first, seq - self._retain_rows)
+        after = _Head(tid, before.epoch, seq, first)
         return self._queue(_Kind.APPEND, agent_id, before, after, tuples, stored)
 
     async def rebase(self, agent_id: str) -> TimelineHead:
