@@ -32,6 +32,7 @@ skip that row when it arrives, so it is rejected like any other cursor from the 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, assert_never
@@ -135,6 +136,9 @@ class InMemoryTimelineStore:
         return TimelineHead(timeline.epoch, timeline.next_seq)
 
     async def append(self, agent_id: str, rows: Sequence[NewRow]) -> list[TimelineRow]:
+        return self._append(agent_id, rows)
+
+    def _append(self, agent_id: str, rows: Sequence[NewRow]) -> list[TimelineRow]:
         timeline = self._get(agent_id)
         seq = timeline.next_seq
         appended = [
@@ -146,6 +150,14 @@ class InMemoryTimelineStore:
         if self._retain_rows is not None:
             timeline.retain(self._retain_rows)
         return appended
+
+    def append_nowait(
+        self, agent_id: str, rows: Sequence[NewRow]
+    ) -> asyncio.Future[list[TimelineRow]]:
+        """Appends at once (memory needs no commit) and returns a completed future."""
+        future: asyncio.Future[list[TimelineRow]] = asyncio.get_running_loop().create_future()
+        future.set_result(self._append(agent_id, rows))
+        return future
 
     async def fetch(
         self,

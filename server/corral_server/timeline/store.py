@@ -6,6 +6,7 @@ Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -29,6 +30,16 @@ class NewRow(NamedTuple):
     provider_message_id: str = ""
 
 
+class ItemCodec(Protocol):
+    """How a durable store turns an item into bytes and back. The daemon's codec lives at the
+    rpc edge (rpc/item_codec.py: the wire's protobuf encoding), so no store imports protobuf.
+    `decode(encode(item))` equals `item` for every item the writer stores."""
+
+    def encode(self, item: TimelineItem) -> bytes: ...
+
+    def decode(self, data: bytes) -> TimelineItem: ...
+
+
 class TimelineStore(Protocol):
     async def create(self, agent_id: str) -> TimelineHead:
         """Create an empty timeline with a freshly minted epoch."""
@@ -36,6 +47,15 @@ class TimelineStore(Protocol):
 
     async def append(self, agent_id: str, rows: Sequence[NewRow]) -> list[TimelineRow]:
         """Append rows in order; they get the next contiguous seqs of the current epoch."""
+        ...
+
+    def append_nowait(
+        self, agent_id: str, rows: Sequence[NewRow]
+    ) -> asyncio.Future[list[TimelineRow]]:
+        """`append` without waiting: the rows take their seqs at this call, in call order, and
+        the future gives them once they are stored (durably, for a durable store). Lets the
+        single writer go on with the next rows while earlier ones commit; one agent's
+        futures complete in call order. An unknown agent raises AgentNotFound at once."""
         ...
 
     async def fetch(

@@ -1,0 +1,107 @@
+"""Where a fetch's page lies, from a timeline's head alone: the arithmetic of seed 000, 7.2.
+
+A timeline is described by its epoch, `first` (the oldest retained seq, next_seq when none is)
+and `next_seq`; its retained seqs are exactly first .. next_seq - 1. A page is the half-open
+interval [lo, hi) inside that range, taken from its newest end (TAIL, BEFORE) or its oldest
+(AFTER), before the row and byte caps cut it further. The rules (cursor ranges, stale cursors,
+gaps) are those of timeline/memory.py's module docstring; the shared contract suite
+(tests/unit/timeline/test_store_contract*.py) holds both stores to them.
+
+Pure: no I/O, so it runs wherever the head was read (in the reader thread, inside the same
+snapshot as the rows).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, assert_never
+
+from corral_server.domain.timeline import DEFAULT_PAGE_LIMIT, Cursor, Direction, TimelineWindow
+from corral_server.errors import InvalidArgument
+
+
+class Plan(NamedTuple):
+    """Seqs lo .. hi-1, to be cut from the newest end when `newest`, else the oldest."""
+
+    lo: int
+    hi: int
+    newest: bool
+    stale_cursor: bool = False
+    gap: bool = False
+
+
+def checked_limit(limit: int | None) -> int:
+    """None = the default page; 0 = the whole window (still capped by rows and bytes)."""
+    if limit is None:
+        return DEFAULT_PAGE_LIMIT
+    if limit < 0:
+        raise InvalidArgument.field("limit", f"must be 0 (whole window) or more, got {limit}")
+    return limit
+
+
+def checked_cursor(direction: Direction, cursor: Cursor | None) -> None:
+    """BEFORE and AFTER need a cursor whose seq is not negative (TAIL ignores its cursor)."""
+    if direction is Direction.TAIL:
+        return
+    if cursor is None:
+        raise InvalidArgument.field("cursor", f"required for direction {direction.value.upper()}")
+    if cursor.seq < 0:
+        raise InvalidArgument.field("cursor.seq", f"must not be negative, got {cursor.seq}")
+
+
+def plan(
+    epoch: str, first: int, next_seq: int, direction: Direction, cursor: Cursor | None, limit: int
+) -> Plan:
+    """The page for a checked cursor and limit. Raises InvalidArgument for a cursor of this
+    epoch that names a seq beyond it."""
+    match direction:
+        case Direction.TAIL:
+            return _tail(first, next_seq, limit)
+        case Direction.BEFORE | Direction.AFTER:
+            assert cursor is not None  # checked_cursor ran first
+            if cursor.epoch != epoch:
+                return _tail(first, next_seq, limit, stale_cursor=True)
+            if direction is Direction.BEFORE:
+                return _before(first, next_seq, cursor.seq, limit)
+            return _after(first, next_seq, cursor.seq, limit)
+        case _:
+            assert_never(direction)
+
+
+def window(first: int, next_seq: int) -> TimelineWindow:
+    if first == next_seq:
+        return TimelineWindow(0, 0, next_seq)
+    return TimelineWindow(first, next_seq - 1, next_seq)
+
+
+def _tail(
+    first: int, next_seq: int, limit: int, *, stale_cursor: bool = False, gap: bool = False
+) -> Plan:
+    lo = first if limit == 0 else max(first, next_seq - limit)
+    return Plan(lo, next_seq, True, stale_cursor, gap)
+
+
+def _before(first: int, next_seq: int, seq: int, limit: int) -> Plan:
+    if seq > next_seq:
+        raise _future_cursor(seq, next_seq)
+    # Never a gap: the client holds everything from the cursor on; older rows are just gone.
+    hi = max(first, seq)
+    lo = first if limit == 0 else max(first, hi - limit)
+    return Plan(lo, hi, True)
+
+
+def _after(first: int, next_seq: int, seq: int, limit: int) -> Plan:
+    if seq >= next_seq:
+        raise _future_cursor(seq, next_seq - 1)
+    lo = seq + 1
+    if lo < first:
+        # Rows the client never saw (lo .. first-1) are gone: it must start again.
+        return _tail(first, next_seq, limit, gap=True)
+    hi = next_seq if limit == 0 else min(next_seq, lo + limit)
+    return Plan(lo, hi, False)
+
+
+def _future_cursor(seq: int, newest_allowed: int) -> InvalidArgument:
+    return InvalidArgument.field(
+        "cursor.seq",
+        f"seq {seq} is beyond this epoch's timeline (at most {newest_allowed} here)",
+    )

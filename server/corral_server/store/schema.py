@@ -1,0 +1,84 @@
+"""The database schema and its migrations (PRAGMA user_version = how many have run).
+
+`MIGRATIONS[i]` takes a database from version i to i + 1; each runs in one transaction with
+the version bump, so a crash or a full disk mid-migration leaves the previous version intact.
+A database whose version is above `len(MIGRATIONS)` was written by a newer corral and is
+refused (never downgraded). Append new migrations; never edit a released one.
+
+Version 1 creates every table issue 6 needs, though only `meta`, `timelines` and
+`timeline_rows` have code behind them yet:
+
+meta             key -> text value: small facts about the whole store, e.g.
+                 'event_log_incarnation' (Subscribe revisions restart only with a new one).
+agents           agent_id -> its record (an encoded snapshot, opaque here) and when it was
+                 last written; start-up reads this table, never the rows.
+timelines        one row per agent timeline, its head: the epoch, next_seq (the seq the next
+                 row gets) and first_seq (the oldest retained seq; next_seq when none is). The
+                 store keeps all heads in memory, loaded from here at open. `timeline_id` is
+                 the short key of (agent, epoch) in timeline_rows: a rebase takes a new one.
+timeline_rows    the rows of each (agent, epoch): keyed by (timeline_id, seq), so a page is
+                 one range scan of the primary key, whatever the timeline's length (no OFFSET).
+                 `item` is the encoded TimelineItem (the rpc layer's codec: the wire's bytes).
+events           the event log behind Subscribe: revision -> the agent it concerns ('' for
+                 none) and the encoded event; retention trims the oldest revisions.
+create_requests  CreateAgent request ids -> the agent they created and an encoded fingerprint
+                 of the request, so a retry returns the same agent and a reuse is detected.
+finished_turns   (agent, turn id) of every finished turn: a late provider event for one of
+                 them is dropped instead of starting a ghost turn.
+"""
+
+from __future__ import annotations
+
+_V1 = """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE agents (
+    agent_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE timelines (
+    agent_id TEXT PRIMARY KEY,
+    timeline_id INTEGER NOT NULL UNIQUE,
+    epoch TEXT NOT NULL,
+    next_seq INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE timeline_rows (
+    timeline_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    turn_id TEXT NOT NULL,
+    provider_message_id TEXT NOT NULL,
+    item BLOB NOT NULL,
+    PRIMARY KEY (timeline_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+    revision INTEGER PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    event BLOB NOT NULL
+);
+
+CREATE TABLE create_requests (
+    request_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE finished_turns (
+    agent_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    PRIMARY KEY (agent_id, turn_id)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+
+SCHEMA_VERSION = len(MIGRATIONS)
