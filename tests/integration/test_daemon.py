@@ -50,7 +50,7 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(served: DaemonPr
     assert "holds the state directory" in err
 
 
-def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
+def test_a_non_loopback_address_needs_a_token_file(tmp_path: Path) -> None:
     proc = DaemonProcess(tmp_path / "s", listen="0.0.0.0:0").start(expect_ready=False)
     code, _, err = proc.wait()
     assert code == 2 and "not a loopback address" in err
