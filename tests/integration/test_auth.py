@@ -191,6 +191,7 @@ def test_the_cli_without_a_token_says_unauthenticated(
     assert main(["--addr", secured.address, "ls"]) == 1
     err = capsys.readouterr().err
     assert "UNAUTHENTICATED" in err and "TOKEN_MISSING" in err
+    assert "hint: the daemon wants a token: pass --token-file FILE or set CORRAL_TOKEN" in err
 
 
 def test_the_cli_sends_the_first_token_of_token_file(

@@ -95,9 +95,14 @@ def _hint(failure: Failure, addr: str) -> str:
             return f"the daemon at {addr} is draining; retry once it is back, or use another one"
         return (
             f"the corral daemon may not be running at {addr}; start one with "
-            "`corral serve` (or buildscripts/serve), or point --addr / CORRAL_ADDR at it"
+            "`corral serve` (or buildscripts/serve), or point --addr / CORRAL_ADDR at it "
+            "(if it speaks TLS, pass --tls-ca, and --tls-cert/--tls-key for mutual TLS)"
         )
+    if failure.code is grpc.StatusCode.UNAUTHENTICATED:
+        return "the daemon wants a token: pass --token-file FILE or set CORRAL_TOKEN"
     if failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        if failure.reason == "PROVIDER_TIMEOUT":
+            return "the agent's provider did not answer in time; see `corral ls` for its state"
         return "the daemon did not answer in time; raise --timeout"
     return ""
 
