@@ -14,7 +14,7 @@ The machine has few cores: the load generator and the subscribers share what the
 not use, so the daemon's CPU share is printed with each phase (a daemon well under 100 % means
 the clients, not the daemon, were the limit).
 
-Run: .venv/bin/python -m bench.fanout [subscribers] [measure_s]   (about 20 s)
+Run: .venv/bin/python -m bench.fanout [subscribers] [measure_s]   (about 25 s)
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from corral.v1 import turn_service_pb2_grpc as turn_grpc
 
 AGENTS = 40
 SUBSCRIBERS = 100
-MEASURE_S = 4.0
+MEASURE_S = 3.0
+ROUNDS = 2
 WARM_UP_S = 1.0
 PROMPT = '/tool read {"path": "a.txt"}\n/reply ok'
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -59,6 +60,7 @@ class Phase:
     turns_per_s: float
     daemon_cpu_share: float  # CPU seconds per wall second
     daemon_cpu_us_per_turn: float
+    clients_cpu_share: float  # this process (the load) plus the subscribers' process
 
 
 class Load:
@@ -114,14 +116,24 @@ async def _events_per_turn(corral: Corral, agent_id: str) -> int:
         call.cancel()
 
 
-async def _measure(corral: Corral, load: Load, subscribers: int, seconds: float) -> Phase:
+async def _measure(
+    corral: Corral,
+    load: Load,
+    subscribers: int,
+    watchers: asyncio.subprocess.Process | None,
+    seconds: float,
+) -> Phase:
+    clients = [os.getpid()] + ([] if watchers is None else [watchers.pid])
     await asyncio.sleep(WARM_UP_S)
-    turns, cpu, wall = load.turns, cpu_s(corral.proc.pid), time.perf_counter()
+    turns, wall = load.turns, time.perf_counter()
+    cpu, client_cpu = cpu_s(corral.proc.pid), sum(map(cpu_s, clients))
     await asyncio.sleep(seconds)
     turns = load.turns - turns
     cpu = cpu_s(corral.proc.pid) - cpu
+    client_cpu = sum(map(cpu_s, clients)) - client_cpu
     wall = time.perf_counter() - wall
-    return Phase(subscribers, turns / wall, cpu / wall, cpu / max(turns, 1) * 1e6)
+    per_turn_us = cpu / max(turns, 1) * 1e6
+    return Phase(subscribers, turns / wall, cpu / wall, per_turn_us, client_cpu / wall)
 
 
 async def _start_watchers(address: str, subscribers: int) -> asyncio.subprocess.Process:
@@ -152,11 +164,15 @@ async def _stop_watchers(proc: asyncio.subprocess.Process) -> tuple[int, int]:
 
 
 async def measure(
-    subscribers: int = SUBSCRIBERS, seconds: float = MEASURE_S
-) -> tuple[Phase, Phase, int, tuple[int, int]]:
-    """(without subscribers, with them, events per turn, (messages, bytes) the watchers got)."""
+    subscribers: int = SUBSCRIBERS, seconds: float = MEASURE_S, rounds: int = ROUNDS
+) -> tuple[list[Phase], int, tuple[int, int]]:
+    """Phases alternating without and with subscribers, `rounds` of each (the machine may be
+    shared: alternating spreads its noise over both); the events per turn; and (messages,
+    bytes) the subscribers received over all rounds."""
     corral = await Corral.start(retain_events=100_000)
     channel = grpc.aio.insecure_channel(corral.address)
+    phases: list[Phase] = []
+    messages = size = 0
     try:
         agents = agent_grpc.AgentServiceStub(channel)
         cwd = tempfile.mkdtemp(prefix="corral-bench-")
@@ -169,36 +185,49 @@ async def measure(
         per_turn = await _events_per_turn(corral, agent_ids[0])
         load = Load(channel, agent_ids)
         try:
-            bare = await _measure(corral, load, 0, seconds)
-            watchers = await _start_watchers(corral.address, subscribers)
-            try:
-                watched = await _measure(corral, load, subscribers, seconds)
-            finally:
-                received = await _stop_watchers(watchers)
+            for _ in range(rounds):
+                phases.append(await _measure(corral, load, 0, None, seconds))
+                watchers = await _start_watchers(corral.address, subscribers)
+                try:
+                    phases.append(await _measure(corral, load, subscribers, watchers, seconds))
+                finally:
+                    got = await _stop_watchers(watchers)
+                messages, size = messages + got[0], size + got[1]
         finally:
             await load.stop()
     finally:
         await channel.close()
         await corral.stop()
-    return bare, watched, per_turn, received
+    return phases, per_turn, (messages, size)
 
 
-def report(bare: Phase, watched: Phase, per_turn: int, received: tuple[int, int]) -> str:
-    ratio = watched.turns_per_s / bare.turns_per_s
-    extra_us = watched.daemon_cpu_us_per_turn - bare.daemon_cpu_us_per_turn
-    per_sub_event_us = extra_us / (watched.subscribers * per_turn)
-    lines = [
-        f"P7 fan-out cost, {AGENTS} agents in closed loops ({per_turn} events per turn)",
-    ]
-    for phase in (bare, watched):
+def _total(phases: list[Phase]) -> tuple[float, float]:
+    """(turns/s, daemon CPU us per turn) over equally long phases."""
+    turns = sum(p.turns_per_s for p in phases)
+    cpu = sum(p.daemon_cpu_share for p in phases)
+    return turns / len(phases), cpu / turns * 1e6
+
+
+def report(phases: list[Phase], per_turn: int, received: tuple[int, int]) -> str:
+    subscribers = max(p.subscribers for p in phases)
+    bare_rate, bare_cpu = _total([p for p in phases if not p.subscribers])
+    watched_rate, watched_cpu = _total([p for p in phases if p.subscribers])
+    per_sub_event_us = (watched_cpu - bare_cpu) / (subscribers * per_turn)
+    lines = [f"P7 fan-out cost, {AGENTS} agents in closed loops ({per_turn} events per turn)"]
+    for phase in phases:
         lines.append(
             f"  {phase.subscribers:>4} subscribers {phase.turns_per_s:>8,.0f} turns/s   daemon CPU "
-            f"{phase.daemon_cpu_share:>4.0%}, {phase.daemon_cpu_us_per_turn:>6,.0f} us/turn"
+            f"{phase.daemon_cpu_share:>4.0%}, {phase.daemon_cpu_us_per_turn:>6,.0f} us/turn; "
+            f"clients' CPU {phase.clients_cpu_share:>4.0%}"
         )
     lines.append(
-        f"  ratio {ratio:.2f}x (goal >= 0.5x); daemon CPU per subscriber per event "
-        f"{per_sub_event_us:.2f} us; the subscribers got {received[0]:,} messages, "
-        f"{received[1] / 1e6:,.1f} MB"
+        f"  turns/s with {subscribers} subscribers / without: "
+        f"{watched_rate / bare_rate:.2f}x (goal >= 0.5x); daemon CPU per turn, without / "
+        f"with: {bare_cpu / watched_cpu:.2f}x"
+    )
+    lines.append(
+        f"  daemon CPU per subscriber per event {per_sub_event_us:.2f} us; the subscribers got "
+        f"{received[0]:,} messages, {received[1] / 1e6:,.1f} MB"
     )
     return "\n".join(lines)
 
