@@ -19,13 +19,14 @@ from collections.abc import Callable
 from corral_server.clock import Clock, SystemClock, TimerHandle
 
 # The daemon's default budget (app.Config.subscriber_writes_per_s): at ~40 us a write, about
-# a fifth of a core (BENCHMARKS.md, P7).
-SUBSCRIBER_WRITES_PER_S = 5_000
+# a tenth of a core. 100 subscribers then get a write every 40 ms, 10 every 4 ms (measured on
+# the P7 bench: 5,000/s gave 0.55x daemon CPU per turn, 2,500/s 0.67x; BENCHMARKS.md, P7).
+SUBSCRIBER_WRITES_PER_S = 2_500
 
 # The longest a paced release waits, however many subscribers share the budget: a daemon
 # with thousands of subscribers spends more CPU on writes rather than leave every stream
-# this far behind (P4's goal is a p99 of 20 ms from provider event to subscriber).
-MAX_INTERVAL_MS = 25.0
+# further behind than a UI frame or three.
+MAX_INTERVAL_MS = 50.0
 
 
 class Pacer:
