@@ -5,6 +5,7 @@
   P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
   P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents)
   P6   resident memory per idle agent
+  P7   fan-out cost: scripted turns/s with 100 subscribers against none
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import latency, memory, p1, p2_pages, p2_rpc, writer
+from bench import fanout, latency, memory, p1, p2_pages, p2_rpc, writer
 
 
 async def main(quick: bool) -> None:
@@ -34,6 +35,8 @@ async def main(quick: bool) -> None:
     print()
     print(latency.report(await latency.measure(10 if quick else 20)))
     print(memory.report(await memory.measure()))
+    print()
+    print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
 
 
 if __name__ == "__main__":

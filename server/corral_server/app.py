@@ -25,7 +25,7 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
-from corral_server.hub import EventHub, new_incarnation
+from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub, new_incarnation
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
@@ -59,6 +59,12 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     timeouts: Timeouts = field(default_factory=Timeouts)
     retain_events: int = 100_000
+    # Frame bytes the event ring retains at most (with retain_events, whichever bound is hit
+    # first moves the earliest resumable revision).
+    retain_bytes: int = RETAIN_BYTES
+    # Stream writes per second the hub aims for over all live subscribers under load
+    # (hub/pacing.py; BENCHMARKS.md P7 has the measurement); None writes at every commit.
+    subscriber_writes_per_s: int | None = SUBSCRIBER_WRITES_PER_S
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
     subscriber_buffer_events: int = 8_192
@@ -87,7 +93,9 @@ class Daemon:
             encode_event,
             incarnation=new_incarnation(),
             retain_events=config.retain_events,
+            retain_bytes=config.retain_bytes,
             buffer_events=config.subscriber_buffer_events,
+            writes_per_s=config.subscriber_writes_per_s,
         )
         providers: dict[str, Provider] = {"scripted": ScriptedProvider(self.clock)}
         providers.update(config.extra_providers)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 from corral_server.domain.agent import Agent, AgentId, Idle
@@ -230,6 +230,8 @@ class RecordingPublisher:
 
     def __init__(self) -> None:
         self.published: list[tuple[int, Event]] = []
+        # How many events each commit or commit_many call published, in call order.
+        self.batch_sizes: list[int] = []
         self.fail_prepare: Callable[[Event], bool] = lambda event: False
 
     def prepare(self, event: Event) -> _Recorded:
@@ -241,7 +243,14 @@ class RecordingPublisher:
     def commit(self, prepared: _Recorded) -> int:
         revision = len(self.published) + 1
         self.published.append((revision, prepared.event))
+        self.batch_sizes.append(1)
         return revision
+
+    def commit_many(self, prepared: Sequence[_Recorded]) -> int:
+        for event in prepared:
+            self.published.append((len(self.published) + 1, event.event))
+        self.batch_sizes.append(len(prepared))
+        return len(self.published)
 
     def publish(self, event: Event) -> int:
         return self.commit(self.prepare(event))

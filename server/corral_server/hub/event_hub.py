@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import NamedTuple, assert_never
 
+from corral_server.clock import Clock
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
     AgentUpserted,
@@ -37,6 +38,7 @@ from corral_server.domain.events import (
     Synced,
 )
 from corral_server.errors import ShuttingDown
+from corral_server.hub.pacing import Pacer
 from corral_server.hub.ring import Entry, Ring, frame, frame_with_revision, take_batch
 from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
 
@@ -61,6 +63,10 @@ def new_incarnation() -> str:
 # (measured with timeit: ~150 ns vs ~220 ns), and prepare runs once per stored row.
 _new_prepared = tuple.__new__
 
+# The ring's default byte budget: frames of the retained events (a typical row frames to
+# 100-300 bytes, so 100,000 events fit many times over; a burst of large rows evicts by bytes).
+RETAIN_BYTES = 256 << 20
+
 # A scoped subscriber catching up scans at most this many batches' worth of ring entries per
 # step, so one step over other agents' events stays short however narrow its scope.
 _SCAN_BATCHES_PER_STEP = 8
@@ -72,15 +78,22 @@ class EventHub:
         encode: Encoder,
         *,
         retain_events: int = 100_000,
+        retain_bytes: int | None = RETAIN_BYTES,
         buffer_events: int = 8_192,
         batch_events: int = 512,
         batch_bytes: int = 1 << 20,
         incarnation: str | None = None,
+        writes_per_s: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """`batch_bytes` bounds a batch's size: no batch exceeds it unless it is one event
-        that alone does (rows are capped well below grpc's default 4 MiB receive limit);
-        `batch_events` bounds its event count. `incarnation` is the event log's identity:
-        None mints a new one (a new, empty log); a log restored from storage passes its own."""
+        """The ring keeps the last `retain_events` events and at most `retain_bytes` of
+        their frames (None: no byte bound). `batch_bytes` bounds a batch's size: no batch
+        exceeds it unless it is one event that alone does (rows are capped well below grpc's
+        default 4 MiB receive limit); `batch_events` bounds its event count. `incarnation` is
+        the event log's identity: None mints a new one (a new, empty log); a log restored from
+        storage passes its own. `writes_per_s` paces live streams (pacing.py): under load
+        the hub releases buffered events about that many times a second in total over all
+        live subscribers; None releases at every commit. `clock` times the pacing."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
         self.encode = encode
@@ -90,7 +103,13 @@ class EventHub:
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self._buffer_events = buffer_events
-        self._ring = Ring(retain_events)
+        self._ring = Ring(retain_events, retain_bytes)
+        # LIVE subscriptions given events since the last release (each once, flagged by its
+        # `owed`): the release wakes each and lets it take its buffer.
+        self._owed: list[Subscription] = []
+        self._pacer = Pacer(self._release, writes_per_s, clock)
+        # How many subscriptions are LIVE (the pacer shares its budget among them).
+        self._live_count = 0
         # Every subscription that is not closed, in any state.
         self._subscriptions: dict[Subscription, None] = {}
         # The live index holds exactly the LIVE subscriptions: an all-agents one in
@@ -128,6 +147,25 @@ class EventHub:
         return its revision. Synchronous, never raises; costs O(matching live subscribers)."""
         return self._append(prepared[0], prepared[1])
 
+    def commit_many(self, prepared: Sequence[Prepared]) -> int:
+        """Number and retain `prepared` in order (consecutive revisions) and hand the batch
+        to each matching live subscriber at once: one extend and at most one release each, so
+        a subscriber costs O(1) per batch rather than per event. Returns the last revision
+        (the head when `prepared` is empty). Synchronous, never raises."""
+        ring = self._ring
+        revision = ring.head
+        entries: list[Entry] = []
+        retain = ring.append
+        keep = entries.append
+        for agent_id, body in prepared:
+            revision += 1
+            entry = (revision, agent_id, frame_with_revision(revision, body))
+            retain(entry)
+            keep(entry)
+        if entries:
+            self._dispatch(entries)
+        return revision
+
     def publish(self, event: Event) -> int:
         """`commit(prepare(event))`, for a writer with nothing to store between the two (one
         call fewer and no Prepared: the difference was measurable per row)."""
@@ -138,36 +176,64 @@ class EventHub:
         revision = ring.head + 1
         entry = (revision, agent_id, frame_with_revision(revision, body))
         ring.append(entry)
-        if self._live_all:
-            self._hand(self._live_all, entry)
-        scoped = self._live_by_agent.get(agent_id)
-        if scoped:
-            self._hand(scoped, entry)
+        self._dispatch([entry])
         return revision
 
-    def _hand(self, subs: dict[Subscription, None], entry: Entry) -> None:
-        """Append `entry` to each subscriber's buffer; a subscriber whose buffer is full gets
-        nothing and leaves the live index (O(1), whatever its backlog)."""
-        limit = self._buffer_events
+    def _dispatch(self, entries: list[Entry]) -> None:
+        """Hand freshly retained `entries` to the live subscribers they match, then ask the
+        pacer for a release."""
+        if self._live_all:
+            self._hand(self._live_all, entries)
+        by_agent = self._live_by_agent
+        if by_agent:
+            agent_id = entries[0][1]
+            if all(entry[1] == agent_id for entry in entries):
+                scoped = by_agent.get(agent_id)
+                if scoped:
+                    self._hand(scoped, entries)
+            else:
+                for entry in entries:
+                    scoped = by_agent.get(entry[1])
+                    if scoped:
+                        self._hand(scoped, [entry])
+        if self._owed:
+            self._pacer.request(self._live_count)
+
+    def _hand(self, subs: dict[Subscription, None], entries: list[Entry]) -> None:
+        """Append `entries` to each subscriber's buffer and owe it a release; a subscriber
+        whose buffer cannot take them all gets none and leaves the live index (O(1), whatever
+        its backlog)."""
+        limit = self._buffer_events - len(entries)
+        owed = self._owed
         laggards: list[Subscription] | None = None
-        # The hub's hot loop: the append is inline because a method call per subscriber per
+        # The hub's hot loop: the extend is inline because a method call per subscriber per
         # event was measurable (publish at 100 subscribers: ~15 us with a call, ~10 us inline).
         for sub in subs:
             buffer = sub.buffer
-            if len(buffer) < limit:
-                buffer.append(entry)
-                if sub.waiter is not None:
-                    sub.wake()
+            if len(buffer) <= limit:
+                buffer.extend(entries)
+                if not sub.owed:
+                    sub.owed = True
+                    owed.append(sub)
             elif laggards is None:
                 laggards = [sub]
             else:
                 laggards.append(sub)
         for sub in laggards or ():
-            # Its buffer holds every matching event before this one, which did not fit:
-            # from here it replays the ring after entry's revision - 1 on its own time.
+            # Its buffer holds every matching event before these, which did not fit: from
+            # here it replays the ring after the first one's revision - 1 on its own time.
             self._leave_live(sub)
-            sub.position = entry[0] - 1
+            sub.position = entries[0][0] - 1
             sub.set_state(SubscriptionState.CATCHING_UP)
+
+    def _release(self) -> None:
+        """Let every owed subscriber's reader take its buffer, waking it if it waits."""
+        owed, self._owed = self._owed, []
+        for sub in owed:
+            sub.owed = False
+            sub.released = True
+            if sub.waiter is not None:
+                sub.wake()
 
     # --- subscribing and ending -----------------------------------------------------------
 
@@ -210,6 +276,7 @@ class EventHub:
         """Drain: every subscription gets StreamEnding after what it was already given, then
         stops; later subscribe calls raise ShuttingDown."""
         self._ending_reason = reason
+        self._pacer.cancel()
         head = self._ring.head
         for sub in self._subscriptions:
             match sub.state:
@@ -293,6 +360,7 @@ class EventHub:
 
     def _join_live(self, sub: Subscription) -> None:
         sub.set_state(SubscriptionState.LIVE)
+        self._live_count += 1
         if not sub.scope:
             self._live_all[sub] = None
             return
@@ -300,6 +368,7 @@ class EventHub:
             self._live_by_agent.setdefault(agent_id, {})[sub] = None
 
     def _leave_live(self, sub: Subscription) -> None:
+        self._live_count -= 1
         if not sub.scope:
             self._live_all.pop(sub, None)
             return

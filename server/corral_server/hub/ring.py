@@ -1,7 +1,8 @@
 """Framed events and the ring that retains the most recent ones by revision.
 
 Owns: the wire framing of one encoded event as an element of `SubscribeResponse.events`, the
-ring of the last N framed events (O(1) lookup by revision), and cutting a run of framed events
+ring of the most recent framed events, bounded in events and in bytes (O(1) lookup by
+revision), and cutting a run of framed events
 into one bounded batch. Must not: know about subscribers, protobuf or grpc — a frame is bytes.
 
 Why framing here: `SubscribeResponse { repeated Event events = 1; }` serialises as, per event,
@@ -116,35 +117,65 @@ _PLACEHOLDER: Entry = (0, "", b"")
 
 
 class Ring:
-    """The last `capacity` published events; revision r lives in slot r % capacity.
+    """The last published events, at most `capacity` of them and at most `max_bytes` of frames
+    (the newest event always stays, whatever its size); revision r lives in slot r % capacity.
 
-    Invariant: the slots hold exactly the revisions max(1, head - capacity + 1) .. head; the
-    other slots hold a placeholder. A resume point r is servable iff
-    earliest_resumable <= r <= head, because then every revision after r is still here.
+    Invariant: the slots hold exactly the revisions first .. head (first - 1 == head when
+    empty); the other slots hold a placeholder; `size_bytes` is the sum of their frames'
+    lengths. A resume point r is servable iff earliest_resumable <= r <= head, because then
+    every revision after r is still here.
     """
 
-    __slots__ = ("_capacity", "_slots", "head")
+    __slots__ = ("_capacity", "_max_bytes", "_slots", "first", "head", "size_bytes")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int | None = None) -> None:
         if capacity < 1:
             raise ValueError("the ring must retain at least one event")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("the ring's byte budget must be positive")
         self._capacity = capacity
+        self._max_bytes = max_bytes
         self._slots: list[Entry] = [_PLACEHOLDER] * capacity
-        # The revision of the newest event (0 before any).
+        # The revision of the newest event (0 before any), and of the oldest one retained.
         self.head = 0
+        self.first = 1
+        self.size_bytes = 0
 
     @property
     def capacity(self) -> int:
         return self._capacity
 
     @property
+    def max_bytes(self) -> int | None:
+        return self._max_bytes
+
+    @property
     def earliest_resumable(self) -> int:
-        return max(0, self.head - self._capacity)
+        return self.first - 1
 
     def append(self, entry: Entry) -> None:
-        """Retain `entry`, whose revision must be head + 1, evicting the oldest if full."""
-        self._slots[entry[0] % self._capacity] = entry
-        self.head = entry[0]
+        """Retain `entry`, whose revision must be head + 1, evicting the oldest events while
+        the ring holds more than `capacity` of them or more than `max_bytes` of frames."""
+        revision = entry[0]
+        slots = self._slots
+        index = revision % self._capacity
+        if revision - self.first == self._capacity:
+            # Full by count: the oldest event lives in this very slot.
+            self.size_bytes -= len(slots[index][2])
+            self.first += 1
+        slots[index] = entry
+        self.head = revision
+        self.size_bytes += len(entry[2])
+        if self._max_bytes is not None and self.size_bytes > self._max_bytes:
+            self._evict_bytes(self._max_bytes)
+
+    def _evict_bytes(self, max_bytes: int) -> None:
+        slots, capacity = self._slots, self._capacity
+        while self.size_bytes > max_bytes and self.first < self.head:
+            index = self.first % capacity
+            self.size_bytes -= len(slots[index][2])
+            slots[index] = _PLACEHOLDER
+            self.first += 1
 
     def span(self, after: int, upto: int) -> list[Entry]:
         """The entries with after < revision <= upto, in order (two slices at most).

@@ -3,7 +3,9 @@
 Every subscription is in exactly one state (etcd's synced / unsynced / victim, renamed):
 
     LIVE         in the hub's live index; publish appends each matching event to its buffer
-                 (put_nowait style: never blocks, never waits for this reader)
+                 (put_nowait style: never blocks, never waits for this reader), and the
+                 reader takes the buffer once the hub has released it (pacing.py: under
+                 load, releases are paced so that each stream write carries many events)
     CATCHING_UP  out of the live index; its reader replays the hub's ring after `position` in
                  bounded batches and rejoins the index when it reaches the head, or is reset
                  with a new snapshot when its position has left the ring
@@ -60,7 +62,9 @@ class Subscription:
         "_prefix",
         "_state",
         "buffer",
+        "owed",
         "position",
+        "released",
         "scope",
         "snapshot",
         "synced_at",
@@ -85,6 +89,12 @@ class Subscription:
         # CATCHING_UP / ENDED: leftovers from LIVE, all with revision <= `position`
         #   (CATCHING_UP) or <= the StreamEnding's resume revision (ENDED).
         self.buffer: list[Entry] = []
+        # In the hub's list of subscriptions owed a release (set by publish, cleared by the
+        # release), so it is listed once however many events it was handed.
+        self.owed = False
+        # LIVE: the hub released this buffer since the reader last emptied it, so the reader
+        # may take it now. CATCHING_UP and ENDED readers take their buffer regardless.
+        self.released = False
         # CATCHING_UP: every matching event with revision <= position has been taken by the
         # reader or is in `buffer`, and none with a greater revision has. Unused otherwise.
         self.position = 0
@@ -160,7 +170,7 @@ class Subscription:
             if data:
                 return data
             self._prefix = None
-        if self.buffer:
+        if self.buffer and (self.released or self._state is not SubscriptionState.LIVE):
             return self._take_buffer()
         match self._state:
             case SubscriptionState.LIVE:
@@ -192,6 +202,7 @@ class Subscription:
         batch, data = take_batch(buffer, self._hub.batch_events, self._hub.batch_bytes)
         if len(batch) == len(buffer):
             self.buffer = []
+            self.released = False
         else:
             del buffer[: len(batch)]
         self._delivered = batch[-1][0]

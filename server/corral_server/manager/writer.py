@@ -3,8 +3,8 @@
 Owns the path of a row (seed 000, sections 6.1 and 6.2): the provider boundary (text that
 cannot be encoded is mended; a row without a turn id takes the running turn's), the coalescer
 and its 60 ms timer, and append's order: encode every event first (`Publisher.prepare`, the
-only step that may fail on content), store, then publish (`Publisher.commit`, which cannot
-fail). So a row is stored only if it will be published, and published only once stored.
+only step that may fail on content), store, then publish (`Publisher.commit_many`, which
+cannot fail). So a row is stored only if it will be published, and published only once stored.
 
 Must not: be called from anywhere but its actor's queue (it is the single writer's half that
 touches the timeline), or change the agent's snapshot (the actor owns it).
@@ -31,6 +31,8 @@ class Publisher(Protocol):
     def prepare(self, event: ev.Event) -> Prepared: ...
 
     def commit(self, prepared: Prepared) -> int: ...
+
+    def commit_many(self, prepared: Sequence[Prepared]) -> int: ...
 
     def publish(self, event: ev.Event) -> int: ...
 
@@ -98,8 +100,8 @@ class TimelineWriter:
             self._timer = None
 
     async def append(self, rows: Sequence[NewRow]) -> None:
-        """Store `rows` and publish one RowAppended each: encoded first, stored second,
-        published last, so a row is stored only if it will be published."""
+        """Store `rows` and publish one RowAppended each, as one batch: encoded first, stored
+        second, published last, so a row is stored only if it will be published."""
         if not rows:
             return
         agent_id, epoch, first = self._agent_id, self._epoch, self.next_seq
@@ -120,6 +122,5 @@ class TimelineWriter:
         if stored[0].seq != first or len(stored) != len(rows):
             raise RuntimeError(f"the store numbered rows from {stored[0].seq}, expected {first}")
         self.next_seq = first + len(stored)
-        commit = self._publisher.commit
-        for event in prepared:
-            commit(event)
+        # One batch: each subscriber is handed the rows at once (one extend, one release).
+        self._publisher.commit_many(prepared)
