@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import TypeAlias
 
+from corral_server.varint import SMALL_VARINTS
+from corral_server.varint import encode_varint as _varint
+
 Entry: TypeAlias = tuple[int, str, bytes]
 """(revision, agent_id, frame): built once per published event and shared by the ring and
 by every subscriber buffer that holds it (a plain tuple: cheapest to build and index)."""
@@ -27,12 +30,7 @@ _EVENTS_TAG = 0x0A
 
 
 def _header(length: int) -> bytes:
-    header = bytearray((_EVENTS_TAG,))
-    while length >= 0x80:
-        header.append((length & 0x7F) | 0x80)
-        length >>= 7
-    header.append(length)
-    return bytes(header)
+    return bytes((_EVENTS_TAG,)) + _varint(length)
 
 
 # Headers of the common sizes, precomputed (~150 KB): a lookup and one concatenation per
@@ -48,19 +46,10 @@ def frame(payload: bytes) -> bytes:
     return _header(length) + payload
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # `Event.revision` is field 1, varint (tag 0x08). Revisions below 2**14 come whole from a
 # table; below 2**21 (a busy daemon) as the tag and low 7 bits from one table and the 2-byte
 # varint of the rest from another (measured: ~60 ns vs ~200 ns building the bytes).
-_VARINTS = tuple(_varint(value) for value in range(1 << 14))
+_VARINTS = SMALL_VARINTS
 _REVISION_FIELDS = tuple(b"\x08" + varint for varint in _VARINTS)
 _TAG_AND_LOW = tuple(bytes((0x08, low | 0x80)) for low in range(128))
 

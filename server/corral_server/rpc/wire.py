@@ -11,19 +11,8 @@ Items other than assistant and reasoning text are serialized by protobuf and emb
 from __future__ import annotations
 
 from corral_server.domain.timeline import AssistantMessage, Reasoning, TimelineItem, TimelineRow
-
-
-def _varint_slow(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Lengths and small numbers (below 2**14: one or two bytes) come from a table.
-_SMALL = tuple(_varint_slow(i) for i in range(1 << 14))
+from corral_server.varint import SMALL_VARINTS as _SMALL
+from corral_server.varint import encode_varint as _varint_slow
 
 
 def varint(value: int) -> bytes:
