@@ -5,54 +5,28 @@ Everything inward of the rpc edge speaks domain types; everything outward speaks
 
 from __future__ import annotations
 
-import json
-from typing import Any, assert_never, cast
+from typing import assert_never
 
-from google.protobuf import json_format, struct_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf import json_format
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
-from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain import agent as da
 from corral_server.domain import events as de
-from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.rpc.items import cursor_from_pb as cursor_from_pb
+from corral_server.rpc.items import cursor_to_pb as cursor_to_pb
+from corral_server.rpc.items import item_from_pb as item_from_pb
+from corral_server.rpc.items import item_to_pb as item_to_pb
+from corral_server.rpc.items import json_from_value as json_from_value
+from corral_server.rpc.items import json_value as json_value
+from corral_server.rpc.items import row_from_pb as row_from_pb
+from corral_server.rpc.items import row_to_pb as row_to_pb
+from corral_server.rpc.items import timestamp as timestamp
+from corral_server.rpc.items import timestamp_ms as timestamp_ms
 from corral_server.rpc.wire import row_appended_event as _wire_row_appended
-
-# --- scalars ------------------------------------------------------------------------------
-
-
-def timestamp(ms: int) -> Timestamp:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def timestamp_ms(ts: Timestamp) -> int:
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
-
-
-def json_value(value: dt.JsonValue) -> struct_pb2.Value:
-    """Never fails: a value protobuf cannot hold (nested past its depth limit, say) travels
-    as its JSON text, so one odd tool input cannot make a row unencodable."""
-    out = struct_pb2.Value()
-    try:
-        # ParseDict accepts any JSON value for a Value message; its stub says dict only.
-        json_format.ParseDict(cast(Any, value), out)
-    except (json_format.ParseError, RecursionError, ValueError, TypeError):
-        try:
-            text = json.dumps(value)
-        except (RecursionError, ValueError, TypeError):
-            text = "<JSON value too deep or invalid to encode>"
-        out = struct_pb2.Value(string_value=text)
-    return out
-
-
-def json_from_value(value: struct_pb2.Value) -> dt.JsonValue:
-    result: dt.JsonValue = json_format.MessageToDict(value)
-    return result
-
 
 # --- content ------------------------------------------------------------------------------
 
@@ -82,128 +56,6 @@ def prompt_to_pb(prompt: Prompt) -> list[content_pb.ContentPart]:
             case _:
                 assert_never(part)
     return out
-
-
-# --- timeline -----------------------------------------------------------------------------
-
-_TOOL_STATUS = {
-    dt.ToolCallStatus.PENDING: timeline_pb.TOOL_CALL_STATUS_PENDING,
-    dt.ToolCallStatus.RUNNING: timeline_pb.TOOL_CALL_STATUS_RUNNING,
-    dt.ToolCallStatus.COMPLETED: timeline_pb.TOOL_CALL_STATUS_COMPLETED,
-    dt.ToolCallStatus.FAILED: timeline_pb.TOOL_CALL_STATUS_FAILED,
-    dt.ToolCallStatus.CANCELED: timeline_pb.TOOL_CALL_STATUS_CANCELED,
-}
-_TOOL_STATUS_BACK = {v: k for k, v in _TOOL_STATUS.items()}
-
-
-def item_to_pb(item: dt.TimelineItem) -> timeline_pb.TimelineItem:
-    match item:
-        case dt.UserMessage():
-            return timeline_pb.TimelineItem(
-                user_message=timeline_pb.UserMessage(
-                    text=item.text,
-                    client_message_id=item.client_message_id,
-                    message_id=item.message_id,
-                )
-            )
-        case dt.AssistantMessage():
-            return timeline_pb.TimelineItem(
-                assistant_message=timeline_pb.AssistantMessage(
-                    text=item.text, message_id=item.message_id
-                )
-            )
-        case dt.Reasoning():
-            return timeline_pb.TimelineItem(reasoning=timeline_pb.Reasoning(text=item.text))
-        case dt.ToolCall():
-            call = timeline_pb.ToolCall(
-                call_id=item.call_id,
-                name=item.name,
-                status=_TOOL_STATUS[item.status],
-                error=item.error,
-            )
-            if item.input is not None:
-                call.input.CopyFrom(json_value(item.input))
-            if item.output is not None:
-                call.output.CopyFrom(json_value(item.output))
-            return timeline_pb.TimelineItem(tool_call=call)
-        case dt.Todo():
-            entries = [
-                timeline_pb.TodoEntry(text=e.text, completed=e.completed) for e in item.entries
-            ]
-            return timeline_pb.TimelineItem(todo=timeline_pb.Todo(entries=entries))
-        case dt.ErrorItem():
-            return timeline_pb.TimelineItem(
-                error=timeline_pb.ErrorItem(message=item.message, code=item.code)
-            )
-        case dt.Compaction():
-            return timeline_pb.TimelineItem(compaction=timeline_pb.Compaction(summary=item.summary))
-        case dt.SubagentNotice():
-            return timeline_pb.TimelineItem(
-                subagent_notice=timeline_pb.SubagentNotice(
-                    run_id=item.run_id, child_agent_id=item.child_agent_id, text=item.text
-                )
-            )
-        case _:
-            assert_never(item)
-
-
-def item_from_pb(msg: timeline_pb.TimelineItem) -> dt.TimelineItem:
-    kind = msg.WhichOneof("kind")
-    if kind == "user_message":
-        u = msg.user_message
-        return dt.UserMessage(u.text, u.client_message_id, u.message_id)
-    if kind == "assistant_message":
-        return dt.AssistantMessage(msg.assistant_message.text, msg.assistant_message.message_id)
-    if kind == "reasoning":
-        return dt.Reasoning(msg.reasoning.text)
-    if kind == "tool_call":
-        t = msg.tool_call
-        return dt.ToolCall(
-            call_id=t.call_id,
-            name=t.name,
-            status=_TOOL_STATUS_BACK.get(t.status, dt.ToolCallStatus.PENDING),
-            input=json_from_value(t.input) if t.HasField("input") else None,
-            output=json_from_value(t.output) if t.HasField("output") else None,
-            error=t.error,
-        )
-    if kind == "todo":
-        return dt.Todo(tuple(dt.TodoEntry(e.text, e.completed) for e in msg.todo.entries))
-    if kind == "error":
-        return dt.ErrorItem(msg.error.message, msg.error.code)
-    if kind == "compaction":
-        return dt.Compaction(msg.compaction.summary)
-    if kind == "subagent_notice":
-        n = msg.subagent_notice
-        return dt.SubagentNotice(n.run_id, n.child_agent_id, n.text)
-    raise ValueError(f"timeline item has no kind set: {msg!r}")
-
-
-def row_to_pb(row: dt.TimelineRow) -> timeline_pb.TimelineRow:
-    return timeline_pb.TimelineRow(
-        seq=row.seq,
-        timestamp=timestamp(row.timestamp_ms),
-        turn_id=row.turn_id,
-        item=item_to_pb(row.item),
-        provider_message_id=row.provider_message_id,
-    )
-
-
-def row_from_pb(msg: timeline_pb.TimelineRow) -> dt.TimelineRow:
-    return dt.TimelineRow(
-        seq=msg.seq,
-        timestamp_ms=timestamp_ms(msg.timestamp),
-        item=item_from_pb(msg.item),
-        turn_id=msg.turn_id,
-        provider_message_id=msg.provider_message_id,
-    )
-
-
-def cursor_to_pb(cursor: dt.Cursor) -> timeline_pb.Cursor:
-    return timeline_pb.Cursor(epoch=cursor.epoch, seq=cursor.seq)
-
-
-def cursor_from_pb(msg: timeline_pb.Cursor) -> dt.Cursor:
-    return dt.Cursor(epoch=msg.epoch, seq=msg.seq)
 
 
 # --- agents -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Items other than assistant and reasoning text are serialized by protobuf and emb
 from __future__ import annotations
 
 from corral_server.domain.timeline import AssistantMessage, Reasoning, TimelineItem, TimelineRow
+from corral_server.rpc.items import item_to_pb
 from corral_server.varint import SMALL_VARINTS as _SMALL
 from corral_server.varint import encode_varint as _varint_slow
 
@@ -50,8 +51,6 @@ def item_bytes(item: TimelineItem) -> bytes:
     if type(item) is Reasoning:
         # TimelineItem.reasoning = 3 -> Reasoning{text = 1}
         return _len_field(b"\x1a", _str_field(b"\x0a", item.text))
-    from corral_server.rpc.convert import item_to_pb  # convert imports this module
-
     return item_to_pb(item).SerializeToString()
 
 
