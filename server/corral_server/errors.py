@@ -5,6 +5,7 @@
     ├── NotFound
     │   ├── AgentNotFound                                                 -> NOT_FOUND
     │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
+    │   ├── PermissionNotFound                                            -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
@@ -75,6 +76,17 @@ class QueuedPromptNotFound(NotFound):
             f"agent {agent_id!r} has no queued prompt {client_message_id!r} (it started, "
             "was removed, or was never queued)",
             metadata={"agent_id": agent_id, "client_message_id": client_message_id},
+        )
+
+
+class PermissionNotFound(NotFound):
+    reason = "PERMISSION_NOT_FOUND"
+
+    def __init__(self, agent_id: str, request_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r} has no pending permission {request_id!r} (answered, ended "
+            "with its turn, or never asked)",
+            metadata={"agent_id": agent_id, "request_id": request_id},
         )
 
 

@@ -151,7 +151,6 @@ async def test_not_yet_delivered_capabilities_answer_unimplemented(
     un = grpc.StatusCode.UNIMPLEMENTED
     await expect(stubs.agents.ArchiveAgent(agent_pb.ArchiveAgentRequest(agent_id=agent.id)), un)
     await expect(stubs.turns.Rewind(turn_pb.RewindRequest(agent_id=agent.id, message_id="m")), un)
-    await expect(stubs.turns.SendPrompt(prompt_request(agent.id, "/permission write")), un)
     # QUEUE on an idle agent just starts the turn (test_prompt_queue.py covers a busy one).
     started = await stubs.turns.SendPrompt(
         prompt_request(agent.id, "hi", if_running=turn_pb.IF_RUNNING_QUEUE)

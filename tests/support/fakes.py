@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
-from corral_server.domain.agent import Agent, AgentId, Idle
+from corral_server.domain.agent import Agent, AgentId, Idle, PermissionResponse
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import Event
 from corral_server.providers.base import (
@@ -72,7 +72,10 @@ class FakeSession:
         self.interrupt_entered = asyncio.Event()
         # Reported through the sink while `interrupt` runs, before it returns.
         self.on_interrupt: list[ProviderEvent] = []
-        self.steered: list[tuple[str, Prompt]] = []  # (turn id, prompt) of each steer taken
+        self.steered: list[tuple[str, Prompt]] = []
+        # (turn id, request id, answer) of each respond_permission; respond_error raises.
+        self.responses: list[tuple[str, str, PermissionResponse]] = []
+        self.respond_error: Exception | None = None  # (turn id, prompt) of each steer taken
         self.close_error: Exception | None = None
         self.close_entered = asyncio.Event()
         self._close_gate: asyncio.Event | None = None
@@ -136,6 +139,14 @@ class FakeSession:
         if isinstance(behaviour, Exception):
             raise behaviour
         return InterruptResult.CONFIRMED if behaviour else InterruptResult.REFUSED
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
+        self.calls.append("respond_permission")
+        self.responses.append((turn_id, request_id, response))
+        if self.respond_error is not None:
+            raise self.respond_error
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         self.calls.append("steer")

@@ -91,6 +91,22 @@ class PendingPermission:
     title: str = ""
     input: Mapping[str, JsonValue] = field(default_factory=dict)
     actions: tuple[PermissionAction, ...] = ()
+    turn_id: str = ""  # the turn that asked: the request ends with it
+
+
+class PermissionBehavior(enum.Enum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionResponse:
+    """An answer to a pending permission (seed 000, section 10)."""
+
+    behavior: PermissionBehavior
+    selected_action_id: str = ""
+    message: str = ""
+    updated_input: Mapping[str, JsonValue] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
 
-from corral_server.domain.agent import Agent, AgentError, AttentionReason, Usage
+from corral_server.domain.agent import (
+    Agent,
+    AgentError,
+    AttentionReason,
+    PendingPermission,
+    PermissionBehavior,
+    Usage,
+)
 from corral_server.domain.timeline import TimelineRow
 
 
@@ -66,6 +73,24 @@ class TurnCanceled:
 
 
 @dataclass(frozen=True, slots=True)
+class PermissionRequested:
+    agent_id: str
+    turn_id: str
+    permission: PendingPermission
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionResolved:
+    """A pending permission ended: answered (`behavior`), or unanswered when its turn ended
+    (`behavior` None)."""
+
+    agent_id: str
+    turn_id: str
+    request_id: str
+    behavior: PermissionBehavior | None
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionRequired:
     agent_id: str
     reason: AttentionReason
@@ -80,6 +105,8 @@ Event: TypeAlias = (
     | TurnCompleted
     | TurnFailed
     | TurnCanceled
+    | PermissionRequested
+    | PermissionResolved
     | AttentionRequired
 )
 

@@ -39,11 +39,15 @@ from corral_server.domain.agent import (
     Idle,
     Initializing,
     Lifecycle,
+    PendingPermission,
+    PermissionBehavior,
+    PermissionResponse,
     QueuedPrompt,
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import ErrorItem, UserMessage
+from corral_server.manager import permissions
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
@@ -55,6 +59,8 @@ from corral_server.providers.base import (
     Provider,
     ProviderEvent,
     ProviderItem,
+    ProviderPermissionRequested,
+    ProviderPermissionResolved,
     ProviderSession,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
@@ -479,8 +485,69 @@ class AgentActor:
             case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
                 reason = _bounded(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
+            case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
+                active = self._active
+                if active is not None and self._accepts(turn_id):
+                    self._request_permission(permissions.admitted(permission, active.turn_id))
+            case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
+                # The provider settled it itself; an echo of corral's own answer finds nothing
+                # pending and is dropped (seed 000, section 10: the receipt comes first).
+                pending = self._snapshot.pending_permissions
+                if any(p.id == request_id for p in pending):
+                    self._resolve_permissions({request_id}, behavior)
             case _:
                 assert_never(event)
+
+    # --- permissions (seed 000, section 10) ------------------------------------------------
+
+    def _request_permission(self, permission: PendingPermission) -> None:
+        agent = permissions.with_request(self._snapshot, permission)
+        if agent is None:
+            return  # a repeated request for a pending id
+        event = ev.PermissionRequested(agent.id, permission.turn_id, permission)
+        publisher = self._deps.publisher
+        requested = publisher.prepare(event)
+        # Attention is edge-triggered: none pending -> one, and only if not already set.
+        first = not self._snapshot.pending_permissions and not agent.attention.required
+        if first:
+            now = self._deps.clock.now_ms()
+            agent = replace(agent, attention=Attention(True, AttentionReason.PERMISSION, now))
+        self._set(agent)
+        publisher.commit(requested)
+        if first:
+            publisher.publish(ev.AttentionRequired(agent.id, AttentionReason.PERMISSION))
+
+    def _resolve_permissions(
+        self, request_ids: set[str], behavior: PermissionBehavior | None
+    ) -> None:
+        """Take requests out of the pending list and say how each ended."""
+        ended = [p for p in self._snapshot.pending_permissions if p.id in request_ids]
+        if not ended:
+            return
+        publisher = self._deps.publisher
+        resolved = [
+            publisher.prepare(ev.PermissionResolved(self.agent.id, p.turn_id, p.id, behavior))
+            for p in ended
+        ]
+        self._set(permissions.without(self._snapshot, request_ids))
+        for event in resolved:
+            publisher.commit(event)
+
+    async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
+        """RespondToPermission: the answer goes to the provider (under a deadline), then the
+        request leaves the pending list and PermissionResolved is published. A resolution the
+        provider reports meanwhile queues behind this step, so no client sees it before the
+        RPC's own receipt."""
+        self._ensure_open()
+        permission = permissions.find(self._snapshot, request_id)
+        permissions.check_answer(permission, response)
+        session, deps = self._session, self._deps
+        if session is None:
+            raise errors.FailedPrecondition(f"agent {self.agent.id!r} has no provider session")
+        answer = session.respond_permission(permission.turn_id, request_id, response)
+        await deadline(deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission")
+        self._resolve_permissions({request_id}, response.behavior)
+        return self.agent
 
     def _accepts(self, turn_id: str) -> bool:
         active = self._active
@@ -540,6 +607,10 @@ class AgentActor:
                 await self._writer.append([NewRow(last_row, clock.now_ms(), active.turn_id)])
             except Exception:
                 log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
+        # A turn's unanswered requests end with it (seed 000, section 10).
+        asked = {p.id for p in self._snapshot.pending_permissions if p.turn_id == active.turn_id}
+        self._resolve_permissions(asked, None)
+        ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
         self._active = None
         if active.turn_id:  # an id-less autonomous turn must not block the next one
             self._finished.add(active.turn_id)

@@ -23,6 +23,7 @@ from corral_server.domain.agent import (
     Errored,
     Idle,
     Initializing,
+    PermissionResponse,
     Running,
 )
 from corral_server.domain.content import Prompt
@@ -329,6 +330,14 @@ class AgentManager:
                 "the replace was abandoned and that turn goes on",
                 metadata={"agent_id": actor.agent.id, "turn_id": turn_id},
             )
+
+    async def respond_permission(
+        self, agent_id: str, request_id: str, response: PermissionResponse
+    ) -> Agent:
+        """Answer a pending permission (seed 000, section 10)."""
+        actor = self._actor(agent_id)
+        check_id("request_id", request_id, self.limits)
+        return await actor.call(lambda: actor.respond_permission(request_id, response))
 
     async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
         """Remove a queued prompt before it starts."""

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias
 
-from corral_server.domain.agent import AgentError, Usage
+from corral_server.domain.agent import (
+    AgentError,
+    PendingPermission,
+    PermissionBehavior,
+    PermissionResponse,
+    Usage,
+)
 from corral_server.domain.content import Prompt
 from corral_server.domain.timeline import TimelineItem
 
@@ -88,12 +94,32 @@ class ProviderTurnCanceled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderPermissionRequested:
+    """The turn waits for an answer (`ProviderSession.respond_permission`)."""
+
+    turn_id: str
+    permission: PendingPermission
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderPermissionResolved:
+    """The provider settled a request itself (or echoes an answer corral already gave, which
+    corral drops); `behavior` None: it ended unanswered."""
+
+    turn_id: str
+    request_id: str
+    behavior: PermissionBehavior | None = None
+
+
 ProviderEvent: TypeAlias = (
     ProviderTurnStarted
     | ProviderItem
     | ProviderTurnCompleted
     | ProviderTurnFailed
     | ProviderTurnCanceled
+    | ProviderPermissionRequested
+    | ProviderPermissionResolved
 )
 
 EventSink: TypeAlias = Callable[[ProviderEvent], None]
@@ -121,6 +147,13 @@ class ProviderSession(Protocol):
         running, nothing is interrupted and the answer is NOT_RUNNING, so an interrupt that
         arrives late can never stop the next turn. An empty `turn_id` names the running turn
         whatever its id (an autonomous turn whose id the provider never gave)."""
+        ...
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
+        """Answer pending request `request_id` of turn `turn_id` (raise when the provider no
+        longer waits for it)."""
         ...
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:

@@ -17,10 +17,17 @@ from dataclasses import dataclass, field
 from typing import TypeAlias, assert_never
 
 from corral_server.clock import Clock
-from corral_server.domain.agent import AgentError, Usage
+from corral_server.domain.agent import (
+    AgentError,
+    PendingPermission,
+    PermissionAction,
+    PermissionBehavior,
+    PermissionResponse,
+    Usage,
+)
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
-from corral_server.errors import AgentBusy, AgentClosed, Unimplemented
+from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition, Unimplemented
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
@@ -29,6 +36,8 @@ from corral_server.providers.base import (
     ProviderItem,
     ProviderMode,
     ProviderModel,
+    ProviderPermissionRequested,
+    ProviderPermissionResolved,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -97,19 +106,13 @@ class ScriptedProvider:
 def require_delivered(script: Script) -> None:
     """Raise `Unimplemented` naming the first directive this server cannot run yet."""
     for step in script.steps:
-        if isinstance(step, Permission | Spawn):
+        if isinstance(step, Spawn):
             raise _undelivered(step)
 
 
-def _undelivered(step: Permission | Spawn) -> Unimplemented:
-    # The grammar already knows these directives; their capabilities come in later releases.
-    match step:
-        case Permission():
-            directive, capability = "/permission", "permissions"
-        case Spawn():
-            directive, capability = "/spawn", "subagents"
-        case _:
-            assert_never(step)
+def _undelivered(step: Spawn) -> Unimplemented:
+    # The grammar already knows this directive; its capability comes in a later release.
+    directive, capability = "/spawn", "subagents"
     return Unimplemented(
         f"{directive} needs the {capability} capability, not yet delivered",
         metadata={"directive": directive, "capability": capability},
@@ -129,6 +132,8 @@ class _Run:
     task: asyncio.Task[None] = field(init=False)
     # Set by a `/refuse-interrupt` step: later interrupts return False.
     refusing: bool = False
+    # The permission the turn waits on, by request id: set by its answer.
+    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
 
 
 class ScriptedSession:
@@ -237,12 +242,56 @@ class ScriptedSession:
                 raise _ScriptFailed(message)
             case RefuseInterrupt():
                 run.refusing = True
-            case Permission() | Spawn():
+            case Permission(name=name):
+                await self._ask(run, name, index)
+            case Spawn():
                 # Unreachable after require_delivered in _play; kept so the match is exhaustive.
                 raise _undelivered(step)
             case _:
                 assert_never(step)
         return 0
+
+    async def _ask(self, run: _Run, name: str, index: int) -> None:
+        """`/permission NAME`: a tool call that waits for a permission; allowed, it
+        completes; denied, it fails with the answer's message."""
+        call_id = f"{run.turn_id}-call-{index}"
+        request_id = f"{run.turn_id}-permission-{index}"
+        self._emit(ProviderItem(run.turn_id, ToolCall(call_id, name, ToolCallStatus.PENDING)))
+        permission = PendingPermission(
+            id=request_id,
+            name=name,
+            kind="tool",
+            title=f"Allow {name}?",
+            actions=(
+                PermissionAction("allow", "Allow", "allow_once"),
+                PermissionAction("deny", "Deny", "reject_once"),
+            ),
+            turn_id=run.turn_id,
+        )
+        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
+        run.asking[request_id] = answer
+        self._emit(ProviderPermissionRequested(run.turn_id, permission))
+        try:
+            response = await answer
+        finally:
+            run.asking.pop(request_id, None)
+        # Echoed like real providers do; corral drops it (it already published the answer).
+        self._emit(ProviderPermissionResolved(run.turn_id, request_id, response.behavior))
+        if response.behavior is PermissionBehavior.ALLOW:
+            done = ToolCall(call_id, name, ToolCallStatus.COMPLETED, output={"ok": True})
+        else:
+            why = response.message or "denied"
+            done = ToolCall(call_id, name, ToolCallStatus.FAILED, error=f"permission denied: {why}")
+        self._emit(ProviderItem(run.turn_id, done))
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
+        run = self._run
+        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
+        if answer is None or answer.done():
+            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
+        answer.set_result(response)
 
     async def _call_tool(self, run: _Run, tool: Tool, index: int) -> None:
         call_id = f"{run.turn_id}-call-{index}"

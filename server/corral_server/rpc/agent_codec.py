@@ -74,6 +74,7 @@ def _permission(msg: agent_pb.PendingPermission) -> da.PendingPermission:
         title=msg.title,
         input=fields,
         actions=tuple(da.PermissionAction(a.id, a.label, a.kind) for a in msg.actions),
+        turn_id=msg.turn_id,
     )
 
 

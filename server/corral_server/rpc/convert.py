@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
@@ -15,6 +15,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain import agent as da
 from corral_server.domain import events as de
+from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.rpc.items import cursor_from_pb as cursor_from_pb
 from corral_server.rpc.items import cursor_to_pb as cursor_to_pb
@@ -101,6 +102,10 @@ def lifecycle_to_pb(lifecycle: da.Lifecycle) -> agent_pb.AgentLifecycle:
             assert_never(lifecycle)
 
 
+def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, dt.JsonValue]:
+    return {key: json_from_value(value) for key, value in msg.fields.items()}
+
+
 def permission_to_pb(p: da.PendingPermission) -> agent_pb.PendingPermission:
     msg = agent_pb.PendingPermission(
         id=p.id,
@@ -108,6 +113,7 @@ def permission_to_pb(p: da.PendingPermission) -> agent_pb.PendingPermission:
         kind=p.kind,
         title=p.title,
         actions=[agent_pb.PermissionAction(id=a.id, label=a.label, kind=a.kind) for a in p.actions],
+        turn_id=p.turn_id,
     )
     json_format.ParseDict(dict(p.input), msg.input)
     return msg
@@ -174,6 +180,27 @@ def turn_canceled_pb(e: de.TurnCanceled) -> turn_pb.TurnCanceled:
     return turn_pb.TurnCanceled(agent_id=e.agent_id, turn_id=e.turn_id, reason=e.reason)
 
 
+_BEHAVIOR = {
+    da.PermissionBehavior.ALLOW: turn_pb.PERMISSION_BEHAVIOR_ALLOW,
+    da.PermissionBehavior.DENY: turn_pb.PERMISSION_BEHAVIOR_DENY,
+}
+BEHAVIOR_FROM_PB = {v: k for k, v in _BEHAVIOR.items()}
+
+
+def permission_resolved_pb(e: de.PermissionResolved) -> turn_pb.PermissionResolved:
+    return turn_pb.PermissionResolved(
+        agent_id=e.agent_id,
+        turn_id=e.turn_id,
+        request_id=e.request_id,
+        behavior=(
+            _BEHAVIOR[e.behavior]
+            if e.behavior is not None
+            else turn_pb.PERMISSION_BEHAVIOR_UNSPECIFIED
+        ),
+        canceled=e.behavior is None,
+    )
+
+
 def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.Event:
     E = event_pb.Event
     match event:
@@ -199,6 +226,13 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
             return E(revision=revision, turn_failed=turn_failed_pb(event))
         case de.TurnCanceled():
             return E(revision=revision, turn_canceled=turn_canceled_pb(event))
+        case de.PermissionRequested(agent_id=agent_id, turn_id=turn_id, permission=permission):
+            requested = turn_pb.PermissionRequested(
+                agent_id=agent_id, turn_id=turn_id, permission=permission_to_pb(permission)
+            )
+            return E(revision=revision, permission_requested=requested)
+        case de.PermissionResolved():
+            return E(revision=revision, permission_resolved=permission_resolved_pb(event))
         case de.AttentionRequired(agent_id=agent_id, reason=reason):
             attention = event_pb.AttentionRequired(
                 agent_id=agent_id, reason=attention_reason(reason)

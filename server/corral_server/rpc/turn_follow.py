@@ -66,6 +66,10 @@ class TurnFollower:
                 yield R(turn_started=event.turn_started)
             case "timeline_row_appended" if event.timeline_row_appended.row.turn_id == turn_id:
                 yield R(row=event.timeline_row_appended.row)
+            case "permission_requested" if event.permission_requested.turn_id == turn_id:
+                yield R(permission_requested=event.permission_requested)
+            case "permission_resolved" if event.permission_resolved.turn_id == turn_id:
+                yield R(permission_resolved=event.permission_resolved)
             case "turn_completed" if event.turn_completed.turn_id == turn_id:
                 if event.turn_completed.HasField("usage"):
                     yield R(usage=event.turn_completed.usage)

@@ -8,6 +8,7 @@ from typing import Any
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server import errors
+from corral_server.domain.agent import PermissionResponse
 from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.turns import (
@@ -23,6 +24,10 @@ from corral_server.rpc.errors import streaming, unary
 from corral_server.rpc.turn_follow import TurnFollower
 
 Ctx = Any
+
+# RespondToPermission: an answer's message and edited tool input stay small.
+MAX_PERMISSION_MESSAGE_CHARS = 16_384
+MAX_UPDATED_INPUT_BYTES = 1 << 20
 
 _IF_RUNNING = {
     turn_pb.IF_RUNNING_UNSPECIFIED: IfRunning.REJECT,
@@ -129,9 +134,26 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def RespondToPermission(
         self, request: turn_pb.RespondToPermissionRequest, context: Ctx
     ) -> turn_pb.RespondToPermissionResponse:
-        raise errors.Unimplemented(
-            "RespondToPermission needs the permissions capability, not yet delivered"
+        behavior = convert.BEHAVIOR_FROM_PB.get(request.behavior)
+        if behavior is None:
+            raise errors.InvalidArgument.field("behavior", "ALLOW or DENY")
+        limits = self._manager.limits
+        check_string(request.selected_action_id, limits.max_id_chars, "selected_action_id")
+        check_string(request.message, MAX_PERMISSION_MESSAGE_CHARS, "message")
+        updated = None
+        if request.HasField("updated_input"):
+            if request.updated_input.ByteSize() > MAX_UPDATED_INPUT_BYTES:
+                raise errors.InvalidArgument.field(
+                    "updated_input", f"at most {MAX_UPDATED_INPUT_BYTES} bytes"
+                )
+            updated = convert.struct_to_dict(request.updated_input)
+        response = PermissionResponse(
+            behavior, request.selected_action_id, request.message, updated
         )
+        agent = await self._manager.respond_permission(
+            request.agent_id, request.request_id, response
+        )
+        return turn_pb.RespondToPermissionResponse(agent=convert.agent_to_pb(agent))
 
     @unary
     async def WaitForIdle(

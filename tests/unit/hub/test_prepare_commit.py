@@ -62,6 +62,11 @@ EVERY_KIND: list[de.Event] = [
     de.TurnCompleted("a1", "t1", da.Usage(1, 2, 3, 0.5)),
     de.TurnFailed("a1", "t1", da.AgentError("bad", "X")),
     de.TurnCanceled("a1", "t1", "user"),
+    de.PermissionRequested(
+        "a1", "t1", da.PendingPermission("p1", "write", actions=(da.PermissionAction("a", "A"),))
+    ),
+    de.PermissionResolved("a1", "t1", "p1", da.PermissionBehavior.ALLOW),
+    de.PermissionResolved("a1", "t1", "p1", None),
     de.AttentionRequired("a1", da.AttentionReason.FINISHED),
 ]
 

@@ -8,15 +8,23 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from corral_server.clock import FakeClock
-from corral_server.domain.agent import AgentError, Usage
+from corral_server.domain.agent import AgentError, PermissionBehavior, PermissionResponse, Usage
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
-from corral_server.errors import AgentBusy, AgentClosed, InvalidArgument, Unimplemented
+from corral_server.errors import (
+    AgentBusy,
+    AgentClosed,
+    FailedPrecondition,
+    InvalidArgument,
+    Unimplemented,
+)
 from corral_server.providers.base import (
     InterruptResult,
     Provider,
     ProviderEvent,
     ProviderItem,
+    ProviderPermissionRequested,
+    ProviderPermissionResolved,
     ProviderSession,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
@@ -157,7 +165,6 @@ def test_validate_prompt_rejects_an_image_only_prompt(provider: ScriptedProvider
 @pytest.mark.parametrize(
     ("prompt", "message"),
     [
-        ("/permission write", "/permission needs the permissions capability, not yet delivered"),
         ("/spawn do it", "/spawn needs the subagents capability, not yet delivered"),
     ],
 )
@@ -303,7 +310,7 @@ async def test_a_second_turn_while_one_runs_is_busy(
     await session.start_turn(text("now free"))
 
 
-@pytest.mark.parametrize("prompt", ["/bogus", "/permission write", "/spawn task"])
+@pytest.mark.parametrize("prompt", ["/bogus", "/spawn task"])
 async def test_an_unvalidated_bad_prompt_fails_the_turn_instead_of_raising(
     session: ScriptedSession, recorder: Recorder, prompt: str
 ) -> None:
@@ -420,6 +427,42 @@ async def test_an_interrupt_for_an_earlier_turn_never_stops_the_running_one(
     assert isinstance(recorder.events[-1], ProviderTurnCompleted)
     assert not any(isinstance(e, ProviderTurnCanceled) for e in recorder.events)
     assert list(reply_texts(recorder).values()) == ["first", "second"]
+
+
+async def test_a_permission_step_waits_for_its_answer_then_completes_or_fails_the_tool(
+    session: ScriptedSession, recorder: Recorder
+) -> None:
+    turn_id = await session.start_turn(text("/permission write\n/permission rm\n/reply done"))
+    await recorder.wait_for(
+        lambda events: any(isinstance(e, ProviderPermissionRequested) for e in events)
+    )
+    asked = next(e for e in recorder.events if isinstance(e, ProviderPermissionRequested))
+    assert asked.permission.name == "write" and asked.permission.turn_id == turn_id
+    assert [a.id for a in asked.permission.actions] == ["allow", "deny"]
+    await session.respond_permission(
+        turn_id, asked.permission.id, PermissionResponse(PermissionBehavior.ALLOW)
+    )
+    await recorder.wait_for(
+        lambda events: sum(isinstance(e, ProviderPermissionRequested) for e in events) == 2
+    )
+    second = [e for e in recorder.events if isinstance(e, ProviderPermissionRequested)][1]
+    with pytest.raises(FailedPrecondition):  # an answer for a request no longer waiting
+        await session.respond_permission(
+            turn_id, asked.permission.id, PermissionResponse(PermissionBehavior.ALLOW)
+        )
+    await session.respond_permission(
+        turn_id, second.permission.id, PermissionResponse(PermissionBehavior.DENY, message="no")
+    )
+    assert isinstance(await recorder.terminal(), ProviderTurnCompleted)
+    tools = [e.item for e in recorder.items() if isinstance(e.item, ToolCall)]
+    finals = {t.name: t for t in tools if t.status.is_terminal}
+    assert finals["write"].status is ToolCallStatus.COMPLETED
+    assert (
+        finals["rm"].status is ToolCallStatus.FAILED
+        and finals["rm"].error == "permission denied: no"
+    )
+    resolved = [e for e in recorder.events if isinstance(e, ProviderPermissionResolved)]
+    assert [r.behavior for r in resolved] == [PermissionBehavior.ALLOW, PermissionBehavior.DENY]
 
 
 async def test_close_stops_the_turn_without_reporting_anything_more(

@@ -16,6 +16,7 @@ from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
+from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
@@ -313,6 +314,9 @@ def test_an_agent_archived_at_the_epoch_start_is_still_archived() -> None:
 
 ROW = dt.TimelineRow(3, MS, dt.AssistantMessage("hi"), "t1")
 USAGE = da.Usage(input_tokens=10)
+PERMISSION = da.PendingPermission(
+    "p1", "write", "tool", "Allow write?", {"path": "a"}, (da.PermissionAction("ok", "OK"),), "t1"
+)
 EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
     (de.AgentUpserted(agent()), "agent_upserted", {}),
     (de.AgentRemoved("a1"), "agent_removed", {"agent_id": "a1"}),
@@ -322,6 +326,21 @@ EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
     (de.TurnCompleted("a1", "t1", USAGE), "turn_completed", {"turn_id": "t1"}),
     (de.TurnFailed("a1", "t1", da.AgentError("boom")), "turn_failed", {"turn_id": "t1"}),
     (de.TurnCanceled("a1", "t1", "user"), "turn_canceled", {"reason": "user"}),
+    (
+        de.PermissionRequested("a1", "t1", PERMISSION),
+        "permission_requested",
+        {"agent_id": "a1", "turn_id": "t1"},
+    ),
+    (
+        de.PermissionResolved("a1", "t1", "p1", da.PermissionBehavior.DENY),
+        "permission_resolved",
+        {"request_id": "p1", "behavior": turn_pb.PERMISSION_BEHAVIOR_DENY, "canceled": False},
+    ),
+    (
+        de.PermissionResolved("a1", "t1", "p1", None),
+        "permission_resolved",
+        {"behavior": turn_pb.PERMISSION_BEHAVIOR_UNSPECIFIED, "canceled": True},
+    ),
     (
         de.AttentionRequired("a1", da.AttentionReason.ERROR),
         "attention_required",

@@ -370,10 +370,13 @@ class PendingPermission(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
     ACTIONS_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     kind: _builtins.str
     title: _builtins.str
+    turn_id: _builtins.str
+    """The turn that asked; the request ends with it."""
     @_builtins.property
     def input(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -387,10 +390,11 @@ class PendingPermission(_message.Message):
         title: _builtins.str = ...,
         input: _struct_pb2.Struct | None = ...,
         actions: _abc.Iterable[Global___PermissionAction] | None = ...,
+        turn_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "input", b"input", "kind", b"kind", "name", b"name", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "input", b"input", "kind", b"kind", "name", b"name", "title", b"title", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

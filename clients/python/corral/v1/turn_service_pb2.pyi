@@ -406,10 +406,14 @@ class PermissionResolved(_message.Message):
     TURN_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     BEHAVIOR_FIELD_NUMBER: _builtins.int
+    CANCELED_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     turn_id: _builtins.str
     request_id: _builtins.str
     behavior: Global___PermissionBehavior.ValueType
+    """The answer; UNSPECIFIED when the request ended unanswered (see `canceled`)."""
+    canceled: _builtins.bool
+    """True when the turn ended (canceled, failed, the agent closed) before an answer."""
     def __init__(
         self,
         *,
@@ -417,10 +421,11 @@ class PermissionResolved(_message.Message):
         turn_id: _builtins.str = ...,
         request_id: _builtins.str = ...,
         behavior: Global___PermissionBehavior.ValueType = ...,
+        canceled: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "behavior", b"behavior", "request_id", b"request_id", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "behavior", b"behavior", "canceled", b"canceled", "request_id", b"request_id", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
