@@ -7,6 +7,10 @@ the turn that just ended, so `contains` answers it without a read; any other id 
 query of the primary key. Writes wait on the loop and go to the database as one job per
 commit (store/commits.py); reads see the caller's own writes before they commit.
 
+A failed commit fails the futures of its writes and keeps nothing of them, except that a
+finished turn id stays in the recent cache: dropping a late event of a turn that did end is
+the safe side (the actor's own failure path reports the failed write).
+
 Sizes: a request id row is its id (<= the id limit), a 32-hex agent id, the fingerprint and a
 timestamp, ~100-200 bytes; a million CreateAgents with ids cost ~150 MB. They are never
 trimmed today (no window: a retry is answered however late); `created_ms` is stored so an
