@@ -1,18 +1,40 @@
-"""Timeline stores for the shared contract suite: the same tests run against every backend.
+"""Stores for the shared contract suites: the same tests run against every backend.
 
-`Stores(kind, directory)` makes stores of one kind ("memory" or "sqlite"); `close()` closes
-every database it opened. A later backend joins the suite by adding a kind here.
+`Stores(kind, directory)` makes timeline stores of one kind ("memory" or "sqlite");
+`Records(kind, directory)` makes the records of records/store.py (agent records, request ids,
+finished turns, the event log). `close()` closes every database they opened. A later backend
+joins the suites by adding a kind here.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from corral_server.domain.agent import Agent, AgentId, Idle
+from corral_server.records import (
+    AgentRecords,
+    CreateRequests,
+    EventLog,
+    FinishedTurns,
+    InMemoryAgentRecords,
+    InMemoryCreateRequests,
+    InMemoryEventLog,
+    InMemoryFinishedTurns,
+)
+from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import Database, SqliteTimelineStore
+from corral_server.store import (
+    Database,
+    SqliteAgentRecords,
+    SqliteCreateRequests,
+    SqliteEventLog,
+    SqliteFinishedTurns,
+    SqliteTimelineStore,
+)
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 
@@ -42,6 +64,77 @@ class Stores:
         database = await Database.open(directory, synchronous="NORMAL")
         self._databases.append(database)
         return await SqliteTimelineStore.open(database, ITEM_CODEC, **options)
+
+    async def close(self) -> None:
+        databases, self._databases = self._databases, []
+        for database in databases:
+            await database.close()
+
+
+class AgentCodec:
+    """The daemon's agent codec (rpc/agent_codec.py) as the (encode, decode) pair the stores
+    take."""
+
+    encode = staticmethod(encode_agent)
+    decode = staticmethod(decode_agent)
+
+
+def sample_agent(agent_id: str, **changes: Any) -> Agent:
+    """An idle agent with every optional field left at its default unless `changes` sets it."""
+    agent = Agent(
+        id=AgentId(agent_id),
+        provider="scripted",
+        cwd="/work",
+        lifecycle=Idle(),
+        created_at_ms=1_000,
+        updated_at_ms=1_000,
+        epoch="epoch-1",
+        next_seq=1,
+    )
+    return replace(agent, **changes)
+
+
+class Records:
+    """The records of records/store.py, of one kind ("memory" or "sqlite"): each `make_*`
+    gives a new, empty one (SQLite: on a database of its own); `close()` closes every database
+    opened. SQLite-only tests reopen a directory with `open_database`."""
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown store kind {kind!r}")
+        self.kind = kind
+        self._directory = directory
+        self._names = itertools.count(1)
+        self._databases: list[Database] = []
+
+    async def open_database(self, directory: Path | None = None) -> Database:
+        """A database in `directory` (default: a new one), closed by `close()`. NORMAL: the
+        semantics of FULL without an fsync per commit."""
+        where = directory or self._directory / f"records-{next(self._names)}"
+        database = await Database.open(where, synchronous="NORMAL")
+        self._databases.append(database)
+        return database
+
+    async def make_agent_records(self) -> AgentRecords:
+        if self.kind == "memory":
+            return InMemoryAgentRecords()
+        database = await self.open_database()
+        return await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+
+    async def make_create_requests(self) -> CreateRequests:
+        if self.kind == "memory":
+            return InMemoryCreateRequests()
+        return SqliteCreateRequests(await self.open_database())
+
+    async def make_finished_turns(self, **options: Any) -> FinishedTurns:
+        if self.kind == "memory":
+            return InMemoryFinishedTurns()
+        return SqliteFinishedTurns(await self.open_database(), **options)
+
+    async def make_event_log(self, **options: Any) -> EventLog:
+        if self.kind == "memory":
+            return InMemoryEventLog(**options)
+        return await SqliteEventLog.open(await self.open_database(), **options)
 
     async def close(self) -> None:
         databases, self._databases = self._databases, []

@@ -25,6 +25,10 @@ create_requests  CreateAgent request ids -> the agent they created and an encode
                  of the request, so a retry returns the same agent and a reuse is detected.
 finished_turns   (agent, turn id) of every finished turn: a late provider event for one of
                  them is dropped instead of starting a ghost turn.
+
+Version 2 adds `agents.created_order`: the order of each agent's first record, so start-up
+lists agents in creation order as the daemon did before the restart (created_at_ms ties
+within a millisecond, and agent ids are random). A record written again keeps its order.
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ CREATE TABLE finished_turns (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+_V2 = """
+ALTER TABLE agents ADD COLUMN created_order INTEGER NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 SCHEMA_VERSION = len(MIGRATIONS)

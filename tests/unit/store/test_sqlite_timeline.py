@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import corral_server.records
 import corral_server.store
 from corral_server.domain.timeline import (
     AssistantMessage,
@@ -209,9 +210,10 @@ async def test_fetch_before_and_after_read_the_rows_of_the_committed_epoch(
         await database.close()
 
 
-def test_the_store_package_never_imports_protobuf_or_grpc() -> None:
-    package = Path(corral_server.store.__file__).parent
-    for source in package.glob("*.py"):
+def test_the_store_and_records_packages_never_import_protobuf_grpc_or_sqlite_above() -> None:
+    store = Path(corral_server.store.__file__).parent
+    records = Path(corral_server.records.__file__).parent
+    for source in [*store.glob("*.py"), *records.glob("*.py")]:
         for node in ast.walk(ast.parse(source.read_text())):
             names: list[str] = []
             if isinstance(node, ast.Import):
@@ -222,3 +224,7 @@ def test_the_store_package_never_imports_protobuf_or_grpc() -> None:
                 assert not name.startswith(("grpc", "google", "corral.", "corral_server.rpc")), (
                     f"{source.name} imports {name}"
                 )
+                if source.parent == records:  # the protocols know no backend
+                    assert not name.startswith(("sqlite3", "corral_server.store")), (
+                        f"records/{source.name} imports {name}"
+                    )

@@ -1,0 +1,170 @@
+"""In-memory records: the contract of records/store.py without durability, for tests and benches.
+Every write is done at its call; its future is already resolved.
+
+Must not: be used where a restart must keep anything (nothing survives the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from corral_server.domain.agent import Agent
+from corral_server.records.store import LoadedAgents, LogEntry
+
+if TYPE_CHECKING:
+    from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
+
+
+def done() -> asyncio.Future[None]:
+    """An already resolved future: what an in-memory write returns."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+def new_incarnation() -> str:
+    """A fresh event-log identity: 128 random bits as 32 hex characters."""
+    return secrets.token_hex(16)
+
+
+class InMemoryAgentRecords:
+    def __init__(self) -> None:
+        self._agents: dict[str, Agent] = {}  # insertion order = order of first put
+
+    def put(self, agent: Agent) -> asyncio.Future[None]:
+        self._agents[agent.id] = agent
+        return done()
+
+    def delete(self, agent_id: str) -> asyncio.Future[None]:
+        self._agents.pop(agent_id, None)
+        return done()
+
+    async def load_headers(self) -> LoadedAgents:
+        return LoadedAgents(list(self._agents.values()), [])
+
+
+class InMemoryCreateRequests:
+    def __init__(self) -> None:
+        self._requests: dict[str, tuple[bytes, str]] = {}
+
+    def remember(
+        self, request_id: str, fingerprint: bytes, agent_id: str, created_ms: int
+    ) -> asyncio.Future[None]:
+        self._requests[request_id] = (fingerprint, agent_id)
+        return done()
+
+    async def find(self, request_id: str) -> tuple[bytes, str] | None:
+        return self._requests.get(request_id)
+
+
+class InMemoryFinishedTurns:
+    def __init__(self) -> None:
+        self._turns: dict[str, set[str]] = {}
+
+    def add(self, agent_id: str, turn_id: str) -> asyncio.Future[None]:
+        self._turns.setdefault(agent_id, set()).add(turn_id)
+        return done()
+
+    async def contains(self, agent_id: str, turn_id: str) -> bool:
+        return turn_id in self._turns.get(agent_id, ())
+
+    def drop(self, agent_id: str) -> asyncio.Future[None]:
+        self._turns.pop(agent_id, None)
+        return done()
+
+
+class InMemoryEventLog:
+    """`retain_events` and `retain_bytes` (None = no limit) bound the retained entries; the
+    newest one is always kept. Bytes are the events' encoded sizes."""
+
+    def __init__(
+        self,
+        *,
+        retain_events: int | None = None,
+        retain_bytes: int | None = None,
+        mint: Callable[[], str] = new_incarnation,
+    ) -> None:
+        check_retention(retain_events, retain_bytes)
+        self._retain_events = retain_events
+        self._retain_bytes = retain_bytes
+        self._incarnation = mint()
+        self._entries: deque[LogEntry] = deque()
+        self._bytes = 0
+        self._head = 0
+
+    @property
+    def incarnation(self) -> str:
+        return self._incarnation
+
+    @property
+    def head_revision(self) -> int:
+        return self._head
+
+    @property
+    def next_revision(self) -> int:
+        return self._head + 1
+
+    @property
+    def earliest_revision(self) -> int:
+        return self._entries[0].revision if self._entries else self._head + 1
+
+    def append(self, revision: int, agent_id: str, event: bytes) -> asyncio.Future[None]:
+        check_revision(revision, self._head + 1)
+        entries = self._entries
+        entries.append(LogEntry(revision, agent_id, event))
+        self._head = revision
+        self._bytes += len(event)
+        while len(entries) > 1 and (
+            (self._retain_events is not None and len(entries) > self._retain_events)
+            or (self._retain_bytes is not None and self._bytes > self._retain_bytes)
+        ):
+            self._bytes -= len(entries.popleft().event)
+        return done()
+
+    async def read(self, after_revision: int, limit: int, max_bytes: int) -> list[LogEntry]:
+        check_read(limit, max_bytes)
+        entries = self._entries
+        if not entries:
+            return []
+        start = max(0, after_revision + 1 - entries[0].revision)
+        out: list[LogEntry] = []
+        budget = max_bytes
+        for index in range(start, min(len(entries), start + limit)):
+            entry = entries[index]
+            budget -= len(entry.event)
+            if budget < 0 and out:
+                break
+            out.append(entry)
+        return out
+
+
+def check_retention(retain_events: int | None, retain_bytes: int | None) -> None:
+    if retain_events is not None and retain_events < 1:
+        raise ValueError(f"retain_events must be at least 1, got {retain_events}")
+    if retain_bytes is not None and retain_bytes < 1:
+        raise ValueError(f"retain_bytes must be at least 1, got {retain_bytes}")
+
+
+def check_revision(revision: int, expected: int) -> None:
+    if revision != expected:
+        raise ValueError(f"the event log's next revision is {expected}, not {revision}")
+
+
+def check_read(limit: int, max_bytes: int) -> None:
+    if limit < 1 or max_bytes < 1:
+        raise ValueError(f"limit and max_bytes must be at least 1, got {limit}, {max_bytes}")
+
+
+if TYPE_CHECKING:
+
+    def _satisfy(
+        a: InMemoryAgentRecords, c: InMemoryCreateRequests, f: InMemoryFinishedTurns
+    ) -> tuple[AgentRecords, CreateRequests, FinishedTurns]:
+        return a, c, f  # mypy proves each implements its protocol
+
+    def _satisfy_log(log: InMemoryEventLog) -> EventLog:
+        return log

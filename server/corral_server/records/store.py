@@ -1,0 +1,141 @@
+"""The durable records beside the timeline (issue 6, item 1): what the manager and the hub call,
+as Protocols, so neither depends on SQLite. Two implementations pass one contract suite
+(tests/unit/records/): records/memory.py (tests, benches) and store/ (SQLite, durable).
+
+  AgentRecords     the latest snapshot of every agent, read back once at start-up
+  CreateRequests   CreateAgent request ids -> (fingerprint, agent id), for idempotent retries
+  FinishedTurns    (agent, turn id) of every ended turn: late provider events are dropped
+  EventLog         the Subscribe event log: (revision, agent id, encoded event), retained in
+                   rows and bytes, with an incarnation minted once per log
+
+Writes return a future instead of being coroutines: the caller takes its place in the write
+order at the call (as `TimelineStore.append_nowait`) and awaits the future when it must know the
+write is durable (publish after, acknowledge after). A durable store resolves it after the
+commit; the in-memory one at once. A write that cannot be stored fails its future (StoreError).
+
+Must not: import protobuf or grpc (codecs are injected), or SQLite (store/ implements these).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NamedTuple, Protocol
+
+from corral_server.domain.agent import Agent
+
+
+class BadRecord(NamedTuple):
+    """A stored agent record that could not be decoded: which agent and why."""
+
+    agent_id: str
+    error: str
+
+
+class LoadedAgents(NamedTuple):
+    """What start-up reads: every agent that decoded, in the order of their first `put`, and
+    every record that did not (reported, never fatal to the others)."""
+
+    agents: list[Agent]
+    bad: list[BadRecord]
+
+
+class AgentRecords(Protocol):
+    """The latest snapshot of every agent. A record is a FULL snapshot (every field of Agent)
+    and the last `put` of an agent wins whole: nothing is merged, so no field is ever erased
+    by a write that did not carry it (the `archivedAt` trap of seed 000, 7.3, came from
+    partial writes merged into a record). Only the agent's single writer puts its agent, so
+    "last" is well defined. An agent's timeline head (epoch, next_seq) belongs to the
+    timeline store; the copy inside a record may be older and is not authoritative."""
+
+    def put(self, agent: Agent) -> asyncio.Future[None]:
+        """Upsert `agent`'s snapshot. Puts of one agent queued before a commit coalesce into
+        one row write of the latest; every one of their futures resolves with that commit."""
+        ...
+
+    def delete(self, agent_id: str) -> asyncio.Future[None]:
+        """Forget the agent's record (a later `put` of the agent stores it again). Deleting an
+        unknown agent is a no-op."""
+        ...
+
+    async def load_headers(self) -> LoadedAgents:
+        """Every stored agent (committed writes only), for start-up."""
+        ...
+
+
+class CreateRequests(Protocol):
+    """CreateAgent request ids, all of them: no window, no trimming (one row of ~100 bytes
+    per CreateAgent that carried an id; see store/requests.py for the sizes)."""
+
+    def remember(
+        self, request_id: str, fingerprint: bytes, agent_id: str, created_ms: int
+    ) -> asyncio.Future[None]:
+        """Remember which agent `request_id` created, and a fingerprint of the request so a
+        reuse of the id for another request is told apart from a retry. Remembering an id
+        again replaces its entry."""
+        ...
+
+    async def find(self, request_id: str) -> tuple[bytes, str] | None:
+        """(fingerprint, agent id) of a remembered request, or None. Sees every `remember`
+        already called, committed or not (the caller's own writes)."""
+        ...
+
+
+class FinishedTurns(Protocol):
+    """The turn ids each agent has finished; the actor drops late events of these turns."""
+
+    def add(self, agent_id: str, turn_id: str) -> asyncio.Future[None]: ...
+
+    async def contains(self, agent_id: str, turn_id: str) -> bool:
+        """Whether the turn finished: every `add` already called counts, committed or not."""
+        ...
+
+    def drop(self, agent_id: str) -> asyncio.Future[None]:
+        """Forget every finished turn of the agent (its record is gone)."""
+        ...
+
+
+class LogEntry(NamedTuple):
+    """One event of the log (a NamedTuple: one per event on the catch-up path)."""
+
+    revision: int
+    agent_id: str
+    event: bytes
+
+
+class EventLog(Protocol):
+    """The event log behind Subscribe revisions. Revisions are contiguous from 1; retention
+    drops the oldest (by `retain_events` and `retain_bytes`, options of each implementation)
+    and always keeps the newest entry. `incarnation` names this log: minted once, when the log
+    is first created, and kept for its whole life (a durable log keeps it across restarts)."""
+
+    @property
+    def incarnation(self) -> str: ...
+
+    @property
+    def head_revision(self) -> int:
+        """The newest committed revision (0 when nothing was ever appended)."""
+        ...
+
+    @property
+    def next_revision(self) -> int:
+        """The revision the next `append` must carry: one past the newest appended, committed
+        or queued. After a failed commit it returns to `head_revision + 1`."""
+        ...
+
+    @property
+    def earliest_revision(self) -> int:
+        """The oldest retained revision (`head_revision + 1` when none is retained)."""
+        ...
+
+    def append(self, revision: int, agent_id: str, event: bytes) -> asyncio.Future[None]:
+        """Append one event; `revision` must be `next_revision` (ValueError otherwise, at
+        once). The future resolves once the entry is durable: publish it after, never
+        before. A failed commit fails its appends and every append queued behind them."""
+        ...
+
+    async def read(self, after_revision: int, limit: int, max_bytes: int) -> list[LogEntry]:
+        """Committed entries with revision > `after_revision`, oldest first: at most `limit`
+        of them and `max_bytes` of events, but always one at least when one is retained.
+        Entries older than `earliest_revision` are gone: a first entry other than
+        `after_revision + 1` tells the caller it fell behind the retention."""
+        ...
