@@ -17,7 +17,7 @@ BIN = ROOT / "agents" / "node_modules" / ".bin"
 LEFTOVER_TAG = "CORRAL_AGENT_SMOKE"
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
-CODEX_MODEL = "gpt-5.1-codex"
+CODEX_MODEL = "gpt-5.5"  # in the pinned binary's bundled model list: no fallback warning
 GEMINI_MODEL = "gemini-2.5-flash"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import shlex
 from typing import Any
 
 from tests.support.fake_models import script
@@ -39,16 +40,21 @@ def turn_of(body: dict[str, Any]) -> tuple[str, list[str]]:
     return "", results[::-1]
 
 
-def tool_names(body: dict[str, Any]) -> set[str]:
-    return {t.get("name", "") for t in body.get("tools", []) if isinstance(t, dict)}
+def tool_names(body: dict[str, Any]) -> dict[str, str]:
+    """Offered tool name -> its type ("function", or "custom" for freeform tools)."""
+    return {
+        t.get("name", ""): t.get("type", "") for t in body.get("tools", []) if isinstance(t, dict)
+    }
 
 
-def function_call(call: script.ToolCall, offered: set[str]) -> dict[str, Any]:
+def function_call(call: script.ToolCall, offered: dict[str, str]) -> dict[str, Any]:
     """The output item that calls the agent's tool for a neutral tool call."""
     call_id = f"call_fake_{next(_ids)}"
     item_id = f"fc_fake_{next(_ids)}"
     name, args = _tool(call, offered)
-    if name == "apply_patch" and "apply_patch" in offered and isinstance(args, str):
+    if isinstance(args, str) and offered.get(name) != "custom":
+        args = {"input": args}  # apply_patch offered as a function rather than a freeform tool
+    if isinstance(args, str):
         return {
             "type": "custom_tool_call",
             "id": item_id,
@@ -67,7 +73,7 @@ def function_call(call: script.ToolCall, offered: set[str]) -> dict[str, Any]:
     }
 
 
-def _tool(call: script.ToolCall, offered: set[str]) -> tuple[str, Any]:
+def _tool(call: script.ToolCall, offered: dict[str, str]) -> tuple[str, Any]:
     match call.kind:
         case "shell":
             if "exec_command" in offered:
@@ -75,12 +81,15 @@ def _tool(call: script.ToolCall, offered: set[str]) -> tuple[str, Any]:
             if "shell_command" in offered:
                 return "shell_command", {"command": call.command}
             return "shell", {"command": ["bash", "-lc", call.command]}
-        case "write":
+        case "write" if "apply_patch" in offered:
             lines = "".join(f"+{line}\n" for line in call.content.splitlines())
             return (
                 "apply_patch",
                 f"*** Begin Patch\n*** Add File: {call.path}\n{lines}*** End Patch\n",
             )
+        case "write":  # no apply_patch tool offered (Codex's fallback model metadata): a shell
+            command = f"printf %s {shlex.quote(call.content)} > {shlex.quote(call.path)}"
+            return _tool(script.ToolCall("shell", command=command), offered)
         case "read":
             return _tool(script.ToolCall("shell", command=f"cat {call.path}"), offered)
         case _:
