@@ -10,6 +10,7 @@ live in the server and are far stricter); they show the wire the adapters must s
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ class AcpDriver:
         self.ids = itertools.count(1)
         self.updates: list[dict[str, Any]] = []  # every session/update's `update`, in order
         self.agent_requests: list[Message] = []
+        self._updated = asyncio.Condition()
 
     async def request(self, method: str, params: dict[str, Any], timeout_s: float = 20) -> Any:
         rid = next(self.ids)
@@ -59,6 +61,8 @@ class AcpDriver:
         method, params = message["method"], message.get("params", {})
         if method == "session/update":
             self.updates.append(params["update"])
+            async with self._updated:
+                self._updated.notify_all()
             return
         if "id" not in message:
             return
@@ -92,6 +96,16 @@ class AcpDriver:
         if not path.is_relative_to(self.cwd.resolve()):
             raise ChildError(f"agent touched a file outside its cwd: {raw}")
         return path
+
+    async def wait_update(self, kind: str, timeout_s: float = 15) -> None:
+        """Waits until an update of `kind` arrived (while a request, e.g. a prompt, reads)."""
+        async with self._updated:
+            await asyncio.wait_for(
+                self._updated.wait_for(
+                    lambda: any(u["sessionUpdate"] == kind for u in self.updates)
+                ),
+                timeout_s,
+            )
 
     def text(self, kind: str = "agent_message_chunk") -> str:
         return "".join(

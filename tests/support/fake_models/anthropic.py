@@ -47,7 +47,7 @@ def turn_of(body: dict[str, Any]) -> tuple[str, list[str]]:
             continue
         texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
         if texts:
-            return "\n".join(texts), results[::-1]
+            return texts[-1], results[::-1]
     return "", results[::-1]
 
 

@@ -28,7 +28,7 @@ def turn_of(body: dict[str, Any]) -> tuple[str, list[str]]:
             continue
         texts = [p["text"] for p in parts if "text" in p and not p.get("thought")]
         if texts:
-            return "\n".join(texts), results[::-1]
+            return texts[-1], results[::-1]
     return "", results[::-1]
 
 

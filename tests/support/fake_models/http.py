@@ -169,6 +169,10 @@ async def serve_connection(
             await handler(request, response)
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away (a canceled turn cuts its stream): nothing to answer
+    except asyncio.CancelledError:
+        # The server is stopping. End normally: asyncio's stream callback would otherwise log
+        # the cancelled connection task as an error (Python 3.11).
+        pass
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError, OSError):

@@ -34,9 +34,8 @@ def turn_of(body: dict[str, Any]) -> tuple[str, list[str]]:
             if isinstance(content, str):
                 return content, results[::-1]
             texts = [c.get("text", "") for c in content if c.get("type") == "input_text"]
-            text = "\n".join(texts)
-            if not text.lstrip().startswith("<"):  # skip <environment_context> and the like
-                return text, results[::-1]
+            if texts and not texts[-1].lstrip().startswith("<"):  # not <environment_context>
+                return texts[-1], results[::-1]
     return "", results[::-1]
 
 
