@@ -148,3 +148,16 @@ def tagged_processes(name: str, value: str) -> list[int]:
         if needle in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def sweep(name: str, value: str) -> list[int]:
+    """SIGKILLs every live process whose environment holds NAME=VALUE; returns their pids.
+
+    Killing a program's process group is not enough: Claude Code starts each Bash command in a
+    session of its own (setsid), so a command's background child outlives the group kill.
+    """
+    pids = tagged_processes(name, value)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids

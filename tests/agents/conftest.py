@@ -1,6 +1,7 @@
 """Fixtures for the smoke tests of the real agent programs: a fake model server per test, a
 temp HOME and working directory, and `spawn`, which starts a program and, whatever the test
-did, kills its process group and fails the test if any process it started is still alive."""
+did, kills its process group, then every process that carries its environment tag (what escaped
+the group), and fails the test if any process it started is still alive."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.agents import programs
-from tests.agents.child import Child, tagged_processes
+from tests.agents.child import Child, sweep, tagged_processes
 from tests.support.fake_models import FakeModelServer, fake_model_server
 
 # Each program must close within this; a leftover process fails the test.
@@ -55,6 +56,7 @@ def spawn() -> Spawn:
             yield child
         finally:
             await child.close()
+            sweep(programs.LEFTOVER_TAG, program.tag)
             await _no_leftovers(program.tag)
 
     return run
