@@ -35,6 +35,8 @@ def installed(name: str) -> bool:
 
 def base_env(home: Path) -> tuple[dict[str, str], str]:
     tag = uuid.uuid4().hex
+    tmp = home / "tmp"  # gemini-cli writes error reports to the temp dir: keep them in HOME
+    tmp.mkdir(parents=True, exist_ok=True)
     node_dir = str(Path(os.path.realpath(_which_node())).parent)
     env = {
         "PATH": os.pathsep.join([node_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
@@ -43,6 +45,7 @@ def base_env(home: Path) -> tuple[dict[str, str], str]:
         "TERM": "dumb",
         "NO_PROXY": "127.0.0.1,localhost",
         "NO_COLOR": "1",
+        "TMPDIR": str(tmp),
         LEFTOVER_TAG: tag,
     }
     return env, tag
@@ -135,11 +138,12 @@ def gemini(home: Path, cwd: Path, base_url: str) -> Program:
         "GEMINI_API_KEY": "fake-gemini-key",
         "GEMINI_CLI_NO_RELAUNCH": "true",
     }
+    # general.maxAttempts 1: no retry with backoff on a 5xx (the default is 10 attempts).
     settings = home / ".gemini"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "settings.json").write_text(
         '{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},'
-        ' "general": {"disableAutoUpdate": true, "disableUpdateNag": true},'
+        ' "general": {"disableAutoUpdate": true, "disableUpdateNag": true, "maxAttempts": 1},'
         ' "security": {"auth": {"selectedType": "gemini-api-key"}}}'
     )
     argv = [str(BIN / "gemini"), "--acp", "--model", GEMINI_MODEL]
