@@ -156,3 +156,20 @@ async def test_claude_code_turns_a_model_http_error_into_an_error_result_without
     assert result["is_error"] is True
     assert "upstream exploded" in str(result)
     assert [c.status for c in fake.model_calls()] == [500]
+
+
+async def test_claude_code_resumes_a_session_in_a_new_process_with_its_history(
+    fake: FakeModelServer, place: Place, spawn: Spawn, timings: Timings
+) -> None:
+    async with spawn(programs.claude_code(place.home, place.cwd, fake.url)) as child:
+        first, _ = await run_turn(child, "First [[reply: one]]")
+    session_id = first["session_id"]
+    program = programs.claude_code(place.home, place.cwd, fake.url, "--resume", session_id)
+    async with spawn(program) as child:
+        timings.start()
+        result, _ = await run_turn(child, "Second [[reply: two]]")
+        timings.stop("resumed turn (with start)")
+
+    assert result["session_id"] == session_id and result["result"] == "two"
+    roles = [m["role"] for m in fake.model_calls()[-1].body["messages"]]
+    assert roles == ["user", "assistant", "user"]

@@ -132,3 +132,30 @@ async def test_codex_fails_the_turn_on_a_model_http_error_without_retrying(
     assert done["error"]["codexErrorInfo"] == "internalServerError"
     assert codex.of("error")[-1]["willRetry"] is False
     assert [c.status for c in fake.model_calls()] == [500]
+
+
+async def test_codex_resumes_a_thread_in_a_new_process_with_its_history(
+    fake: FakeModelServer, place: Place, spawn: Spawn, timings: Timings
+) -> None:
+    async with spawn(programs.codex(place.home, place.cwd, fake.url)) as child:
+        codex = CodexDriver(child)
+        thread_id = await codex.start_thread(place.cwd)
+        await turn(codex, thread_id, "First [[reply: one]]")
+    async with spawn(programs.codex(place.home, place.cwd, fake.url)) as child:
+        codex = CodexDriver(child)
+        timings.start()
+        await codex.request("initialize", {"clientInfo": {"name": "corral-smoke", "version": "0"}})
+        await codex.child.send({"method": "initialized"})
+        resumed = await codex.request("thread/resume", {"threadId": thread_id})
+        done = await turn(codex, thread_id, "Second [[reply: two]]")
+        timings.stop("resume + turn")
+
+    assert resumed["thread"]["id"] == thread_id
+    assert done["status"] == "completed" and agent_text(codex) == "two"
+    texts = [
+        c["text"]
+        for item in fake.model_calls()[-1].body["input"]
+        if item.get("type") == "message"
+        for c in item["content"]
+    ]
+    assert "First [[reply: one]]" in texts and "one" in texts
