@@ -339,3 +339,26 @@ def test_send_queue_prints_the_queued_message_id(
     assert main(["--addr", addr, "send", agent_id, "now"]) == 2  # REJECT: busy
     assert "AGENT_BUSY" in capsys.readouterr().err
     grpc_server.advance(9001)
+
+
+def test_permit_allows_the_only_pending_request_and_the_turn_goes_on(
+    grpc_server: DaemonThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    addr = grpc_server.address
+    assert main(["--addr", addr, "run", "--cwd", str(tmp_path), "hi"]) == 0
+    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
+    assert found is not None
+    agent_id = found.group(1)
+    assert main(["--addr", addr, "permit", agent_id]) == 2  # nothing pending yet
+    assert "0 pending (none)" in capsys.readouterr().err
+    assert main(["--addr", addr, "send", agent_id, "/permission write\n/reply ok"]) == 0
+    capsys.readouterr()
+    assert main(["--addr", addr, "wait", agent_id]) == 0  # returns on the pending permission
+    assert "permission" in capsys.readouterr().out
+    assert main(["--addr", addr, "--json", "permit", agent_id]) == 0
+    agent = json.loads(capsys.readouterr().out)
+    assert "pendingPermissions" not in agent
+    assert main(["--addr", addr, "wait", agent_id]) == 0
+    capsys.readouterr()
+    assert main(["--addr", addr, "logs", agent_id]) == 0
+    assert "ok" in capsys.readouterr().out

@@ -173,3 +173,30 @@ def reload(client: Client, console: Console, args: argparse.Namespace) -> int:
             f"epoch {agent.timeline.epoch}"
         )
     return failure.EXIT_OK
+
+
+def permit(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """RespondToPermission: allow (or --deny) REQUEST, or the only pending one."""
+    request_id = args.request
+    if not request_id:
+        agent = client.agents.GetAgent(
+            agent_pb.GetAgentRequest(agent_id=args.agent), timeout=client.timeout_s
+        ).agent
+        pending = [p.id for p in agent.pending_permissions]
+        if len(pending) != 1:
+            listed = ", ".join(pending) or "none"
+            console.note(f"name the request: {len(pending)} pending ({listed})")
+            return failure.EXIT_BAD_REQUEST
+        request_id = pending[0]
+    behavior = turn_pb.PERMISSION_BEHAVIOR_DENY if args.deny else turn_pb.PERMISSION_BEHAVIOR_ALLOW
+    agent = client.turns.RespondToPermission(
+        turn_pb.RespondToPermissionRequest(
+            agent_id=args.agent, request_id=request_id, behavior=behavior, message=args.message
+        ),
+        timeout=client.timeout_s,
+    ).agent
+    if console.json:
+        console.message(agent)
+    else:
+        console.line(f"{'denied' if args.deny else 'allowed'} {request_id} ({state_label(agent)})")
+    return failure.EXIT_OK

@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild the timeline from the provider's history under a new epoch",
     )
     reload.set_defaults(func=commands.reload)
+    permit = sub.add_parser("permit", parents=parents, help="answer a pending permission")
+    _add_agent(permit)
+    permit.add_argument(
+        "request", nargs="?", default="", help="its id (default: the only one pending)"
+    )
+    permit.add_argument("--deny", action="store_true", help="deny instead of allow")
+    permit.add_argument("--message", "-m", default="", help="a note for the agent")
+    permit.set_defaults(func=commands.permit)
     return parser
 
 
