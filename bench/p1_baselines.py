@@ -139,6 +139,9 @@ async def _receive(
     return received
 
 
+READ_TIMEOUT_S = 300.0
+
+
 async def count_events(
     address: str, subscribers: int, target: int, request: event_pb.SubscribeRequest
 ) -> float:
@@ -152,7 +155,10 @@ async def count_events(
     try:
         await asyncio.gather(*(channel.channel_ready() for channel in channels))
         started = time.perf_counter()
-        counts = await asyncio.gather(*(_receive(c, target, request) for c in channels))
+        # Bounded: a stream that is reset instead of replayed would otherwise wait for ever.
+        counts = await asyncio.wait_for(
+            asyncio.gather(*(_receive(c, target, request) for c in channels)), READ_TIMEOUT_S
+        )
         elapsed = time.perf_counter() - started
     finally:
         await asyncio.gather(*(channel.close() for channel in channels))

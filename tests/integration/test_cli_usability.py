@@ -304,6 +304,14 @@ def test_a_refused_interrupt_of_a_turn_that_ends_by_itself_within_the_settle_wai
     assert capsys.readouterr().out.rstrip().endswith("assistant_message  end")
 
 
+def run_agent(addr: str, cwd: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`corral run` a first turn; the agent id it reports on stderr."""
+    assert main(["--addr", addr, "run", "--cwd", str(cwd), "hi"]) == 0
+    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
+    assert found is not None
+    return found.group(1)
+
+
 def test_reload_restarts_the_session_and_rehydrate_moves_the_epoch(
     grpc_addr: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -327,10 +335,7 @@ def test_send_queue_prints_the_queued_message_id(
     grpc_server: DaemonThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     addr = grpc_server.address
-    assert main(["--addr", addr, "run", "--cwd", str(tmp_path), "hi"]) == 0
-    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
-    assert found is not None
-    agent_id = found.group(1)
+    agent_id = run_agent(addr, tmp_path, capsys)
     assert main(["--addr", addr, "send", agent_id, "/sleep 9001"]) == 0
     capsys.readouterr()
     grpc_server.clock.wait_for_timer(9001)
@@ -345,10 +350,7 @@ def test_permit_allows_the_only_pending_request_and_the_turn_goes_on(
     grpc_server: DaemonThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     addr = grpc_server.address
-    assert main(["--addr", addr, "run", "--cwd", str(tmp_path), "hi"]) == 0
-    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
-    assert found is not None
-    agent_id = found.group(1)
+    agent_id = run_agent(addr, tmp_path, capsys)
     assert main(["--addr", addr, "permit", agent_id]) == 2  # nothing pending yet
     assert "0 pending (none)" in capsys.readouterr().err
     assert main(["--addr", addr, "send", agent_id, "/permission write\n/reply ok"]) == 0
