@@ -31,15 +31,22 @@ from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
+from corral_server.records.store import AgentRecords
+from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import BearerTokens, TokenFile
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import event_service_handler
+from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import Database
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
+from corral_server.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +88,10 @@ class Config:
     auth_token_file: Path | None = None
     tls: TlsFiles | None = None
     reflection: bool = True
+    # With a state_dir, timelines and agent records live in its SQLite database (store/) and
+    # survive restarts; without one, everything is in memory (tests, benches).
+    # False when the caller already holds the state directory's lock (`corral serve` does).
+    lock_state_dir: bool = True
 
 
 class Daemon:
@@ -99,15 +110,13 @@ class Daemon:
         )
         providers: dict[str, Provider] = {"scripted": ScriptedProvider(self.clock)}
         providers.update(config.extra_providers)
-        self.timeline = InMemoryTimelineStore(retain_rows=config.timeline_retain_rows)
-        self.manager = AgentManager(
-            providers=providers,
-            timeline=self.timeline,
-            publisher=self.hub,
-            clock=self.clock,
-            limits=config.limits,
-            timeouts=config.timeouts,
+        self._providers = providers
+        self.timeline: TimelineStore = InMemoryTimelineStore(
+            retain_rows=config.timeline_retain_rows
         )
+        self.manager = self._manager(self.timeline, None)
+        # The SQLite database, opened by `start` when the config names a state directory.
+        self.database: Database | None = None
         # Read at construction, so a bad token or certificate file stops the start-up with
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
@@ -120,8 +129,43 @@ class Daemon:
         self._drain_task: asyncio.Future[None] | None = None
         self._skip_delay = asyncio.Event()
 
+    def _manager(self, timeline: TimelineStore, records: AgentRecords | None) -> AgentManager:
+        config = self.config
+        return AgentManager(
+            providers=self._providers,
+            timeline=timeline,
+            publisher=self.hub,
+            clock=self.clock,
+            limits=config.limits,
+            timeouts=config.timeouts,
+            records=records,
+        )
+
+    async def _open_store(self, state_dir: Path) -> None:
+        """The durable store (issue 6): timelines and agent records in the state directory's
+        SQLite database; the stored agents come back (headers only) before anything serves.
+        Raises StoreError (a newer schema, an unusable directory) with a clear message."""
+        config = self.config
+        self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)
+        try:
+            self.timeline = await SqliteTimelineStore.open(
+                database, ITEM_CODEC, retain_rows=config.timeline_retain_rows
+            )
+            records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
+            loaded = await records.load_headers()
+            self.manager = self._manager(self.timeline, records)
+            await self.manager.restore(loaded)
+        except BaseException:
+            await database.close()
+            self.database = None
+            raise
+        log.info("state directory %s: %d agents restored", state_dir, len(loaded.agents))
+
     async def start(self) -> int:
-        """Bind and serve; returns the bound port. Raises OSError when the port is taken."""
+        """Open the store (with a state directory), bind and serve; returns the bound port.
+        Raises OSError when the port is taken, StoreError when the store cannot open."""
+        if self.config.state_dir is not None and self.database is None:
+            await self._open_store(self.config.state_dir)
         size = self.config.max_request_bytes
         # The token check runs first: a refused call's body is never decoded.
         auth = [BearerTokens(self.tokens)] if self.tokens else []
@@ -207,6 +251,9 @@ class Daemon:
         if self._server is not None:
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
+        if self.database is not None:
+            await self.database.close()  # commits what is still queued
+            self.database = None
 
     async def _hold(self, delay_s: float) -> None:
         """Wait `delay_s` on the daemon's clock, or until the delay is skipped."""

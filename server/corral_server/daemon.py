@@ -22,6 +22,7 @@ from corral_server.app import Config, Daemon
 from corral_server.manager.validate import Limits
 from corral_server.rpc.auth import TokenFileError
 from corral_server.rpc.tls import TlsFileError, TlsFiles
+from corral_server.store.errors import StoreError
 
 log = logging.getLogger("corral")
 
@@ -194,6 +195,7 @@ async def serve(args: argparse.Namespace) -> int:
         auth_token_file=args.auth_token_file,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
         reflection=reflection_on(args.reflection, args.listen),
+        lock_state_dir=False,  # held above, with the pid of its holder
     )
     try:
         daemon = Daemon(config)
@@ -203,8 +205,13 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     try:
         port = await daemon.start()
+    except StoreError as exc:
+        log.error("cannot start: %s", exc.message)
+        lock.close()
+        return 1
     except OSError as exc:
         log.error("%s (is another corral daemon running?)", exc)
+        await daemon.drain(0.0, delay_s=0.0)  # the store opened: close it
         lock.close()
         return 1
     stop = asyncio.Event()

@@ -68,6 +68,7 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.records.store import AgentRecords
 from corral_server.timeline.store import NewRow, TimelineStore
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ WRITER_FAILED = "WRITER_FAILED"
 # error code up to MAX_CODE_BYTES.
 MAX_ERROR_BYTES = 16 * 1024
 MAX_CODE_BYTES = 256
+# The error code of a turn a daemon restart cut short.
+DAEMON_RESTARTED = "DAEMON_RESTARTED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
 MAX_QUEUED_PROMPTS = 32
 # The code of the row that records a canceled turn in the timeline.
@@ -95,6 +98,8 @@ class ActorDeps:
     clock: Clock
     is_shutting_down: Callable[[], bool]
     timeouts: Timeouts
+    # Where snapshots are kept across restarts (None: in memory only).
+    records: AgentRecords | None = None
 
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
@@ -125,6 +130,8 @@ class AgentActor:
         # Set once the queue accepts nothing more (closed, or shut down).
         self._stopped = False
         self._changed = asyncio.Event()
+        # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
+        self._record_put: asyncio.Future[None] | None = None
         self._task = asyncio.create_task(self._run(), name=f"agent-actor:{agent.id}")
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
@@ -260,10 +267,23 @@ class AgentActor:
         snapshot = replace(changed, updated_at_ms=updated, next_seq=self._writer.next_seq)
         prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
         self._snapshot = snapshot
+        records = self._deps.records
+        if records is not None:
+            # The whole snapshot, last write wins (seed 000, 7.3: nothing it lacks is erased);
+            # puts of one agent between commits coalesce into one row write.
+            put = records.put(snapshot)
+            put.add_done_callback(self._record_written)
+            self._record_put = put
         self._deps.publisher.commit(prepared)
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _record_written(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            log.error(
+                "agent %s: its record was not stored", self._snapshot.id, exc_info=done.exception()
+            )
 
     @property
     def changed(self) -> asyncio.Event:
@@ -320,24 +340,30 @@ class AgentActor:
                     busy = self._active.turn_id if self._active is not None else ""
                     raise errors.AgentBusy(self.agent.id, busy)
                 case IfRunning.QUEUE:
-                    return self._enqueue(prompt, client_message_id)
+                    return await self.enqueue(prompt, client_message_id)
                 case IfRunning.STEER:
                     return await self._steer_or_queue(prompt, client_message_id)
                 case _:
                     assert_never(if_running)
-        self._check_session()
+        await self._check_session()
         turn_id = await self._start(prompt, client_message_id, self._snapshot.queued_prompts)
         disposition = Disposition.REPLACED if replacing else Disposition.STARTED
         return StartedTurn(disposition, turn_id, client_message_id)
 
-    def _check_session(self) -> None:
+    async def _check_session(self) -> None:
+        """A turn needs a session: an agent restored after a restart (or whose reload failed)
+        opens one now, lazily (seed 003, 5.4: start-up reads headers only)."""
         if isinstance(self.agent.lifecycle, Initializing):
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
         if self._session is None:
-            raise errors.FailedPrecondition(
-                f"agent {self.agent.id!r} has no provider session (a reload failed); "
-                "ReloadAgent to start one"
+            deps, agent = self._deps, self._snapshot
+            config = SessionConfig(agent.id, agent.cwd, agent.model, agent.mode)
+            create = deps.provider.create_session(config, self._on_provider_event)
+            session = await deadline(
+                deps.clock, deps.timeouts.create_session_s, create, "create_session"
             )
+            self._session = session
+            self._set(replace(self._snapshot, provider_session_id=session.session_id))
 
     async def _start(
         self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
@@ -365,7 +391,15 @@ class AgentActor:
         self._begin(ActiveTurn(turn_id, foreground=True, settled=settled), queued_after)
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
         await self._writer.append([NewRow(message, deps.clock.now_ms(), turn_id)])
+        await self._record_durable()
         return turn_id
+
+    async def _record_durable(self) -> None:
+        """Durable first: an acknowledged prompt's row is committed (the append awaited it),
+        and so is the snapshot that says its turn runs."""
+        put = self._record_put
+        if put is not None and not put.done():
+            await asyncio.shield(put)
 
     def _enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
         """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
@@ -388,6 +422,12 @@ class AgentActor:
         self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
         return StartedTurn(Disposition.QUEUED, "", client_message_id)
 
+    async def enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """QUEUE, acknowledged once the queue holding the prompt is stored."""
+        started = self._enqueue(prompt, client_message_id)
+        await self._record_durable()
+        return started
+
     async def _steer_or_queue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
         """STEER: into the running turn when the provider takes it (the prompt's row joins
         that turn), else the prompt is queued and the answer says QUEUED."""
@@ -405,7 +445,7 @@ class AgentActor:
                 row = NewRow(message, deps.clock.now_ms(), active.turn_id)
                 await self._writer.append([row])
                 return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
-        return self._enqueue(prompt, client_message_id)
+        return await self.enqueue(prompt, client_message_id)
 
     def remove_queued(self, client_message_id: str) -> Agent:
         queued = self._snapshot.queued_prompts
@@ -655,6 +695,22 @@ class AgentActor:
         except Exception:
             log.exception("agent %s: could not record a writer failure", self._snapshot.id)
 
+    # --- restart (issue 6: lazy, robust start-up) ---------------------------------------------
+
+    async def end_interrupted_turn(self) -> None:
+        """A restored agent whose snapshot says Running: its turn died with the old daemon.
+        It ends with a clear error row and turn_failed, and the agent is idle again (a
+        provider that can resume turns comes with the providers issue)."""
+        lifecycle = self._snapshot.lifecycle
+        if not isinstance(lifecycle, Running):
+            return
+        settled = asyncio.get_running_loop().create_future()
+        active = ActiveTurn(lifecycle.active_turn_id, foreground=False, settled=settled)
+        self._active = active
+        error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
+        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
+        self._set(replace(self._snapshot, lifecycle=Idle()))
+
     # --- reload (seed 000, section 4.2) ---------------------------------------------------
 
     async def reload(self, rehydrate: bool) -> Agent:
@@ -776,6 +832,10 @@ class AgentActor:
             )
         finally:
             self._stop()
+
+    def retire(self) -> None:
+        """A closed agent restored after a restart: its record stays, its queue takes nothing."""
+        self._stop()
 
     def kill(self) -> None:
         """Stop at once, whatever is running (shutdown's deadline passed)."""

@@ -8,6 +8,7 @@ agent's actor (actor.py), the agent's single writer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
@@ -44,6 +45,7 @@ from corral_server.manager.validate import (
 )
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
+from corral_server.records.store import AgentRecords, LoadedAgents
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
@@ -52,6 +54,7 @@ from corral_server.timeline.activity import (
 from corral_server.timeline.store import TimelineStore
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 100
 # WaitForIdle's longest wait; clients re-wait for longer.
@@ -73,6 +76,7 @@ class AgentManager:
         limits: Limits = Limits(),
         timeouts: Timeouts = Timeouts(),
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        records: AgentRecords | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -81,6 +85,7 @@ class AgentManager:
         self.limits = limits
         self._timeouts = timeouts
         self._new_id = new_id
+        self._records = records
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
@@ -245,15 +250,7 @@ class AgentManager:
             title=spec.title,
             labels=dict(spec.labels),
         )
-        deps = ActorDeps(
-            provider,
-            self._timeline,
-            self._publisher,
-            self._clock,
-            lambda: self._shutting_down,
-            self._timeouts,
-        )
-        actor = AgentActor(agent, deps)
+        actor = AgentActor(agent, self._deps(provider))
         self._actors[agent_id] = actor
         self._publisher.publish(AgentUpserted(agent))
         try:
@@ -277,7 +274,45 @@ class AgentManager:
         self._actors.pop(agent_id, None)
         await actor.shutdown()  # closes the session if one was opened; stops the task
         await self._timeline.drop(agent_id)
+        if self._records is not None:
+            await self._records.delete(agent_id)
         self._publisher.publish(AgentRemoved(agent_id))
+
+    # --- restart (issue 6, item 4) ------------------------------------------------------------
+
+    async def restore(self, loaded: LoadedAgents) -> None:
+        """Start-up: every stored agent comes back in creation order, from its record (headers
+        only: no timeline row is read, no provider session opens until a turn needs one). The
+        timeline's head is authoritative for epoch and next_seq. A record that did not decode,
+        or whose timeline is gone, is reported and skipped; the others load. A turn that was
+        running ends with "interrupted by a daemon restart" (through the agent's queue)."""
+        for bad in loaded.bad:
+            log.error("agent %s: its stored record is unreadable (%s); skipped", *bad)
+        interrupted: list[AgentActor] = []
+        for agent in loaded.agents:
+            provider = self._providers.get(agent.provider)
+            try:
+                head = self._timeline.head(agent.id)
+            except KeyError:
+                log.error("agent %s: its timeline is missing; skipped", agent.id)
+                continue
+            if provider is None:
+                why = f"provider {agent.provider!r} is not configured"
+                log.error("agent %s: %s; skipped", agent.id, why)
+                continue
+            restored = replace(
+                agent, epoch=head.epoch, next_seq=head.next_seq, provider_session_id=""
+            )
+            if isinstance(restored.lifecycle, Initializing):
+                restored = replace(restored, lifecycle=Idle())  # its create never finished
+            actor = AgentActor(restored, self._deps(provider))
+            self._actors[agent.id] = actor
+            if restored.is_closed:
+                actor.retire()
+            elif isinstance(restored.lifecycle, Running):
+                interrupted.append(actor)
+        for actor in interrupted:
+            await actor.call(actor.end_interrupted_turn)
 
     # --- updates -------------------------------------------------------------------------
 
@@ -486,7 +521,18 @@ class AgentManager:
                 actor.kill()
             await asyncio.gather(*(a.stopped() for a in actors))
 
-    # --- helpers -------------------------------------------------------------------------
+    # --- helpers ----
+
+    def _deps(self, provider: Provider) -> ActorDeps:
+        return ActorDeps(
+            provider,
+            self._timeline,
+            self._publisher,
+            self._clock,
+            lambda: self._shutting_down,
+            self._timeouts,
+            self._records,
+        )
 
     def _actor(self, agent_id: str) -> AgentActor:
         if not agent_id:

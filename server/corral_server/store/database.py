@@ -78,8 +78,11 @@ class _ReadJob(NamedTuple):
 class Database:
     """Open with `await Database.open(state_dir)`; close with `await db.close()`."""
 
-    def __init__(self, state_dir: Path, synchronous: Synchronous) -> None:
+    def __init__(self, state_dir: Path, synchronous: Synchronous, lock: bool = True) -> None:
         self.state_dir = state_dir
+        # False when the caller already holds the state directory's lock (`corral serve`
+        # takes it first, to name the holding pid when it is taken).
+        self._lock = lock
         self.path = state_dir / DB_FILE
         self._synchronous = synchronous
         self._loop = asyncio.get_running_loop()
@@ -96,11 +99,13 @@ class Database:
         self.commits = 0
 
     @classmethod
-    async def open(cls, state_dir: Path, *, synchronous: Synchronous = "FULL") -> Database:
+    async def open(
+        cls, state_dir: Path, *, synchronous: Synchronous = "FULL", lock: bool = True
+    ) -> Database:
         """Create or open the state directory's database and migrate it to SCHEMA_VERSION.
         Raises StoreUnavailable (read-only or unusable directory, not a database, held by
         another daemon) or SchemaTooNew; nothing is left half-written either way."""
-        db = cls(state_dir, synchronous)
+        db = cls(state_dir, synchronous, lock)
         await db._start_thread("corral-store-writer", db._writer_main)
         await db._start_thread("corral-store-reader", db._reader_main)
         return db
@@ -219,7 +224,8 @@ class Database:
         return [_Outcome(True, result) for result in results]
 
     def _open_writer(self) -> sqlite3.Connection:
-        self._take_lock()
+        if self._lock:
+            self._take_lock()
         conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, cached_statements=256)
