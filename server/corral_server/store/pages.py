@@ -39,7 +39,8 @@ def checked_limit(limit: int | None) -> int:
 
 
 def checked_cursor(direction: Direction, cursor: Cursor | None) -> None:
-    """BEFORE and AFTER need a cursor whose seq is not negative (TAIL ignores its cursor)."""
+    """BEFORE and AFTER need a cursor whose seq is not negative (TAIL's cursor is optional:
+    only its epoch counts)."""
     if direction is Direction.TAIL:
         return
     if cursor is None:
@@ -55,7 +56,10 @@ def plan(
     epoch that names a seq beyond it."""
     match direction:
         case Direction.TAIL:
-            return _tail(first, next_seq, limit)
+            # A TAIL that carries a cursor from another epoch says so (issue 6, item 5): the
+            # client's cursors are stale, this page replaces what it holds.
+            stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != epoch
+            return _tail(first, next_seq, limit, stale_cursor=stale)
         case Direction.BEFORE | Direction.AFTER:
             assert cursor is not None  # checked_cursor ran first
             if cursor.epoch != epoch:

@@ -174,7 +174,9 @@ class InMemoryTimelineStore:
         page = _Page(timeline, self._max_page_rows, self._max_page_bytes)
         match direction:
             case Direction.TAIL:
-                return _tail(page, limit)
+                # A cursor from another epoch: the client's cursors are stale (issue 6, item 5).
+                stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != timeline.epoch
+                return _tail(page, limit, stale=stale)
             case Direction.BEFORE:
                 return _before(page, _checked(cursor, direction), limit)
             case Direction.AFTER:

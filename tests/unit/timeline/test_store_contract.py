@@ -169,11 +169,22 @@ async def test_tail_shorter_than_the_limit_has_nothing_older(stores: Stores) -> 
     assert not result.has_older
 
 
-async def test_tail_ignores_any_cursor_even_from_another_epoch(stores: Stores) -> None:
+async def test_tail_with_a_cursor_from_another_epoch_says_stale_cursor_and_reset(
+    stores: Stores,
+) -> None:
     store = await filled(stores, 5)
     result = await store.fetch(AGENT, Direction.TAIL, Cursor("old", 99), 2)
     assert seqs(result) == [4, 5]
-    assert not (result.reset or result.stale_cursor)
+    assert result.reset and result.stale_cursor and not result.gap
+
+
+async def test_tail_with_a_cursor_of_this_epoch_or_none_is_a_plain_tail(stores: Stores) -> None:
+    store = await filled(stores, 5)
+    epoch = store.head(AGENT).epoch
+    for cursor in (None, Cursor(epoch, 99), Cursor("", 3)):
+        result = await store.fetch(AGENT, Direction.TAIL, cursor, 2)
+        assert seqs(result) == [4, 5]
+        assert not (result.reset or result.stale_cursor), cursor
 
 
 # --- BEFORE -----------------------------------------------------------------------------------
@@ -546,13 +557,14 @@ async def _check_fetch(
 ) -> None:
     anchors = {"zero": 0, "oldest": retained[0] if retained else next_seq, "head": next_seq}
     seq = anchors[op.anchor] + op.delta
-    stale = op.previous_epoch and len(epochs) > 1 and op.direction is not Direction.TAIL
+    stale = bool(op.previous_epoch and len(epochs) > 1)
     cursor = Cursor(epochs[-2] if stale else epochs[-1], seq)
     expected: _Expected | None
     if stale:
-        # Another epoch's seq may be anything, but never negative.
+        # Another epoch's seq may be anything, but never negative (TAIL checks no seq).
+        negative = seq < 0 and op.direction is not Direction.TAIL
         expected = (
-            None if seq < 0 else _model_fetch(retained, next_seq, Direction.TAIL, 0, op.limit)
+            None if negative else _model_fetch(retained, next_seq, Direction.TAIL, 0, op.limit)
         )
     else:
         expected = _model_fetch(retained, next_seq, op.direction, seq, op.limit)
