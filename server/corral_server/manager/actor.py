@@ -252,10 +252,12 @@ class AgentActor:
                 if not self._stopped and self._accepts(event.turn_id):
                     ready.extend(self._offer(event))
                 continue
-            await self._writer.append(ready)
+            self._writer.append_nowait(ready)
             ready = []
             await self._handle_provider_event(event)
-        await self._writer.append(ready)
+        # Not awaited: the next rows are coalesced while these commit (published after their
+        # commit, in order); a failed commit surfaces at the writer's next step.
+        self._writer.append_nowait(ready)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -274,7 +276,7 @@ class AgentActor:
             put = records.put(snapshot)
             put.add_done_callback(self._record_written)
             self._record_put = put
-        self._deps.publisher.commit(prepared)
+        self._writer.publish((prepared,))
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
@@ -502,7 +504,7 @@ class AgentActor:
         agent = self._snapshot
         queue = agent.queued_prompts if queued is None else queued
         self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
-        self._deps.publisher.commit(started)
+        self._writer.publish((started,))
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
         if self._stopped or isinstance(self.agent.lifecycle, Closed):
@@ -553,9 +555,10 @@ class AgentActor:
             now = self._deps.clock.now_ms()
             agent = replace(agent, attention=Attention(True, AttentionReason.PERMISSION, now))
         self._set(agent)
-        publisher.commit(requested)
+        self._writer.publish((requested,))
         if first:
-            publisher.publish(ev.AttentionRequired(agent.id, AttentionReason.PERMISSION))
+            attention = ev.AttentionRequired(agent.id, AttentionReason.PERMISSION)
+            self._writer.publish((publisher.prepare(attention),))
 
     def _resolve_permissions(
         self, request_ids: set[str], behavior: PermissionBehavior | None
@@ -570,8 +573,7 @@ class AgentActor:
             for p in ended
         ]
         self._set(permissions.without(self._snapshot, request_ids))
-        for event in resolved:
-            publisher.commit(event)
+        self._writer.publish(resolved)
 
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission: the answer goes to the provider (under a deadline), then the
@@ -655,7 +657,7 @@ class AgentActor:
         if active.turn_id:  # an id-less autonomous turn must not block the next one
             self._finished.add(active.turn_id)
         publisher = self._deps.publisher
-        publisher.commit(publisher.prepare(terminal))
+        self._writer.publish((publisher.prepare(terminal),))
         # A successor (a replacement, the next queued prompt) follows at once: readers keep
         # seeing Running, with no idle moment between, and nobody is told "finished".
         self._ended = ended.lifecycle
@@ -670,7 +672,8 @@ class AgentActor:
             ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
         self._set(ended)
         if raise_attention and reason is not None:
-            publisher.publish(ev.AttentionRequired(self.agent.id, reason))
+            attention = ev.AttentionRequired(self.agent.id, reason)
+            self._writer.publish((publisher.prepare(attention),))
         if not active.settled.done():
             active.settled.set_result(terminal)
         if successor and not self._handoff:
@@ -736,7 +739,7 @@ class AgentActor:
             head = await self._deps.timeline.rebase(agent.id)
             self._writer = self._new_writer(head.epoch, head.next_seq)
             reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
-            self._deps.publisher.publish(reset)
+            self._writer.publish((self._deps.publisher.prepare(reset),))
             agent = replace(agent, epoch=head.epoch)
         self._set(replace(agent, lifecycle=Initializing()))
         try:

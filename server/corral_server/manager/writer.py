@@ -12,6 +12,8 @@ touches the timeline), or change the agent's snapshot (the actor owns it).
 
 from __future__ import annotations
 
+import asyncio
+from asyncio import CancelledError
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -61,6 +63,11 @@ class TimelineWriter:
         self._on_window = on_window
         self._coalescer = Coalescer()
         self._timer: TimerHandle | None = None
+        # The last publication handed over (rows waiting for their commit, or events queued
+        # behind them): later publications chain behind it, so subscribers get the actor's
+        # order. `_broken`: a commit failed; the next step raises it.
+        self._tail: asyncio.Future[None] | None = None
+        self._broken: BaseException | None = None
 
     def admit(self, event: ProviderItem, active_turn_id: str | None) -> ProviderItem:
         """The provider boundary: text that cannot be encoded is mended here, and a row
@@ -100,10 +107,25 @@ class TimelineWriter:
             self._timer = None
 
     async def append(self, rows: Sequence[NewRow]) -> None:
-        """Store `rows` and publish one RowAppended each, as one batch: encoded first, stored
-        second, published last, so a row is stored only if it will be published."""
+        """Store `rows` and publish one RowAppended each, as one batch; returns once they are
+        stored and published (raises what the store raised, which is then reported)."""
+        try:
+            await self.append_nowait(rows)
+        except BaseException:
+            self._broken = None  # the caller got it
+            raise
+
+    def append_nowait(self, rows: Sequence[NewRow]) -> asyncio.Future[None]:
+        """Store `rows` and publish them once stored, without waiting: encoded first (may
+        raise here), handed to the store (their seqs are taken now), published in the actor's
+        order after their commit. The future resolves once they are published. A commit that
+        fails publishes nothing and breaks the writer: its next step raises the failure (the
+        actor ends the turn as failed) and the seqs go back to the store's."""
+        self._raise_if_broken()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not rows:
-            return
+            done.set_result(None)
+            return done
         agent_id, epoch, first = self._agent_id, self._epoch, self.next_seq
         prepare = self._publisher.prepare
         prepared = [
@@ -118,9 +140,60 @@ class TimelineWriter:
             )
             for i, row in enumerate(rows)
         ]
-        stored = await self._timeline.append(agent_id, rows)
-        if stored[0].seq != first or len(stored) != len(rows):
-            raise RuntimeError(f"the store numbered rows from {stored[0].seq}, expected {first}")
-        self.next_seq = first + len(stored)
-        # One batch: each subscriber is handed the rows at once (one extend, one release).
-        self._publisher.commit_many(prepared)
+        stored = self._timeline.append_nowait(agent_id, rows)
+        self.next_seq = first + len(rows)
+        return self._chain(stored, prepared, done)
+
+    def publish(self, prepared: Sequence[Prepared]) -> None:
+        """Publish events in the actor's order: at once, or after rows still being stored."""
+        tail = self._tail
+        if tail is None or tail.done():
+            self._publisher.commit_many(prepared)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._chain(None, prepared, done)
+
+    async def barrier(self) -> None:
+        """Until everything handed over so far is stored and published (raises a failure)."""
+        tail = self._tail
+        if tail is not None and not tail.done():
+            await asyncio.shield(tail)
+        self._raise_if_broken()
+
+    def _chain(
+        self,
+        stored: asyncio.Future[list[TimelineRow]] | None,
+        prepared: Sequence[Prepared],
+        done: asyncio.Future[None],
+    ) -> asyncio.Future[None]:
+        """Publish `prepared` once `stored` (if any) and the previous publication are done."""
+        previous, self._tail = self._tail, done
+        waits = [f for f in (previous, stored) if f is not None and not f.done()]
+
+        def go(_: object = None) -> None:
+            if any(not f.done() for f in (previous, stored) if f is not None):
+                return  # the other one is still running; its callback comes back here
+            if done.done():
+                return
+            failure = None
+            if stored is not None:
+                failure = stored.exception() if not stored.cancelled() else CancelledError()
+            if failure is not None:
+                self._broken = failure
+                self.next_seq = self._timeline.head(self._agent_id).next_seq
+                done.set_exception(failure)
+                done.exception()  # retrieved: the writer raises it at its next step
+                return
+            self._publisher.commit_many(prepared)
+            done.set_result(None)
+
+        if not waits:
+            go()
+        for future in waits:
+            future.add_done_callback(go)
+        return done
+
+    def _raise_if_broken(self) -> None:
+        if self._broken is not None:
+            failure, self._broken = self._broken, None
+            raise failure

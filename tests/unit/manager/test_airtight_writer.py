@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from typing import Any
 
 import pytest
 
@@ -332,3 +333,35 @@ async def test_a_huge_provider_error_is_cut_to_size_with_a_marker_everywhere_it_
     row = (await world.rows(agent.id))[-1]
     assert row.item == ErrorItem(error.message, error.code)
     assert world.publisher.of_type(TurnFailed)[-1].error == error
+
+
+async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_publishes_nothing(
+    world: World,
+) -> None:
+    agent, session = await world.started()
+    store = world.timeline
+    pending: list[asyncio.Future[Any]] = []
+    real = store.append_nowait
+
+    def slow_append(agent_id: str, rows: Any) -> asyncio.Future[Any]:
+        if any(row.item == Reasoning("never stored") for row in rows):
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            pending.append(future)
+            return future
+        return real(agent_id, rows)
+
+    store.append_nowait = slow_append  # type: ignore[method-assign]
+    session.emit(ProviderItem("turn-1", Reasoning("never stored"), "r1"))
+    await world.drained(agent.id)
+    await world.clock.advance(60)  # the coalescer's window: the row goes to the store
+    await until(lambda: bool(pending))  # its commit is out; nothing of it is published yet
+    assert not any(item == Reasoning("never stored") for _, item in published_rows(world, agent.id))
+    pending[0].set_exception(OSError("disk full"))
+    snapshot = await world.drained(agent.id)
+    assert isinstance(snapshot.lifecycle, Errored)
+    assert snapshot.lifecycle.error.code == "WRITER_FAILED"
+    rows_now = published_rows(world, agent.id)
+    assert not any(item == Reasoning("never stored") for _, item in rows_now)
+    assert [seq for seq, _ in rows_now] == list(range(1, len(rows_now) + 1))
+    assert isinstance(rows_now[-1][1], ErrorItem) and rows_now[-1][1].code == "WRITER_FAILED"
+    assert await stored_rows(world, agent.id) == rows_now
