@@ -1,7 +1,7 @@
 """A daemon for the benchmarks: the real `Daemon` plus the `burst` provider, on a free
 loopback port (printed on the first line), in its own process like a deployed daemon.
 
-Run: .venv/bin/python -m bench.burst_daemon [retain_events]
+Run: .venv/bin/python -m bench.burst_daemon [retain_events [state_dir]]
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
 from bench.burst import BurstProvider
 from corral_server.app import Config, Daemon
 
 
-async def main(retain_events: int) -> None:
+async def main(retain_events: int, state_dir: Path | None = None) -> None:
     config = Config(
         listen="127.0.0.1:0",
+        state_dir=state_dir,
         retain_events=retain_events,
         # The replay bench resumes from revision 0: every event must stay retained, so the
         # byte bound (256 MiB by default) is lifted to what the history needs.
@@ -33,4 +35,5 @@ async def main(retain_events: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_100_000))
+    retain = int(sys.argv[1]) if len(sys.argv) > 1 else 1_100_000
+    asyncio.run(main(retain, Path(sys.argv[2]) if len(sys.argv) > 2 else None))

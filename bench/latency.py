@@ -86,8 +86,11 @@ async def _sender(
         await ended.get()
 
 
-async def measure(turns: int = 20) -> dict[str, float]:
-    corral = await Corral.start(retain_events=200_000)
+async def measure(turns: int = 20, durable: bool = False) -> dict[str, float]:
+    """`durable`: the daemon keeps its agents and timelines in a temporary state directory
+    (a prompt is acknowledged once committed)."""
+    state_dir = tempfile.mkdtemp(prefix="corral-bench-state-") if durable else ""
+    corral = await Corral.start(retain_events=200_000, state_dir=state_dir)
     channels = [grpc.aio.insecure_channel(corral.address) for _ in range(SUBSCRIBERS + 1)]
     try:
         agents_stub = agent_grpc.AgentServiceStub(channels[0])
@@ -123,17 +126,19 @@ async def measure(turns: int = 20) -> dict[str, float]:
     }
 
 
-def report(r: dict[str, float]) -> str:
+def report(r: dict[str, float], what: str = "") -> str:
     return "\n".join(
         (
-            f"P4 provider event -> subscriber, {AGENTS} agents, {SUBSCRIBERS} subscribers "
+            f"P4{what} provider event -> subscriber, {AGENTS} agents, {SUBSCRIBERS} subscribers "
             f"({r['p4_events']:,} rows): p50 {r['p4_p50_ms']:.1f} ms, p99 {r['p4_p99_ms']:.1f} ms "
             "(goal p99 < 20 ms)",
-            f"P5 SendPrompt ack, {AGENTS} concurrent senders ({r['p5_sends']:,} sends): "
+            f"P5{what} SendPrompt ack, {AGENTS} concurrent senders ({r['p5_sends']:,} sends): "
             f"p50 {r['p5_p50_ms']:.1f} ms, p99 {r['p5_p99_ms']:.1f} ms (goal p99 < 15 ms)",
         )
     )
 
 
 if __name__ == "__main__":
-    print(report(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 20))))
+    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    print(report(asyncio.run(measure(turns))))
+    print(report(asyncio.run(measure(turns, durable=True)), " (durable store)"))

@@ -45,12 +45,15 @@ class Corral:
         self.agent_id = ""
 
     @classmethod
-    async def start(cls, retain_events: int) -> Corral:
+    async def start(cls, retain_events: int, state_dir: str = "") -> Corral:
+        """`state_dir`: the daemon keeps its agents and timelines there (durable), else in
+        memory."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "bench.burst_daemon",
             str(retain_events),
+            *([state_dir] if state_dir else []),
             stdout=asyncio.subprocess.PIPE,
         )
         assert proc.stdout is not None

@@ -22,10 +22,16 @@ async def main(quick: bool) -> None:
     history = 200_000 if quick else 1_000_000
     await p1.main(history)
     print()
-    rate = await writer.measure(50_000 if quick else 200_000)
+    rows = 50_000 if quick else 200_000
+    rate = await writer.measure(rows)
     subscribers = writer.SUBSCRIBERS
     print(
         f"P1' single writer, {subscribers} live subscribers: {rate:,.0f} rows/s (goal >= 100,000)"
+    )
+    durable = await writer.measure(rows, durable=True)
+    print(
+        f"P1' with the durable store: {durable:,.0f} rows/s, {durable / rate:.2f}x in memory "
+        "(goal >= 80,000 and >= 0.7x)"
     )
     print()
     store = await p2_pages.measure()
@@ -33,7 +39,9 @@ async def main(quick: bool) -> None:
     print()
     print(p2_rpc.report(await p2_rpc.measure()))
     print()
-    print(latency.report(await latency.measure(10 if quick else 20)))
+    turns = 10 if quick else 20
+    print(latency.report(await latency.measure(turns)))
+    print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
     print(memory.report(await memory.measure()))
     print()
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
