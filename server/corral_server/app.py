@@ -31,7 +31,7 @@ from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
-from corral_server.records.store import AgentRecords
+from corral_server.records.store import AgentRecords, CreateRequests
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import BearerTokens, TokenFile
@@ -44,6 +44,7 @@ from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database
+from corral_server.store.requests import SqliteCreateRequests
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
@@ -129,7 +130,12 @@ class Daemon:
         self._drain_task: asyncio.Future[None] | None = None
         self._skip_delay = asyncio.Event()
 
-    def _manager(self, timeline: TimelineStore, records: AgentRecords | None) -> AgentManager:
+    def _manager(
+        self,
+        timeline: TimelineStore,
+        records: AgentRecords | None,
+        requests: CreateRequests | None = None,
+    ) -> AgentManager:
         config = self.config
         return AgentManager(
             providers=self._providers,
@@ -139,6 +145,7 @@ class Daemon:
             limits=config.limits,
             timeouts=config.timeouts,
             records=records,
+            requests=requests,
         )
 
     async def _open_store(self, state_dir: Path) -> None:
@@ -153,7 +160,8 @@ class Daemon:
             )
             records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
             loaded = await records.load_headers()
-            self.manager = self._manager(self.timeline, records)
+            requests = SqliteCreateRequests(database)
+            self.manager = self._manager(self.timeline, records, requests)
             await self.manager.restore(loaded)
         except BaseException:
             await database.close()

@@ -107,3 +107,28 @@ async def test_a_second_daemon_on_a_used_state_directory_is_refused(tmp_path: Pa
     finally:
         second.stop()
         first.stop()
+
+
+async def test_a_create_retried_after_a_restart_returns_the_same_agent(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    request = create_request(str(tmp_path), request_id="req-1", title="once")
+    first = daemon_on(state)
+    try:
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            created = (await Stubs.of(channel).agents.CreateAgent(request)).agent
+    finally:
+        first.stop()
+    second = daemon_on(state)
+    try:
+        async with grpc.aio.insecure_channel(second.address) as channel:
+            stubs = Stubs.of(channel)
+            again = (await stubs.agents.CreateAgent(request)).agent
+            assert again.id == created.id
+            listed = (await stubs.agents.ListAgents(svc_pb.ListAgentsRequest())).agents
+            assert [a.id for a in listed] == [created.id]
+            other = create_request(str(tmp_path), request_id="req-1", title="another")
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stubs.agents.CreateAgent(other)
+            assert raised.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    finally:
+        second.stop()

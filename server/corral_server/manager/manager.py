@@ -45,7 +45,7 @@ from corral_server.manager.validate import (
 )
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
-from corral_server.records.store import AgentRecords, LoadedAgents
+from corral_server.records.store import AgentRecords, CreateRequests, LoadedAgents
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
@@ -77,6 +77,7 @@ class AgentManager:
         timeouts: Timeouts = Timeouts(),
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         records: AgentRecords | None = None,
+        requests: CreateRequests | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -86,6 +87,8 @@ class AgentManager:
         self._timeouts = timeouts
         self._new_id = new_id
         self._records = records
+        # CreateAgent request ids kept durably (None: only the in-memory window below).
+        self._requests = requests
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
@@ -195,6 +198,9 @@ class AgentManager:
                     )
                 agent, turn_id = await asyncio.shield(future)
                 return self.get(agent.id), turn_id
+            stored = await self._created_before(spec)
+            if stored is not None:
+                return stored
         provider = self._validate_create(spec)
         future = asyncio.get_running_loop().create_future()
         if spec.request_id:
@@ -203,6 +209,11 @@ class AgentManager:
                 del self._creates[next(iter(self._creates))]
         try:
             result = await self._create(spec, provider)
+            if spec.request_id and self._requests is not None:
+                # Durable: a retry after a restart finds this agent (no window).
+                agent_id = result[0].id
+                now = self._clock.now_ms()
+                await self._requests.remember(spec.request_id, spec.fingerprint(), agent_id, now)
         except Exception as exc:
             self._creates.pop(spec.request_id, None)  # a failed create may be retried
             future.set_exception(exc)  # concurrent retries share the failure...
@@ -214,6 +225,26 @@ class AgentManager:
             raise
         future.set_result(result)
         return result
+
+    async def _created_before(self, spec: CreateSpec) -> tuple[Agent, str] | None:
+        """A request id the durable store remembers (a create from before a restart): the
+        same request answers its agent (no turn id: that turn is history); another request
+        under the id is ALREADY_EXISTS."""
+        if self._requests is None:
+            return None
+        found = await self._requests.find(spec.request_id)
+        if found is None:
+            return None
+        fingerprint, agent_id = found
+        if fingerprint != spec.fingerprint():
+            raise errors.AlreadyExists(
+                f"request_id {spec.request_id!r} was used for a different CreateAgent",
+                metadata={"request_id": spec.request_id},
+            )
+        actor = self._actors.get(agent_id)
+        if actor is None:
+            return None  # its agent is gone (a record that did not load): create anew
+        return actor.agent, ""
 
     def _validate_create(self, spec: CreateSpec) -> Provider:
         if not spec.provider:

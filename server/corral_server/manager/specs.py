@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from corral_server.domain.content import Prompt
+from corral_server.domain.content import Prompt, TextPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +20,26 @@ class CreateSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     initial_prompt: Prompt = ()
     request_id: str = ""
+
+    def fingerprint(self) -> bytes:
+        """What `same_request` compares, as bytes for the durable store: a SHA-256 of the
+        fields in a canonical form (images by the digest of their bytes)."""
+        parts = [
+            ["text", p.text]
+            if isinstance(p, TextPart)
+            else ["image", p.mime_type, hashlib.sha256(p.data).hexdigest()]
+            for p in self.initial_prompt
+        ]
+        fields = [
+            self.provider,
+            self.cwd,
+            self.model,
+            self.mode,
+            self.title,
+            sorted(self.labels.items()),
+            parts,
+        ]
+        return hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).digest()
 
     def same_request(self, other: CreateSpec) -> bool:
         return (self.provider, self.cwd, self.model, self.mode, self.title, dict(self.labels)) == (
