@@ -47,6 +47,7 @@ from corral_server.domain.agent import (
 )
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import ErrorItem, UserMessage
+from corral_server.hub import Prepared
 from corral_server.manager import permissions
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.oversize import cut_text
@@ -390,9 +391,10 @@ class AgentActor:
                 self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
             raise
         settled = asyncio.get_running_loop().create_future()
-        self._begin(ActiveTurn(turn_id, foreground=True, settled=settled), queued_after)
+        started = self._begin(ActiveTurn(turn_id, foreground=True, settled=settled), queued_after)
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
-        await self._writer.append([NewRow(message, deps.clock.now_ms(), turn_id)])
+        row = NewRow(message, deps.clock.now_ms(), turn_id)
+        await self._writer.append([row], lead=(started,))
         await self._record_durable()
         return turn_id
 
@@ -497,14 +499,18 @@ class AgentActor:
         first = queued[0]
         await self._start(first.content, first.client_message_id, queued[1:])
 
-    def _begin(self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None) -> None:
-        """The manager's own, authoritative turn_started (seed 000, section 11.1)."""
+    def _begin(
+        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
+    ) -> Prepared:
+        """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
+        runs from here; the caller publishes the returned event (a foreground turn, right
+        before its prompt's row, once that row is committed: the stream's ack is durable)."""
         started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._active = active
         agent = self._snapshot
         queue = agent.queued_prompts if queued is None else queued
         self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
-        self._writer.publish((started,))
+        return started
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
         if self._stopped or isinstance(self.agent.lifecycle, Closed):
@@ -514,7 +520,8 @@ class AgentActor:
                 if self._active is None and turn_id not in self._finished:
                     # A turn the provider started by itself: an autonomous run.
                     settled = asyncio.get_running_loop().create_future()
-                    self._begin(ActiveTurn(turn_id, foreground=False, settled=settled))
+                    autonomous = ActiveTurn(turn_id, foreground=False, settled=settled)
+                    self._writer.publish((self._begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
                 if self._accepts(event.turn_id):

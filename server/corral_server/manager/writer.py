@@ -106,21 +106,24 @@ class TimelineWriter:
             self._timer.cancel()
             self._timer = None
 
-    async def append(self, rows: Sequence[NewRow]) -> None:
+    async def append(self, rows: Sequence[NewRow], lead: Sequence[Prepared] = ()) -> None:
         """Store `rows` and publish one RowAppended each, as one batch; returns once they are
         stored and published (raises what the store raised, which is then reported)."""
         try:
-            await self.append_nowait(rows)
+            await self.append_nowait(rows, lead)
         except BaseException:
             self._broken = None  # the caller got it
             raise
 
-    def append_nowait(self, rows: Sequence[NewRow]) -> asyncio.Future[None]:
+    def append_nowait(
+        self, rows: Sequence[NewRow], lead: Sequence[Prepared] = ()
+    ) -> asyncio.Future[None]:
         """Store `rows` and publish them once stored, without waiting: encoded first (may
         raise here), handed to the store (their seqs are taken now), published in the actor's
         order after their commit. The future resolves once they are published. A commit that
         fails publishes nothing and breaks the writer: its next step raises the failure (the
-        actor ends the turn as failed) and the seqs go back to the store's."""
+        actor ends the turn as failed) and the seqs go back to the store's. `lead`: events
+        published right before the rows, once they are stored (a turn's turn_started)."""
         self._raise_if_broken()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not rows:
@@ -142,7 +145,7 @@ class TimelineWriter:
         ]
         stored = self._timeline.append_nowait(agent_id, rows)
         self.next_seq = first + len(rows)
-        return self._chain(stored, prepared, done)
+        return self._chain(stored, [*lead, *prepared], done)
 
     def publish(self, prepared: Sequence[Prepared]) -> None:
         """Publish events in the actor's order: at once, or after rows still being stored."""
