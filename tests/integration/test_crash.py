@@ -1,0 +1,133 @@
+"""Crash test (issue 6, item 6, for what is durable today: timelines and agent records).
+
+`corral serve` runs as a real process; two agents run streaming turns back to back while a
+subscriber records every row it receives; the daemon gets SIGKILL at a random point (after a
+random number of acknowledged prompts); it restarts on the same state directory. Then: every
+acknowledged prompt is stored exactly once; every row the subscriber received is there with
+the same epoch, seq and content; seqs are contiguous. (Revisions are not checked: the event log
+is not durable yet, and a restart starts a new incarnation.)
+
+A few iterations run in the suite; `buildscripts/soak` runs CORRAL_CRASH_ITERATIONS (50).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from corral.v1 import agent_service_pb2 as svc_pb
+from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral.v1 import turn_service_pb2 as turn_pb
+from tests.support.client import Stubs, create_request, text
+from tests.support.daemon import DaemonProcess
+
+ITERATIONS = int(os.environ.get("CORRAL_CRASH_ITERATIONS", "3"))
+AGENTS = 2
+
+
+class Seen:
+    """What clients were told: acknowledged prompts, and rows a subscriber received."""
+
+    def __init__(self) -> None:
+        self.acked: dict[str, list[str]] = {}  # agent -> prompt texts, in ack order
+        self.rows: dict[tuple[str, str, int], Any] = {}  # (agent, epoch, seq) -> item
+
+
+async def subscribe(stubs: Stubs, seen: Seen) -> None:
+    call = stubs.events.Subscribe(event_pb.SubscribeRequest())
+    try:
+        async for response in call:
+            for event in response.events:
+                if event.HasField("timeline_row_appended"):
+                    appended = event.timeline_row_appended
+                    key = (appended.agent_id, appended.epoch, appended.row.seq)
+                    seen.rows[key] = appended.row.item
+    except grpc.aio.AioRpcError:
+        return  # the daemon died
+
+
+async def turns(stubs: Stubs, agent_id: str, seen: Seen, acks: asyncio.Queue[None]) -> None:
+    n = 0
+    try:
+        while True:
+            n += 1
+            prompt = f"/reply {agent_id[:6]} turn {n}"
+            call = stubs.turns.StreamTurn(
+                turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
+            )
+            first = await call.read()
+            assert first.WhichOneof("event") == "turn_started"
+            seen.acked.setdefault(agent_id, []).append(prompt)  # the durable ack
+            acks.put_nowait(None)
+            while await call.read() is not grpc.aio.EOF:
+                pass
+    except grpc.aio.AioRpcError:
+        return  # the daemon died
+
+
+async def run_until_killed(daemon: DaemonProcess, cwd: Path, kill_after: int) -> Seen:
+    seen = Seen()
+    acks: asyncio.Queue[None] = asyncio.Queue()
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_ids = [
+            (await stubs.agents.CreateAgent(create_request(str(cwd)))).agent.id
+            for _ in range(AGENTS)
+        ]
+        watcher = asyncio.ensure_future(subscribe(stubs, seen))
+        workers = [asyncio.ensure_future(turns(stubs, a, seen, acks)) for a in agent_ids]
+        for _ in range(kill_after):
+            await asyncio.wait_for(acks.get(), 30)  # a guard against a hung daemon
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(asyncio.gather(watcher, *workers), 30)
+    daemon.wait(30)
+    return seen
+
+
+async def check_after_restart(daemon: DaemonProcess, seen: Seen) -> None:
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        listed = (await stubs.agents.ListAgents(svc_pb.ListAgentsRequest())).agents
+        assert {a.id for a in listed} >= set(seen.acked)
+        for agent in listed:
+            request = tl_pb.FetchTimelineRequest(agent_id=agent.id, limit=0)
+            page = await stubs.timeline.FetchTimeline(request)
+            rows = list(page.rows)
+            assert [r.seq for r in rows] == list(range(1, len(rows) + 1)), "seqs not contiguous"
+            stored = {(agent.id, page.epoch, r.seq): r.item for r in rows}
+            for key, item in seen.rows.items():
+                if key[0] == agent.id:
+                    assert stored.get(key) == item, f"a row a subscriber saw is lost: {key}"
+            prompts = [r.item.user_message.text for r in rows if r.item.HasField("user_message")]
+            acked = seen.acked.get(agent.id, [])
+            assert prompts[: len(acked)] == acked, "an acknowledged prompt is lost or doubled"
+            assert len(prompts) == len(set(prompts)), "a prompt is stored twice"
+            assert agent.lifecycle.WhichOneof("state") in ("idle", "errored")
+
+
+@pytest.mark.parametrize("iteration", range(ITERATIONS))
+async def test_sigkill_loses_no_acknowledged_prompt_and_no_row_a_client_saw(
+    tmp_path: Path, iteration: int
+) -> None:
+    kill_after = random.Random(iteration).randint(1, 12)
+    state = tmp_path / "state"
+    first = DaemonProcess(state).start()
+    try:
+        seen = await run_until_killed(first, tmp_path, kill_after)
+    finally:
+        first.stop()
+    assert sum(len(p) for p in seen.acked.values()) >= kill_after
+    second = DaemonProcess(state).start()
+    try:
+        await check_after_restart(second, seen)
+    finally:
+        second.stop()
