@@ -31,7 +31,7 @@ from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
-from corral_server.records.store import AgentRecords, CreateRequests
+from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import BearerTokens, TokenFile
@@ -44,7 +44,7 @@ from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database
-from corral_server.store.requests import SqliteCreateRequests
+from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
@@ -135,6 +135,7 @@ class Daemon:
         timeline: TimelineStore,
         records: AgentRecords | None,
         requests: CreateRequests | None = None,
+        finished: FinishedTurns | None = None,
     ) -> AgentManager:
         config = self.config
         return AgentManager(
@@ -146,6 +147,7 @@ class Daemon:
             timeouts=config.timeouts,
             records=records,
             requests=requests,
+            finished=finished,
         )
 
     async def _open_store(self, state_dir: Path) -> None:
@@ -161,7 +163,8 @@ class Daemon:
             records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
             loaded = await records.load_headers()
             requests = SqliteCreateRequests(database)
-            self.manager = self._manager(self.timeline, records, requests)
+            finished = SqliteFinishedTurns(database)
+            self.manager = self._manager(self.timeline, records, requests, finished)
             await self.manager.restore(loaded)
         except BaseException:
             await database.close()

@@ -69,7 +69,7 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.records.store import AgentRecords
+from corral_server.records.store import AgentRecords, FinishedTurns
 from corral_server.timeline.store import NewRow, TimelineStore
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,9 @@ WRITER_FAILED = "WRITER_FAILED"
 # error code up to MAX_CODE_BYTES.
 MAX_ERROR_BYTES = 16 * 1024
 MAX_CODE_BYTES = 256
+# Finished turn ids an actor keeps in memory (the durable set keeps them all): late events of
+# a turn this old are very unlikely, and the durable set still stops a restart of one.
+RECENT_FINISHED = 256
 # The error code of a turn a daemon restart cut short.
 DAEMON_RESTARTED = "DAEMON_RESTARTED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
@@ -101,6 +104,8 @@ class ActorDeps:
     timeouts: Timeouts
     # Where snapshots are kept across restarts (None: in memory only).
     records: AgentRecords | None = None
+    # Where every finished turn id is kept (None: only the recent ones, in memory).
+    finished: FinishedTurns | None = None
 
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
@@ -127,7 +132,9 @@ class AgentActor:
         self._handoff = False
         self._ended: Lifecycle = Idle()
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
-        self._finished: set[str] = set()
+        # The most recent RECENT_FINISHED, in finish order; older ones are in `deps.finished`
+        # (when durable), asked only where a turn would otherwise (re)start.
+        self._finished: dict[str, None] = {}
         # Set once the queue accepts nothing more (closed, or shut down).
         self._stopped = False
         self._changed = asyncio.Event()
@@ -517,7 +524,7 @@ class AgentActor:
             return
         match event:
             case ProviderTurnStarted(turn_id=turn_id):
-                if self._active is None and turn_id not in self._finished:
+                if self._active is None and not await self._is_finished(turn_id):
                     # A turn the provider started by itself: an autonomous run.
                     settled = asyncio.get_running_loop().create_future()
                     autonomous = ActiveTurn(turn_id, foreground=False, settled=settled)
@@ -598,6 +605,23 @@ class AgentActor:
         self._resolve_permissions({request_id}, response.behavior)
         return self.agent
 
+    def _remember_finished(self, turn_id: str) -> None:
+        finished = self._finished
+        finished[turn_id] = None
+        if len(finished) > RECENT_FINISHED:
+            del finished[next(iter(finished))]  # the oldest: the durable set still has it
+        store = self._deps.finished
+        if store is not None:
+            store.add(self._snapshot.id, turn_id).add_done_callback(self._record_written)
+
+    async def _is_finished(self, turn_id: str) -> bool:
+        if turn_id in self._finished:
+            return True
+        store = self._deps.finished
+        return (
+            store is not None and bool(turn_id) and await store.contains(self._snapshot.id, turn_id)
+        )
+
     def _accepts(self, turn_id: str) -> bool:
         active = self._active
         if active is not None:
@@ -662,7 +686,7 @@ class AgentActor:
         ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
         self._active = None
         if active.turn_id:  # an id-less autonomous turn must not block the next one
-            self._finished.add(active.turn_id)
+            self._remember_finished(active.turn_id)
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
         # A successor (a replacement, the next queued prompt) follows at once: readers keep

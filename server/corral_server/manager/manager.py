@@ -45,7 +45,12 @@ from corral_server.manager.validate import (
 )
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
-from corral_server.records.store import AgentRecords, CreateRequests, LoadedAgents
+from corral_server.records.store import (
+    AgentRecords,
+    CreateRequests,
+    FinishedTurns,
+    LoadedAgents,
+)
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
@@ -78,6 +83,7 @@ class AgentManager:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         records: AgentRecords | None = None,
         requests: CreateRequests | None = None,
+        finished: FinishedTurns | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -89,6 +95,7 @@ class AgentManager:
         self._records = records
         # CreateAgent request ids kept durably (None: only the in-memory window below).
         self._requests = requests
+        self._finished = finished
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
@@ -563,6 +570,7 @@ class AgentManager:
             lambda: self._shutting_down,
             self._timeouts,
             self._records,
+            self._finished,
         )
 
     def _actor(self, agent_id: str) -> AgentActor:

@@ -19,6 +19,7 @@ from corral_server.domain.events import (
     TurnCanceled,
     TurnCompleted,
     TurnFailed,
+    TurnStarted,
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
@@ -365,3 +366,39 @@ async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_
     assert [seq for seq, _ in rows_now] == list(range(1, len(rows_now) + 1))
     assert isinstance(rows_now[-1][1], ErrorItem) and rows_now[-1][1].code == "WRITER_FAILED"
     assert await stored_rows(world, agent.id) == rows_now
+
+
+async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a_restart(
+    tmp_path: Any,
+) -> None:
+    from corral_server.manager.actor import RECENT_FINISHED
+    from corral_server.manager.manager import AgentManager
+    from corral_server.providers.base import ProviderTurnStarted
+    from corral_server.records.memory import InMemoryFinishedTurns
+
+    world = World(cwd=str(tmp_path))
+    finished = InMemoryFinishedTurns()
+    world.manager = AgentManager(
+        providers={"fake": world.provider},
+        timeline=world.timeline,
+        publisher=world.publisher,
+        clock=world.clock,
+        timeouts=TIMEOUTS,
+        finished=finished,
+    )
+    try:
+        agent = await world.create()
+        session = world.provider.session
+        for n in range(1, RECENT_FINISHED + 6):
+            session.emit(ProviderTurnStarted(f"auto-{n}"), ProviderTurnCompleted(f"auto-{n}"))
+        await world.drained(agent.id)
+        actor = world.manager._actors[agent.id]
+        assert len(actor._finished) == RECENT_FINISHED
+        assert "auto-1" not in actor._finished and await finished.contains(agent.id, "auto-1")
+        mark = world.publisher.mark()
+        session.emit(ProviderTurnStarted("auto-1"))  # a very late duplicate of an old turn
+        snapshot = await world.drained(agent.id)
+        assert snapshot.lifecycle == Idle()
+        assert not any(isinstance(e, TurnStarted) for e in world.publisher.since(mark))
+    finally:
+        await world.manager.shutdown()
