@@ -5,6 +5,7 @@
   P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
   P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents)
   P6   resident memory per idle agent
+  P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
 
 Run: .venv/bin/python -m bench.run [--quick]
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import fanout, latency, memory, p1, p2_pages, p2_rpc, writer
+from bench import fanout, latency, memory, p1, p2_pages, p2_rpc, startup, writer
 
 
 async def main(quick: bool) -> None:
@@ -43,6 +44,7 @@ async def main(quick: bool) -> None:
     print(latency.report(await latency.measure(turns)))
     print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
     print(memory.report(await memory.measure()))
+    await startup.main(*((1_000, 100) if quick else (10_000, 1_000)))
     print()
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
 
