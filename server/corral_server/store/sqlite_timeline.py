@@ -45,7 +45,7 @@ from corral_server.store import pages
 from corral_server.store.database import Database
 from corral_server.store.errors import StoreError
 from corral_server.timeline.size import row_bytes
-from corral_server.timeline.store import ItemCodec, NewRow
+from corral_server.timeline.store import ItemCodec, NewRow, check_options
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
@@ -101,10 +101,7 @@ class SqliteTimelineStore:
         max_page_rows: int = MAX_PAGE_ROWS,
         max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:
-        if retain_rows is not None and retain_rows < 1:
-            raise ValueError(f"retain_rows must be at least 1, got {retain_rows}")
-        if max_page_rows < 1 or max_page_bytes < 1:
-            raise ValueError(f"page limits must be at least 1, got {max_page_rows} rows")
+        check_options(retain_rows, max_page_rows, max_page_bytes)
         self._db = database
         self._codec = codec
         self._retain_rows = retain_rows

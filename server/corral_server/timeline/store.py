@@ -88,3 +88,11 @@ class TimelineStore(Protocol):
     async def drop(self, agent_id: str) -> None:
         """Forget the timeline entirely."""
         ...
+
+
+def check_options(retain_rows: int | None, max_page_rows: int, max_page_bytes: int) -> None:
+    """Every store's constructor options: retention and page limits of at least 1."""
+    if retain_rows is not None and retain_rows < 1:
+        raise ValueError(f"retain_rows must be at least 1, got {retain_rows}")
+    if max_page_rows < 1 or max_page_bytes < 1:
+        raise ValueError(f"page limits must be at least 1, got {max_page_rows} rows")
