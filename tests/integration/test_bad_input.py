@@ -149,7 +149,6 @@ async def test_not_yet_delivered_capabilities_answer_unimplemented(
 ) -> None:
     agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
     un = grpc.StatusCode.UNIMPLEMENTED
-    await expect(stubs.agents.ArchiveAgent(agent_pb.ArchiveAgentRequest(agent_id=agent.id)), un)
     await expect(stubs.turns.Rewind(turn_pb.RewindRequest(agent_id=agent.id, message_id="m")), un)
     # QUEUE on an idle agent just starts the turn (test_prompt_queue.py covers a busy one).
     started = await stubs.turns.SendPrompt(

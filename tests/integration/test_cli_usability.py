@@ -364,3 +364,22 @@ def test_permit_allows_the_only_pending_request_and_the_turn_goes_on(
     capsys.readouterr()
     assert main(["--addr", addr, "logs", agent_id]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_archive_prints_each_archived_agent_and_ls_hides_them(
+    grpc_server: DaemonThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    addr = grpc_server.address
+    team = f"t{uuid.uuid4().hex[:8]}"
+    assert (
+        main(["--addr", addr, "run", "--cwd", str(tmp_path), "--label", f"team={team}", "hi"]) == 0
+    )
+    found = re.search(r"^agent (\S+)$", capsys.readouterr().err, re.MULTILINE)
+    assert found is not None
+    agent_id = found.group(1)
+    assert main(["--addr", addr, "archive", agent_id[:10]]) == 0
+    assert capsys.readouterr().out == f"archived {agent_id}\n"
+    assert main(["--addr", addr, "--json", "ls", "-l", f"team={team}"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["--addr", addr, "--json", "ls", "-l", f"team={team}", "--all"]) == 0
+    assert agent_id in capsys.readouterr().out

@@ -874,7 +874,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
         st.sampled_from(
             [
                 "ImportAgent",
-                "ArchiveAgent",
                 "RespondToPermission",
                 "Rewind",
             ]
@@ -886,8 +885,6 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
             provider_session_id=data.draw(texts()),
             cwd=data.draw(st.one_of(st.just(world.cwd), texts())),
         )
-    if name == "ArchiveAgent":
-        return s.agents.ArchiveAgent, agent_pb.ArchiveAgentRequest(agent_id=agent_id)
     if name == "RespondToPermission":
         respond = turn_pb.RespondToPermissionRequest(
             agent_id=agent_id,

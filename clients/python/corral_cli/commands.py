@@ -200,3 +200,16 @@ def permit(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         console.line(f"{'denied' if args.deny else 'allowed'} {request_id} ({state_label(agent)})")
     return failure.EXIT_OK
+
+
+def archive(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """ArchiveAgent: the ids archived, the agent first."""
+    reply = client.agents.ArchiveAgent(
+        agent_pb.ArchiveAgentRequest(agent_id=args.agent), timeout=client.timeout_s
+    )
+    if console.json:
+        console.message(reply)
+    else:
+        for agent_id in reply.archived_agent_ids:
+            console.line(f"archived {agent_id}")
+    return failure.EXIT_OK

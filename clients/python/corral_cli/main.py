@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild the timeline from the provider's history under a new epoch",
     )
     reload.set_defaults(func=commands.reload)
+    archive = sub.add_parser(
+        "archive", parents=parents, help="archive an agent and its descendants (closes them)"
+    )
+    _add_agent(archive)
+    archive.set_defaults(func=commands.archive)
     permit = sub.add_parser("permit", parents=parents, help="answer a pending permission")
     _add_agent(permit)
     permit.add_argument(

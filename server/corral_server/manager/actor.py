@@ -867,6 +867,21 @@ class AgentActor:
         finally:
             self._stop()
 
+    async def archive(self) -> Agent:
+        """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
+        like CloseAgent (a running turn canceled, the session closed)."""
+        if self._snapshot.archived_at_ms is None:
+            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        return await self.close()
+
+    def archive_closed(self) -> Agent:
+        """ArchiveAgent of an agent closed before: its queue has stopped, so nothing else can
+        write it; the mark is set here, on the loop, at once."""
+        assert self._stopped, "an open agent is archived through its queue"
+        if self._snapshot.archived_at_ms is None:
+            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        return self.agent
+
     def retire(self) -> None:
         """A closed agent restored after a restart: its record stays, its queue takes nothing."""
         self._stop()

@@ -522,6 +522,43 @@ class AgentManager:
                 )
         return await actor.call(lambda: actor.reload(rehydrate))
 
+    # --- archive (seed 000, section 4.3) --------------------------------------------------
+
+    async def archive(self, agent_id: str) -> list[str]:
+        """Archive the agent and, by cascade, every descendant that still carries its parent
+        label (a detached child is no longer one): each is marked archived and closed, kept
+        whole, and hidden from ListAgents unless archived ones are asked for. Returns the ids
+        archived, the agent first, then breadth first."""
+        self._check_open()
+        self._actor(agent_id)
+        archived: list[str] = []
+        for member in self._with_descendants(agent_id):
+            actor = self._actors[member]
+            if actor.agent.is_closed:
+                actor.archive_closed()
+            else:
+                try:
+                    await actor.call(actor.archive)
+                except errors.AgentClosed:
+                    actor.archive_closed()  # closed meanwhile
+            archived.append(member)
+        return archived
+
+    def _with_descendants(self, agent_id: str) -> list[str]:
+        """`agent_id` and its descendants by the parent label, breadth first, each once."""
+        children: dict[str, list[str]] = {}
+        for other_id, actor in self._actors.items():
+            parent = actor.agent.parent_agent_id
+            if parent:
+                children.setdefault(parent, []).append(other_id)
+        order, seen = [agent_id], {agent_id}
+        for current in order:
+            for child in children.get(current, ()):
+                if child not in seen:
+                    seen.add(child)
+                    order.append(child)
+        return order
+
     # --- close and shutdown --------------------------------------------------------------
 
     async def close(self, agent_id: str) -> Agent:

@@ -130,7 +130,8 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ArchiveAgent(
         self, request: svc_pb.ArchiveAgentRequest, context: Ctx
     ) -> svc_pb.ArchiveAgentResponse:
-        raise errors.Unimplemented("ArchiveAgent needs archiving with cascades, not yet delivered")
+        archived = await self._manager.archive(request.agent_id)
+        return svc_pb.ArchiveAgentResponse(archived_agent_ids=archived)
 
     @unary
     async def DetachAgent(
