@@ -194,7 +194,11 @@ class Daemon:
         turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager, self.hub), server)
         tl_grpc.add_TimelineServiceServicer_to_server(TimelineService(self.manager), server)
         events = event_service_handler(
-            self.hub, self.manager.snapshot, max_id_chars=self.config.limits.max_id_chars
+            self.hub,
+            self.manager.snapshot,
+            max_id_chars=self.config.limits.max_id_chars,
+            presence=self.manager.presence,
+            clock=self.clock,
         )
         server.add_generic_rpc_handlers((events,))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -13,6 +13,7 @@ from corral_server.domain.agent import (
     PermissionBehavior,
     Usage,
 )
+from corral_server.domain.notification import NOBODY, NotificationPlan
 from corral_server.domain.timeline import TimelineRow
 
 
@@ -94,6 +95,8 @@ class PermissionResolved:
 class AttentionRequired:
     agent_id: str
     reason: AttentionReason
+    # Whom to notify, by the presence policy (seed 000, section 9).
+    notification: NotificationPlan = NOBODY
 
 
 Event: TypeAlias = (

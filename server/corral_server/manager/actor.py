@@ -51,6 +51,7 @@ from corral_server.hub import Prepared
 from corral_server.manager import permissions
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.oversize import cut_text
+from corral_server.manager.presence import PresenceBook
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate, Timeouts
 from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
@@ -106,6 +107,8 @@ class ActorDeps:
     records: AgentRecords | None = None
     # Where every finished turn id is kept (None: only the recent ones, in memory).
     finished: FinishedTurns | None = None
+    # Clients' presence, for the notification plan of attention events.
+    presence: PresenceBook | None = None
 
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
@@ -288,6 +291,14 @@ class AgentActor:
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _attention(self, reason: AttentionReason) -> ev.AttentionRequired:
+        """The event, with whom to notify by the clients' presence (seed 000, section 9)."""
+        presence = self._deps.presence
+        if presence is None:
+            return ev.AttentionRequired(self._snapshot.id, reason)
+        plan = presence.plan(self._snapshot, reason, self._deps.clock.now_ms())
+        return ev.AttentionRequired(self._snapshot.id, reason, plan)
 
     def _record_written(self, done: asyncio.Future[None]) -> None:
         if not done.cancelled() and done.exception() is not None:
@@ -571,7 +582,7 @@ class AgentActor:
         self._set(agent)
         self._writer.publish((requested,))
         if first:
-            attention = ev.AttentionRequired(agent.id, AttentionReason.PERMISSION)
+            attention = self._attention(AttentionReason.PERMISSION)
             self._writer.publish((publisher.prepare(attention),))
 
     def _resolve_permissions(
@@ -703,7 +714,7 @@ class AgentActor:
             ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
         self._set(ended)
         if raise_attention and reason is not None:
-            attention = ev.AttentionRequired(self.agent.id, reason)
+            attention = self._attention(reason)
             self._writer.publish((publisher.prepare(attention),))
         if not active.settled.done():
             active.settled.set_result(terminal)

@@ -32,6 +32,7 @@ from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import ActorDeps, AgentActor
 from corral_server.manager.deadlines import within
+from corral_server.manager.presence import PresenceBook
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
@@ -96,6 +97,8 @@ class AgentManager:
         # CreateAgent request ids kept durably (None: only the in-memory window below).
         self._requests = requests
         self._finished = finished
+        # Clients' presence (Heartbeat), for the notification plan of attention events.
+        self.presence = PresenceBook()
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
@@ -608,6 +611,7 @@ class AgentManager:
             self._timeouts,
             self._records,
             self._finished,
+            self.presence,
         )
 
     def _actor(self, agent_id: str) -> AgentActor:

@@ -17,6 +17,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.notification import NotifyKind
 from corral_server.rpc.items import cursor_from_pb as cursor_from_pb
 from corral_server.rpc.items import cursor_to_pb as cursor_to_pb
 from corral_server.rpc.items import item_from_pb as item_from_pb
@@ -180,6 +181,12 @@ def turn_canceled_pb(e: de.TurnCanceled) -> turn_pb.TurnCanceled:
     return turn_pb.TurnCanceled(agent_id=e.agent_id, turn_id=e.turn_id, reason=e.reason)
 
 
+_NOTIFY = {
+    NotifyKind.NOBODY: event_pb.NOTIFICATION_KIND_NONE,
+    NotifyKind.IN_APP: event_pb.NOTIFICATION_KIND_IN_APP,
+    NotifyKind.PUSH: event_pb.NOTIFICATION_KIND_PUSH,
+}
+
 _BEHAVIOR = {
     da.PermissionBehavior.ALLOW: turn_pb.PERMISSION_BEHAVIOR_ALLOW,
     da.PermissionBehavior.DENY: turn_pb.PERMISSION_BEHAVIOR_DENY,
@@ -233,9 +240,13 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
             return E(revision=revision, permission_requested=requested)
         case de.PermissionResolved():
             return E(revision=revision, permission_resolved=permission_resolved_pb(event))
-        case de.AttentionRequired(agent_id=agent_id, reason=reason):
+        case de.AttentionRequired(agent_id=agent_id, reason=reason, notification=plan):
             attention = event_pb.AttentionRequired(
-                agent_id=agent_id, reason=attention_reason(reason)
+                agent_id=agent_id,
+                reason=attention_reason(reason),
+                notification=event_pb.Notification(
+                    kind=_NOTIFY[plan.kind], client_id=plan.client_id
+                ),
             )
             return E(revision=revision, attention_required=attention)
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):

@@ -11,15 +11,16 @@ Must not: hold protobuf messages per event, or keep a subscription open after it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
 
 from corral.v1 import event_service_pb2 as event_pb
+from corral_server.clock import Clock, SystemClock
 from corral_server.errors import FieldViolation, InvalidArgument
 from corral_server.hub import EventHub, SnapshotFn
+from corral_server.manager.presence import Presence, PresenceBook
 from corral_server.rpc.errors import streaming, unary
 
 SERVICE_NAME = "corral.v1.EventService"
@@ -44,21 +45,19 @@ def _valid_timestamp(ts: timestamp_pb2.Timestamp) -> bool:
     return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
 
 
-@dataclass(frozen=True, slots=True)
-class Presence:
-    """A client's last heartbeat."""
-
-    client_type: str
-    focused_agent_id: str
-    app_visible: bool
-    last_activity_at_ms: int | None
-
-
 def event_service_handler(
-    hub: EventHub, snapshot: SnapshotFn, *, max_id_chars: int = MAX_AGENT_ID_CHARS
+    hub: EventHub,
+    snapshot: SnapshotFn,
+    *,
+    max_id_chars: int = MAX_AGENT_ID_CHARS,
+    presence: PresenceBook | None = None,
+    clock: Clock | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The EventService handler for `server.add_generic_rpc_handlers`."""
-    return EventServicer(hub, snapshot, max_id_chars=max_id_chars).handler()
+    servicer = EventServicer(
+        hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock
+    )
+    return servicer.handler()
 
 
 def _identity(data: bytes) -> bytes:
@@ -67,13 +66,24 @@ def _identity(data: bytes) -> bytes:
 
 class EventServicer:
     def __init__(
-        self, hub: EventHub, snapshot: SnapshotFn, *, max_id_chars: int = MAX_AGENT_ID_CHARS
+        self,
+        hub: EventHub,
+        snapshot: SnapshotFn,
+        *,
+        max_id_chars: int = MAX_AGENT_ID_CHARS,
+        presence: PresenceBook | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._hub = hub
         self._snapshot = snapshot
         self._max_id_chars = max_id_chars
-        # client_id -> its last heartbeat, oldest first.
-        self.presence: dict[str, Presence] = {}
+        # Each client's last heartbeat (the manager's, so attention events can use it).
+        self.presence_book = presence or PresenceBook(MAX_PRESENCE_ENTRIES)
+        self._clock: Clock = clock or SystemClock()
+
+    @property
+    def presence(self) -> dict[str, Presence]:
+        return self.presence_book.clients
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         return grpc.method_handlers_generic_handler(
@@ -135,19 +145,15 @@ class EventServicer:
             raise InvalidArgument.field(
                 "last_activity_at", "outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z"
             )
-        self.presence.pop(request.client_id, None)
-        self.presence[request.client_id] = Presence(
-            client_type=request.client_type,
-            focused_agent_id=request.focused_agent_id,
-            app_visible=request.app_visible,
-            last_activity_at_ms=(
-                request.last_activity_at.ToMilliseconds()
-                if request.HasField("last_activity_at")
-                else None
-            ),
+        active_at_ms = (
+            request.last_activity_at.ToMilliseconds()
+            if request.HasField("last_activity_at")
+            else self._clock.now_ms()
         )
-        if len(self.presence) > MAX_PRESENCE_ENTRIES:
-            del self.presence[next(iter(self.presence))]
+        presence = Presence(
+            request.client_type, request.focused_agent_id, request.app_visible, active_at_ms
+        )
+        self.presence_book.record(request.client_id, presence)
         return event_pb.HeartbeatResponse()
 
 

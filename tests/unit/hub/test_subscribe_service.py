@@ -396,7 +396,7 @@ async def test_heartbeat_records_presence_per_client(serve: StartServer) -> None
     assert await s.stub.Heartbeat(heartbeat) == event_pb.HeartbeatResponse()
     presence = s.servicer.presence["phone"]
     assert (presence.client_type, presence.app_visible) == ("ios", True)
-    assert presence.last_activity_at_ms == 1_700_000_000_123
+    assert presence.active_at_ms == 1_700_000_000_123
 
 
 async def test_a_heartbeat_without_a_client_id_is_invalid_argument(serve: StartServer) -> None:

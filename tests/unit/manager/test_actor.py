@@ -25,6 +25,7 @@ from corral_server.domain.events import (
     TurnFailed,
     TurnStarted,
 )
+from corral_server.domain.notification import NotificationPlan, NotifyKind
 from corral_server.domain.timeline import (
     AssistantMessage,
     ErrorItem,
@@ -383,8 +384,10 @@ async def test_attention_is_raised_once_when_a_turn_finishes(world: World) -> No
     assert done.attention.required
     assert done.attention.reason is AttentionReason.FINISHED
     assert done.attention.at_ms == world.clock.now_ms()
+    # Nobody is present (no heartbeat): a finish is pushed (manager/presence.py).
+    push = NotificationPlan(NotifyKind.PUSH)
     assert world.publisher.of_type(AttentionRequired) == [
-        AttentionRequired(agent.id, AttentionReason.FINISHED)
+        AttentionRequired(agent.id, AttentionReason.FINISHED, push)
     ]
 
 

@@ -11,6 +11,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,6 +22,25 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _NotificationKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NotificationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NotificationKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NOTIFICATION_KIND_UNSPECIFIED: _NotificationKind.ValueType  # 0
+    NOTIFICATION_KIND_NONE: _NotificationKind.ValueType  # 1
+    NOTIFICATION_KIND_IN_APP: _NotificationKind.ValueType  # 2
+    NOTIFICATION_KIND_PUSH: _NotificationKind.ValueType  # 3
+
+class NotificationKind(_NotificationKind, metaclass=_NotificationKindEnumTypeWrapper): ...
+
+NOTIFICATION_KIND_UNSPECIFIED: NotificationKind.ValueType  # 0
+NOTIFICATION_KIND_NONE: NotificationKind.ValueType  # 1
+NOTIFICATION_KIND_IN_APP: NotificationKind.ValueType  # 2
+NOTIFICATION_KIND_PUSH: NotificationKind.ValueType  # 3
+Global___NotificationKind: _TypeAlias = NotificationKind  # noqa: Y015
 
 @_typing.final
 class SubscribeRequest(_message.Message):
@@ -263,21 +283,53 @@ class AttentionRequired(_message.Message):
 
     AGENT_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    NOTIFICATION_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     reason: _agent_pb2.AttentionReason.ValueType
+    @_builtins.property
+    def notification(self) -> Global___Notification:
+        """Whom to tell, by the presence of clients (Heartbeat): a client focused on the agent ->
+        nobody; a present client elsewhere -> in-app, to the most recently active one; nobody
+        present -> push (not for errors). An agent with a parent never notifies.
+        """
+
     def __init__(
         self,
         *,
         agent_id: _builtins.str = ...,
         reason: _agent_pb2.AttentionReason.ValueType = ...,
+        notification: Global___Notification | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["notification", b"notification"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "notification", b"notification", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AttentionRequired: _TypeAlias = AttentionRequired  # noqa: Y015
+
+@_typing.final
+class Notification(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    kind: Global___NotificationKind.ValueType
+    client_id: _builtins.str
+    """IN_APP: the client_id (of its Heartbeat) to show it."""
+    def __init__(
+        self,
+        *,
+        kind: Global___NotificationKind.ValueType = ...,
+        client_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Notification: _TypeAlias = Notification  # noqa: Y015
 
 @_typing.final
 class SubagentRunUpdated(_message.Message):
