@@ -54,7 +54,15 @@ from corral_server.manager.oversize import cut_text
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate, Timeouts
-from corral_server.manager.turns import ActiveTurn, Disposition, IfRunning, StartedTurn
+from corral_server.manager.turns import (
+    ActiveTurn,
+    AutonomousRun,
+    Disposition,
+    ForegroundRun,
+    IfRunning,
+    StartedTurn,
+    owns,
+)
 from corral_server.manager.writer import Publisher, TimelineWriter
 from corral_server.providers.base import (
     InterruptResult,
@@ -409,7 +417,7 @@ class AgentActor:
                 self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
             raise
         settled = asyncio.get_running_loop().create_future()
-        started = self._begin(ActiveTurn(turn_id, foreground=True, settled=settled), queued_after)
+        started = self._begin(ForegroundRun(turn_id, settled), queued_after)
         message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
         row = NewRow(message, deps.clock.now_ms(), turn_id)
         await self._writer.append([row], lead=(started,))
@@ -538,7 +546,7 @@ class AgentActor:
                 if self._active is None and not await self._is_finished(turn_id):
                     # A turn the provider started by itself: an autonomous run.
                     settled = asyncio.get_running_loop().create_future()
-                    autonomous = ActiveTurn(turn_id, foreground=False, settled=settled)
+                    autonomous = AutonomousRun(turn_id, settled)
                     self._writer.publish((self._begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
@@ -636,7 +644,7 @@ class AgentActor:
     def _accepts(self, turn_id: str) -> bool:
         active = self._active
         if active is not None:
-            return turn_id in ("", active.turn_id) or not active.turn_id
+            return owns(active, turn_id)
         return turn_id not in self._finished
 
     def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
@@ -650,7 +658,7 @@ class AgentActor:
         active = self._active
         if active is None or turn_id in self._finished:
             return  # a late or duplicate terminal event: that turn is already settled
-        if turn_id and active.turn_id and turn_id != active.turn_id:
+        if not owns(active, turn_id):
             return  # the end of another turn, never of this one
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
         # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
@@ -750,7 +758,7 @@ class AgentActor:
         if not isinstance(lifecycle, Running):
             return
         settled = asyncio.get_running_loop().create_future()
-        active = ActiveTurn(lifecycle.active_turn_id, foreground=False, settled=settled)
+        active = AutonomousRun(lifecycle.active_turn_id, settled)
         self._active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
         await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))

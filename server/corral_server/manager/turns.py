@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
+from typing import TypeAlias, assert_never
 
 from corral_server.domain.events import TurnTerminal
 
@@ -38,13 +39,37 @@ class CancelOutcome(enum.Enum):
 
 
 @dataclass(eq=False, slots=True)
-class ActiveTurn:
-    """The turn an agent is running. Owned by the agent's actor; readers await `settled`,
-    which resolves with the turn's one terminal event."""
+class ForegroundRun:
+    """A turn a client started (SendPrompt / StreamTurn, seed 000, 5.1): corral knows its id
+    from start_turn, and only its exact id (or none, borrowed: 5.2) ends it. Owned by the
+    agent's actor; readers await `settled`, resolved with the turn's one terminal event."""
 
     turn_id: str
-    foreground: bool
     settled: asyncio.Future[TurnTerminal]
+
+
+@dataclass(eq=False, slots=True)
+class AutonomousRun:
+    """A turn the provider started by itself, found out from its events: its id may be
+    empty, and then every event without another turn's id is its own."""
+
+    turn_id: str
+    settled: asyncio.Future[TurnTerminal]
+
+
+# The turn an agent is running: a discriminated union, matched where the rules differ.
+ActiveTurn: TypeAlias = ForegroundRun | AutonomousRun
+
+
+def owns(run: ActiveTurn, turn_id: str) -> bool:
+    """Whether an event naming `turn_id` ("" = none) belongs to `run` (seed 000, 5.1/5.2)."""
+    match run:
+        case ForegroundRun(turn_id=own):
+            return turn_id in ("", own)
+        case AutonomousRun(turn_id=own):
+            return not own or turn_id in ("", own)
+        case _:
+            assert_never(run)
 
 
 @dataclass(frozen=True, slots=True)
