@@ -333,3 +333,34 @@ def test_wait_exits_zero_once_idle_and_four_on_timeout(
     assert outcome == [4]
     assert capsys.readouterr().out.startswith("timeout (agent running")
     assert cli(grpc_addr, "cancel", agent_id) == 0
+
+
+def test_attach_prints_only_what_comes_after_it_and_ends_when_the_agent_closes(
+    grpc_server: DaemonThread,
+    grpc_addr: str,
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent_id = new_agent(grpc_addr, tmp_path, capsys)  # rows 1, 2: history attach skips
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd) as reader, os.fdopen(write_fd, "w") as writer:
+        monkeypatch.setattr(sys, "stdout", writer)
+        codes: list[int] = []
+        follower = threading.Thread(target=lambda: codes.append(cli(grpc_addr, "attach", agent_id)))
+        assert grpc_server.daemon is not None
+        hub = grpc_server.daemon.hub
+        before = len(hub.subscriptions)
+        follower.start()
+        while len(hub.subscriptions) == before:  # until its subscription is live
+            follower.join(0.01)
+        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+        assert cli(grpc_addr, "send", agent_id, "/reply live") == 0
+        assert cli(grpc_addr, "wait", agent_id) == 0
+        assert cli(grpc_addr, "close", agent_id) == 0
+        follower.join(30)
+        writer.close()
+        lines = reader.read().splitlines()
+    assert codes == [0]
+    assert seqs(lines) == [3, 4]
+    assert lines[-1].split("  ")[2:] == ["assistant_message", "live"]

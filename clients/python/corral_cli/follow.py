@@ -58,6 +58,11 @@ def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
     return failure.EXIT_OK
 
 
+def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """Follow the agent's output live from now on, without its history."""
+    return _Follower(client, console, args.agent, 0, False, history=False).run()
+
+
 def _print_row(console: Console, row: timeline_pb.TimelineRow) -> None:
     if console.json:
         console.message(row)
@@ -72,13 +77,21 @@ def _settled(agent: agent_types_pb.Agent) -> bool:
 
 class _Follower:
     def __init__(
-        self, client: Client, console: Console, agent_id: str, limit: int, until_idle: bool
+        self,
+        client: Client,
+        console: Console,
+        agent_id: str,
+        limit: int,
+        until_idle: bool,
+        history: bool = True,
     ) -> None:
         self.client = client
         self.console = console
         self.agent_id = agent_id
         self.limit = limit
         self.until_idle = until_idle
+        # False (attach): print only what comes after the subscription, no history.
+        self.history = history
         # Between a (re)subscription and its `synced`: collecting the snapshot.
         self.in_snapshot = True
         self.agent: agent_types_pb.Agent | None = None
@@ -146,7 +159,9 @@ class _Follower:
         epoch, next_seq = self._head()
         if not self.epoch:
             self.epoch = epoch
-            if self.limit:
+            if not self.history:
+                self.expected = next_seq
+            elif self.limit:
                 self.expected = max(1, next_seq - self.limit)
         elif epoch != self.epoch:
             self._new_epoch(epoch, "re-based while this client was behind")

@@ -209,6 +209,11 @@ def _add_logs(sub: Subparsers, parents: Parents) -> None:
         help="with -f: exit once the agent is idle or errored (at once if it already is)",
     )
     logs.set_defaults(func=follow.logs, check=follow.check)
+    attach = sub.add_parser(
+        "attach", parents=parents, help="follow an agent's output live from now, no history"
+    )
+    _add_agent(attach)
+    attach.set_defaults(func=follow.attach)
 
 
 def main(argv: list[str] | None = None) -> int:
