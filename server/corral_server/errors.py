@@ -10,6 +10,7 @@
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
     │   ├── AgentClosed          the agent's runtime is closed
+    │   ├── MessageNotConfirmed  Rewind to a message the provider never confirmed
     │   └── ProviderRefusedInterrupt
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
@@ -121,6 +122,17 @@ class AgentClosed(FailedPrecondition):
 
     def __init__(self, agent_id: str) -> None:
         super().__init__(f"agent {agent_id!r} is closed", metadata={"agent_id": agent_id})
+
+
+class MessageNotConfirmed(FailedPrecondition):
+    reason = "MESSAGE_NOT_CONFIRMED"
+
+    def __init__(self, agent_id: str, message_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r}: the provider never confirmed a user message {message_id!r} "
+            "in the retained timeline; rewind only to a message its echo confirmed",
+            metadata={"agent_id": agent_id, "message_id": message_id},
+        )
 
 
 class ProviderRefusedInterrupt(FailedPrecondition):

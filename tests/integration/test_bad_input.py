@@ -149,7 +149,11 @@ async def test_not_yet_delivered_capabilities_answer_unimplemented(
 ) -> None:
     agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
     un = grpc.StatusCode.UNIMPLEMENTED
-    await expect(stubs.turns.Rewind(turn_pb.RewindRequest(agent_id=agent.id, message_id="m")), un)
+    await expect(stubs.turns.SendPrompt(prompt_request(agent.id, "/spawn a helper")), un)
+    importing = agent_pb.ImportAgentRequest(
+        provider="scripted", provider_session_id="s-1", cwd=str(tmp_path)
+    )
+    await expect(stubs.agents.ImportAgent(importing), un)
     # QUEUE on an idle agent just starts the turn (test_prompt_queue.py covers a busy one).
     started = await stubs.turns.SendPrompt(
         prompt_request(agent.id, "hi", if_running=turn_pb.IF_RUNNING_QUEUE)

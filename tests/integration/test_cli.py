@@ -350,9 +350,9 @@ def test_attach_prints_only_what_comes_after_it_and_ends_when_the_agent_closes(
         follower = threading.Thread(target=lambda: codes.append(cli(grpc_addr, "attach", agent_id)))
         assert grpc_server.daemon is not None
         hub = grpc_server.daemon.hub
-        before = len(hub.subscriptions)
         follower.start()
-        while len(hub.subscriptions) == before:  # until its subscription is live
+        # Until its subscription (scoped to this agent) is registered with the hub.
+        while not any(agent_id in sub.scope for sub in hub.subscriptions):
             follower.join(0.01)
         monkeypatch.setattr(sys, "stdout", sys.__stdout__)
         assert cli(grpc_addr, "send", agent_id, "/reply live") == 0

@@ -866,8 +866,9 @@ def test_heartbeat_answers_documented_statuses_and_changes_nothing(
 
 
 def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., Any], Any]:
-    """RPCs a later release delivers, and RespondToPermission: no permission is ever pending
-    in this world (its turns are canceled), so every answer must be an error."""
+    """RPCs a later release delivers, RespondToPermission and Rewind: no permission is ever
+    pending and no provider ever confirms a message in this world (its turns are canceled and
+    never echo), so every answer must be an error."""
     s = world.stubs
     agent_id = data.draw(agent_ids(world))
     name = data.draw(

@@ -40,6 +40,16 @@ class RowAppended(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class RowUpdated:
+    """Row `seq` of `epoch` learned its provider message id (echo reconciliation)."""
+
+    agent_id: str
+    epoch: str
+    seq: int
+    provider_message_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TimelineReset:
     agent_id: str
     epoch: str
@@ -103,6 +113,7 @@ Event: TypeAlias = (
     AgentUpserted
     | AgentRemoved
     | RowAppended
+    | RowUpdated
     | TimelineReset
     | TurnStarted
     | TurnCompleted

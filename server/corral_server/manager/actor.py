@@ -46,7 +46,7 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, UserMessage
+from corral_server.domain.timeline import Cursor, Direction, ErrorItem, TimelineRow, UserMessage
 from corral_server.hub import Prepared
 from corral_server.manager import permissions
 from corral_server.manager.deadlines import deadline
@@ -91,6 +91,10 @@ WRITER_FAILED = "WRITER_FAILED"
 # error code up to MAX_CODE_BYTES.
 MAX_ERROR_BYTES = 16 * 1024
 MAX_CODE_BYTES = 256
+# The key prefix of a prompt row remembered by its text (client_message_ids never start so).
+_TEXT = "\x00text:"
+# Rows copied per append when a rewind re-bases a timeline.
+REWIND_BATCH = 1_000
 # Finished turn ids an actor keeps in memory (the durable set keeps them all): late events of
 # a turn this old are very unlikely, and the durable set still stops a restart of one.
 RECENT_FINISHED = 256
@@ -142,6 +146,9 @@ class AgentActor:
         # busy. `_ended` is the lifecycle the last turn ended in, shown if nothing follows.
         self._handoff = False
         self._ended: Lifecycle = Idle()
+        # Echo reconciliation: the running turn's prompt rows (by client_message_id, and by
+        # _TEXT + text).
+        self._prompt_rows: dict[str, int] = {}
         # Turns that ended: their late events are dropped (dedupe by turn state, no window).
         # The most recent RECENT_FINISHED, in finish order; older ones are in `deps.finished`
         # (when durable), asked only where a turn would otherwise (re)start.
@@ -267,7 +274,7 @@ class AgentActor:
         events, self._inbox = self._inbox, []
         ready: list[NewRow] = []
         for event in events:
-            if isinstance(event, ProviderItem):
+            if isinstance(event, ProviderItem) and type(event.item) is not UserMessage:
                 if not self._stopped and self._accepts(event.turn_id):
                     ready.extend(self._offer(event))
                 continue
@@ -418,8 +425,11 @@ class AgentActor:
             raise
         settled = asyncio.get_running_loop().create_future()
         started = self._begin(ForegroundRun(turn_id, settled), queued_after)
-        message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
+        text = prompt_text(prompt)
+        message = UserMessage(text, client_message_id, client_message_id)
         row = NewRow(message, deps.clock.now_ms(), turn_id)
+        self._prompt_rows = {}
+        self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
         await self._writer.append([row], lead=(started,))
         await self._record_durable()
         return turn_id
@@ -471,8 +481,10 @@ class AgentActor:
                 log.warning("agent %s: steer failed; queued", self.agent.id, exc_info=True)
                 taken = False
             if taken:
-                message = UserMessage(prompt_text(prompt), client_message_id, client_message_id)
+                text = prompt_text(prompt)
+                message = UserMessage(text, client_message_id, client_message_id)
                 row = NewRow(message, deps.clock.now_ms(), active.turn_id)
+                self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
                 await self._writer.append([row])
                 return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
         return await self.enqueue(prompt, client_message_id)
@@ -550,7 +562,7 @@ class AgentActor:
                     self._writer.publish((self._begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
-                if self._accepts(event.turn_id):
+                if self._accepts(event.turn_id) and not await self._reconciled(event):
                     await self._writer.append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
@@ -640,6 +652,35 @@ class AgentActor:
         return (
             store is not None and bool(turn_id) and await store.contains(self._snapshot.id, turn_id)
         )
+
+    async def _reconciled(self, event: ProviderItem) -> bool:
+        """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
+        the echo of a prompt corral stored (same client_message_id, or the same text in the
+        running turn) is not stored twice; the provider's message id is written into the
+        stored row (its only in-place change) and subscribers learn it by RowUpdated."""
+        item = event.item
+        if type(item) is not UserMessage or self._active is None:
+            return False
+        prompts = self._prompt_rows
+        seq = prompts.get(item.client_message_id) if item.client_message_id else None
+        if seq is None:
+            seq = prompts.get(_TEXT + sanitize_text(item.text))
+        if seq is None:
+            return False
+        provider_id = sanitize_text(event.provider_message_id or item.message_id)
+        if provider_id:
+            agent_id = self._snapshot.id
+            await self._writer.barrier()  # the prompt's row is committed before it changes
+            await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
+            updated = ev.RowUpdated(agent_id, self._snapshot.epoch, seq, provider_id)
+            self._writer.publish((self._deps.publisher.prepare(updated),))
+        return True
+
+    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None:
+        """The running turn's prompt rows, for echo reconciliation (cleared at each start)."""
+        if client_message_id:
+            self._prompt_rows[client_message_id] = seq
+        self._prompt_rows[_TEXT + text] = seq
 
     def _accepts(self, turn_id: str) -> bool:
         active = self._active
@@ -798,6 +839,48 @@ class AgentActor:
             error = AgentError(f"reload failed: {exc.message}", exc.reason)
             self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
             raise
+
+    # --- rewind (seed 000, 6.4) ------------------------------------------------------------
+
+    async def rewind(self, message_id: str) -> Agent:
+        """Back to before the user message the provider confirmed as `message_id`: the
+        timeline is re-based under a new epoch holding the rows before it (renumbered from
+        1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
+        message the provider never confirmed is FAILED_PRECONDITION."""
+        self._ensure_open()
+        if self._active is not None or self._handoff:
+            raise errors.AgentBusy(self.agent.id, self._active.turn_id if self._active else "")
+        await self._writer.flush()
+        await self._writer.barrier()
+        agent_id = self._snapshot.id
+        kept = await self._rows_before(message_id)
+        head = await self._deps.timeline.rebase(agent_id)
+        self._writer = self._new_writer(head.epoch, head.next_seq)
+        reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
+        self._writer.publish((self._deps.publisher.prepare(reset),))
+        self._set(replace(self._snapshot, epoch=head.epoch))
+        rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
+        for start in range(0, len(rows), REWIND_BATCH):
+            await self._writer.append(rows[start : start + REWIND_BATCH])
+        self._prompt_rows = {}
+        return self.agent
+
+    async def _rows_before(self, message_id: str) -> list[TimelineRow]:
+        """The retained rows before the row the provider confirmed as `message_id`."""
+        timeline, agent_id = self._deps.timeline, self._snapshot.id
+        epoch = self._snapshot.epoch
+        seen: list[TimelineRow] = []
+        cursor = Cursor(epoch, 0)
+        while True:
+            page = await timeline.fetch(agent_id, Direction.AFTER, cursor, 0)
+            for row in page.rows:
+                if row.provider_message_id == message_id and type(row.item) is UserMessage:
+                    return seen
+                seen.append(row)
+            if not page.has_newer or not page.rows:
+                break
+            cursor = Cursor(epoch, page.rows[-1].seq)
+        raise errors.MessageNotConfirmed(self._snapshot.id, message_id)
 
     # --- cancel and close ----------------------------------------------------------------
 

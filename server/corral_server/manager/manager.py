@@ -415,6 +415,13 @@ class AgentManager:
         check_id("request_id", request_id, self.limits)
         return await actor.call(lambda: actor.respond_permission(request_id, response))
 
+    async def rewind(self, agent_id: str, message_id: str) -> Agent:
+        """Rewind to before a user message the provider confirmed (seed 000, 6.4)."""
+        self._check_open()
+        actor = self._actor(agent_id)
+        check_id("message_id", message_id, self.limits)
+        return await actor.call(lambda: actor.rewind(message_id))
+
     async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
         """Remove a queued prompt before it starts."""
         actor = self._actor(agent_id)

@@ -56,7 +56,12 @@ class TimelineWriter:
         self._agent_id = agent_id
         self._epoch = epoch
         # The seq the next stored row gets: the single writer knows it before the store does.
+        # The seq after the last row published: what readers (snapshots) may promise, so a
+        # subscriber never waits for a seq that is still being stored.
         self.next_seq = next_seq
+        # The seq the next row handed over gets: the single writer knows it before the store
+        # commits (ahead of next_seq while rows are being stored).
+        self.reserved_seq = next_seq
         self._timeline = timeline
         self._publisher = publisher
         self._clock = clock
@@ -129,7 +134,7 @@ class TimelineWriter:
         if not rows:
             done.set_result(None)
             return done
-        agent_id, epoch, first = self._agent_id, self._epoch, self.next_seq
+        agent_id, epoch, first = self._agent_id, self._epoch, self.reserved_seq
         prepare = self._publisher.prepare
         prepared = [
             prepare(
@@ -144,8 +149,8 @@ class TimelineWriter:
             for i, row in enumerate(rows)
         ]
         stored = self._timeline.append_nowait(agent_id, rows)
-        self.next_seq = first + len(rows)
-        return self._chain(stored, [*lead, *prepared], done)
+        self.reserved_seq = first + len(rows)
+        return self._chain(stored, [*lead, *prepared], done, first + len(rows))
 
     def publish(self, prepared: Sequence[Prepared]) -> None:
         """Publish events in the actor's order: at once, or after rows still being stored."""
@@ -168,8 +173,10 @@ class TimelineWriter:
         stored: asyncio.Future[list[TimelineRow]] | None,
         prepared: Sequence[Prepared],
         done: asyncio.Future[None],
+        published_next: int | None = None,
     ) -> asyncio.Future[None]:
-        """Publish `prepared` once `stored` (if any) and the previous publication are done."""
+        """Publish `prepared` once `stored` (if any) and the previous publication are done;
+        then rows up to `published_next` (when given) are public: `next_seq` moves there."""
         previous, self._tail = self._tail, done
         waits = [f for f in (previous, stored) if f is not None and not f.done()]
 
@@ -183,10 +190,12 @@ class TimelineWriter:
                 failure = stored.exception() if not stored.cancelled() else CancelledError()
             if failure is not None:
                 self._broken = failure
-                self.next_seq = self._timeline.head(self._agent_id).next_seq
+                self.reserved_seq = self._timeline.head(self._agent_id).next_seq
                 done.set_exception(failure)
                 done.exception()  # retrieved: the writer raises it at its next step
                 return
+            if published_next is not None:
+                self.next_seq = published_next
             self._publisher.commit_many(prepared)
             done.set_result(None)
 

@@ -21,6 +21,7 @@ from corral_server.errors import FieldViolation, InvalidArgument
 
 # Listed in error messages, so a user who mistyped one sees what exists.
 KNOWN_DIRECTIVES = (
+    "/echo",
     "/fail",
     "/permission",
     "/refuse-interrupt",
@@ -83,7 +84,13 @@ class Spawn:
     task: str
 
 
-Step: TypeAlias = Reply | Think | Tool | Sleep | Fail | RefuseInterrupt | Permission | Spawn
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """The provider reports the prompt back as a user message with its own message id, as
+    real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
+
+
+Step: TypeAlias = Reply | Think | Tool | Sleep | Fail | RefuseInterrupt | Permission | Spawn | Echo
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,10 @@ def _parse_directive(line: str) -> Step:
             return Permission(_required(name, argument, "a permission name"))
         case "/spawn":
             return Spawn(_required(name, argument, "the sub-agent's task"))
+        case "/echo":
+            if argument:
+                raise _BadLine(f"/echo takes no argument, got {argument!r}")
+            return Echo()
         case _:
             raise _BadLine(
                 f"unknown directive {name!r}; known directives: {', '.join(KNOWN_DIRECTIVES)}"

@@ -26,7 +26,13 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    Reasoning,
+    ToolCall,
+    ToolCallStatus,
+    UserMessage,
+)
 from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition, Unimplemented
 from corral_server.providers.base import (
     EventSink,
@@ -45,6 +51,7 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.script import (
+    Echo,
     Fail,
     Permission,
     RefuseInterrupt,
@@ -244,6 +251,11 @@ class ScriptedSession:
                 run.refusing = True
             case Permission(name=name):
                 await self._ask(run, name, index)
+            case Echo():
+                # As a real agent does: the prompt back, under the provider's own message id.
+                echo_id = f"{run.turn_id}-user"
+                echo = UserMessage(prompt_text(run.prompt), message_id=echo_id)
+                self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
             case Spawn():
                 # Unreachable after require_delivered in _play; kept so the match is exhaustive.
                 raise _undelivered(step)

@@ -222,6 +222,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 agent_id=agent_id, epoch=epoch, row=row_to_pb(row)
             )
             return E(revision=revision, timeline_row_appended=appended)
+        case de.RowUpdated():
+            updated = event_pb.TimelineRowUpdated(
+                agent_id=event.agent_id,
+                epoch=event.epoch,
+                seq=event.seq,
+                provider_message_id=event.provider_message_id,
+            )
+            return E(revision=revision, timeline_row_updated=updated)
         case de.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason):
             reset = event_pb.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason)
             return E(revision=revision, timeline_reset=reset)

@@ -172,6 +172,5 @@ class TurnService(turn_grpc.TurnServiceServicer):
 
     @unary
     async def Rewind(self, request: turn_pb.RewindRequest, context: Ctx) -> turn_pb.RewindResponse:
-        raise errors.Unimplemented(
-            "Rewind needs echo reconciliation and re-basing, not yet delivered"
-        )
+        agent = await self._manager.rewind(request.agent_id, request.message_id)
+        return turn_pb.RewindResponse(agent=convert.agent_to_pb(agent))

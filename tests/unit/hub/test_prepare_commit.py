@@ -57,6 +57,7 @@ EVERY_KIND: list[de.Event] = [
     de.RowAppended("a1", "e1", TOOL_ROW),  # protobuf embedded in the hand-written path
     de.RowAppended("a1", "", dt.TimelineRow(0, 0, dt.Reasoning(""))),  # every default
     de.TimelineReset("a1", "e2", "compacted"),
+    de.RowUpdated("a1", "e2", 9, "pm-9"),
     de.TurnStarted("a1", "t1"),
     de.TurnCompleted("a1", "t1"),
     de.TurnCompleted("a1", "t1", da.Usage(1, 2, 3, 0.5)),

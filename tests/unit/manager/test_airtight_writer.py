@@ -402,3 +402,31 @@ async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a
         assert not any(isinstance(e, TurnStarted) for e in world.publisher.since(mark))
     finally:
         await world.manager.shutdown()
+
+
+async def test_a_snapshot_never_promises_a_row_that_is_still_being_stored(world: World) -> None:
+    agent, session = await world.started()
+    store = world.timeline
+    pending: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]] = []
+    real = store.append_nowait
+
+    def held(agent_id: str, rows: Any) -> asyncio.Future[Any]:
+        """Stored at once in memory, but its commit is held until the test releases it."""
+        stored = real(agent_id, rows)
+        if not any(r.item == Reasoning("held") for r in rows):
+            return stored
+        commit: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending.append((commit, stored))
+        return commit
+
+    store.append_nowait = held  # type: ignore[method-assign]
+    before = world.manager.get(agent.id).next_seq
+    session.emit(ProviderItem("turn-1", Reasoning("held"), "r1"))
+    await world.drained(agent.id)
+    await world.clock.advance(60)  # flushed: the row is with the store, not yet committed
+    await until(lambda: len(pending) == 1)
+    assert world.manager.get(agent.id).next_seq == before  # not promised yet
+    commit, stored = pending[0]
+    commit.set_result(stored.result())
+    await world.drained(agent.id)
+    assert world.manager.get(agent.id).next_seq == before + 1

@@ -322,6 +322,11 @@ EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
     (de.AgentRemoved("a1"), "agent_removed", {"agent_id": "a1"}),
     (de.RowAppended("a1", "e1", ROW), "timeline_row_appended", {"agent_id": "a1", "epoch": "e1"}),
     (de.TimelineReset("a1", "e2", "rewind"), "timeline_reset", {"epoch": "e2", "reason": "rewind"}),
+    (
+        de.RowUpdated("a1", "e1", 4, "pm-4"),
+        "timeline_row_updated",
+        {"seq": 4, "provider_message_id": "pm-4"},
+    ),
     (de.TurnStarted("a1", "t1"), "turn_started", {"agent_id": "a1", "turn_id": "t1"}),
     (de.TurnCompleted("a1", "t1", USAGE), "turn_completed", {"turn_id": "t1"}),
     (de.TurnFailed("a1", "t1", da.AgentError("boom")), "turn_failed", {"turn_id": "t1"}),

@@ -126,6 +126,7 @@ class Event(_message.Message):
     SYNCED_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_RESET_FIELD_NUMBER: _builtins.int
     STREAM_ENDING_FIELD_NUMBER: _builtins.int
+    TIMELINE_ROW_UPDATED_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     @_builtins.property
     def agent_upserted(self) -> Global___AgentUpserted: ...
@@ -157,6 +158,8 @@ class Event(_message.Message):
     def subscription_reset(self) -> Global___SubscriptionReset: ...
     @_builtins.property
     def stream_ending(self) -> Global___StreamEnding: ...
+    @_builtins.property
+    def timeline_row_updated(self) -> Global___TimelineRowUpdated: ...
     def __init__(
         self,
         *,
@@ -176,12 +179,13 @@ class Event(_message.Message):
         synced: Global___Synced | None = ...,
         subscription_reset: Global___SubscriptionReset | None = ...,
         stream_ending: Global___StreamEnding | None = ...,
+        timeline_row_updated: Global___TimelineRowUpdated | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending", "timeline_row_updated"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -251,6 +255,38 @@ class TimelineRowAppended(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TimelineRowAppended: _TypeAlias = TimelineRowAppended  # noqa: Y015
+
+@_typing.final
+class TimelineRowUpdated(_message.Message):
+    """A stored row learned its provider message id (echo reconciliation, the only in-place change
+    a timeline allows: seq and content are unchanged).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    PROVIDER_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    epoch: _builtins.str
+    seq: _builtins.int
+    provider_message_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        epoch: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        provider_message_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "epoch", b"epoch", "provider_message_id", b"provider_message_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TimelineRowUpdated: _TypeAlias = TimelineRowUpdated  # noqa: Y015
 
 @_typing.final
 class TimelineReset(_message.Message):
