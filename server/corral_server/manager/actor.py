@@ -14,19 +14,22 @@ Provider calls run under deadlines on the clock (specs.Timeouts) and carry the t
 meant for, so a late interrupt can never stop the next turn.
 
 Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
+
+The class is assembled from parts, one job each, sharing the state `actor_state.ActorState`
+declares: this module (the queue, registration, provider events, starting and ending turns),
+actor_prompts.py (QUEUE / STEER / REPLACE and what follows a turn), actor_permissions.py,
+actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart) and actor_ending.py
+(interrupt, close, archive, shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar, assert_never
+from dataclasses import replace
+from typing import Any, assert_never
 
 from corral_server import errors
-from corral_server.clock import Clock
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     PARENT_AGENT_ID_LABEL,
@@ -39,21 +42,32 @@ from corral_server.domain.agent import (
     Idle,
     Initializing,
     Lifecycle,
-    PendingPermission,
-    PermissionBehavior,
-    PermissionResponse,
     QueuedPrompt,
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import Cursor, Direction, ErrorItem, TimelineRow, UserMessage
+from corral_server.domain.timeline import ErrorItem, UserMessage
 from corral_server.hub import Prepared
 from corral_server.manager import permissions
+from corral_server.manager.actor_ending import EndingPart
+from corral_server.manager.actor_history import HistoryPart
+from corral_server.manager.actor_permissions import PermissionsPart
+from corral_server.manager.actor_prompts import PromptsPart
+from corral_server.manager.actor_state import (
+    MAX_CODE_BYTES,
+    MAX_ERROR_BYTES,
+    RECENT_FINISHED,
+    TURN_CANCELED,
+    WRITER_FAILED,
+    ActorDeps,
+    ActorState,
+    T,
+    log,
+)
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.oversize import cut_text
-from corral_server.manager.presence import PresenceBook
 from corral_server.manager.sanitize import sanitize_text
-from corral_server.manager.specs import AgentUpdate, Timeouts
+from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turns import (
     ActiveTurn,
     AutonomousRun,
@@ -63,10 +77,8 @@ from corral_server.manager.turns import (
     StartedTurn,
     owns,
 )
-from corral_server.manager.writer import Publisher, TimelineWriter
+from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
-    InterruptResult,
-    Provider,
     ProviderEvent,
     ProviderItem,
     ProviderPermissionRequested,
@@ -78,55 +90,12 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.records.store import AgentRecords, FinishedTurns
-from corral_server.timeline.store import NewRow, TimelineStore
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-# The error code of a turn that corral itself could not record (a failed writer step).
-WRITER_FAILED = "WRITER_FAILED"
-# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
-# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
-# error code up to MAX_CODE_BYTES.
-MAX_ERROR_BYTES = 16 * 1024
-MAX_CODE_BYTES = 256
-# The key prefix of a prompt row remembered by its text (client_message_ids never start so).
-_TEXT = "\x00text:"
-# Rows copied per append when a rewind re-bases a timeline.
-REWIND_BATCH = 1_000
-# Finished turn ids an actor keeps in memory (the durable set keeps them all): late events of
-# a turn this old are very unlikely, and the durable set still stops a restart of one.
-RECENT_FINISHED = 256
-# The error code of a turn a daemon restart cut short.
-DAEMON_RESTARTED = "DAEMON_RESTARTED"
-# Prompts one agent may hold queued (each up to a prompt's size limit).
-MAX_QUEUED_PROMPTS = 32
-# The code of the row that records a canceled turn in the timeline.
-TURN_CANCELED = "TURN_CANCELED"
-PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
-
-
-@dataclass(frozen=True, slots=True)
-class ActorDeps:
-    provider: Provider
-    timeline: TimelineStore
-    publisher: Publisher
-    clock: Clock
-    is_shutting_down: Callable[[], bool]
-    timeouts: Timeouts
-    # Where snapshots are kept across restarts (None: in memory only).
-    records: AgentRecords | None = None
-    # Where every finished turn id is kept (None: only the recent ones, in memory).
-    finished: FinishedTurns | None = None
-    # Clients' presence, for the notification plan of attention events.
-    presence: PresenceBook | None = None
-
+from corral_server.timeline.store import NewRow
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
 
 
-class AgentActor:
+class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._snapshot = agent  # replaced whole, only by this actor's task
         # The timeline's writer. Its next_seq moves with every append; folding it into the
@@ -441,102 +410,6 @@ class AgentActor:
         if put is not None and not put.done():
             await asyncio.shield(put)
 
-    def _enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
-        """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
-        turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
-        self._deps.provider.validate_prompt(prompt)
-        queued = self._snapshot.queued_prompts
-        if len(queued) >= MAX_QUEUED_PROMPTS:
-            raise errors.ResourceExhausted(
-                f"agent {self.agent.id!r} already has {len(queued)} queued prompts "
-                f"(max_queued_prompts: {MAX_QUEUED_PROMPTS})",
-                metadata={"agent_id": self.agent.id, "limit": str(MAX_QUEUED_PROMPTS)},
-            )
-        client_message_id = client_message_id or f"queued-{uuid.uuid4().hex}"
-        if any(q.client_message_id == client_message_id for q in queued):
-            raise errors.AlreadyExists(
-                f"a prompt with client_message_id {client_message_id!r} is already queued",
-                metadata={"client_message_id": client_message_id},
-            )
-        entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms())
-        self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
-        return StartedTurn(Disposition.QUEUED, "", client_message_id)
-
-    async def enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
-        """QUEUE, acknowledged once the queue holding the prompt is stored."""
-        started = self._enqueue(prompt, client_message_id)
-        await self._record_durable()
-        return started
-
-    async def _steer_or_queue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
-        """STEER: into the running turn when the provider takes it (the prompt's row joins
-        that turn), else the prompt is queued and the answer says QUEUED."""
-        active, session, deps = self._active, self._session, self._deps
-        if active is not None and session is not None and deps.provider.info().can_steer:
-            deps.provider.validate_prompt(prompt)
-            try:
-                steer = session.steer(active.turn_id, prompt)
-                taken = await deadline(deps.clock, deps.timeouts.interrupt_s, steer, "steer")
-            except Exception:
-                log.warning("agent %s: steer failed; queued", self.agent.id, exc_info=True)
-                taken = False
-            if taken:
-                text = prompt_text(prompt)
-                message = UserMessage(text, client_message_id, client_message_id)
-                row = NewRow(message, deps.clock.now_ms(), active.turn_id)
-                self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
-                await self._writer.append([row])
-                return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
-        return await self.enqueue(prompt, client_message_id)
-
-    def remove_queued(self, client_message_id: str) -> Agent:
-        queued = self._snapshot.queued_prompts
-        kept = tuple(q for q in queued if q.client_message_id != client_message_id)
-        if len(kept) == len(queued):
-            raise errors.QueuedPromptNotFound(self.agent.id, client_message_id)
-        self._set(replace(self._snapshot, queued_prompts=kept))
-        return self.agent
-
-    def open_handoff(self) -> str | None:
-        """REPLACE, step 1 (on the queue, before the cancel): from now until the successor
-        starts, the agent keeps reporting Running (no idle moment any subscriber could see)
-        and REJECT prompts stay busy. Returns the running turn's id (None: nothing runs)."""
-        if self._active is None:
-            return None
-        self._handoff = True
-        return self._active.turn_id
-
-    async def close_handoff(self) -> None:
-        """REPLACE abandoned (the provider refused to stop the turn): the handoff ends; if
-        the turn ended meanwhile, what follows a turn follows now."""
-        self._handoff = False
-        if self._active is None and isinstance(self._snapshot.lifecycle, Running):
-            self._after_turn()
-
-    def _after_turn(self) -> None:
-        """No turn runs and none is handed over: start the next queued prompt, else show
-        the lifecycle the last turn ended in."""
-        if self._snapshot.queued_prompts and not self._deps.is_shutting_down():
-            self._handoff = True
-            self.post(self._start_next_queued)
-        elif isinstance(self._snapshot.lifecycle, Running):
-            self._set(replace(self._snapshot, lifecycle=self._ended))
-
-    async def _start_next_queued(self) -> None:
-        if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
-            self._handoff = False
-            return
-        if self._active is not None:
-            self._handoff = False  # an autonomous turn took the slot: its end goes on
-            return
-        queued = self._snapshot.queued_prompts
-        if not queued or self._deps.is_shutting_down() or self._session is None:
-            self._handoff = False
-            self._after_turn()
-            return
-        first = queued[0]
-        await self._start(first.content, first.client_message_id, queued[1:])
-
     def _begin(
         self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
     ) -> Prepared:
@@ -585,57 +458,6 @@ class AgentActor:
             case _:
                 assert_never(event)
 
-    # --- permissions (seed 000, section 10) ------------------------------------------------
-
-    def _request_permission(self, permission: PendingPermission) -> None:
-        agent = permissions.with_request(self._snapshot, permission)
-        if agent is None:
-            return  # a repeated request for a pending id
-        event = ev.PermissionRequested(agent.id, permission.turn_id, permission)
-        publisher = self._deps.publisher
-        requested = publisher.prepare(event)
-        # Attention is edge-triggered: none pending -> one, and only if not already set.
-        first = not self._snapshot.pending_permissions and not agent.attention.required
-        if first:
-            now = self._deps.clock.now_ms()
-            agent = replace(agent, attention=Attention(True, AttentionReason.PERMISSION, now))
-        self._set(agent)
-        self._writer.publish((requested,))
-        if first:
-            attention = self._attention(AttentionReason.PERMISSION)
-            self._writer.publish((publisher.prepare(attention),))
-
-    def _resolve_permissions(
-        self, request_ids: set[str], behavior: PermissionBehavior | None
-    ) -> None:
-        """Take requests out of the pending list and say how each ended."""
-        ended = [p for p in self._snapshot.pending_permissions if p.id in request_ids]
-        if not ended:
-            return
-        publisher = self._deps.publisher
-        resolved = [
-            publisher.prepare(ev.PermissionResolved(self.agent.id, p.turn_id, p.id, behavior))
-            for p in ended
-        ]
-        self._set(permissions.without(self._snapshot, request_ids))
-        self._writer.publish(resolved)
-
-    async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
-        """RespondToPermission: the answer goes to the provider (under a deadline), then the
-        request leaves the pending list and PermissionResolved is published. A resolution the
-        provider reports meanwhile queues behind this step, so no client sees it before the
-        RPC's own receipt."""
-        self._ensure_open()
-        permission = permissions.find(self._snapshot, request_id)
-        permissions.check_answer(permission, response)
-        session, deps = self._session, self._deps
-        if session is None:
-            raise errors.FailedPrecondition(f"agent {self.agent.id!r} has no provider session")
-        answer = session.respond_permission(permission.turn_id, request_id, response)
-        await deadline(deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission")
-        self._resolve_permissions({request_id}, response.behavior)
-        return self.agent
-
     def _remember_finished(self, turn_id: str) -> None:
         finished = self._finished
         finished[turn_id] = None
@@ -652,35 +474,6 @@ class AgentActor:
         return (
             store is not None and bool(turn_id) and await store.contains(self._snapshot.id, turn_id)
         )
-
-    async def _reconciled(self, event: ProviderItem) -> bool:
-        """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
-        the echo of a prompt corral stored (same client_message_id, or the same text in the
-        running turn) is not stored twice; the provider's message id is written into the
-        stored row (its only in-place change) and subscribers learn it by RowUpdated."""
-        item = event.item
-        if type(item) is not UserMessage or self._active is None:
-            return False
-        prompts = self._prompt_rows
-        seq = prompts.get(item.client_message_id) if item.client_message_id else None
-        if seq is None:
-            seq = prompts.get(_TEXT + sanitize_text(item.text))
-        if seq is None:
-            return False
-        provider_id = sanitize_text(event.provider_message_id or item.message_id)
-        if provider_id:
-            agent_id = self._snapshot.id
-            await self._writer.barrier()  # the prompt's row is committed before it changes
-            await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
-            updated = ev.RowUpdated(agent_id, self._snapshot.epoch, seq, provider_id)
-            self._writer.publish((self._deps.publisher.prepare(updated),))
-        return True
-
-    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None:
-        """The running turn's prompt rows, for echo reconciliation (cleared at each start)."""
-        if client_message_id:
-            self._prompt_rows[client_message_id] = seq
-        self._prompt_rows[_TEXT + text] = seq
 
     def _accepts(self, turn_id: str) -> bool:
         active = self._active
@@ -788,214 +581,6 @@ class AgentActor:
                 self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
         except Exception:
             log.exception("agent %s: could not record a writer failure", self._snapshot.id)
-
-    # --- restart (issue 6: lazy, robust start-up) ---------------------------------------------
-
-    async def end_interrupted_turn(self) -> None:
-        """A restored agent whose snapshot says Running: its turn died with the old daemon.
-        It ends with a clear error row and turn_failed, and the agent is idle again (a
-        provider that can resume turns comes with the providers issue)."""
-        lifecycle = self._snapshot.lifecycle
-        if not isinstance(lifecycle, Running):
-            return
-        settled = asyncio.get_running_loop().create_future()
-        active = AutonomousRun(lifecycle.active_turn_id, settled)
-        self._active = active
-        error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
-        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
-        self._set(replace(self._snapshot, lifecycle=Idle()))
-
-    # --- reload (seed 000, section 4.2) ---------------------------------------------------
-
-    async def reload(self, rehydrate: bool) -> Agent:
-        """Restart the provider session under the same agent id. The caller settled the
-        running turn first (a turn started since makes this AGENT_BUSY). The timeline and its
-        epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
-        announced by TimelineReset (clients holding old cursors get stale_cursor), to be
-        primed again from the provider's history (the scripted provider keeps none)."""
-        self._ensure_open()
-        if self._deps.is_shutting_down():
-            raise errors.ShuttingDown()
-        if self._active is not None:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id)
-        await self._writer.flush()
-        old, self._session = self._session, None
-        if old is not None:
-            try:
-                await self._close_session(old)
-            except Exception:
-                log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
-        agent = self._snapshot
-        if rehydrate:
-            head = await self._deps.timeline.rebase(agent.id)
-            self._writer = self._new_writer(head.epoch, head.next_seq)
-            reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
-            self._writer.publish((self._deps.publisher.prepare(reset),))
-            agent = replace(agent, epoch=head.epoch)
-        self._set(replace(agent, lifecycle=Initializing()))
-        try:
-            return await self.register(agent.model, agent.mode)
-        except errors.CorralError as exc:
-            error = AgentError(f"reload failed: {exc.message}", exc.reason)
-            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
-            raise
-
-    # --- rewind (seed 000, 6.4) ------------------------------------------------------------
-
-    async def rewind(self, message_id: str) -> Agent:
-        """Back to before the user message the provider confirmed as `message_id`: the
-        timeline is re-based under a new epoch holding the rows before it (renumbered from
-        1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
-        message the provider never confirmed is FAILED_PRECONDITION."""
-        self._ensure_open()
-        if self._active is not None or self._handoff:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id if self._active else "")
-        await self._writer.flush()
-        await self._writer.barrier()
-        agent_id = self._snapshot.id
-        kept = await self._rows_before(message_id)
-        head = await self._deps.timeline.rebase(agent_id)
-        self._writer = self._new_writer(head.epoch, head.next_seq)
-        reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
-        self._writer.publish((self._deps.publisher.prepare(reset),))
-        self._set(replace(self._snapshot, epoch=head.epoch))
-        rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
-        for start in range(0, len(rows), REWIND_BATCH):
-            await self._writer.append(rows[start : start + REWIND_BATCH])
-        self._prompt_rows = {}
-        return self.agent
-
-    async def _rows_before(self, message_id: str) -> list[TimelineRow]:
-        """The retained rows before the row the provider confirmed as `message_id`."""
-        timeline, agent_id = self._deps.timeline, self._snapshot.id
-        epoch = self._snapshot.epoch
-        seen: list[TimelineRow] = []
-        cursor = Cursor(epoch, 0)
-        while True:
-            page = await timeline.fetch(agent_id, Direction.AFTER, cursor, 0)
-            for row in page.rows:
-                if row.provider_message_id == message_id and type(row.item) is UserMessage:
-                    return seen
-                seen.append(row)
-            if not page.has_newer or not page.rows:
-                break
-            cursor = Cursor(epoch, page.rows[-1].seq)
-        raise errors.MessageNotConfirmed(self._snapshot.id, message_id)
-
-    # --- cancel and close ----------------------------------------------------------------
-
-    async def interrupt(self, turn_id: str) -> InterruptResult:
-        """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
-        to answer must not stall the writer), under the interrupt deadline, and fenced twice:
-        here, and by the provider, which ignores an interrupt for a turn it is not running.
-        A deadline or an error counts as "not confirmed" (REFUSED)."""
-        active, session = self._active, self._session
-        if active is None or active.turn_id != turn_id or session is None:
-            return InterruptResult.NOT_RUNNING
-        try:
-            return await deadline(
-                self._deps.clock,
-                self._deps.timeouts.interrupt_s,
-                session.interrupt(turn_id),
-                "interrupt",
-            )
-        except Exception:
-            log.warning("agent %s: interrupt of %s failed", self.agent.id, turn_id, exc_info=True)
-            return InterruptResult.REFUSED
-
-    async def force_cancel(self, turn_id: str, reason: str) -> None:
-        """The provider confirmed the interrupt but never ended the turn: end it ourselves
-        (seed 000, section 5.4 — only after a confirmed interrupt)."""
-        active = self._active
-        if active is not None and active.turn_id == turn_id:
-            await self._finish(active, ev.TurnCanceled(self.agent.id, turn_id, reason))
-
-    async def close(self) -> Agent:
-        """Close the runtime and keep the record. A session close that fails or misses its
-        deadline still broadcasts the closed snapshot, then raises (seed 000, section 4.3)."""
-        if isinstance(self.agent.lifecycle, Closed):
-            return self.agent
-        failure: Exception | None = None
-        if self._active is not None:
-            active = self._active
-            await self._finish(
-                active, ev.TurnCanceled(self.agent.id, active.turn_id, "agent closed")
-            )
-        await self._writer.flush()
-        if self._session is not None:
-            try:
-                await self._close_session(self._session)
-            except Exception as exc:
-                failure = exc
-        closed = Closed(self._deps.clock.now_ms())
-        self._set(replace(self._snapshot, lifecycle=closed, queued_prompts=()))
-        self._stop()
-        if isinstance(failure, errors.CorralError):
-            raise failure
-        if failure is not None:
-            raise errors.CorralError(
-                f"the provider session failed to close: {failure}"
-            ) from failure
-        return self.agent
-
-    async def _close_session(self, session: ProviderSession) -> None:
-        deps = self._deps
-        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
-
-    def _stop(self) -> None:
-        self._stopped = True
-        self._writer.cancel_timer()
-        self._queue.put_nowait(None)
-
-    async def shutdown(self) -> None:
-        """Daemon shutdown, through the queue like every other change: what was queued
-        before runs first (a queued prompt is refused: the manager refuses new work before
-        it shuts actors down), then the session closes under its deadline and the actor
-        stops. The state stays as it is."""
-        if not self._stopped:
-            self._queue.put_nowait((self._shutdown_step, None))
-        await self.stopped()
-
-    async def _shutdown_step(self) -> None:
-        if self._stopped:
-            return
-        try:
-            if self._session is not None:
-                await self._close_session(self._session)
-        except Exception:
-            log.warning(
-                "agent %s: session close failed during shutdown", self.agent.id, exc_info=True
-            )
-        finally:
-            self._stop()
-
-    async def archive(self) -> Agent:
-        """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
-        like CloseAgent (a running turn canceled, the session closed)."""
-        if self._snapshot.archived_at_ms is None:
-            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
-        return await self.close()
-
-    def archive_closed(self) -> Agent:
-        """ArchiveAgent of an agent closed before: its queue has stopped, so nothing else can
-        write it; the mark is set here, on the loop, at once."""
-        assert self._stopped, "an open agent is archived through its queue"
-        if self._snapshot.archived_at_ms is None:
-            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
-        return self.agent
-
-    def retire(self) -> None:
-        """A closed agent restored after a restart: its record stays, its queue takes nothing."""
-        self._stop()
-
-    def kill(self) -> None:
-        """Stop at once, whatever is running (shutdown's deadline passed)."""
-        self._stopped = True
-        self._task.cancel()
-
-    async def stopped(self) -> None:
-        """Until the actor's task has ended."""
-        await asyncio.wait([self._task])
 
 
 def _bounded(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:

@@ -30,7 +30,8 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
-from corral_server.manager.actor import ActorDeps, AgentActor
+from corral_server.manager.actor import AgentActor
+from corral_server.manager.actor_state import ActorDeps
 from corral_server.manager.deadlines import within
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.selector import parse_selector

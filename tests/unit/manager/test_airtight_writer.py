@@ -23,7 +23,7 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
-from corral_server.manager.actor import MAX_CODE_BYTES, MAX_ERROR_BYTES
+from corral_server.manager.actor_state import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
@@ -371,7 +371,7 @@ async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_
 async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a_restart(
     tmp_path: Any,
 ) -> None:
-    from corral_server.manager.actor import RECENT_FINISHED
+    from corral_server.manager.actor_state import RECENT_FINISHED
     from corral_server.manager.manager import AgentManager
     from corral_server.providers.base import ProviderTurnStarted
     from corral_server.records.memory import InMemoryFinishedTurns

@@ -1,0 +1,138 @@
+"""The actor's part that stops things: interrupts (off the queue, fenced by turn id),
+close, archive, daemon shutdown (through the queue), kill. See actor.py for the rules."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from corral_server import errors
+from corral_server.domain import events as ev
+from corral_server.domain.agent import (
+    Agent,
+    Closed,
+)
+from corral_server.manager.actor_state import (
+    ActorState,
+    log,
+)
+from corral_server.manager.deadlines import deadline
+from corral_server.providers.base import (
+    InterruptResult,
+    ProviderSession,
+)
+
+
+class EndingPart(ActorState):
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
+        to answer must not stall the writer), under the interrupt deadline, and fenced twice:
+        here, and by the provider, which ignores an interrupt for a turn it is not running.
+        A deadline or an error counts as "not confirmed" (REFUSED)."""
+        active, session = self._active, self._session
+        if active is None or active.turn_id != turn_id or session is None:
+            return InterruptResult.NOT_RUNNING
+        try:
+            return await deadline(
+                self._deps.clock,
+                self._deps.timeouts.interrupt_s,
+                session.interrupt(turn_id),
+                "interrupt",
+            )
+        except Exception:
+            log.warning("agent %s: interrupt of %s failed", self.agent.id, turn_id, exc_info=True)
+            return InterruptResult.REFUSED
+
+    async def force_cancel(self, turn_id: str, reason: str) -> None:
+        """The provider confirmed the interrupt but never ended the turn: end it ourselves
+        (seed 000, section 5.4 — only after a confirmed interrupt)."""
+        active = self._active
+        if active is not None and active.turn_id == turn_id:
+            await self._finish(active, ev.TurnCanceled(self.agent.id, turn_id, reason))
+
+    async def close(self) -> Agent:
+        """Close the runtime and keep the record. A session close that fails or misses its
+        deadline still broadcasts the closed snapshot, then raises (seed 000, section 4.3)."""
+        if isinstance(self.agent.lifecycle, Closed):
+            return self.agent
+        failure: Exception | None = None
+        if self._active is not None:
+            active = self._active
+            await self._finish(
+                active, ev.TurnCanceled(self.agent.id, active.turn_id, "agent closed")
+            )
+        await self._writer.flush()
+        if self._session is not None:
+            try:
+                await self._close_session(self._session)
+            except Exception as exc:
+                failure = exc
+        closed = Closed(self._deps.clock.now_ms())
+        self._set(replace(self._snapshot, lifecycle=closed, queued_prompts=()))
+        self._stop()
+        if isinstance(failure, errors.CorralError):
+            raise failure
+        if failure is not None:
+            raise errors.CorralError(
+                f"the provider session failed to close: {failure}"
+            ) from failure
+        return self.agent
+
+    async def _close_session(self, session: ProviderSession) -> None:
+        deps = self._deps
+        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
+
+    def _stop(self) -> None:
+        self._stopped = True
+        self._writer.cancel_timer()
+        self._queue.put_nowait(None)
+
+    async def shutdown(self) -> None:
+        """Daemon shutdown, through the queue like every other change: what was queued
+        before runs first (a queued prompt is refused: the manager refuses new work before
+        it shuts actors down), then the session closes under its deadline and the actor
+        stops. The state stays as it is."""
+        if not self._stopped:
+            self._queue.put_nowait((self._shutdown_step, None))
+        await self.stopped()
+
+    async def _shutdown_step(self) -> None:
+        if self._stopped:
+            return
+        try:
+            if self._session is not None:
+                await self._close_session(self._session)
+        except Exception:
+            log.warning(
+                "agent %s: session close failed during shutdown", self.agent.id, exc_info=True
+            )
+        finally:
+            self._stop()
+
+    async def archive(self) -> Agent:
+        """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
+        like CloseAgent (a running turn canceled, the session closed)."""
+        if self._snapshot.archived_at_ms is None:
+            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        return await self.close()
+
+    def archive_closed(self) -> Agent:
+        """ArchiveAgent of an agent closed before: its queue has stopped, so nothing else can
+        write it; the mark is set here, on the loop, at once."""
+        assert self._stopped, "an open agent is archived through its queue"
+        if self._snapshot.archived_at_ms is None:
+            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        return self.agent
+
+    def retire(self) -> None:
+        """A closed agent restored after a restart: its record stays, its queue takes nothing."""
+        self._stop()
+
+    def kill(self) -> None:
+        """Stop at once, whatever is running (shutdown's deadline passed)."""
+        self._stopped = True
+        self._task.cancel()
+
+    async def stopped(self) -> None:
+        """Until the actor's task has ended."""
+        await asyncio.wait([self._task])

@@ -1,0 +1,152 @@
+"""The actor's part that rewrites what came before: echo reconciliation and Rewind (seed
+000, 6.4), ReloadAgent (4.2), and ending a turn a restart interrupted. On the queue only."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from corral_server import errors
+from corral_server.domain import events as ev
+from corral_server.domain.agent import (
+    Agent,
+    AgentError,
+    Errored,
+    Idle,
+    Initializing,
+    Running,
+)
+from corral_server.domain.timeline import Cursor, Direction, TimelineRow, UserMessage
+from corral_server.manager.actor_state import (
+    _TEXT,
+    DAEMON_RESTARTED,
+    REWIND_BATCH,
+    ActorState,
+    log,
+)
+from corral_server.manager.sanitize import sanitize_text
+from corral_server.manager.turns import (
+    AutonomousRun,
+)
+from corral_server.providers.base import (
+    ProviderItem,
+)
+from corral_server.timeline.store import NewRow
+
+
+class HistoryPart(ActorState):
+    async def end_interrupted_turn(self) -> None:
+        """A restored agent whose snapshot says Running: its turn died with the old daemon.
+        It ends with a clear error row and turn_failed, and the agent is idle again (a
+        provider that can resume turns comes with the providers issue)."""
+        lifecycle = self._snapshot.lifecycle
+        if not isinstance(lifecycle, Running):
+            return
+        settled = asyncio.get_running_loop().create_future()
+        active = AutonomousRun(lifecycle.active_turn_id, settled)
+        self._active = active
+        error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
+        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
+        self._set(replace(self._snapshot, lifecycle=Idle()))
+
+    async def reload(self, rehydrate: bool) -> Agent:
+        """Restart the provider session under the same agent id. The caller settled the
+        running turn first (a turn started since makes this AGENT_BUSY). The timeline and its
+        epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
+        announced by TimelineReset (clients holding old cursors get stale_cursor), to be
+        primed again from the provider's history (the scripted provider keeps none)."""
+        self._ensure_open()
+        if self._deps.is_shutting_down():
+            raise errors.ShuttingDown()
+        if self._active is not None:
+            raise errors.AgentBusy(self.agent.id, self._active.turn_id)
+        await self._writer.flush()
+        old, self._session = self._session, None
+        if old is not None:
+            try:
+                await self._close_session(old)
+            except Exception:
+                log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
+        agent = self._snapshot
+        if rehydrate:
+            head = await self._deps.timeline.rebase(agent.id)
+            self._writer = self._new_writer(head.epoch, head.next_seq)
+            reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
+            self._writer.publish((self._deps.publisher.prepare(reset),))
+            agent = replace(agent, epoch=head.epoch)
+        self._set(replace(agent, lifecycle=Initializing()))
+        try:
+            return await self.register(agent.model, agent.mode)
+        except errors.CorralError as exc:
+            error = AgentError(f"reload failed: {exc.message}", exc.reason)
+            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            raise
+
+    async def rewind(self, message_id: str) -> Agent:
+        """Back to before the user message the provider confirmed as `message_id`: the
+        timeline is re-based under a new epoch holding the rows before it (renumbered from
+        1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
+        message the provider never confirmed is FAILED_PRECONDITION."""
+        self._ensure_open()
+        if self._active is not None or self._handoff:
+            raise errors.AgentBusy(self.agent.id, self._active.turn_id if self._active else "")
+        await self._writer.flush()
+        await self._writer.barrier()
+        agent_id = self._snapshot.id
+        kept = await self._rows_before(message_id)
+        head = await self._deps.timeline.rebase(agent_id)
+        self._writer = self._new_writer(head.epoch, head.next_seq)
+        reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
+        self._writer.publish((self._deps.publisher.prepare(reset),))
+        self._set(replace(self._snapshot, epoch=head.epoch))
+        rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
+        for start in range(0, len(rows), REWIND_BATCH):
+            await self._writer.append(rows[start : start + REWIND_BATCH])
+        self._prompt_rows = {}
+        return self.agent
+
+    async def _rows_before(self, message_id: str) -> list[TimelineRow]:
+        """The retained rows before the row the provider confirmed as `message_id`."""
+        timeline, agent_id = self._deps.timeline, self._snapshot.id
+        epoch = self._snapshot.epoch
+        seen: list[TimelineRow] = []
+        cursor = Cursor(epoch, 0)
+        while True:
+            page = await timeline.fetch(agent_id, Direction.AFTER, cursor, 0)
+            for row in page.rows:
+                if row.provider_message_id == message_id and type(row.item) is UserMessage:
+                    return seen
+                seen.append(row)
+            if not page.has_newer or not page.rows:
+                break
+            cursor = Cursor(epoch, page.rows[-1].seq)
+        raise errors.MessageNotConfirmed(self._snapshot.id, message_id)
+
+    async def _reconciled(self, event: ProviderItem) -> bool:
+        """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
+        the echo of a prompt corral stored (same client_message_id, or the same text in the
+        running turn) is not stored twice; the provider's message id is written into the
+        stored row (its only in-place change) and subscribers learn it by RowUpdated."""
+        item = event.item
+        if type(item) is not UserMessage or self._active is None:
+            return False
+        prompts = self._prompt_rows
+        seq = prompts.get(item.client_message_id) if item.client_message_id else None
+        if seq is None:
+            seq = prompts.get(_TEXT + sanitize_text(item.text))
+        if seq is None:
+            return False
+        provider_id = sanitize_text(event.provider_message_id or item.message_id)
+        if provider_id:
+            agent_id = self._snapshot.id
+            await self._writer.barrier()  # the prompt's row is committed before it changes
+            await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
+            updated = ev.RowUpdated(agent_id, self._snapshot.epoch, seq, provider_id)
+            self._writer.publish((self._deps.publisher.prepare(updated),))
+        return True
+
+    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None:
+        """The running turn's prompt rows, for echo reconciliation (cleared at each start)."""
+        if client_message_id:
+            self._prompt_rows[client_message_id] = seq
+        self._prompt_rows[_TEXT + text] = seq

@@ -1,0 +1,126 @@
+"""The actor's part for prompts sent while a turn runs (seed 000, 5.1; seed 003, 5.8):
+QUEUE, STEER, REPLACE's handoff, and what follows a turn. Runs on the actor's queue only."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from corral_server import errors
+from corral_server.domain.agent import (
+    Agent,
+    Closed,
+    QueuedPrompt,
+    Running,
+)
+from corral_server.domain.content import Prompt, prompt_text
+from corral_server.domain.timeline import UserMessage
+from corral_server.manager.actor_state import (
+    MAX_QUEUED_PROMPTS,
+    ActorState,
+    log,
+)
+from corral_server.manager.deadlines import deadline
+from corral_server.manager.turns import (
+    Disposition,
+    StartedTurn,
+)
+from corral_server.timeline.store import NewRow
+
+
+class PromptsPart(ActorState):
+    def _enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
+        turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
+        self._deps.provider.validate_prompt(prompt)
+        queued = self._snapshot.queued_prompts
+        if len(queued) >= MAX_QUEUED_PROMPTS:
+            raise errors.ResourceExhausted(
+                f"agent {self.agent.id!r} already has {len(queued)} queued prompts "
+                f"(max_queued_prompts: {MAX_QUEUED_PROMPTS})",
+                metadata={"agent_id": self.agent.id, "limit": str(MAX_QUEUED_PROMPTS)},
+            )
+        client_message_id = client_message_id or f"queued-{uuid.uuid4().hex}"
+        if any(q.client_message_id == client_message_id for q in queued):
+            raise errors.AlreadyExists(
+                f"a prompt with client_message_id {client_message_id!r} is already queued",
+                metadata={"client_message_id": client_message_id},
+            )
+        entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms())
+        self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
+        return StartedTurn(Disposition.QUEUED, "", client_message_id)
+
+    async def enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """QUEUE, acknowledged once the queue holding the prompt is stored."""
+        started = self._enqueue(prompt, client_message_id)
+        await self._record_durable()
+        return started
+
+    async def _steer_or_queue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+        """STEER: into the running turn when the provider takes it (the prompt's row joins
+        that turn), else the prompt is queued and the answer says QUEUED."""
+        active, session, deps = self._active, self._session, self._deps
+        if active is not None and session is not None and deps.provider.info().can_steer:
+            deps.provider.validate_prompt(prompt)
+            try:
+                steer = session.steer(active.turn_id, prompt)
+                taken = await deadline(deps.clock, deps.timeouts.interrupt_s, steer, "steer")
+            except Exception:
+                log.warning("agent %s: steer failed; queued", self.agent.id, exc_info=True)
+                taken = False
+            if taken:
+                text = prompt_text(prompt)
+                message = UserMessage(text, client_message_id, client_message_id)
+                row = NewRow(message, deps.clock.now_ms(), active.turn_id)
+                self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
+                await self._writer.append([row])
+                return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
+        return await self.enqueue(prompt, client_message_id)
+
+    def remove_queued(self, client_message_id: str) -> Agent:
+        queued = self._snapshot.queued_prompts
+        kept = tuple(q for q in queued if q.client_message_id != client_message_id)
+        if len(kept) == len(queued):
+            raise errors.QueuedPromptNotFound(self.agent.id, client_message_id)
+        self._set(replace(self._snapshot, queued_prompts=kept))
+        return self.agent
+
+    def open_handoff(self) -> str | None:
+        """REPLACE, step 1 (on the queue, before the cancel): from now until the successor
+        starts, the agent keeps reporting Running (no idle moment any subscriber could see)
+        and REJECT prompts stay busy. Returns the running turn's id (None: nothing runs)."""
+        if self._active is None:
+            return None
+        self._handoff = True
+        return self._active.turn_id
+
+    async def close_handoff(self) -> None:
+        """REPLACE abandoned (the provider refused to stop the turn): the handoff ends; if
+        the turn ended meanwhile, what follows a turn follows now."""
+        self._handoff = False
+        if self._active is None and isinstance(self._snapshot.lifecycle, Running):
+            self._after_turn()
+
+    def _after_turn(self) -> None:
+        """No turn runs and none is handed over: start the next queued prompt, else show
+        the lifecycle the last turn ended in."""
+        if self._snapshot.queued_prompts and not self._deps.is_shutting_down():
+            self._handoff = True
+            self.post(self._start_next_queued)
+        elif isinstance(self._snapshot.lifecycle, Running):
+            self._set(replace(self._snapshot, lifecycle=self._ended))
+
+    async def _start_next_queued(self) -> None:
+        if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
+            self._handoff = False
+            return
+        if self._active is not None:
+            self._handoff = False  # an autonomous turn took the slot: its end goes on
+            return
+        queued = self._snapshot.queued_prompts
+        if not queued or self._deps.is_shutting_down() or self._session is None:
+            self._handoff = False
+            self._after_turn()
+            return
+        first = queued[0]
+        await self._start(first.content, first.client_message_id, queued[1:])

@@ -1,0 +1,138 @@
+"""What the parts of an agent's actor share (actor.py is the whole; actor_*.py its parts):
+the dependencies, the tuned constants, and `ActorState`, which declares the state the single
+writer owns and the steps the parts call each other through. Nothing here runs on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from corral_server import errors
+from corral_server.clock import Clock
+from corral_server.domain import events as ev
+from corral_server.domain.agent import (
+    Agent,
+    AttentionReason,
+    Lifecycle,
+    QueuedPrompt,
+)
+from corral_server.domain.content import Prompt
+from corral_server.manager.presence import PresenceBook
+from corral_server.manager.specs import Timeouts
+from corral_server.manager.turns import (
+    ActiveTurn,
+)
+from corral_server.manager.writer import Publisher, TimelineWriter
+from corral_server.providers.base import (
+    Provider,
+    ProviderSession,
+)
+from corral_server.records.store import AgentRecords, FinishedTurns
+from corral_server.timeline.store import TimelineStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The error code of a turn that corral itself could not record (a failed writer step).
+WRITER_FAILED = "WRITER_FAILED"
+# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
+# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
+# error code up to MAX_CODE_BYTES.
+MAX_ERROR_BYTES = 16 * 1024
+MAX_CODE_BYTES = 256
+# The key prefix of a prompt row remembered by its text (client_message_ids never start so).
+_TEXT = "\x00text:"
+# Rows copied per append when a rewind re-bases a timeline.
+REWIND_BATCH = 1_000
+# Finished turn ids an actor keeps in memory (the durable set keeps them all): late events of
+# a turn this old are very unlikely, and the durable set still stops a restart of one.
+RECENT_FINISHED = 256
+# The error code of a turn a daemon restart cut short.
+DAEMON_RESTARTED = "DAEMON_RESTARTED"
+# Prompts one agent may hold queued (each up to a prompt's size limit).
+MAX_QUEUED_PROMPTS = 32
+# The code of the row that records a canceled turn in the timeline.
+TURN_CANCELED = "TURN_CANCELED"
+PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
+
+
+@dataclass(frozen=True, slots=True)
+class ActorDeps:
+    provider: Provider
+    timeline: TimelineStore
+    publisher: Publisher
+    clock: Clock
+    is_shutting_down: Callable[[], bool]
+    timeouts: Timeouts
+    # Where snapshots are kept across restarts (None: in memory only).
+    records: AgentRecords | None = None
+    # Where every finished turn id is kept (None: only the recent ones, in memory).
+    finished: FinishedTurns | None = None
+    # Clients' presence, for the notification plan of attention events.
+    presence: PresenceBook | None = None
+
+
+class ActorState(ABC):
+    """The single writer's state (see actor.py for each field's invariant) and the steps
+    shared between the actor's parts; `AgentActor` implements every one of them."""
+
+    _snapshot: Agent
+    _deps: ActorDeps
+    _writer: TimelineWriter
+    _session: ProviderSession | None
+    _queue: asyncio.Queue[Any]
+    _task: asyncio.Task[None]
+    _active: ActiveTurn | None
+    _handoff: bool
+    _ended: Lifecycle
+    _prompt_rows: dict[str, int]
+    _stopped: bool
+
+    @property
+    @abstractmethod
+    def agent(self) -> Agent: ...
+
+    @abstractmethod
+    def post(self, op: Callable[[], Awaitable[object]]) -> None: ...
+
+    @abstractmethod
+    def _set(self, changed: Agent) -> None: ...
+
+    @abstractmethod
+    def _ensure_open(self) -> None: ...
+
+    @abstractmethod
+    def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter: ...
+
+    @abstractmethod
+    def _attention(self, reason: AttentionReason) -> ev.AttentionRequired: ...
+
+    @abstractmethod
+    async def register(self, model: str, mode: str) -> Agent: ...
+
+    @abstractmethod
+    async def _start(
+        self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
+    ) -> str: ...
+
+    @abstractmethod
+    async def _record_durable(self) -> None: ...
+
+    @abstractmethod
+    async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None: ...
+
+    @abstractmethod
+    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None: ...
+
+    @abstractmethod
+    async def _close_session(self, session: ProviderSession) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> Agent: ...
+
+    @abstractmethod
+    async def stopped(self) -> None: ...
