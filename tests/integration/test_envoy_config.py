@@ -5,6 +5,7 @@ drains (NOT_SERVING), after which a new call through Envoy fails at once (no pan
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import subprocess
@@ -137,8 +138,10 @@ def test_envoy_routes_to_the_serving_daemon_only(envoy: Path, tmp_path: Path) ->
                 # The drain: NOT_SERVING while still answering (its delay waits on the
                 # daemon's fake clock). Envoy takes the daemon out of rotation, and with no
                 # healthy backend a new call fails at once instead of reaching one.
-                drain = daemon.loop.call_soon_threadsafe
-                drain(lambda: daemon.loop.create_task(daemon.daemon.drain(1.0, delay_s=60)))
+                assert daemon.daemon is not None
+                draining = asyncio.run_coroutine_threadsafe(
+                    daemon.daemon.drain(1.0, delay_s=60), daemon.loop
+                )
                 poll(
                     lambda: health_flags(admin, daemon.port) == "/failed_active_hc",
                     "the draining daemon out of rotation",
@@ -147,6 +150,8 @@ def test_envoy_routes_to_the_serving_daemon_only(envoy: Path, tmp_path: Path) ->
                     agents.ListAgents(agent_service_pb2.ListAgentsRequest(), timeout=TIMEOUT)
                 assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
                 assert "no healthy upstream" in (refused.value.details() or "")
+                daemon.run(daemon.daemon.drain(1.0, delay_s=0))  # ends the delay: stops
+                draining.result(TIMEOUT)
     finally:
         daemon.stop()
         held.close()
