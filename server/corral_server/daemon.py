@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import ipaddress
 import logging
@@ -18,15 +19,18 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from corral_server.app import Config, Daemon
+from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
 from corral_server.rpc.auth import TokenFileError
-from corral_server.rpc.tls import TlsFileError, TlsFiles
+from corral_server.rpc.standby import start_standby_server
+from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
 from corral_server.store.errors import StoreError
 
 log = logging.getLogger("corral")
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+# How often a standby tries the state directory's lock (the takeover's added latency).
+STANDBY_POLL_S = 0.05
 
 
 def default_state_dir() -> Path:
@@ -54,6 +58,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--drain-grace-s", type=float, default=10.0, help="seconds to finish RPCs on SIGTERM"
+    )
+    p.add_argument(
+        "--standby",
+        action="store_true",
+        help="if another daemon holds the state directory, wait as a hot standby (health "
+        "NOT_SERVING, every other call UNAVAILABLE/STANDBY) and take over when it stops",
     )
     p.add_argument(
         "--max-streams-per-connection",
@@ -183,8 +193,13 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         lock = lock_state_dir(state_dir)
     except StateDirLocked as exc:
-        log.error("%s", exc)
-        return 1
+        if not args.standby:
+            log.error("%s", exc)
+            return 1
+        waited = await _wait_as_standby(state_dir, args)
+        if waited is None:
+            return 0  # stopped while waiting
+        lock, args.listen = waited
     config = Config(
         listen=args.listen,
         state_dir=state_dir,
@@ -232,6 +247,36 @@ async def serve(args: argparse.Namespace) -> int:
     lock.close()
     log.info("stopped")
     return 0
+
+
+async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[IO[str], str] | None:
+    """Serve as a hot standby on `--listen` until the state directory's lock is free: then
+    the lock and the address the daemon takes over (the same port, even for port 0). None
+    when a signal stopped the wait."""
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    credentials = server_credentials(tls) if tls else None
+    server, port = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
+    host = args.listen.rsplit(":", 1)[0]
+    print(f"corral standby on {host}:{port} (waiting for {state_dir})", flush=True)
+    try:
+        while not stop.is_set():
+            try:
+                lock = lock_state_dir(state_dir)
+            except StateDirLocked:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), STANDBY_POLL_S)
+                continue
+            log.info("the state directory is free: taking over")
+            return lock, f"{host}:{port}"
+        return None
+    finally:
+        await server.stop(0)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 def main(argv: list[str] | None = None, prog: str = "corral serve") -> int:

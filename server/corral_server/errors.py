@@ -17,7 +17,8 @@
     │   └── SubscriberLagged     a stream fell behind retained history
     ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
     ├── ProviderTimeout          a provider call missed its deadline      -> DEADLINE_EXCEEDED
-    └── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
+    ├── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
+    └── Standby                  a hot standby waiting for the state dir  -> UNAVAILABLE
 
 Each error has a stable `reason` (the ErrorInfo reason on the wire) and structured fields.
 """
@@ -171,3 +172,13 @@ class ShuttingDown(CorralError):
 
     def __init__(self) -> None:
         super().__init__("the daemon is shutting down; retry in a moment")
+
+
+class Standby(CorralError):
+    reason = "STANDBY"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this daemon is a hot standby: another daemon holds its state directory; it "
+            "serves once that one stops (a load balancer sends calls to the serving one)"
+        )

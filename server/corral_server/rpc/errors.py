@@ -62,6 +62,7 @@ _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
     (errors.ProviderTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+    (errors.Standby, grpc.StatusCode.UNAVAILABLE),
 )
 
 

@@ -1,0 +1,67 @@
+"""A hot standby's waiting server (issue 10, item 1): while another daemon holds the state
+directory, the standby listens on its address so a load balancer sees it, answers health
+NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every other
+call. It never touches the state directory; the real daemon replaces it once the lock is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from corral_server import errors
+from corral_server.rpc.errors import to_status
+
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+if TYPE_CHECKING:  # generic in the stubs only
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    status = to_status(errors.Standby())
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+class _RefuseAllButHealth(_Interceptor):
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        if details.method.startswith(HEALTH_PREFIX):
+            return await continuation(details)
+        return grpc.unary_unary_rpc_method_handler(
+            _refuse, request_deserializer=_identity, response_serializer=_identity
+        )
+
+
+async def start_standby_server(
+    listen: str, services: tuple[str, ...], credentials: grpc.ServerCredentials | None
+) -> tuple[grpc.aio.Server, int]:
+    """The waiting server, bound and serving: (server, port)."""
+    server = grpc.aio.server(interceptors=[_RefuseAllButHealth()])
+    servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    if credentials is not None:
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: address in use or invalid")
+    await server.start()
+    for name in ("", *services):
+        await servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    return server, port
