@@ -12,10 +12,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
 
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
@@ -29,6 +31,7 @@ from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub, n
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
+from corral_server.metrics import registry_for
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns
@@ -93,6 +96,8 @@ class Config:
     # survive restarts; without one, everything is in memory (tests, benches).
     # False when the caller already holds the state directory's lock (`corral serve` does).
     lock_state_dir: bool = True
+    # Serve Prometheus metrics on this HOST:PORT (None: off).
+    metrics_listen: str | None = None
 
 
 class Daemon:
@@ -118,6 +123,8 @@ class Daemon:
         self.manager = self._manager(self.timeline, None)
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
+        self._metrics_server: Any = None
+        self.metrics_port = 0
         # Read at construction, so a bad token or certificate file stops the start-up with
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
@@ -217,10 +224,22 @@ class Daemon:
             raise OSError(f"cannot listen on {self.config.listen}: address in use or invalid")
         await server.start()
         self._server = server
+        if self.config.metrics_listen:
+            self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
+
+    def _serve_metrics(self, listen: str) -> int:  # on the loop: the collector needs it
+        """Prometheus metrics over HTTP on `listen` (a thread of prometheus-client's)."""
+        host, _, port = listen.rpartition(":")
+        registry = registry_for(self.manager, self.hub, asyncio.get_running_loop())
+        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        self._metrics_server = server
+        bound: int = server.server_port
+        log.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound
 
     async def drain(self, grace_s: float = 10.0, delay_s: float | None = None) -> None:
         """Stop honestly, for a load balancer in front; bounded by the delay plus the grace.
@@ -269,6 +288,10 @@ class Daemon:
         if self.database is not None:
             await self.database.close()  # commits what is still queued
             self.database = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
 
     async def _hold(self, delay_s: float) -> None:
         """Wait `delay_s` on the daemon's clock, or until the delay is skipped."""

@@ -60,6 +60,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "--drain-grace-s", type=float, default=10.0, help="seconds to finish RPCs on SIGTERM"
     )
     p.add_argument(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one)",
+    )
+    p.add_argument(
         "--standby",
         action="store_true",
         help="if another daemon holds the state directory, wait as a hot standby (health "
@@ -211,6 +217,7 @@ async def serve(args: argparse.Namespace) -> int:
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
         reflection=reflection_on(args.reflection, args.listen),
         lock_state_dir=False,  # held above, with the pid of its holder
+        metrics_listen=args.metrics_listen,
     )
     try:
         daemon = Daemon(config)

@@ -418,6 +418,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         before its prompt's row, once that row is committed: the stream's ack is durable)."""
         started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._active = active
+        if self._deps.counts is not None:
+            self._deps.counts.started += 1
         agent = self._snapshot
         queue = agent.queued_prompts if queued is None else queued
         self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
@@ -538,6 +540,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         self._resolve_permissions(asked, None)
         ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
         self._active = None
+        self._count_end(terminal)
         if active.turn_id:  # an id-less autonomous turn must not block the next one
             self._remember_finished(active.turn_id)
         publisher = self._deps.publisher
@@ -562,6 +565,20 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             active.settled.set_result(terminal)
         if successor and not self._handoff:
             self._after_turn()
+
+    def _count_end(self, terminal: ev.TurnTerminal) -> None:
+        counts = self._deps.counts
+        if counts is None:
+            return
+        match terminal:
+            case ev.TurnCompleted():
+                counts.completed += 1
+            case ev.TurnFailed():
+                counts.failed += 1
+            case ev.TurnCanceled():
+                counts.canceled += 1
+            case _:
+                assert_never(terminal)
 
     async def _writer_failed(self, exc: Exception) -> None:
         """A writer step failed unexpectedly: end the running turn as failed (with an error

@@ -74,6 +74,19 @@ class ActorDeps:
     finished: FinishedTurns | None = None
     # Clients' presence, for the notification plan of attention events.
     presence: PresenceBook | None = None
+    # Turns started and ended, by outcome (for metrics).
+    counts: TurnCounts | None = None
+
+
+@dataclass(slots=True)
+class TurnCounts:
+    """Turns since the daemon started, by what happened to them: plain counters the
+    metrics endpoint reads (the actor adds one per turn start and end)."""
+
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    canceled: int = 0
 
 
 class ActorState(ABC):

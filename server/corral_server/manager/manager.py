@@ -31,7 +31,7 @@ from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_state import ActorDeps
+from corral_server.manager.actor_state import ActorDeps, TurnCounts
 from corral_server.manager.deadlines import within
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.selector import parse_selector
@@ -100,6 +100,8 @@ class AgentManager:
         self._finished = finished
         # Clients' presence (Heartbeat), for the notification plan of attention events.
         self.presence = PresenceBook()
+        # Turns started and ended, by outcome (read by the metrics endpoint).
+        self.turn_counts = TurnCounts()
         self._actors: dict[str, AgentActor] = {}  # insertion order = creation order
         self._creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = {}
         self._closes: dict[str, asyncio.Future[Agent]] = {}
@@ -112,6 +114,10 @@ class AgentManager:
 
     def get(self, agent_id: str) -> Agent:
         return self._actor(agent_id).agent
+
+    def agents(self) -> list[Agent]:
+        """Every agent's current snapshot (for the metrics endpoint)."""
+        return [actor.agent for actor in self._actors.values()]
 
     def snapshot(self, agent_ids: frozenset[str]) -> list[Agent]:
         """Every agent in scope (empty = all), for a fresh subscription."""
@@ -620,6 +626,7 @@ class AgentManager:
             self._records,
             self._finished,
             self.presence,
+            self.turn_counts,
         )
 
     def _actor(self, agent_id: str) -> AgentActor:

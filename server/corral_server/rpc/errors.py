@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -121,8 +122,13 @@ def to_status(error: errors.CorralError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+# Calls answered with an error, by status code name (the metrics endpoint reads it).
+RPC_ERRORS: Counter[str] = Counter()
+
+
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: errors.CorralError) -> NoReturn:
     status = to_status(error)
+    RPC_ERRORS[status.code.name] += 1
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: context.abort raises")
 

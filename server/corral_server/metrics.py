@@ -1,0 +1,100 @@
+"""Prometheus metrics (`--metrics-listen HOST:PORT`, the official prometheus-client): read
+from the daemon's state when scraped, so nothing is added to the writer's hot path.
+
+  corral_agents{state}                    agents by lifecycle state (archived ones too)
+  corral_turns_total{outcome}             turns started / completed / failed / canceled
+  corral_events_total                     events published to the hub (its head revision)
+  corral_timeline_rows                    rows in every agent's current epoch (sum of seqs)
+  corral_subscribers                      open Subscribe / StreamTurn subscriptions
+  corral_subscriber_lag_revisions{stat}   how far subscribers are behind the head (max, sum)
+  corral_rpc_errors_total{code}           calls answered with an error, by gRPC status
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from corral_server.hub import EventHub
+from corral_server.manager.manager import AgentManager
+from corral_server.rpc.errors import RPC_ERRORS
+
+_STATES = ("initializing", "idle", "running", "errored", "closed")
+# A scrape waits at most this long for the daemon's loop.
+SCRAPE_S = 5.0
+
+
+class _Reading(NamedTuple):
+    by_state: Counter[str]
+    turns: tuple[int, int, int, int]
+    head: int
+    rows: int
+    lags: list[int]
+    errors: dict[str, int]
+
+
+class DaemonCollector(Collector):
+    """Reads the daemon's state on its own event loop (the scrape runs on an HTTP thread, and
+    only the loop may touch the manager and the hub), then reports it."""
+
+    def __init__(
+        self, manager: AgentManager, hub: EventHub, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._manager = manager
+        self._hub = hub
+        self._loop = loop
+
+    async def _read(self) -> _Reading:
+        agents = self._manager.agents()
+        counts = self._manager.turn_counts
+        head = self._hub.head_revision
+        return _Reading(
+            Counter(type(a.lifecycle).__name__.lower() for a in agents),
+            (counts.started, counts.completed, counts.failed, counts.canceled),
+            head,
+            sum(a.next_seq - 1 for a in agents),
+            [max(0, head - s.delivered_revision) for s in self._hub.subscriptions],
+            dict(RPC_ERRORS),
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        reading = asyncio.run_coroutine_threadsafe(self._read(), self._loop).result(SCRAPE_S)
+        by_state = reading.by_state
+        gauge = GaugeMetricFamily("corral_agents", "Agents by lifecycle state", labels=["state"])
+        for state in _STATES:
+            gauge.add_metric([state], by_state.get(state, 0))
+        yield gauge
+        turns = CounterMetricFamily("corral_turns", "Turns by outcome", labels=["outcome"])
+        for outcome, value in zip(
+            ("started", "completed", "failed", "canceled"), reading.turns, strict=True
+        ):
+            turns.add_metric([outcome], value)
+        yield turns
+        yield CounterMetricFamily("corral_events", "Events published", value=reading.head)
+        rows = reading.rows
+        yield GaugeMetricFamily("corral_timeline_rows", "Rows in current epochs", value=rows)
+        lags = reading.lags
+        yield GaugeMetricFamily("corral_subscribers", "Open subscriptions", value=len(lags))
+        lag = GaugeMetricFamily(
+            "corral_subscriber_lag_revisions", "Subscribers behind the head", labels=["stat"]
+        )
+        lag.add_metric(["max"], max(lags, default=0))
+        lag.add_metric(["sum"], sum(lags))
+        yield lag
+        errors = CounterMetricFamily("corral_rpc_errors", "Error answers", labels=["code"])
+        for code, value in sorted(reading.errors.items()):
+            errors.add_metric([code], value)
+        yield errors
+
+
+def registry_for(
+    manager: AgentManager, hub: EventHub, loop: asyncio.AbstractEventLoop
+) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(DaemonCollector(manager, hub, loop))
+    return registry
