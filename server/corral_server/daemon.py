@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from corral_server import logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
 from corral_server.rpc.auth import TokenFileError
@@ -78,6 +79,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="stderr log lines: text, or one JSON object per line (default %(default)s)",
+    )
     _add_access(p)
     return p
 
@@ -288,11 +295,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
 
 def main(argv: list[str] | None = None, prog: str = "corral serve") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_level, args.log_format)
     return asyncio.run(serve(args))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,14 @@ def test_sigterm_ends_a_followed_turn_with_shutting_down(
         assert "shutting down" in (info.value.details() or "")
     code, _, err = served.wait()
     assert code == 0, err
+
+
+def test_json_logs_are_one_object_per_line(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path / "state", "--log-format", "json").start()
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    code, _, err = daemon.wait(30)
+    assert code == 0
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert records and {"time", "level", "logger", "message"} <= set(records[0])
+    assert any("draining" in r["message"] for r in records)
