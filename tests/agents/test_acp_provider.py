@@ -136,3 +136,20 @@ async def test_a_gemini_tool_call_waits_for_a_permission_that_corral_allows(
     assert tools[-1].status == 3  # COMPLETED
     said = "".join(e.row.item.assistant_message.text for e in events if e.HasField("row"))
     assert said == "the command ran"
+
+
+async def test_a_model_http_error_fails_the_gemini_turn_and_the_next_turn_runs(
+    stubs: Stubs, place: Place
+) -> None:
+    agent_id = await gemini_agent(stubs, place)
+    failing = "Fail [[error: 500 upstream exploded]]"
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(failing))
+    )
+    events = await rest_of(call)
+    assert kinds(events)[-1] == "turn_failed"
+    assert "upstream exploded" in events[-1].turn_failed.error.message
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("Again [[reply: back]]"))
+    )
+    assert kinds(await rest_of(call))[-1] == "turn_completed"

@@ -145,11 +145,18 @@ class AcpConnection:
         stdout = self._proc.stdout
         assert stdout is not None
         reason = "the agent closed its stdout"
-        try:
-            while raw := await stdout.readline():
+        while True:
+            try:
+                raw = await stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                reason = f"the agent wrote a line over {MAX_LINE_BYTES} bytes"
+                break
+            if not raw:
+                break
+            try:
                 self._dispatch(raw)
-        except (ValueError, asyncio.LimitOverrunError):
-            reason = f"the agent wrote a line over {MAX_LINE_BYTES} bytes"
+            except Exception:
+                logger.exception("acp agent %d: cannot handle %.200r", self.pid, raw)
         rc = self._proc.returncode
         if rc is None:
             with contextlib.suppress(TimeoutError):
@@ -185,7 +192,8 @@ class AcpConnection:
                 except Exception:
                     logger.exception("acp agent %d: notification %s failed", self.pid, method)
             return
-        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        rid = message.get("id")
+        future = self._pending.get(rid) if isinstance(rid, int) else None
         if future is None or future.done():
             return
         error = message.get("error")
