@@ -1,11 +1,13 @@
-"""The `acp` provider through corral's wire, driving the real gemini-cli (`gemini --acp`) against
-the fake Gemini API: a text turn, a canceled slow stream, a tool call behind a permission that
-RespondToPermission allows, and no agent process left after CloseAgent."""
+"""The `acp` provider through corral's wire, driving the real gemini-cli (`gemini --acp`, against
+the fake Gemini API) and claude-agent-acp (against the fake Anthropic API): a text turn, a
+canceled slow stream, a tool call behind a permission that RespondToPermission allows, a model
+HTTP error, and no agent process left after CloseAgent or the daemon's drain."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,11 +27,18 @@ from tests.support.fake_models import FakeModelServer
 ALLOW = turn_pb.PERMISSION_BEHAVIOR_ALLOW
 
 
-@pytest.fixture
-async def gemini(fake: FakeModelServer, place: Place) -> AsyncIterator[programs.Program]:
-    """The gemini-cli recipe; after the test (and the daemon's drain) no process of it is left."""
-    assert programs.installed("gemini"), "gemini is not installed: run buildscripts/test"
-    program = programs.gemini(place.home, place.cwd, fake.url)
+AGENTS = {"gemini": programs.gemini, "claude-acp": programs.claude_acp}
+
+
+@pytest.fixture(params=sorted(AGENTS))
+async def acp_program(
+    request: pytest.FixtureRequest, fake: FakeModelServer, place: Place
+) -> AsyncIterator[programs.Program]:
+    """An ACP agent's recipe (gemini-cli, and claude-agent-acp, which the provider was not
+    written against); after the test (and the daemon's drain) no process of it is left."""
+    program = AGENTS[request.param](place.home, place.cwd, fake.url)
+    name = Path(program.argv[0]).name
+    assert programs.installed(name), f"{name} is not installed: run buildscripts/test"
     try:
         yield program
         await no_process_left(program.tag)
@@ -38,9 +47,9 @@ async def gemini(fake: FakeModelServer, place: Place) -> AsyncIterator[programs.
 
 
 @pytest.fixture
-async def stubs(gemini: programs.Program) -> AsyncIterator[Stubs]:
-    provider = AcpProvider(gemini.argv, gemini.env, name="gemini")
-    daemon = DaemonThread(Config(extra_providers={"gemini": provider})).start()
+async def stubs(acp_program: programs.Program) -> AsyncIterator[Stubs]:
+    provider = AcpProvider(acp_program.argv, acp_program.env, name="acp")
+    daemon = DaemonThread(Config(extra_providers={"acp": provider})).start()
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             yield Stubs.of(channel)
@@ -48,8 +57,8 @@ async def stubs(gemini: programs.Program) -> AsyncIterator[Stubs]:
         daemon.stop()
 
 
-async def gemini_agent(stubs: Stubs, place: Place) -> str:
-    reply = await stubs.agents.CreateAgent(create_request(str(place.cwd), provider="gemini"))
+async def acp_agent(stubs: Stubs, place: Place) -> str:
+    reply = await stubs.agents.CreateAgent(create_request(str(place.cwd), provider="acp"))
     return reply.agent.id
 
 
@@ -75,11 +84,11 @@ async def no_process_left(tag: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_gemini_text_turn_streams_rows_and_completes_and_close_leaves_no_process(
-    stubs: Stubs, place: Place, gemini: programs.Program
+async def test_an_acp_text_turn_streams_rows_and_completes_and_close_leaves_no_process(
+    stubs: Stubs, place: Place, acp_program: programs.Program
 ) -> None:
-    agent_id = await gemini_agent(stubs, place)
-    assert tagged_processes(programs.LEFTOVER_TAG, gemini.tag)  # the agent runs
+    agent_id = await acp_agent(stubs, place)
+    assert tagged_processes(programs.LEFTOVER_TAG, acp_program.tag)  # the agent runs
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("Hi [[reply: hi over corral]]"))
     )
@@ -90,13 +99,13 @@ async def test_a_gemini_text_turn_streams_rows_and_completes_and_close_leaves_no
     assert said == "hi over corral"
 
     await stubs.agents.CloseAgent(agent_svc_pb.CloseAgentRequest(agent_id=agent_id))
-    await no_process_left(gemini.tag)
+    await no_process_left(acp_program.tag)
 
 
-async def test_cancel_turn_stops_a_slow_gemini_stream_as_canceled(
+async def test_cancel_turn_stops_a_slow_acp_stream_as_canceled(
     stubs: Stubs, place: Place, fake: FakeModelServer
 ) -> None:
-    agent_id = await gemini_agent(stubs, place)
+    agent_id = await acp_agent(stubs, place)
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("Count [[slow]]"))
     )
@@ -112,10 +121,10 @@ async def test_cancel_turn_stops_a_slow_gemini_stream_as_canceled(
     assert not cut.finished
 
 
-async def test_a_gemini_tool_call_waits_for_a_permission_that_corral_allows(
+async def test_an_acp_tool_call_waits_for_a_permission_that_corral_allows(
     stubs: Stubs, place: Place
 ) -> None:
-    agent_id = await gemini_agent(stubs, place)
+    agent_id = await acp_agent(stubs, place)
     prompt = "[[shell: touch made-through-corral && echo ran]] [[reply: the command ran]]"
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
@@ -138,10 +147,10 @@ async def test_a_gemini_tool_call_waits_for_a_permission_that_corral_allows(
     assert said == "the command ran"
 
 
-async def test_a_model_http_error_fails_the_gemini_turn_and_the_next_turn_runs(
+async def test_a_model_http_error_fails_the_acp_turn_and_the_next_turn_runs(
     stubs: Stubs, place: Place
 ) -> None:
-    agent_id = await gemini_agent(stubs, place)
+    agent_id = await acp_agent(stubs, place)
     failing = "Fail [[error: 500 upstream exploded]]"
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(failing))

@@ -242,22 +242,30 @@ class AcpConnection:
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace."""
+        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace. A close
+        cut short by its caller (a deadline) still SIGKILLs the group: nothing is left."""
         self._on_lost = lambda _reason: None  # a close is not a death to report
+        try:
+            await self._stop_gracefully()
+        finally:
+            # Stragglers whose leader exited, or a close that was canceled midway.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            for task in (*self._readers, *self._handlers):
+                task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)  # reaped: no zombie
+        await asyncio.gather(*self._readers, *self._handlers, return_exceptions=True)
+        self._lose("closed")
+
+    async def _stop_gracefully(self) -> None:
         stdin = self._proc.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, sig)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)
-                break
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)  # stragglers whose leader exited
-        for task in (*self._readers, *self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._readers, *self._handlers, return_exceptions=True)
-        self._lose("closed")
+            os.killpg(self._proc.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)
