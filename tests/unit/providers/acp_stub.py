@@ -65,6 +65,8 @@ def main() -> None:
                 ask = {"jsonrpc": "2.0", "id": rid, "method": "session/request_permission"}
                 send(ask | {"params": params})
                 answer = json.loads(sys.stdin.readline())
+                while "method" in answer:  # session/cancel may come before the answer
+                    answer = json.loads(sys.stdin.readline())
                 text = json.dumps(answer["result"]["outcome"])
             update("s1", "agent_message_chunk", text[: len(text) // 2])
             update("s1", "agent_message_chunk", text[len(text) // 2 :])

@@ -25,6 +25,7 @@ from corral_server.providers.base import (
     ProviderEvent,
     ProviderItem,
     ProviderPermissionRequested,
+    ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     SessionConfig,
@@ -172,3 +173,17 @@ def test_a_repeated_tool_call_id_is_an_update_of_the_whole_call() -> None:
     items.map({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Bash", "rawInput": {}})
     [update] = items.map({"sessionUpdate": "tool_call", "toolCallId": "c1", "status": "completed"})
     assert update.item == ToolCall("c1", "Bash", ToolCallStatus.COMPLETED, input={})
+
+
+async def test_an_interrupt_answers_a_pending_permission_cancelled_and_cancels_the_turn(
+    tmp_path: Path, events: Events
+) -> None:
+    async for session in open_session("ask", tmp_path, events):
+        turn_id = await session.start_turn((TextPart("go"),))
+        await events.until(lambda e: isinstance(e, ProviderPermissionRequested))
+        assert await session.interrupt(turn_id) is InterruptResult.CONFIRMED
+        # The stub ends with end_turn regardless; a confirmed interrupt ends the turn canceled.
+        ended = await events.until(lambda e: isinstance(e, (*TERMINAL, ProviderTurnCanceled)))
+        assert isinstance(ended, ProviderTurnCanceled) and ended.turn_id == turn_id
+        assert events.text() == '{"outcome": "cancelled"}'
+        assert await session.interrupt(turn_id) is InterruptResult.NOT_RUNNING
