@@ -1,0 +1,357 @@
+"""The `acp` provider: drives any Agent Client Protocol agent (protocol version 1) as a child
+process, one process per corral session (issue 8, item 3).
+
+This module owns the mapping between ACP and the provider contract: `initialize` and
+`session/new` make a session, `session/prompt` is a turn (its stop reason is the turn's end),
+`session/update` becomes timeline items, `session/cancel` is an interrupt, and
+`session/request_permission` becomes a corral permission. The framing and the process live in
+`acp_wire.py`, the confined file methods in `acp_files.py`. It must never report an event after
+`close()` returns, and reports exactly one terminal event per turn it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import logging
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import assert_never
+
+from corral_server.domain.agent import (
+    AgentError,
+    PendingPermission,
+    PermissionAction,
+    PermissionBehavior,
+    PermissionResponse,
+    Usage,
+)
+from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.providers import acp_files
+from corral_server.providers.acp_items import ItemMapper
+from corral_server.providers.acp_wire import (
+    METHOD_NOT_FOUND,
+    AcpConnection,
+    AcpConnectionLost,
+    AcpError,
+    Json,
+)
+from corral_server.providers.base import (
+    EventSink,
+    InterruptResult,
+    ProviderEvent,
+    ProviderInfo,
+    ProviderPermissionRequested,
+    ProviderTurnCanceled,
+    ProviderTurnCompleted,
+    ProviderTurnFailed,
+    ProviderTurnStarted,
+    SessionConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+AGENT_ERROR = "AGENT_ERROR"  # the agent answered the prompt with a JSON-RPC error
+AGENT_EXITED = "AGENT_EXITED"  # the agent process died (or broke the framing) mid-turn
+CANCELLED = "cancelled"
+
+# Which offered option answers a corral behavior, in order of preference (ACP option kinds).
+_OPTION_KINDS = {
+    PermissionBehavior.ALLOW: ("allow_once", "allow_always"),
+    PermissionBehavior.DENY: ("reject_once", "reject_always"),
+}
+
+
+class AcpStartFailed(FailedPrecondition):
+    """The agent did not start or failed its handshake."""
+
+
+class AcpProvider:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "acp") -> None:
+        self._argv = tuple(argv)
+        self._env = dict(env)
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def info(self) -> ProviderInfo:
+        path = self._env.get("PATH")
+        found = bool(self._argv) and shutil.which(self._argv[0], path=path) is not None
+        reason = "" if found else f"{self._argv[0] if self._argv else '(no command)'} not found"
+        return ProviderInfo(self._name, "acp", found, reason)
+
+    def validate_prompt(self, prompt: Prompt) -> None:
+        return None  # any text or image prompt can be sent; the agent judges it
+
+    async def create_session(self, config: SessionConfig, sink: EventSink) -> AcpSession:
+        session = AcpSession(config, sink)
+        await session.start(self._argv, self._env)
+        return session
+
+
+@dataclass(slots=True)
+class _Run:
+    """The running turn: set from `start_turn` until its terminal event is reported."""
+
+    turn_id: str
+    task: asyncio.Task[None] | None = None
+    canceling: bool = False
+    # Permissions the turn waits on, by corral request id: set by the answer.
+    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
+
+
+class AcpSession:
+    def __init__(self, config: SessionConfig, sink: EventSink) -> None:
+        self._config = config
+        self._sink = sink
+        self._conn: AcpConnection | None = None
+        self._session_id = ""
+        self._run: _Run | None = None
+        self._items = ItemMapper()
+        self._permission_ids = itertools.count(1)
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        try:
+            self._conn = await AcpConnection.spawn(
+                argv, env, self._config.cwd, self._on_request, self._on_notification, self._lost
+            )
+        except OSError as exc:
+            raise AcpStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
+        try:
+            await self._handshake(self._conn)
+        except BaseException as exc:
+            tail = self._conn.stderr_tail(800)
+            await self._conn.close()
+            if isinstance(exc, AcpError | AcpConnectionLost):
+                raise AcpStartFailed(f"the agent failed its handshake: {exc} {tail}") from exc
+            raise
+
+    async def _handshake(self, conn: AcpConnection) -> None:
+        capabilities = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
+        init = await conn.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": capabilities,
+                "clientInfo": {"name": "corral", "version": "0"},
+            },
+        )
+        version = init.get("protocolVersion") if isinstance(init, dict) else None
+        if version != PROTOCOL_VERSION:
+            raise AcpError(f"the agent speaks protocol version {version!r}, not 1")
+        made = await conn.request("session/new", {"cwd": self._config.cwd, "mcpServers": []})
+        session_id = made.get("sessionId") if isinstance(made, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise AcpError(f"session/new answered without a sessionId: {made!r}")
+        self._session_id = session_id
+
+    # --- turns -----------------------------------------------------------------------------
+
+    async def start_turn(self, prompt: Prompt) -> str:
+        if self._closed or self._conn is None:
+            raise AgentClosed(self._config.agent_id)
+        if self._run is not None:
+            raise AgentBusy(self._config.agent_id, self._run.turn_id)
+        run = _Run(turn_id=f"turn-{uuid.uuid4().hex}")
+        self._run = run
+        self._items.start_turn(run.turn_id)
+        self._emit(ProviderTurnStarted(run.turn_id))
+        run.task = asyncio.create_task(self._prompt(run, prompt), name=f"acp {run.turn_id}")
+        return run.turn_id
+
+    async def _prompt(self, run: _Run, prompt: Prompt) -> None:
+        assert self._conn is not None
+        params = {"sessionId": self._session_id, "prompt": _content_blocks(prompt)}
+        terminal: ProviderEvent
+        try:
+            result = await self._conn.request("session/prompt", params)
+            terminal = _terminal(run, result)
+        except AcpError as exc:
+            terminal = ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_ERROR))
+        except AcpConnectionLost as exc:
+            terminal = ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_EXITED))
+        if run.canceling and not isinstance(terminal, ProviderTurnCanceled):
+            # Interrupt answered CONFIRMED: the turn ends canceled whatever the agent said.
+            terminal = ProviderTurnCanceled(run.turn_id, CANCELLED)
+        self._end(run, terminal)
+
+    def _end(self, run: _Run, terminal: ProviderEvent) -> None:
+        if self._run is run:
+            self._run = None
+        for answer in run.asking.values():
+            if not answer.done():
+                answer.cancel()
+        try:
+            self._emit(terminal)
+        except Exception:
+            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
+
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        run = self._run
+        if run is None or (turn_id and run.turn_id != turn_id) or self._conn is None:
+            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
+        if not run.canceling:
+            run.canceling = True
+            # ACP: the client answers its pending permission requests with `cancelled`.
+            for answer in run.asking.values():
+                if not answer.done():
+                    answer.cancel()
+            # A dead agent fails the prompt's wait too, and the turn ends canceled.
+            with contextlib.suppress(AcpConnectionLost):
+                await self._conn.notify("session/cancel", {"sessionId": self._session_id})
+        return InterruptResult.CONFIRMED
+
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        return False  # ACP v1 has no way into a running prompt: corral queues it
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
+        run = self._run
+        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
+        if answer is None or answer.done():
+            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
+        answer.set_result(response)
+
+    async def close(self) -> None:
+        self._closed = True
+        run, self._run = self._run, None
+        if run is not None and run.task is not None and not run.task.done():
+            run.task.cancel()
+            await asyncio.wait([run.task])
+        if self._conn is not None:
+            await self._conn.close()
+
+    # --- from the agent --------------------------------------------------------------------
+
+    def _emit(self, event: ProviderEvent) -> None:
+        if not self._closed:
+            self._sink(event)
+
+    def _lost(self, reason: str) -> None:
+        logger.warning("acp agent of %s is gone: %s", self._config.agent_id, reason)
+
+    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
+        if method != "session/update" or params.get("sessionId") != self._session_id:
+            return
+        run = self._run
+        update = params.get("update")
+        if run is None or not isinstance(update, dict):
+            return  # e.g. available commands after session/new: nothing for the timeline
+        for item in self._items.map(update):
+            self._emit(item)
+
+    async def _on_request(self, method: str, params: Mapping[str, Json]) -> Json:
+        match method:
+            case "session/request_permission":
+                return await self._ask(params)
+            case "fs/read_text_file":
+                return await acp_files.read_text_file(self._config.cwd, params)
+            case "fs/write_text_file":
+                return await acp_files.write_text_file(self._config.cwd, params)
+            case _:
+                raise AcpError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
+
+    async def _ask(self, params: Mapping[str, Json]) -> Json:
+        cancelled = {"outcome": {"outcome": "cancelled"}}
+        run = self._run
+        if run is None or run.canceling:
+            return cancelled
+        options = [o for o in params.get("options") or () if isinstance(o, dict)]
+        tool = params.get("toolCall")
+        tool = tool if isinstance(tool, dict) else {}
+        for item in self._items.map({**tool, "sessionUpdate": "tool_call_update"}):
+            self._emit(item)
+        request_id = f"{run.turn_id}-permission-{next(self._permission_ids)}"
+        raw_input = tool.get("rawInput")
+        permission = PendingPermission(
+            id=request_id,
+            name=self._items.tool_name(str(tool.get("toolCallId", ""))) or "tool",
+            kind=str(tool.get("kind", "tool")),
+            title=str(tool.get("title", "")),
+            input=raw_input if isinstance(raw_input, dict) else {},
+            actions=tuple(
+                PermissionAction(str(o.get("optionId")), str(o.get("name", "")), str(o.get("kind")))
+                for o in options
+            ),
+            turn_id=run.turn_id,
+        )
+        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
+        run.asking[request_id] = answer
+        self._emit(ProviderPermissionRequested(run.turn_id, permission))
+        try:
+            response = await answer
+        except asyncio.CancelledError:
+            if answer.cancelled():
+                return cancelled  # the turn ended or was interrupted
+            raise
+        finally:
+            run.asking.pop(request_id, None)
+        option = _chosen_option(options, response)
+        if option is None:
+            return cancelled
+        return {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+def _chosen_option(options: list[dict[str, Json]], response: PermissionResponse) -> str | None:
+    ids = [str(o.get("optionId")) for o in options]
+    if response.selected_action_id in ids:
+        return response.selected_action_id
+    for kind in _OPTION_KINDS[response.behavior]:
+        for option in options:
+            if option.get("kind") == kind:
+                return str(option.get("optionId"))
+    return None
+
+
+def _content_blocks(prompt: Prompt) -> list[dict[str, Json]]:
+    blocks: list[dict[str, Json]] = []
+    for part in prompt:
+        match part:
+            case TextPart(text=text):
+                blocks.append({"type": "text", "text": text})
+            case ImagePart(mime_type=mime, data=data):
+                encoded = base64.b64encode(data).decode()
+                blocks.append({"type": "image", "mimeType": mime, "data": encoded})
+            case _:
+                assert_never(part)
+    return blocks
+
+
+def _terminal(run: _Run, result: Json) -> ProviderEvent:
+    stop = result.get("stopReason") if isinstance(result, dict) else None
+    if stop == CANCELLED:
+        return ProviderTurnCanceled(run.turn_id, CANCELLED)
+    if stop in ("end_turn", "max_tokens", "max_turn_requests", "refusal"):
+        return ProviderTurnCompleted(run.turn_id, _usage(result))
+    message = f"the agent ended the prompt with an unknown stop reason {stop!r}"
+    return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
+
+
+def _usage(result: Json) -> Usage | None:
+    usage = result.get("usage") if isinstance(result, dict) else None
+    if not isinstance(usage, dict):
+        return None
+
+    def count(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) else 0
+
+    return Usage(
+        input_tokens=count("inputTokens"),
+        output_tokens=count("outputTokens"),
+        cached_input_tokens=count("cachedReadTokens"),
+    )
