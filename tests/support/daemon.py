@@ -66,7 +66,7 @@ class DaemonThread:
     def stop(self) -> None:
         if self.daemon is not None:
             with contextlib.suppress(Exception):
-                self.run(self.daemon.drain(grace_s=1.0, delay_s=0))
+                self.run(self.daemon.drain(grace_s=3.0, delay_s=0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
