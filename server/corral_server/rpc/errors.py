@@ -20,6 +20,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from corral_server import errors
+from corral_server.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.ProviderTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
     (errors.Standby, grpc.StatusCode.UNAVAILABLE),
+    # The durable store could not write (a full disk): nothing of the call was kept; retry.
+    (StoreError, grpc.StatusCode.UNAVAILABLE),
 )
 
 
