@@ -27,14 +27,14 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
-from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub, new_incarnation
+from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.metrics import registry_for
 from corral_server.providers.base import Provider
 from corral_server.providers.scripted import ScriptedProvider
-from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns
+from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import BearerTokens, TokenFile
@@ -47,6 +47,7 @@ from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database
+from corral_server.store.event_log import SqliteEventLog
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
@@ -73,6 +74,10 @@ class Config:
     # Frame bytes the event ring retains at most (with retain_events, whichever bound is hit
     # first moves the earliest resumable revision).
     retain_bytes: int = RETAIN_BYTES
+    # With a state directory: what the durable event log keeps (resumes and laggards older
+    # than the ring catch up from it). None = no limit.
+    log_retain_events: int | None = 1_000_000
+    log_retain_bytes: int | None = 1 << 30
     # Stream writes per second the hub aims for over all live subscribers under load
     # (hub/pacing.py; BENCHMARKS.md P7 has the measurement); None writes at every commit.
     subscriber_writes_per_s: int | None = SUBSCRIBER_WRITES_PER_S
@@ -104,16 +109,9 @@ class Daemon:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        # The event log. It lives in memory today, so each start creates a new one with a new
-        # incarnation; the durability issue loads both from the state directory here.
-        self.hub = EventHub(
-            encode_event,
-            incarnation=new_incarnation(),
-            retain_events=config.retain_events,
-            retain_bytes=config.retain_bytes,
-            buffer_events=config.subscriber_buffer_events,
-            writes_per_s=config.subscriber_writes_per_s,
-        )
+        # Without a state directory the event log lives in the hub's memory (a new incarnation
+        # each start); `start` replaces the hub with one on the durable log otherwise.
+        self.hub = self._hub(None)
         providers: dict[str, Provider] = {"scripted": ScriptedProvider(self.clock)}
         providers.update(config.extra_providers)
         self._providers = providers
@@ -136,6 +134,17 @@ class Daemon:
         # delay early (a second signal, or a caller that asks for no delay).
         self._drain_task: asyncio.Future[None] | None = None
         self._skip_delay = asyncio.Event()
+
+    def _hub(self, event_log: EventLog | None) -> EventHub:
+        config = self.config
+        return EventHub(
+            encode_event,
+            retain_events=config.retain_events,
+            retain_bytes=config.retain_bytes,
+            buffer_events=config.subscriber_buffer_events,
+            writes_per_s=config.subscriber_writes_per_s,
+            log=event_log,
+        )
 
     def _manager(
         self,
@@ -171,6 +180,12 @@ class Daemon:
             loaded = await records.load_headers()
             requests = SqliteCreateRequests(database)
             finished = SqliteFinishedTurns(database)
+            event_log = await SqliteEventLog.open(
+                database,
+                retain_events=config.log_retain_events,
+                retain_bytes=config.log_retain_bytes,
+            )
+            self.hub = self._hub(event_log)
             self.manager = self._manager(self.timeline, records, requests, finished)
             await self.manager.restore(loaded)
         except BaseException:

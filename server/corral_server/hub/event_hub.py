@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import NamedTuple, assert_never
 
-from corral_server.clock import Clock
+from corral_server.clock import Clock, SystemClock
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
     AgentUpserted,
@@ -38,9 +38,17 @@ from corral_server.domain.events import (
     Synced,
 )
 from corral_server.errors import ShuttingDown
+from corral_server.hub.log_writer import LogWriter
 from corral_server.hub.pacing import Pacer
 from corral_server.hub.ring import Entry, Ring, frame, frame_with_revision, take_batch
-from corral_server.hub.subscription import SnapshotFn, Subscription, SubscriptionState
+from corral_server.hub.subscription import (
+    FROM_LOG,
+    FromLog,
+    SnapshotFn,
+    Subscription,
+    SubscriptionState,
+)
+from corral_server.records.store import EventLog, LogEntry
 
 Encoder = Callable[[int, Event | StreamControl], bytes]
 """(revision, event) -> the serialized corral.v1.Event; revision 0 for snapshot and control."""
@@ -85,6 +93,7 @@ class EventHub:
         incarnation: str | None = None,
         writes_per_s: int | None = None,
         clock: Clock | None = None,
+        log: EventLog | None = None,
     ) -> None:
         """The ring keeps the last `retain_events` events and at most `retain_bytes` of
         their frames (None: no byte bound). `batch_bytes` bounds a batch's size: no batch
@@ -93,17 +102,27 @@ class EventHub:
         the event log's identity: None mints a new one (a new, empty log); a log restored from
         storage passes its own. `writes_per_s` paces live streams (pacing.py): under load
         the hub releases buffered events about that many times a second in total over all
-        live subscribers; None releases at every commit. `clock` times the pacing."""
+        live subscribers; None releases at every commit. `clock` times the pacing.
+
+        `log`: the durable event log. Then the incarnation and revisions are the log's (the
+        ring starts empty at its head), every event is published only once the log has
+        committed it (log_writer.py), and a subscriber whose position left the ring catches
+        up from the log while the log still retains it."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
         self.encode = encode
         # Revisions are comparable only within one incarnation: a resume point from another
         # one is answered with a reset, never replayed against this log.
+        if log is not None:
+            incarnation = log.incarnation
         self.incarnation = new_incarnation() if incarnation is None else incarnation
+        self._log = log
+        clock = clock or SystemClock()
+        self._writer = None if log is None else LogWriter(log, clock, self._durable)
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self._buffer_events = buffer_events
-        self._ring = Ring(retain_events, retain_bytes)
+        self._ring = Ring(retain_events, retain_bytes, 0 if log is None else log.head_revision)
         # LIVE subscriptions given events since the last release (each once, flagged by its
         # `owed`): the release wakes each and lets it take its buffer.
         self._owed: list[Subscription] = []
@@ -126,7 +145,15 @@ class EventHub:
 
     @property
     def earliest_resumable_revision(self) -> int:
-        return self._ring.earliest_resumable
+        """The oldest resume point replayable without a reset (from the ring or the log)."""
+        ring = self._ring.earliest_resumable
+        if self._log is None:
+            return ring
+        return min(ring, self._log.earliest_revision - 1)
+
+    @property
+    def log_writer(self) -> LogWriter | None:
+        return self._writer
 
     @property
     def subscriptions(self) -> tuple[Subscription, ...]:
@@ -144,14 +171,21 @@ class EventHub:
 
     def commit(self, prepared: Prepared) -> int:
         """Number and retain a prepared event, hand it to every matching live subscriber, and
-        return its revision. Synchronous, never raises; costs O(matching live subscribers)."""
+        return its revision. Synchronous, never raises; costs O(matching live subscribers).
+        With a durable log: number it and append it to the log; it is retained and handed
+        to subscribers once committed."""
+        if self._writer is not None:
+            return self._writer.append((prepared,))
         return self._append(prepared[0], prepared[1])
 
     def commit_many(self, prepared: Sequence[Prepared]) -> int:
         """Number and retain `prepared` in order (consecutive revisions) and hand the batch
         to each matching live subscriber at once: one extend and at most one release each, so
         a subscriber costs O(1) per batch rather than per event. Returns the last revision
-        (the head when `prepared` is empty). Synchronous, never raises."""
+        (the head when `prepared` is empty). Synchronous, never raises. With a durable log,
+        the batch is numbered now and published once committed (see `commit`)."""
+        if self._writer is not None:
+            return self._writer.append(prepared)
         ring = self._ring
         revision = ring.head
         entries: list[Entry] = []
@@ -169,7 +203,22 @@ class EventHub:
     def publish(self, event: Event) -> int:
         """`commit(prepare(event))`, for a writer with nothing to store between the two (one
         call fewer and no Prepared: the difference was measurable per row)."""
+        if self._writer is not None:
+            return self._writer.append(((event.agent_id, self.encode(0, event)),))
         return self._append(event.agent_id, self.encode(0, event))
+
+    def _durable(self, committed: list[LogEntry]) -> None:
+        """The log committed these (in revision order, right after the ring's head): retain
+        and hand them to the live subscribers as one batch."""
+        ring = self._ring
+        retain = ring.append
+        entries: list[Entry] = []
+        keep = entries.append
+        for revision, agent_id, body in committed:
+            entry = (revision, agent_id, frame_with_revision(revision, body))
+            retain(entry)
+            keep(entry)
+        self._dispatch(entries)
 
     def _append(self, agent_id: str, body: bytes) -> int:
         ring = self._ring
@@ -260,7 +309,7 @@ class EventHub:
             self._join_live(sub)
         elif resume_incarnation and resume_incarnation != self.incarnation:
             self._reset(sub, resume_revision, "resume point is from another incarnation")
-        elif ring.earliest_resumable <= resume_revision <= head:
+        elif self.earliest_resumable_revision <= resume_revision <= head:
             # Replay (r, head] from the ring, then Synced(head) so the client knows it has
             # caught up; r == head replays nothing and sends Synced at once.
             sub.position = resume_revision
@@ -277,6 +326,8 @@ class EventHub:
         stops; later subscribe calls raise ShuttingDown."""
         self._ending_reason = reason
         self._pacer.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
         head = self._ring.head
         for sub in self._subscriptions:
             match sub.state:
@@ -294,20 +345,56 @@ class EventHub:
 
     # --- the reader side (package-private: called by Subscription) ------------------------
 
-    def _catch_up(self, sub: Subscription) -> bytes:
+    def _catch_up(self, sub: Subscription) -> bytes | FromLog:
         """One bounded catch-up step for a CATCHING_UP subscription whose prefix and buffer
-        are empty. Returns the next batch, or b"" when this step found nothing to send."""
+        are empty. Returns the next batch, b"" when this step found nothing to send, or
+        FROM_LOG when its position has left the ring but not the log: the reader then awaits
+        `_catch_up_from_log` for this step."""
         ring = self._ring
-        # 1. Its position has left the ring: nothing can fill the gap, so reset explicitly.
+        # 1. Its position has left the ring: the log fills the gap if it still retains it,
+        #    otherwise nothing can, so reset explicitly.
         if sub.position < ring.earliest_resumable:
+            if self._log is not None and sub.position >= self._log.earliest_revision - 1:
+                return FROM_LOG
             self._reset(sub, sub.position, "the subscriber fell behind retained history")
             return b""
         # 2. Scan a bounded stretch after its position, stopping at a pending Synced.
         target = ring.head if sub.synced_at is None else sub.synced_at
-        stretch = self.batch_events * (_SCAN_BATCHES_PER_STEP if sub.scope else 1)
-        upto = min(target, sub.position + stretch)
-        entries = ring.span(sub.position, upto)
-        if sub.scope:
+        upto = min(target, sub.position + self._stretch(sub))
+        return self._send(sub, ring.span(sub.position, upto), upto)
+
+    async def _catch_up_from_log(self, sub: Subscription) -> bytes:
+        """The catch-up step of a subscription whose position left the ring: one bounded
+        read of the log (in the store's reader thread), then the ring's rules."""
+        assert self._log is not None
+        position = sub.position
+        read = await self._log.read(position, self._stretch(sub), self.batch_bytes)
+        if sub.state is not SubscriptionState.CATCHING_UP or sub.position != position:
+            return b""  # closed or ended while the read ran
+        if not read or read[0].revision != position + 1:
+            # The log dropped it meanwhile (retention): nothing can fill the gap.
+            self._reset(sub, position, "the subscriber fell behind retained history")
+            return b""
+        target = self._ring.head if sub.synced_at is None else sub.synced_at
+        upto = min(target, read[-1].revision)
+        scope = sub.scope
+        entries = [
+            (revision, agent_id, frame_with_revision(revision, body))
+            for revision, agent_id, body in read
+            if revision <= upto and (not scope or agent_id in scope)
+        ]
+        return self._send(sub, entries, upto, scoped=True)
+
+    def _stretch(self, sub: Subscription) -> int:
+        return self.batch_events * (_SCAN_BATCHES_PER_STEP if sub.scope else 1)
+
+    def _send(
+        self, sub: Subscription, entries: list[Entry], upto: int, *, scoped: bool = False
+    ) -> bytes:
+        """The rest of a catch-up step over `entries`, the retained events after the
+        subscription's position up to `upto` (`scoped`: already cut to its scope)."""
+        ring = self._ring
+        if sub.scope and not scoped:
             entries = [entry for entry in entries if entry[1] in sub.scope]
         batch, data = take_batch(entries, self.batch_events, self.batch_bytes)
         # 3. Advance: past everything scanned if all matches fit, else to the last one sent.
@@ -339,7 +426,7 @@ class EventHub:
         subscription's buffer is empty here (a fresh one, or a laggard that drained it)."""
         reset = SubscriptionReset(
             requested_revision=requested,
-            earliest_revision=self._ring.earliest_resumable,
+            earliest_revision=self.earliest_resumable_revision,
             reason=reason,
         )
         synced = Synced(self._ring.head, reset=True, incarnation=self.incarnation)

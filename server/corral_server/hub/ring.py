@@ -117,7 +117,8 @@ class Ring:
 
     __slots__ = ("_capacity", "_max_bytes", "_slots", "first", "head", "size_bytes")
 
-    def __init__(self, capacity: int, max_bytes: int | None = None) -> None:
+    def __init__(self, capacity: int, max_bytes: int | None = None, head: int = 0) -> None:
+        """`head`: the revision the ring starts after (a durable log's head at start-up)."""
         if capacity < 1:
             raise ValueError("the ring must retain at least one event")
         if max_bytes is not None and max_bytes < 1:
@@ -125,9 +126,9 @@ class Ring:
         self._capacity = capacity
         self._max_bytes = max_bytes
         self._slots: list[Entry] = [_PLACEHOLDER] * capacity
-        # The revision of the newest event (0 before any), and of the oldest one retained.
-        self.head = 0
-        self.first = 1
+        # The revision of the newest event (`head` before any), and of the oldest one retained.
+        self.head = head
+        self.first = head + 1
         self.size_bytes = 0
 
     @property

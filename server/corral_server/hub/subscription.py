@@ -38,6 +38,15 @@ SnapshotFn: TypeAlias = Callable[[frozenset[str]], Sequence[Agent]]
 """The current agents in a scope (empty scope = every agent); called synchronously."""
 
 
+class FromLog(enum.Enum):
+    """What a catch-up step returns when its events are in the durable log, not the ring."""
+
+    FROM_LOG = "from_log"
+
+
+FROM_LOG = FromLog.FROM_LOG
+
+
 class SubscriptionState(enum.Enum):
     LIVE = "live"
     CATCHING_UP = "catching_up"
@@ -139,6 +148,8 @@ class Subscription:
     async def __anext__(self) -> bytes:
         while True:
             batch = self._next_batch()
+            if batch is FROM_LOG:
+                batch = await self._hub._catch_up_from_log(self)
             if batch:
                 return batch
             if batch is not None:
@@ -154,17 +165,20 @@ class Subscription:
     def poll(self) -> bytes | None:
         """The next batch if one is ready now, without waiting; None when nothing is (or the
         subscription has ended, and then it is closed). Catch-up steps run back to back here,
-        without yielding."""
+        without yielding; a step that must read the durable log is not ready (None)."""
         while True:
             batch = self._next_batch()
+            if batch is FROM_LOG:
+                return None
             if batch is None and self._state is SubscriptionState.ENDED:
                 self.close()
             if batch != b"":
                 return batch
 
-    def _next_batch(self) -> bytes | None:
+    def _next_batch(self) -> bytes | FromLog | None:
         """The next batch that is ready now, b"" when a catch-up step made progress without
-        one, or None when there is nothing to do until publish (or the end)."""
+        one, FROM_LOG when the next step reads the durable log, or None when there is
+        nothing to do until publish (or the end)."""
         if self._prefix is not None:
             data = self._take_prefix(self._prefix)
             if data:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from corral_server.domain.agent import Agent
@@ -113,11 +113,16 @@ class InMemoryEventLog:
         return self._entries[0].revision if self._entries else self._head + 1
 
     def append(self, revision: int, agent_id: str, event: bytes) -> asyncio.Future[None]:
-        check_revision(revision, self._head + 1)
+        return self.append_many((LogEntry(revision, agent_id, event),))
+
+    def append_many(self, batch: Sequence[LogEntry]) -> asyncio.Future[None]:
+        check_batch(batch, self._head + 1)
         entries = self._entries
-        entries.append(LogEntry(revision, agent_id, event))
-        self._head = revision
-        self._bytes += len(event)
+        for entry in batch:
+            entries.append(entry)
+            self._bytes += len(entry.event)
+        if batch:
+            self._head = batch[-1].revision
         while len(entries) > 1 and (
             (self._retain_events is not None and len(entries) > self._retain_events)
             or (self._retain_bytes is not None and self._bytes > self._retain_bytes)
@@ -152,6 +157,12 @@ def check_retention(retain_events: int | None, retain_bytes: int | None) -> None
 def check_revision(revision: int, expected: int) -> None:
     if revision != expected:
         raise ValueError(f"the event log's next revision is {expected}, not {revision}")
+
+
+def check_batch(batch: Sequence[LogEntry], expected: int) -> None:
+    """`batch` must be numbered `expected`, `expected + 1`, ... (checked before any is kept)."""
+    for offset, entry in enumerate(batch):
+        check_revision(entry.revision, expected + offset)
 
 
 def check_read(limit: int, max_bytes: int) -> None:

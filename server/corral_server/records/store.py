@@ -19,6 +19,7 @@ Must not: import protobuf or grpc (codecs are injected), or SQLite (store/ imple
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from corral_server.domain.agent import Agent
@@ -131,6 +132,11 @@ class EventLog(Protocol):
         """Append one event; `revision` must be `next_revision` (ValueError otherwise, at
         once). The future resolves once the entry is durable: publish it after, never
         before. A failed commit fails its appends and every append queued behind them."""
+        ...
+
+    def append_many(self, entries: Sequence[LogEntry]) -> asyncio.Future[None]:
+        """Append `entries` (revisions `next_revision`, +1, ...; ValueError otherwise, at once,
+        appending none) with one future for them all: what the hub uses, one per batch."""
         ...
 
     async def read(self, after_revision: int, limit: int, max_bytes: int) -> list[LogEntry]:

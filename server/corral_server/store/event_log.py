@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from corral_server.records.memory import (
+    check_batch,
     check_read,
     check_retention,
-    check_revision,
     new_incarnation,
 )
 from corral_server.records.store import LogEntry
@@ -111,11 +111,17 @@ class SqliteEventLog:
         return self._committed.earliest
 
     def append(self, revision: int, agent_id: str, event: bytes) -> asyncio.Future[None]:
-        check_revision(revision, self._next)
+        return self.append_many((LogEntry(revision, agent_id, event),))
+
+    def append_many(self, entries: Sequence[LogEntry]) -> asyncio.Future[None]:
+        check_batch(entries, self._next)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(LogEntry(revision, agent_id, event))
+        if not entries:
+            future.set_result(None)
+            return future
+        self._pending.extend(entries)
         self._futures.append(future)
-        self._next = revision + 1
+        self._next = entries[-1].revision + 1
         self._commits.wake()
         return future
 

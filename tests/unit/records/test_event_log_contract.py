@@ -137,3 +137,25 @@ async def test_retention_below_one_is_refused(records: Records) -> None:
         await records.make_event_log(retain_events=0)
     with pytest.raises(ValueError, match="retain_bytes"):
         await records.make_event_log(retain_bytes=0)
+
+
+async def test_append_many_keeps_a_batch_with_one_future(records: Records) -> None:
+    log = await records.make_event_log()
+    await appended(log, 2)
+    batch = [LogEntry(3, "a", b"x"), LogEntry(4, "b", b"yy"), LogEntry(5, "a", b"z")]
+    future = log.append_many(batch)
+    assert log.next_revision == 6
+    await future
+    assert log.head_revision == 5
+    assert await log.read(2, 100, 1 << 20) == batch
+
+
+async def test_append_many_out_of_order_appends_none_of_the_batch(records: Records) -> None:
+    log = await records.make_event_log()
+    await appended(log, 1)
+    with pytest.raises(ValueError, match="next revision is 3"):
+        log.append_many([LogEntry(2, "a", b"x"), LogEntry(4, "a", b"y")])
+    assert log.next_revision == 2
+    await log.append_many([])
+    assert (log.head_revision, log.next_revision) == (1, 2)
+    assert await log.read(0, 100, 1 << 20) == [LogEntry(1, "a1", event(1))]
