@@ -20,7 +20,7 @@ from corral_server.providers.codex import CodexProvider
 from tests.agents import programs
 from tests.agents.child import sweep, tagged_processes
 from tests.agents.conftest import LEFTOVER_GRACE_S, Place
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, prompt_request, text
 from tests.support.daemon import DaemonThread
 from tests.support.fake_models import FakeModelServer
 
@@ -222,3 +222,41 @@ async def test_a_model_http_error_fails_the_codex_turn_and_the_next_turn_runs(
     assert error.code == "AGENT_ERROR" and "(internalServerError)" in error.message
     again = await rest_of(stream(stubs, agent_id, "Again [[reply: back]]"))
     assert kinds(again)[-1] == "turn_completed"
+
+
+async def test_a_prompt_steered_into_a_running_codex_turn_is_answered_in_that_turn(
+    stubs: Stubs, place: Place, fake: FakeModelServer
+) -> None:
+    agent_id = (await codex_agent(stubs, place)).agent.id
+    call = stream(stubs, agent_id, "Count [[slow]]")
+    turn_id = (await call.read()).turn_started.turn_id
+    await asyncio.to_thread(fake.wait_for, lambda calls: any(c.answer == "text" for c in calls))
+    steered = await stubs.turns.SendPrompt(
+        prompt_request(
+            agent_id, "Stop counting [[reply: steered]]", if_running=turn_pb.IF_RUNNING_STEER
+        )
+    )
+    assert steered.disposition == turn_pb.PROMPT_DISPOSITION_STEERED
+    assert steered.turn_id == turn_id
+    events = await rest_of(call)
+    assert kinds(events)[-1] == "turn_completed"
+    assert said(events).endswith("steered")
+    # Codex cut the slow stream and asked the model again with the steered prompt.
+    assert not fake.model_calls()[0].finished
+    assert fake.model_calls()[-1].prompt == "Stop counting [[reply: steered]]"
+
+
+async def test_the_daemons_drain_closes_a_codex_agent_mid_turn_and_leaves_no_process(
+    codex_program: programs.Program, place: Place, fake: FakeModelServer
+) -> None:
+    daemon = DaemonThread(Config(extra_providers={"codex": provider(codex_program)})).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            stubs = Stubs.of(channel)
+            agent_id = (await codex_agent(stubs, place)).agent.id
+            await stubs.turns.SendPrompt(prompt_request(agent_id, "Count [[slow]]"))
+            await asyncio.to_thread(fake.wait_for, lambda calls: len(calls) == 1)
+            assert tagged_processes(programs.LEFTOVER_TAG, codex_program.tag)
+    finally:
+        await asyncio.to_thread(daemon.stop)
+    await no_process_left(codex_program.tag)

@@ -177,10 +177,13 @@ class CodexSession:
         try:
             await self._handshake(self._conn)
         except BaseException as exc:
-            tail = self._conn.stderr_tail(800)
+            tail = self._conn.stderr_tail(800).strip()
             await self._conn.close()
-            if isinstance(exc, CodexError | CodexConnectionLost):
-                raise CodexStartFailed(f"codex failed its start: {exc} {tail}".strip()) from exc
+            if isinstance(exc, CodexConnectionLost):  # its message ends with stderr already
+                raise CodexStartFailed(f"codex failed its start: {exc}") from exc
+            if isinstance(exc, CodexError):
+                why = f"codex failed its start: {exc}"
+                raise CodexStartFailed(f"{why}; stderr: {tail}" if tail else why) from exc
             raise
 
     async def _handshake(self, conn: CodexConnection) -> None:
