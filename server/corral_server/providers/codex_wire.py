@@ -44,6 +44,8 @@ EOF_GRACE_S = 0.5
 
 Json: TypeAlias = Any
 # (codex's request id, method, params) -> the result; raise CodexError to answer an error.
+# Called synchronously, in line order with the notifications, so a handler can do its
+# bookkeeping before the next line is read; the awaitable it returns runs as a task.
 RequestHandler: TypeAlias = Callable[[Json, str, Mapping[str, Json]], Awaitable[Json]]
 NotificationHandler: TypeAlias = Callable[[str, Mapping[str, Json]], None]
 
@@ -129,6 +131,11 @@ class CodexConnection:
     def pid(self) -> int:
         return self._proc.pid
 
+    @property
+    def lost(self) -> CodexConnectionLost | None:
+        """Why the connection ended (None while it lives)."""
+        return self._lost
+
     def stderr_tail(self, chars: int = 2000) -> str:
         return self._stderr.decode(errors="replace")[-chars:]
 
@@ -206,7 +213,11 @@ class CodexConnection:
         params = params if isinstance(params, dict) else {}
         if isinstance(method, str):  # from codex: a request when it has an id, else a note
             if "id" in message:
-                task = asyncio.create_task(self._answer(message["id"], method, params))
+                try:
+                    result = self._on_request(message["id"], method, params)
+                except Exception as exc:
+                    result = _raise(exc)
+                task = asyncio.create_task(self._answer(message["id"], method, result))
                 self._handlers.add(task)
                 task.add_done_callback(self._handlers.discard)
             else:
@@ -230,10 +241,10 @@ class CodexConnection:
         else:
             future.set_result(message.get("result"))
 
-    async def _answer(self, rid: Json, method: str, params: Mapping[str, Json]) -> None:
+    async def _answer(self, rid: Json, method: str, result: Awaitable[Json]) -> None:
         reply: dict[str, Json] = {"id": rid}
         try:
-            reply["result"] = await self._on_request(rid, method, params)
+            reply["result"] = await result
         except CodexError as exc:
             reply["error"] = {"code": exc.code, "message": str(exc)}
         except Exception as exc:
@@ -308,3 +319,7 @@ class CodexConnection:
 def _expire(future: asyncio.Future[Json], method: str, timeout_s: float) -> None:
     if not future.done():
         future.set_exception(CodexTimeout(f"codex did not answer {method} within {timeout_s:g} s"))
+
+
+async def _raise(exc: Exception) -> Json:
+    raise exc
