@@ -1,0 +1,55 @@
+"""The `codex` provider: drives `codex app-server` (pinned in agents/, its protocol snapshot in
+tests/agents/codex_schema/), one child process and one codex thread per corral session
+(`codex_session.py`). It reports its modes (codex's approval policy and sandbox), steering,
+and whether its command is on PATH; it must not start anything before a session is asked for.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+
+from corral_server.clock import Clock, SystemClock
+from corral_server.domain.content import Prompt
+from corral_server.providers.base import EventSink, ProviderInfo, SessionConfig
+from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
+
+__all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "CodexStartFailed"]
+
+# Every request to codex waits at most this long (the manager's own deadlines are on top).
+REQUEST_TIMEOUT_S = 20.0
+
+
+class CodexProvider:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        name: str = "codex",
+        clock: Clock | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self._argv = tuple(argv)
+        self._env = dict(env)
+        self._name = name
+        self._clock = clock or SystemClock()
+        self._timeout_s = request_timeout_s
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def info(self) -> ProviderInfo:
+        path = self._env.get("PATH")
+        found = bool(self._argv) and shutil.which(self._argv[0], path=path) is not None
+        reason = "" if found else f"{self._argv[0] if self._argv else '(no command)'} not found"
+        return ProviderInfo(self._name, "codex", found, reason, modes=MODES, can_steer=True)
+
+    def validate_prompt(self, prompt: Prompt) -> None:
+        return None  # text and images both map to codex input
+
+    async def create_session(self, config: SessionConfig, sink: EventSink) -> CodexSession:
+        session = CodexSession(config, sink, self._clock, self._timeout_s)
+        await session.start([*self._argv, "app-server"], self._env)
+        return session

@@ -1,0 +1,405 @@
+"""One codex session: one `codex app-server` process and one codex thread (issue 8, item 5).
+
+This module owns the mapping between the app-server protocol and the provider contract:
+`initialize` / `initialized` and `thread/start` (or `thread/resume` of
+`SessionConfig.resume_session_id`) make the session, whose id is the thread id; `turn/start`
+is a turn and codex's turn id is corral's; `turn/completed` ends it (completed, interrupted,
+failed: `codex_turns.py`); `turn/interrupt` (fenced by the turn id) is an interrupt;
+`turn/steer` takes a prompt into the running turn; item notifications become timeline items
+(`codex_items.py`); command and file-change approval requests become corral permissions
+(`codex_approvals.py`). The framing and the process live in `codex_wire.py`. It must never
+report an event after `close()` returns, and reports exactly one terminal event per turn it
+started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Mapping, Sequence
+
+from corral_server.clock import Clock
+from corral_server.domain.agent import AgentError, PermissionResponse
+from corral_server.domain.content import Prompt
+from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.providers import codex_approvals as approvals
+from corral_server.providers.base import (
+    EventSink,
+    InterruptResult,
+    ProviderEvent,
+    ProviderMode,
+    ProviderPermissionRequested,
+    ProviderPermissionResolved,
+    ProviderTurnCanceled,
+    ProviderTurnFailed,
+    ProviderTurnStarted,
+    SessionConfig,
+)
+from corral_server.providers.codex_items import ItemMapper
+from corral_server.providers.codex_turns import (
+    AGENT_ERROR,
+    AGENT_TIMEOUT,
+    INTERRUPTED,
+    Run,
+    agent_error,
+    terminal,
+    user_input,
+)
+from corral_server.providers.codex_wire import (
+    METHOD_NOT_FOUND,
+    CodexConnection,
+    CodexConnectionLost,
+    CodexError,
+    CodexTimeout,
+    Json,
+)
+
+logger = logging.getLogger(__name__)
+
+# Modes: codex's approval policy and sandbox for the thread. The first is the default.
+MODES = (
+    ProviderMode(
+        "untrusted", "Ask first", "ask before any command not known to be read-only; sandboxed"
+    ),
+    ProviderMode("on-request", "On request", "the model asks when it needs to leave the sandbox"),
+    ProviderMode("read-only", "Read only", "a read-only sandbox; the model asks for more"),
+    ProviderMode("full-access", "Full access", "no sandbox, never asks"),
+)
+_POLICIES = {
+    "untrusted": ("untrusted", "workspace-write"),
+    "on-request": ("on-request", "workspace-write"),
+    "read-only": ("on-request", "read-only"),
+    "full-access": ("never", "danger-full-access"),
+}
+# Notifications corral never uses: codex need not send them.
+_OPT_OUT = (
+    "item/commandExecution/outputDelta",
+    "item/fileChange/outputDelta",
+    "account/rateLimits/updated",
+    "thread/status/changed",
+    "turn/diff/updated",
+)
+
+
+class CodexStartFailed(FailedPrecondition):
+    """codex did not start, failed its handshake, or could not open (or resume) the thread."""
+
+
+class CodexSession:
+    def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock, timeout_s: float):
+        self._config = config
+        self._sink = sink
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._conn: CodexConnection | None = None
+        self._thread_id = ""
+        self._run: Run | None = None
+        # While turn/start waits for codex's answer, that turn's notifications wait here.
+        self._starting = False
+        self._early: list[tuple[str, Mapping[str, Json]]] = []
+        self._started = asyncio.Event()  # set whenever no turn/start is in flight
+        self._started.set()
+        # Approval requests codex settled before corral was asked (serverRequest/resolved
+        # that came while turn/start was in flight): they are never asked. Per turn.
+        self._settled: set[int | str] = set()
+        self._items = ItemMapper()
+        self._permission_ids = itertools.count(1)
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._thread_id
+
+    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        try:
+            self._conn = await CodexConnection.spawn(
+                argv,
+                env,
+                self._config.cwd,
+                self._clock,
+                self._on_request,
+                self._on_notification,
+                self._lost,
+            )
+        except OSError as exc:
+            raise CodexStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
+        try:
+            await self._handshake(self._conn)
+        except BaseException as exc:
+            tail = self._conn.stderr_tail(800).strip()
+            await self._conn.close()
+            if isinstance(exc, CodexConnectionLost):  # its message ends with stderr already
+                raise CodexStartFailed(f"codex failed its start: {exc}") from exc
+            if isinstance(exc, CodexError):
+                why = f"codex failed its start: {exc}"
+                raise CodexStartFailed(f"{why}; stderr: {tail}" if tail else why) from exc
+            raise
+
+    async def _handshake(self, conn: CodexConnection) -> None:
+        client = {"name": "corral", "title": "corral", "version": "0.1.0"}
+        capabilities = {"optOutNotificationMethods": list(_OPT_OUT)}
+        init = {"clientInfo": client, "capabilities": capabilities}
+        await conn.request("initialize", init, self._timeout_s)
+        await conn.notify("initialized")
+        config = self._config
+        approval, sandbox = _POLICIES.get(config.mode or MODES[0].id, _POLICIES[MODES[0].id])
+        params: dict[str, Json] = {
+            "cwd": config.cwd,
+            "approvalPolicy": approval,
+            "sandbox": sandbox,
+        }
+        if config.model:
+            params["model"] = config.model
+        if config.resume_session_id:
+            params["threadId"] = config.resume_session_id
+            made = await conn.request("thread/resume", params, self._timeout_s)
+        else:
+            made = await conn.request("thread/start", params, self._timeout_s)
+        thread = made.get("thread") if isinstance(made, dict) else None
+        thread_id = thread.get("id") if isinstance(thread, dict) else None
+        if not isinstance(thread_id, str) or not thread_id:
+            raise CodexError(f"codex answered without a thread id: {made!r:.300}")
+        if config.resume_session_id and thread_id != config.resume_session_id:
+            raise CodexError(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
+        self._thread_id = thread_id
+
+    # --- turns -----------------------------------------------------------------------------
+
+    async def start_turn(self, prompt: Prompt) -> str:
+        conn = self._conn
+        if self._closed or conn is None:
+            raise AgentClosed(self._config.agent_id)
+        if self._run is not None or self._starting:
+            raise AgentBusy(self._config.agent_id, self._run.turn_id if self._run else "")
+        params = {"threadId": self._thread_id, "input": user_input(prompt)}
+        self._starting, self._early, self._settled = True, [], set()
+        self._started.clear()
+        try:
+            result = await conn.request("turn/start", params, self._timeout_s)
+        except CodexConnectionLost as exc:
+            return self._failed_start(AgentError(str(exc), exc.code))
+        except CodexTimeout as exc:
+            return self._failed_start(AgentError(str(exc), AGENT_TIMEOUT))
+        except CodexError as exc:
+            return self._failed_start(AgentError(f"codex refused the turn: {exc}", AGENT_ERROR))
+        finally:
+            self._starting = False
+            self._started.set()  # an approval that came early looks for the run once it yields
+        turn = result.get("turn") if isinstance(result, dict) else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        if not isinstance(turn_id, str) or not turn_id:
+            message = f"codex answered turn/start without a turn id: {result!r:.300}"
+            return self._failed_start(AgentError(message, AGENT_ERROR))
+        run = Run(turn_id)
+        self._run = run
+        self._items.start_turn(turn_id)
+        self._emit(ProviderTurnStarted(turn_id))
+        early, self._early = self._early, []
+        for method, early_params in early:  # what codex sent before its answer, in order
+            self._on_notification(method, early_params)
+        if conn.lost is not None:  # lost right after its answer, before the run was set
+            self._lost(conn.lost)
+        return turn_id
+
+    def _failed_start(self, error: AgentError) -> str:
+        """A turn codex never ran: it starts and fails at once, so the agent shows why."""
+        turn_id = f"turn-{uuid.uuid4().hex}"
+        self._emit(ProviderTurnStarted(turn_id))
+        self._emit(ProviderTurnFailed(turn_id, error))
+        return turn_id
+
+    def _end(self, run: Run, ending: ProviderEvent) -> None:
+        if self._run is run:
+            self._run = None
+        for answer in run.asking.values():
+            if not answer.done():
+                answer.cancel()
+        try:
+            self._emit(ending)
+        except Exception:
+            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
+
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        run, conn = self._run, self._conn
+        if run is None or (turn_id and run.turn_id != turn_id) or conn is None:
+            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
+        if run.canceling:
+            return InterruptResult.CONFIRMED
+        run.canceling = True
+        confirmed = False
+        try:
+            params = {"threadId": self._thread_id, "turnId": run.turn_id}
+            await conn.request("turn/interrupt", params, self._timeout_s)
+            confirmed = True
+        except CodexConnectionLost:
+            confirmed = True  # the turn ends canceled with the process
+        except CodexError as exc:
+            if self._run is not run:
+                return InterruptResult.NOT_RUNNING  # it ended before codex took the interrupt
+            logger.warning("codex refused to interrupt turn %s: %s", run.turn_id, exc)
+            return InterruptResult.REFUSED
+        finally:
+            if not confirmed:
+                run.canceling = False
+        for answer in run.asking.values():  # answered "cancel": the turn stops anyway
+            if not answer.done():
+                answer.cancel()
+        return InterruptResult.CONFIRMED
+
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        run, conn = self._run, self._conn
+        if run is None or run.turn_id != turn_id or run.canceling or conn is None:
+            return False
+        params = {
+            "threadId": self._thread_id,
+            "expectedTurnId": turn_id,
+            "input": user_input(prompt),
+        }
+        try:
+            await conn.request("turn/steer", params, self._timeout_s)
+        except (CodexError, CodexConnectionLost) as exc:
+            logger.info("codex did not take a steer into turn %s: %s", turn_id, exc)
+            return False
+        return True
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
+        run = self._run
+        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
+        if answer is None or answer.done():
+            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
+        answer.set_result(response)
+
+    async def close(self) -> None:
+        self._closed = True
+        run, self._run = self._run, None
+        if run is not None:
+            for answer in run.asking.values():
+                if not answer.done():
+                    answer.cancel()
+        if self._conn is not None:
+            await self._conn.close()
+
+    # --- from codex ------------------------------------------------------------------------
+
+    def _emit(self, event: ProviderEvent) -> None:
+        if not self._closed:
+            self._sink(event)
+
+    def _lost(self, lost: CodexConnectionLost) -> None:
+        logger.warning("codex of %s is gone: %s", self._config.agent_id, lost)
+        run = self._run
+        if run is not None:
+            canceled = ProviderTurnCanceled(run.turn_id, INTERRUPTED)
+            failed = ProviderTurnFailed(run.turn_id, AgentError(str(lost), lost.code))
+            self._end(run, canceled if run.canceling else failed)
+
+    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
+        thread_id = params.get("threadId")
+        if thread_id is not None and thread_id != self._thread_id:
+            return  # another thread's news (none is opened on this connection today)
+        run = self._run
+        if method == "serverRequest/resolved":  # carries no turn id
+            self._resolved(run, params.get("requestId"))
+            return
+        turn_id = params.get("turnId")
+        if turn_id is None and isinstance(turn := params.get("turn"), dict):
+            turn_id = turn.get("id")
+        if run is None or turn_id != run.turn_id:
+            if self._starting and isinstance(turn_id, str):
+                self._early.append((method, params))
+            return  # a turn that ended, or thread-wide news: nothing for the timeline
+        match method:
+            case "turn/completed":
+                turn = params.get("turn")
+                self._end(run, terminal(run, turn if isinstance(turn, dict) else {}))
+            case "thread/tokenUsage/updated":
+                run.usage.update(params.get("tokenUsage"))
+            case "error":
+                if params.get("willRetry") is not True:
+                    run.error = agent_error(params.get("error"))
+            case _:
+                for item in self._items.map(method, params):
+                    self._emit(item)
+
+    def _resolved(self, run: Run | None, rpc_id: Json) -> None:
+        """Codex settled an approval itself (the turn was interrupted, say): corral's
+        pending permission ends unanswered. An echo of corral's own answer finds it done."""
+        if not isinstance(rpc_id, int | str):
+            return
+        request_id = run.by_rpc_id.get(rpc_id) if run is not None else None
+        if run is None or request_id is None:
+            self._settled.add(rpc_id)  # its handler has not asked corral yet: it never will
+            return
+        answer = run.asking.get(request_id)
+        if answer is None or answer.done():
+            return
+        answer.cancel()
+        self._emit(ProviderPermissionResolved(run.turn_id, request_id))
+
+    def _on_request(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
+        """Called in line order (see codex_wire.RequestHandler): an approval is registered,
+        and corral asked, before codex's next line is read."""
+        if method not in (approvals.COMMAND_APPROVAL, approvals.FILE_CHANGE_APPROVAL):
+            error = CodexError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
+            return _raising(error)
+        if self._starting:
+            return self._approve_once_started(rpc_id, method, params)
+        return self._approve(rpc_id, method, params)
+
+    async def _approve_once_started(
+        self, rpc_id: Json, method: str, params: Mapping[str, Json]
+    ) -> Json:
+        await self._started.wait()  # asked before codex's answer to turn/start came in
+        return await self._approve(rpc_id, method, params)
+
+    def _approve(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
+        run = self._run
+        if run is None or params.get("turnId") != run.turn_id:
+            return _answered({"decision": "decline"})  # not the running turn: nobody could
+        key = rpc_id if isinstance(rpc_id, int | str) else None
+        if run.canceling or key in self._settled:
+            return _answered({"decision": "cancel"})
+        decisions = approvals.offered(method, params)
+        request_id = f"{run.turn_id}-permission-{next(self._permission_ids)}"
+        item_id = params.get("itemId")
+        call = self._items.tool_call(item_id) if isinstance(item_id, str) else None
+        permission = approvals.permission(request_id, run.turn_id, method, params, call, decisions)
+        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
+        run.asking[request_id] = answer
+        if key is not None:
+            run.by_rpc_id[key] = request_id
+        self._emit(ProviderPermissionRequested(run.turn_id, permission))
+        return self._decide(run, key, request_id, answer, decisions)
+
+    async def _decide(
+        self,
+        run: Run,
+        key: int | str | None,
+        request_id: str,
+        answer: asyncio.Future[PermissionResponse],
+        decisions: Sequence[Json],
+    ) -> Json:
+        try:
+            response = await answer
+        except asyncio.CancelledError:
+            if answer.cancelled():
+                return {
+                    "decision": "cancel"
+                }  # the turn ended, was interrupted, or codex settled it
+            raise
+        finally:
+            run.asking.pop(request_id, None)
+            run.by_rpc_id.pop(key, None)
+        return {"decision": approvals.decision(decisions, response)}
+
+
+async def _answered(result: Json) -> Json:
+    return result
+
+
+async def _raising(error: Exception) -> Json:
+    raise error
