@@ -133,12 +133,16 @@ def test_builtins_are_available_exactly_when_their_program_is_on_path(stubs: Stu
         assert builtin.unavailable_reason  # not found, or (before its adapter) not in the build
 
 
-def test_the_scripted_provider_still_lists_its_modes_and_models(stubs: Stubs) -> None:
+def test_scripted_providers_list_every_field_of_their_modes_and_models(stubs: Stubs) -> None:
     for name in ("scripted", "demo"):
         provider = listed(stubs)[name]
         assert provider.available
-        assert [m.id for m in provider.modes] == ["default", "plan"]
-        assert [m.id for m in provider.models] == ["scripted-1"]
+        assert [(m.id, m.label) for m in provider.modes] == [
+            ("default", "Default"),
+            ("plan", "Plan"),
+        ]
+        assert provider.modes[0].description == "Runs the prompt's directives."
+        assert [(m.id, m.label) for m in provider.models] == [("scripted-1", "Scripted 1")]
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:

@@ -219,3 +219,18 @@ def test_non_ascii_codex_strings_stay_valid_toml() -> None:
     (entry,) = parse("[providers.x]\nkind = 'codex'\nconfig = { greeting = 'grüß \"dich\"' }")
     ((key, value),) = entry.codex_config
     assert tomllib.loads(f"{key} = {value}") == {"greeting": 'grüß "dich"'}
+
+
+def test_the_example_in_docs_providers_md_parses() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "providers.md").read_text()
+    example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    entries = parse(example, "docs/providers.md")
+    assert [(e.name, e.kind) for e in entries] == [
+        ("claude-code", "claude-code"),
+        ("codex-corp", "codex"),
+        ("gemini", "acp"),
+        ("my-agent", "acp"),
+        ("demo", "scripted"),
+    ]
+    assert dict(entries[1].codex_config)["model_providers.corp.wire_api"] == '"responses"'
+    assert entries[3].inherit_env is False
