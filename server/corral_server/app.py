@@ -32,8 +32,9 @@ from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.metrics import registry_for
+from corral_server.providers import registry
 from corral_server.providers.base import Provider
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.config import ProviderEntry
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
@@ -91,6 +92,10 @@ class Config:
     # Drain: how long the daemon keeps answering after health goes NOT_SERVING, so a load
     # balancer's health checks notice before new work is refused (on the daemon's clock).
     drain_delay_s: float = 3.0
+    # The providers besides `scripted` (providers/registry.py builds them): `corral serve`
+    # passes the built-ins merged with its --config file; the default is scripted only.
+    providers: tuple[ProviderEntry, ...] = ()
+    # Tests inject providers here; they win over every other of the same name.
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
     # Access (rpc/auth.py, rpc/tls.py): with a token file every call but health needs a bearer
     # token; with TLS files the listener speaks only TLS (mutual TLS with a client CA).
@@ -112,7 +117,7 @@ class Daemon:
         # Without a state directory the event log lives in the hub's memory (a new incarnation
         # each start); `start` replaces the hub with one on the durable log otherwise.
         self.hub = self._hub(None)
-        providers: dict[str, Provider] = {"scripted": ScriptedProvider(self.clock)}
+        providers = registry.build(config.providers, self.clock)
         providers.update(config.extra_providers)
         self._providers = providers
         self.timeline: TimelineStore = InMemoryTimelineStore(

@@ -1,8 +1,9 @@
 """`corral serve`: arguments, the state-directory lock, signals and the drain.
 
 Refuses to start, with a clear message and exit code, when the port is taken (1), another daemon
-holds the state directory (1), a non-loopback address comes without a token file (2), or a token,
-certificate or key file is unreadable or empty (2). SIGHUP reloads the token file.
+holds the state directory (1), a non-loopback address comes without a token file (2), a token,
+certificate or key file is unreadable or empty (2), or the --config providers file cannot be used
+(2). SIGHUP reloads the token file.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import IO
 from corral_server import logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
+from corral_server.providers import registry
+from corral_server.providers.config import ConfigError
+from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
@@ -47,6 +51,14 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="state directory (default $XDG_STATE_HOME/corral or ~/.local/state/corral)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="providers file (TOML, [providers.NAME] tables; docs/providers.md); without "
+        "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH",
     )
     p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
     p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
@@ -201,6 +213,11 @@ async def serve(args: argparse.Namespace) -> int:
     if refusal:
         log.error("%s", refusal)
         return 2
+    try:
+        providers = registry.with_builtins(load_providers(args.config) if args.config else ())
+    except ConfigError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     if not is_loopback(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
     try:
@@ -225,6 +242,7 @@ async def serve(args: argparse.Namespace) -> int:
         reflection=reflection_on(args.reflection, args.listen),
         lock_state_dir=False,  # held above, with the pid of its holder
         metrics_listen=args.metrics_listen,
+        providers=providers,
     )
     try:
         daemon = Daemon(config)

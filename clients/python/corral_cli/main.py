@@ -20,7 +20,7 @@ from typing import TypeAlias
 
 import grpc
 
-from corral_cli import commands, failure, follow, ids
+from corral_cli import commands, failure, follow, ids, providers
 from corral_cli.client import (
     DEFAULT_ADDR,
     DEFAULT_TIMEOUT_S,
@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     permit.add_argument("--deny", action="store_true", help="deny instead of allow")
     permit.add_argument("--message", "-m", default="", help="a note for the agent")
     permit.set_defaults(func=commands.permit)
+    listed = sub.add_parser(
+        "providers", parents=parents, help="list the providers: kind, available (or why not)"
+    )
+    listed.set_defaults(func=providers.providers)
     return parser
 
 

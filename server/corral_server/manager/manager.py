@@ -72,6 +72,21 @@ MAX_REMEMBERED_CREATES = 10_000
 MAX_PAGE_SIZE = 1000
 
 
+class ProviderUnavailable(errors.FailedPrecondition):
+    """CreateAgent on a provider that is configured but cannot run (its program is not
+    installed, its adapter is not in this build): the reason is in the message and metadata.
+    (Belongs in errors.py's tree.)"""
+
+    reason = "PROVIDER_UNAVAILABLE"
+
+    def __init__(self, info: ProviderInfo) -> None:
+        why = info.unavailable_reason or "unavailable"
+        super().__init__(
+            f"provider {info.name!r} is unavailable: {why}",
+            metadata={"provider": info.name, "unavailable_reason": why},
+        )
+
+
 class AgentManager:
     def __init__(
         self,
@@ -269,6 +284,8 @@ class AgentManager:
         provider = self._providers.get(spec.provider)
         if provider is None:
             raise errors.UnknownProvider(spec.provider, self._names())
+        if not (info := provider.info()).available:
+            raise ProviderUnavailable(info)
         check_cwd(spec.cwd)
         check_title(spec.title, self.limits)
         check_labels(spec.labels, self.limits)
