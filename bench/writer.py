@@ -56,6 +56,11 @@ async def measure(
         start = time.perf_counter()
         await manager.send_prompt(agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT)
         await manager.wait_for_idle(agent.id, None)
+        # Until every subscriber has the last event (durable: published after its commit).
+        writer = daemon.hub.log_writer
+        last = daemon.hub.head_revision if writer is None else writer.next_revision - 1
+        while any(s.delivered_revision < last for s in subs):
+            await asyncio.sleep(0.0005)
         elapsed = time.perf_counter() - start
         done.set()
         for s in subs:

@@ -274,6 +274,9 @@ class EventHub:
             self._leave_live(sub)
             sub.position = entries[0][0] - 1
             sub.set_state(SubscriptionState.CATCHING_UP)
+            # A reader waiting on an empty buffer (a batch larger than the whole buffer) is
+            # owed no release: wake it to catch up.
+            sub.wake()
 
     def _release(self) -> None:
         """Let every owed subscriber's reader take its buffer, waking it if it waits."""

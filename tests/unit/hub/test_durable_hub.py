@@ -186,3 +186,17 @@ async def test_a_laggard_out_of_the_ring_catches_up_from_the_log(scope: frozense
     expected = [(n, f"t{n}") for n in range(1, 21) if not scope or n % 4]
     assert turns(stream) == expected
     assert not any(e.HasField("subscription_reset") for e in stream)
+
+
+async def test_a_waiting_reader_handed_a_batch_larger_than_its_buffer_catches_up() -> None:
+    # One commit can publish more events than a subscriber's whole buffer holds: it is
+    # demoted with an empty buffer and no release owed, and must still be woken.
+    log = GatedLog()
+    hub = EventHub(encode_event, log=log, buffer_events=2)
+    sub = hub.subscribe(frozenset(), None, agents)
+    ready(sub)
+    reader = asyncio.ensure_future(read(sub, 3))
+    await settle()  # the reader waits for a publish
+    hub.commit_many([hub.prepare(TurnStarted("a1", f"t{n}")) for n in (1, 2, 3)])
+    log.commit_next()
+    assert turns(await reader) == [(1, "t1"), (2, "t2"), (3, "t3")]
