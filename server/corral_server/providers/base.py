@@ -55,6 +55,8 @@ class SessionConfig:
     cwd: str
     model: str = ""
     mode: str = ""
+    # A provider session to resume (the agent's stored provider_session_id); "" = a new one.
+    resume_session_id: str = ""
 
 
 # --- events a session reports -------------------------------------------------------------
