@@ -166,6 +166,8 @@ class ClaudeCodeSession:
         self._items = items.ItemMapper()
         self._permission_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        # The error of a result outside any turn (claude's reason to exit at start).
+        self._stray_error = ""
         self._closed = False
 
     @property
@@ -188,7 +190,7 @@ class ClaudeCodeSession:
         try:
             await self._conn.control({"subtype": "initialize"})
         except BaseException as exc:
-            reason = self._conn.lost or str(exc)
+            reason = "; ".join(filter(None, (self._stray_error, self._conn.lost or str(exc))))
             await self._conn.close()
             if isinstance(exc, ClaudeControlError | ClaudeConnectionLost):
                 raise ClaudeStartFailed(f"claude failed its handshake: {reason}") from exc
@@ -298,6 +300,8 @@ class ClaudeCodeSession:
             case "result":
                 run = self._run
                 if run is None:
+                    if line.get("is_error") is True:
+                        self._stray_error = items.error_of(line).message
                     logger.info("claude of %s: a result outside a turn", self._config.agent_id)
                     return
                 self._end(run, items.terminal(run.turn_id, line, run.canceling))
