@@ -73,8 +73,10 @@ async def stubs(claude: Claude) -> AsyncIterator[Stubs]:
             daemon.stop()
 
 
-async def claude_agent(stubs: Stubs, place: Place) -> str:
-    request = create_request(str(place.cwd), provider="claude-code", model=programs.CLAUDE_MODEL)
+async def claude_agent(stubs: Stubs, place: Place, mode: str = "") -> str:
+    request = create_request(
+        str(place.cwd), provider="claude-code", model=programs.CLAUDE_MODEL, mode=mode
+    )
     reply = await stubs.agents.CreateAgent(request)
     return reply.agent.id
 
@@ -183,6 +185,17 @@ async def test_a_denied_tool_call_fails_with_the_answers_message_and_the_turn_co
     assert "not today" in fake.model_calls()[1].tool_results[0]
 
 
+async def test_an_agent_in_accept_edits_mode_writes_without_asking(
+    stubs: Stubs, place: Place
+) -> None:
+    agent_id = await claude_agent(stubs, place, mode="acceptEdits")
+    target = place.cwd / "yes.txt"
+    events = await rest_of(stream(stubs, agent_id, f"[[write: {target}]] [[reply: written]]"))
+    assert kinds(events)[-1] == "turn_completed"
+    assert "permission_requested" not in kinds(events)
+    assert target.read_text() == "written by the fake model\n"
+
+
 async def test_cancel_turn_cuts_a_slow_claude_stream_and_the_next_turn_runs(
     stubs: Stubs, place: Place, fake: FakeModelServer
 ) -> None:
@@ -268,10 +281,12 @@ async def test_a_session_resumes_in_a_new_claude_process_after_the_daemon_stoppe
         if isinstance(event, ProviderTurnCompleted | ProviderTurnFailed | ProviderTurnCanceled):
             ended.set()
 
+    assert (agent.model, agent.mode) == (programs.CLAUDE_MODEL, "default")
     config = SessionConfig(
         agent_id,
         str(place.cwd),
-        model=programs.CLAUDE_MODEL,
+        model=agent.model,
+        mode=agent.mode,
         resume_session_id=agent.provider_session_id,
     )
     session = await claude.provider.create_session(config, sink)

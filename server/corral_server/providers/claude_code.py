@@ -70,12 +70,15 @@ PROTOCOL_FLAGS = (
     "stdio",
 )
 
-# Claude Code's permission modes (`--permission-mode`); the first is its default.
+# Claude Code's permission modes (`--permission-mode`). The first is its default, which
+# 2.1.3xx reports as "default" but does not take as a flag value: no flag is passed for it.
+DEFAULT_MODE = "default"
 MODES = (
-    ProviderMode("default", "Default", "asks before edits and commands"),
+    ProviderMode(DEFAULT_MODE, "Default", "asks before edits and commands"),
     ProviderMode("acceptEdits", "Accept edits", "edits without asking; asks before commands"),
     ProviderMode("plan", "Plan", "reads and plans; changes nothing"),
-    ProviderMode("bypassPermissions", "Bypass permissions", "never asks"),
+    ProviderMode("dontAsk", "Don't ask", "denies whatever would need a permission"),
+    ProviderMode("bypassPermissions", "Bypass permissions", "never asks (as root: IS_SANDBOX=1)"),
 )
 
 ALLOW_ACTION = PermissionAction("allow", "Allow", "allow_once")
@@ -132,7 +135,7 @@ class ClaudeCodeProvider:
             argv += ["--session-id", session_id]
         if config.model:
             argv += ["--model", config.model]
-        if config.mode:
+        if config.mode and config.mode != DEFAULT_MODE:
             argv += ["--permission-mode", config.mode]
         return argv
 

@@ -160,6 +160,9 @@ def test_the_command_line_carries_the_protocol_flags_the_model_and_the_mode() ->
     assert argv[-6:] == ["--session-id", "s-1", "--model", "opus", "--permission-mode", "plan"]
     resumed = provider.command(SessionConfig("a1", "/w", resume_session_id="old"), "s-2")
     assert resumed[-2:] == ["--resume", "old"] and "--session-id" not in resumed
+    # claude takes no "default" for --permission-mode, though it names its default so.
+    default = provider.command(SessionConfig("a1", "/w", mode="default"), "s-3")
+    assert "--permission-mode" not in default
 
 
 async def test_a_resume_claude_cannot_open_fails_the_start_with_claudes_reason(
