@@ -146,16 +146,14 @@ class _Run:
 
     turn_id: str
     canceling: bool = False
-    # Permissions the turn waits on, by corral request id: Claude Code's request id, the
-    # tool call it is for, and the answer's future.
+    # Permissions the turn waits on, by corral request id: Claude Code's request id and the
+    # answer's future.
     asking: dict[str, _Asking] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class _Asking:
     claude_request_id: str
-    tool_input: dict[str, Json]
-    call_id: str
     answer: asyncio.Future[PermissionResponse]
 
 
@@ -176,10 +174,6 @@ class ClaudeCodeSession:
     @property
     def session_id(self) -> str:
         return self._session_id
-
-    @property
-    def pid(self) -> int:
-        return self._conn.pid if self._conn is not None else 0
 
     async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         """Start the process and its handshake (`initialize`): a session that cannot be
@@ -253,7 +247,9 @@ class ClaudeCodeSession:
         return InterruptResult.CONFIRMED
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
-        return False  # each user line is a turn of its own with its own result: corral queues
+        # Not offered: what claude does with a user line sent mid-turn is not mapped yet, and
+        # every user line must stay one turn with one result. Corral queues the prompt.
+        return False
 
     async def respond_permission(
         self, turn_id: str, request_id: str, response: PermissionResponse
@@ -358,7 +354,7 @@ class ClaudeCodeSession:
             turn_id=run.turn_id,
         )
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = _Asking(claude_request_id, tool_input, call_id, answer)
+        run.asking[request_id] = _Asking(claude_request_id, answer)
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
         try:
             response = await answer
