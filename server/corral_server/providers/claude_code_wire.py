@@ -36,6 +36,8 @@ STDERR_KEEP_BYTES = 64 * 1024
 EOF_GRACE_S = 0.5
 # SIGTERM, then SIGKILL to the group after this.
 TERM_GRACE_S = 2.0
+# After stdout ends, how long to wait for the exit status before reporting the loss without it.
+EXIT_WAIT_S = 2.0
 # Every process this adapter starts carries TAG_ENV=<a tag of its own> in its environment.
 # Claude Code runs each Bash command in a session of its own (setsid), so a command's
 # background child outlives a kill of the process group; the tag still finds it.
@@ -180,10 +182,12 @@ class ClaudeConnection:
             if broken is not None:
                 reason = broken
                 break
-        rc = self._proc.returncode
-        if rc is None and reason == "claude closed its stdout":
-            with contextlib.suppress(TimeoutError):
-                rc = await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
+        if reason == "claude closed its stdout":
+            # Its exit status makes the better reason; a loaded machine may take a while.
+            rc = self._proc.returncode
+            if rc is None:
+                with contextlib.suppress(TimeoutError):
+                    rc = await asyncio.wait_for(self._proc.wait(), EXIT_WAIT_S)
             if rc is not None:
                 reason = f"claude exited with status {rc}"
         self._lose(reason)
