@@ -5,7 +5,7 @@ readers of the notices in a timeline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -65,6 +65,18 @@ class RunWatcher:
         async def wait() -> None:
             while not holds():
                 await self._changed.wait()
+
+        await asyncio.wait_for(wait(), WAIT_S)
+
+    async def until_async(self, holds: Callable[[], Awaitable[bool]]) -> None:
+        """Until `holds()` (which reads the wire), asked again after every event batch."""
+
+        async def wait() -> None:
+            while True:
+                changed = self._changed  # taken first: a batch during `holds` wakes us
+                if await holds():
+                    return
+                await changed.wait()
 
         await asyncio.wait_for(wait(), WAIT_S)
 
