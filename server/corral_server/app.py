@@ -22,6 +22,8 @@ from prometheus_client import start_http_server
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import subagent_service_pb2 as sub_svc_pb
+from corral.v1 import subagent_service_pb2_grpc as sub_svc_grpc
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
@@ -35,6 +37,7 @@ from corral_server.metrics import registry_for
 from corral_server.providers import registry
 from corral_server.providers.base import Provider
 from corral_server.providers.config import ProviderEntry
+from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
@@ -43,6 +46,7 @@ from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import event_service_handler
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
+from corral_server.rpc.subagent_service import SubagentService
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
@@ -51,6 +55,15 @@ from corral_server.store.database import Database
 from corral_server.store.event_log import SqliteEventLog
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
+from corral_server.store.subagent_runs import SqliteRunStore
+from corral_server.subagents import (
+    InMemoryRunStore,
+    RunStore,
+    SpawnRequest,
+    SubagentLimits,
+    SubagentRegistry,
+)
+from corral_server.subagents.codec import decode_run, encode_run
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 
@@ -61,6 +74,7 @@ SERVICE_NAMES = (
     turn_pb.DESCRIPTOR.services_by_name["TurnService"].full_name,
     tl_pb.DESCRIPTOR.services_by_name["TimelineService"].full_name,
     event_pb.DESCRIPTOR.services_by_name["EventService"].full_name,
+    sub_svc_pb.DESCRIPTOR.services_by_name["SubagentService"].full_name,
 )
 
 
@@ -108,6 +122,8 @@ class Config:
     lock_state_dir: bool = True
     # Serve Prometheus metrics on this HOST:PORT (None: off).
     metrics_listen: str | None = None
+    # Sub-agent trees: spawn depth and children limits, announce deferral and retries.
+    subagents: SubagentLimits = field(default_factory=SubagentLimits)
 
 
 class Daemon:
@@ -118,12 +134,16 @@ class Daemon:
         # each start); `start` replaces the hub with one on the durable log otherwise.
         self.hub = self._hub(None)
         providers = registry.build(config.providers, self.clock)
+        for provider in providers.values():
+            if isinstance(provider, ScriptedProvider):
+                provider.spawner = self._spawn_for_script  # `/spawn`: the sub-agent registry
         providers.update(config.extra_providers)
         self._providers = providers
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
         )
         self.manager = self._manager(self.timeline, None)
+        self.subagents = self._registry(InMemoryRunStore())
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
         self._metrics_server: Any = None
@@ -171,6 +191,17 @@ class Daemon:
             finished=finished,
         )
 
+    def _registry(self, store: RunStore) -> SubagentRegistry:
+        """The sub-agent registry of the current manager (it sets the manager's hooks)."""
+        return SubagentRegistry(
+            self.manager, store, self.clock, self.config.subagents, publish=self.hub.publish
+        )
+
+    async def _spawn_for_script(self, agent_id: str, task: str) -> tuple[str, str]:
+        request = SpawnRequest(agent_id, task, expects_completion_message=True)
+        run = await self.subagents.spawn(request)
+        return run.run_id, run.child_agent_id
+
     async def _open_store(self, state_dir: Path) -> None:
         """The durable store (issue 6): timelines and agent records in the state directory's
         SQLite database; the stored agents come back (headers only) before anything serves.
@@ -192,6 +223,9 @@ class Daemon:
             )
             self.hub = self._hub(event_log)
             self.manager = self._manager(self.timeline, records, requests, finished)
+            runs = await SqliteRunStore.open(database, encode_run, decode_run)
+            self.subagents = self._registry(runs)
+            await self.subagents.open()  # before the agents: interrupted children end runs
             await self.manager.restore(loaded)
         except BaseException:
             await database.close()
@@ -204,6 +238,9 @@ class Daemon:
         Raises OSError when the port is taken, StoreError when the store cannot open."""
         if self.config.state_dir is not None and self.database is None:
             await self._open_store(self.config.state_dir)
+        if not self.subagents.opened:
+            await self.subagents.open()
+        await self.subagents.recover()
         size = self.config.max_request_bytes
         # The token check runs first: a refused call's body is never decoded.
         auth = [BearerTokens(self.tokens)] if self.tokens else []
@@ -220,6 +257,7 @@ class Daemon:
         agent_svc_grpc.add_AgentServiceServicer_to_server(AgentService(self.manager), server)
         turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager, self.hub), server)
         tl_grpc.add_TimelineServiceServicer_to_server(TimelineService(self.manager), server)
+        sub_svc_grpc.add_SubagentServiceServicer_to_server(SubagentService(self.subagents), server)
         events = event_service_handler(
             self.hub,
             self.manager.snapshot,
@@ -299,6 +337,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         try:  # 5
+            await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)

@@ -6,15 +6,18 @@
     │   ├── AgentNotFound                                                 -> NOT_FOUND
     │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
     │   ├── PermissionNotFound                                            -> NOT_FOUND
+    │   ├── SubagentRunNotFound                                           -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
     │   ├── AgentClosed          the agent's runtime is closed
     │   ├── MessageNotConfirmed  Rewind to a message the provider never confirmed
+    │   ├── SubagentLimit        a spawn past the depth or children limit
     │   └── ProviderRefusedInterrupt
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
-    │   └── SubscriberLagged     a stream fell behind retained history
+    │   ├── SubscriberLagged     a stream fell behind retained history
+    │   └── SteerRateLimited     a run steered again within its interval
     ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
     ├── ProviderTimeout          a provider call missed its deadline      -> DEADLINE_EXCEEDED
     ├── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
@@ -92,6 +95,13 @@ class PermissionNotFound(NotFound):
         )
 
 
+class SubagentRunNotFound(NotFound):
+    reason = "SUBAGENT_RUN_NOT_FOUND"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"sub-agent run {run_id!r} not found", metadata={"run_id": run_id})
+
+
 class UnknownProvider(NotFound):
     reason = "UNKNOWN_PROVIDER"
 
@@ -136,6 +146,15 @@ class MessageNotConfirmed(FailedPrecondition):
         )
 
 
+class SubagentLimit(FailedPrecondition):
+    """A spawn refused by a limit; `reason` says which (seed 002: limits are claimed with
+    the spawn, so concurrent spawns never pass one together)."""
+
+    def __init__(self, reason: str, message: str, *, limit: int, current: int) -> None:
+        super().__init__(message, metadata={"limit": str(limit), "current": str(current)})
+        self.reason = reason
+
+
 class ProviderRefusedInterrupt(FailedPrecondition):
     reason = "PROVIDER_REFUSED_INTERRUPT"
 
@@ -150,6 +169,10 @@ class ResourceExhausted(CorralError):
 
 class SubscriberLagged(ResourceExhausted):
     reason = "SUBSCRIBER_LAGGED"
+
+
+class SteerRateLimited(ResourceExhausted):
+    reason = "STEER_RATE_LIMITED"
 
 
 class Unimplemented(CorralError):

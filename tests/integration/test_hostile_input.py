@@ -31,6 +31,7 @@ from corral.v1 import agent_pb2, timeline_pb2
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import SERVICE_NAMES
@@ -970,6 +971,12 @@ UNARY_METHODS = {
         "RemoveQueuedPrompt",
     ),
     "corral.v1.TimelineService": ("FetchTimeline", "GetActivity"),
+    "corral.v1.SubagentService": (
+        "SpawnSubagent",
+        "ListSubagentRuns",
+        "KillSubagentRun",
+        "SteerSubagentRun",
+    ),
     "corral.v1.EventService": ("Heartbeat",),
 }
 STREAM_METHODS = {
@@ -984,7 +991,7 @@ RAW_PATHS = [
 
 def test_every_corral_method_is_in_the_raw_bytes_table() -> None:
     declared: set[str] = set()
-    for module in (agent_pb, turn_pb, tl_pb, event_pb):
+    for module in (agent_pb, turn_pb, tl_pb, event_pb, sub_svc_pb):
         for service in module.DESCRIPTOR.services_by_name.values():
             declared.update(f"/{service.full_name}/{m.name}" for m in service.methods)
     assert {path for path, _ in RAW_PATHS} == declared

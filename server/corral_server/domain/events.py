@@ -14,6 +14,7 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.notification import NOBODY, NotificationPlan
+from corral_server.domain.subagents import SubagentRun
 from corral_server.domain.timeline import TimelineRow
 
 
@@ -109,6 +110,18 @@ class AttentionRequired:
     notification: NotificationPlan = NOBODY
 
 
+@dataclass(frozen=True, slots=True)
+class SubagentRunUpdated:
+    """A sub-agent run changed (published by the registry once the change is stored);
+    scoped to the run's requester."""
+
+    run: SubagentRun
+
+    @property
+    def agent_id(self) -> str:
+        return self.run.requester_agent_id
+
+
 Event: TypeAlias = (
     AgentUpserted
     | AgentRemoved
@@ -122,6 +135,7 @@ Event: TypeAlias = (
     | PermissionRequested
     | PermissionResolved
     | AttentionRequired
+    | SubagentRunUpdated
 )
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled

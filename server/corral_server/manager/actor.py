@@ -46,7 +46,7 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, UserMessage
+from corral_server.domain.timeline import ErrorItem, SubagentNotice, UserMessage
 from corral_server.hub import Prepared
 from corral_server.manager import permissions
 from corral_server.manager.actor_ending import EndingPart
@@ -314,6 +314,23 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             self._set(replace(self._snapshot, attention=Attention()))
         return self.agent
 
+    async def add_notice(
+        self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
+    ) -> None:
+        """A sub-agent's result (subagents/announce.py): its notice row, then, when `wake`
+        is given, a turn carrying it (queued behind a running one). One step on the queue,
+        so the row and the wake are never split by another change of this agent."""
+        self._ensure_open()
+        await self._writer.flush()
+        turn_id = self._active.turn_id if self._active is not None else ""
+        await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
+        if wake is not None:
+            await self.start_turn(wake, client_message_id, IfRunning.QUEUE)
+
+    async def barrier(self) -> None:
+        """Until every row handed to the store so far is stored and published."""
+        await self._writer.barrier()
+
     def detach(self) -> Agent:
         labels = self._snapshot.labels
         if PARENT_AGENT_ID_LABEL in labels:
@@ -563,6 +580,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             self._writer.publish((publisher.prepare(attention),))
         if not active.settled.done():
             active.settled.set_result(terminal)
+        if not successor and self._deps.settled is not None:
+            self._deps.settled(self._snapshot, terminal)
         if successor and not self._handoff:
             self._after_turn()
 

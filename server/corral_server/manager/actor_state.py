@@ -76,6 +76,9 @@ class ActorDeps:
     presence: PresenceBook | None = None
     # Turns started and ended, by outcome (for metrics).
     counts: TurnCounts | None = None
+    # Told (on the actor's task; must not block) when the agent settles: a turn ended and no
+    # successor follows (the sub-agent registry ends a child's run here).
+    settled: Callable[[Agent, ev.TurnTerminal], None] | None = None
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ agent's actor (actor.py), the agent's single writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -28,8 +29,8 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt
-from corral_server.domain.events import AgentRemoved, AgentUpserted
-from corral_server.domain.timeline import Cursor, Direction, FetchResult
+from corral_server.domain.events import AgentRemoved, AgentUpserted, TurnTerminal
+from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_state import ActorDeps, TurnCounts
 from corral_server.manager.deadlines import within
@@ -124,6 +125,11 @@ class AgentManager:
         # and every WaitForIdle ends with it.
         self._shutting_down = False
         self._draining = asyncio.Event()
+        # Sub-agent hooks (subagents/registry.py sets them): `on_settled` is told, on the
+        # agent's task, when an agent settles (a turn ended, no successor follows);
+        # `on_archive` runs before an archive cascade closes its agents (ids, agent first).
+        self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
+        self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -431,6 +437,28 @@ class AgentManager:
                 metadata={"agent_id": actor.agent.id, "turn_id": turn_id},
             )
 
+    async def add_notice(
+        self,
+        agent_id: str,
+        notice: SubagentNotice,
+        wake: Prompt | None = None,
+        client_message_id: str = "",
+    ) -> None:
+        """A sub-agent's result for its requester: the notice row, and with `wake` a turn
+        carrying it (queued if the agent is busy), in one step of the agent's queue."""
+        actor = self._actor(agent_id)
+        if wake is not None:
+            self._check_open()
+            check_prompt(wake, self.limits)
+        await actor.call(lambda: actor.add_notice(notice, wake, client_message_id))
+
+    async def rows_settled(self, agent_id: str) -> None:
+        """Until every row the agent has handed to its store so far is stored (a reader that
+        fetches next sees them). A closed agent's rows are already settled or about to be."""
+        actor = self._actor(agent_id)
+        with contextlib.suppress(errors.AgentClosed):
+            await actor.call(actor.barrier)
+
     async def respond_permission(
         self, agent_id: str, request_id: str, response: PermissionResponse
     ) -> Agent:
@@ -566,7 +594,10 @@ class AgentManager:
         self._check_open()
         self._actor(agent_id)
         archived: list[str] = []
-        for member in self._with_descendants(agent_id):
+        members = self._with_descendants(agent_id)
+        if self.on_archive is not None:
+            await self.on_archive(members)
+        for member in members:
             actor = self._actors[member]
             if actor.agent.is_closed:
                 actor.archive_closed()
@@ -644,7 +675,12 @@ class AgentManager:
             self._finished,
             self.presence,
             self.turn_counts,
+            self._settled,
         )
+
+    def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
+        if self.on_settled is not None:
+            self.on_settled(agent, terminal)
 
     def _actor(self, agent_id: str) -> AgentActor:
         if not agent_id:

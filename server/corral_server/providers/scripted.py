@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias, assert_never
 
@@ -28,12 +29,19 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import (
     AssistantMessage,
+    JsonValue,
     Reasoning,
     ToolCall,
     ToolCallStatus,
     UserMessage,
 )
-from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition, Unimplemented
+from corral_server.errors import (
+    AgentBusy,
+    AgentClosed,
+    CorralError,
+    FailedPrecondition,
+    Unimplemented,
+)
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
@@ -79,11 +87,17 @@ _WORD = re.compile(r"\s*\S+")
 
 _Terminal: TypeAlias = ProviderTurnCompleted | ProviderTurnFailed
 
+# `/spawn <task>`: spawn a sub-agent of `agent_id` on `task` (the daemon sets it to the
+# sub-agent registry's spawn); returns (run id, child agent id), raises CorralError refusals.
+Spawner: TypeAlias = Callable[[str, str], Awaitable[tuple[str, str]]]
+
 
 class ScriptedProvider:
     def __init__(self, clock: Clock, *, name: str = "scripted") -> None:
         self._clock = clock
         self._name = name
+        # None: `/spawn` is refused as not delivered (no sub-agent registry).
+        self.spawner: Spawner | None = None
 
     @property
     def name(self) -> str:
@@ -104,16 +118,16 @@ class ScriptedProvider:
     def validate_prompt(self, prompt: Prompt) -> None:
         """Raise `InvalidArgument` for a malformed script, `Unimplemented` for a directive
         whose capability is not delivered yet."""
-        require_delivered(parse_script(prompt_text(prompt)))
+        require_delivered(parse_script(prompt_text(prompt)), can_spawn=self.spawner is not None)
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ScriptedSession:
-        return ScriptedSession(config, sink, self._clock)
+        return ScriptedSession(config, sink, self._clock, lambda: self.spawner)
 
 
-def require_delivered(script: Script) -> None:
+def require_delivered(script: Script, *, can_spawn: bool = False) -> None:
     """Raise `Unimplemented` naming the first directive this server cannot run yet."""
     for step in script.steps:
-        if isinstance(step, Spawn):
+        if isinstance(step, Spawn) and not can_spawn:
             raise _undelivered(step)
 
 
@@ -147,10 +161,17 @@ class ScriptedSession:
     """One agent's session. Invariant: `_run` is set from `start_turn` until the turn's
     terminal event has been reported (or `close()`), so a second turn can never overlap it."""
 
-    def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        sink: EventSink,
+        clock: Clock,
+        spawner: Callable[[], Spawner | None] = lambda: None,
+    ) -> None:
         self._config = config
         self._sink = sink
         self._clock = clock
+        self._spawner = spawner
         self._session_id = f"scripted-{uuid.uuid4().hex}"
         self._run: _Run | None = None
         self._closed = False
@@ -220,7 +241,7 @@ class ScriptedSession:
 
     async def _play(self, run: _Run) -> ProviderTurnCompleted:
         script = parse_script(prompt_text(run.prompt))
-        require_delivered(script)
+        require_delivered(script, can_spawn=self._spawner() is not None)
         output_words = 0
         for index, step in enumerate(script.steps):
             # Between steps the loop runs other work, and an interrupt can land.
@@ -256,12 +277,32 @@ class ScriptedSession:
                 echo_id = f"{run.turn_id}-user"
                 echo = UserMessage(prompt_text(run.prompt), message_id=echo_id)
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
-            case Spawn():
-                # Unreachable after require_delivered in _play; kept so the match is exhaustive.
-                raise _undelivered(step)
+            case Spawn(task=task):
+                await self._spawn(run, task, index)
             case _:
                 assert_never(step)
         return 0
+
+    async def _spawn(self, run: _Run, task: str, index: int) -> None:
+        """`/spawn TASK`: a `spawn_subagent` tool call that completes with the new run and
+        child, or fails with the refusal (a limit, say); the turn goes on either way."""
+        spawner = self._spawner()
+        if spawner is None:  # validated before the turn; the daemon lost its registry since
+            raise _undelivered(Spawn(task))
+        call_id = f"{run.turn_id}-call-{index}"
+        name = "spawn_subagent"
+        given: JsonValue = {"task": task}
+        running = ToolCall(call_id, name, ToolCallStatus.RUNNING, given)
+        self._emit(ProviderItem(run.turn_id, running))
+        try:
+            run_id, child_id = await spawner(self._config.agent_id, task)
+        except CorralError as refused:
+            failed = ToolCall(call_id, name, ToolCallStatus.FAILED, given, error=refused.message)
+            self._emit(ProviderItem(run.turn_id, failed))
+            return
+        output: JsonValue = {"run_id": run_id, "child_agent_id": child_id}
+        done = ToolCall(call_id, name, ToolCallStatus.COMPLETED, given, output=output)
+        self._emit(ProviderItem(run.turn_id, done))
 
     async def _ask(self, run: _Run, name: str, index: int) -> None:
         """`/permission NAME`: a tool call that waits for a permission; allowed, it

@@ -28,6 +28,7 @@ from corral_server.rpc.items import row_from_pb as row_from_pb
 from corral_server.rpc.items import row_to_pb as row_to_pb
 from corral_server.rpc.items import timestamp as timestamp
 from corral_server.rpc.items import timestamp_ms as timestamp_ms
+from corral_server.rpc.subagent_codec import run_to_pb
 from corral_server.rpc.wire import row_appended_event as _wire_row_appended
 
 # --- content ------------------------------------------------------------------------------
@@ -257,6 +258,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 ),
             )
             return E(revision=revision, attention_required=attention)
+        case de.SubagentRunUpdated(run=run):
+            updated_run = event_pb.SubagentRunUpdated(
+                run_id=run.run_id,
+                child_agent_id=run.child_agent_id,
+                requester_agent_id=run.requester_agent_id,
+                run=run_to_pb(run),
+            )
+            return E(revision=revision, subagent_run_updated=updated_run)
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
             synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
             return E(revision=revision, synced=synced)

@@ -29,6 +29,9 @@ finished_turns   (agent, turn id) of every finished turn: a late provider event 
 Version 2 adds `agents.created_order`: the order of each agent's first record, so start-up
 lists agents in creation order as the daemon did before the restart (created_at_ms ties
 within a millisecond, and agent ids are random). A record written again keeps its order.
+
+Version 3 adds `subagent_runs`: run_id -> the run's record (JSON, subagents/codec.py, opaque
+here) and the order of its first write, so start-up restores runs in spawn order.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ _V2 = """
 ALTER TABLE agents ADD COLUMN created_order INTEGER NOT NULL DEFAULT 0;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+CREATE TABLE subagent_runs (
+    run_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL,
+    created_order INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 SCHEMA_VERSION = len(MIGRATIONS)

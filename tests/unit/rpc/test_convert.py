@@ -21,6 +21,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.subagents import RunId, SubagentRun
 from corral_server.rpc import convert
 
 MS = 1_700_000_000_123  # a timestamp with a millisecond part
@@ -358,6 +359,11 @@ EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
         {"requested_revision": 3, "earliest_revision": 10, "reason": "compacted"},
     ),
     (de.StreamEnding(99, "drain"), "stream_ending", {"resume_revision": 99, "reason": "drain"}),
+    (
+        de.SubagentRunUpdated(SubagentRun(RunId("r1"), "c1", "a1", "a1", "do it", 1_000, 1)),
+        "subagent_run_updated",
+        {"run_id": "r1", "child_agent_id": "c1", "requester_agent_id": "a1"},
+    ),
 ]
 
 

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from corral.v1 import agent_pb2 as _agent_pb2
+from corral.v1 import subagent_pb2 as _subagent_pb2
 from corral.v1 import timeline_pb2 as _timeline_pb2
 from corral.v1 import turn_service_pb2 as _turn_service_pb2
 from google.protobuf import descriptor as _descriptor
@@ -369,24 +370,30 @@ Global___Notification: _TypeAlias = Notification  # noqa: Y015
 
 @_typing.final
 class SubagentRunUpdated(_message.Message):
+    """A sub-agent run changed (spawned, ended, announced); scoped to its requester agent."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RUN_ID_FIELD_NUMBER: _builtins.int
     CHILD_AGENT_ID_FIELD_NUMBER: _builtins.int
     REQUESTER_AGENT_ID_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     child_agent_id: _builtins.str
     requester_agent_id: _builtins.str
+    @_builtins.property
+    def run(self) -> _subagent_pb2.SubagentRun: ...
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         child_agent_id: _builtins.str = ...,
         requester_agent_id: _builtins.str = ...,
+        run: _subagent_pb2.SubagentRun | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["child_agent_id", b"child_agent_id", "requester_agent_id", b"requester_agent_id", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["child_agent_id", b"child_agent_id", "requester_agent_id", b"requester_agent_id", "run", b"run", "run_id", b"run_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
