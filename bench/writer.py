@@ -23,11 +23,12 @@ from corral_server.manager.turns import IfRunning
 SUBSCRIBERS = 10
 
 
-async def _drain(subscription: Subscription, until: asyncio.Event) -> int:
+async def _drain(subscription: Subscription, last: list[int]) -> int:
+    """Reads until the subscription has delivered revision `last[0]` (once it is set)."""
     received = 0
     async for batch in subscription:
         received += len(batch)
-        if until.is_set() and subscription.buffered_events == 0:
+        if last and subscription.delivered_revision >= last[0]:
             break
     return received
 
@@ -47,25 +48,25 @@ async def measure(
             await daemon.start()
         manager = daemon.manager
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
-        done = asyncio.Event()
+        last: list[int] = []
         subs = [
             daemon.hub.subscribe(frozenset([agent.id]), None, manager.snapshot)
             for _ in range(subscribers)
         ]
-        readers = [asyncio.ensure_future(_drain(s, done)) for s in subs]
+        readers = [asyncio.ensure_future(_drain(s, last)) for s in subs]
         start = time.perf_counter()
         await manager.send_prompt(agent.id, (TextPart(f"rows {rows}"),), "", IfRunning.REJECT)
         await manager.wait_for_idle(agent.id, None)
         # Until every subscriber has the last event (durable: published after its commit).
         writer = daemon.hub.log_writer
-        last = daemon.hub.head_revision if writer is None else writer.next_revision - 1
-        while any(s.delivered_revision < last for s in subs):
-            await asyncio.sleep(0.0005)
+        last.append(daemon.hub.head_revision if writer is None else writer.next_revision - 1)
+        for s in subs:
+            if s.delivered_revision >= last[0]:
+                s.close()  # its reader waits for an event that will not come: end it
+        await asyncio.gather(*readers)
         elapsed = time.perf_counter() - start
-        done.set()
         for s in subs:
             s.close()
-        await asyncio.gather(*readers, return_exceptions=True)
         assert manager.get(agent.id).next_seq == rows + 2  # the user row + the burst
         if durable:
             await daemon.drain(1.0, delay_s=0.0)
