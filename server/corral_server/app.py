@@ -169,6 +169,7 @@ class Daemon:
             buffer_events=config.subscriber_buffer_events,
             writes_per_s=config.subscriber_writes_per_s,
             log=event_log,
+            joint_commits=event_log is not None,
         )
 
     def _manager(
@@ -221,7 +222,7 @@ class Daemon:
                 retain_events=config.log_retain_events,
                 retain_bytes=config.log_retain_bytes,
             )
-            self.hub = self._hub(event_log)
+            self.hub = self._hub(event_log)  # one journal with the timeline: joint commits
             self.manager = self._manager(self.timeline, records, requests, finished)
             runs = await SqliteRunStore.open(database, encode_run, decode_run)
             self.subagents = self._registry(runs)

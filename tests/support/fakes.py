@@ -239,6 +239,11 @@ class RecordingPublisher:
     encoded fails where it would in the daemon: before the store step. `fail_prepare` makes
     `prepare` raise for events the test picks."""
 
+    joint_commits = False  # publishes at commit, like the in-memory hub
+
+    def discard(self, first: int, last: int) -> None:
+        raise AssertionError("only a hub with joint commits discards")
+
     def __init__(self) -> None:
         self.published: list[tuple[int, Event]] = []
         # How many events each commit or commit_many call published, in call order.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
-from typing import NamedTuple, assert_never
+from typing import NamedTuple, TypeVar, assert_never
 
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.agent import Agent
@@ -94,6 +94,7 @@ class EventHub:
         writes_per_s: int | None = None,
         clock: Clock | None = None,
         log: EventLog | None = None,
+        joint_commits: bool = False,
     ) -> None:
         """The ring keeps the last `retain_events` events and at most `retain_bytes` of
         their frames (None: no byte bound). `batch_bytes` bounds a batch's size: no batch
@@ -107,7 +108,9 @@ class EventHub:
         `log`: the durable event log. Then the incarnation and revisions are the log's (the
         ring starts empty at its head), every event is published only once the log has
         committed it (log_writer.py), and a subscriber whose position left the ring catches
-        up from the log while the log still retains it."""
+        up from the log while the log still retains it. `joint_commits`: the log commits in
+        the same journal as the timeline store, behind what was handed to the store before
+        (store/commits.py): writers may then hand a row's event over with the row."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
         self.encode = encode
@@ -119,6 +122,7 @@ class EventHub:
         self._log = log
         clock = clock or SystemClock()
         self._writer = None if log is None else LogWriter(log, clock, self._durable)
+        self.joint_commits = joint_commits and log is not None
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self._buffer_events = buffer_events
@@ -206,6 +210,12 @@ class EventHub:
         if self._writer is not None:
             return self._writer.append(((event.agent_id, self.encode(0, event)),))
         return self._append(event.agent_id, self.encode(0, event))
+
+    def discard(self, first: int, last: int) -> None:
+        """Never publish the events numbered first..last (their rows failed to commit, and
+        so did they: the log retries the others under new revisions, with no gap)."""
+        if self._writer is not None:
+            self._writer.discard(first, last)
 
     def _durable(self, committed: list[LogEntry]) -> None:
         """The log committed these (in revision order, right after the ring's head): retain
@@ -380,11 +390,13 @@ class EventHub:
             return b""
         target = self._ring.head if sub.synced_at is None else sub.synced_at
         upto = min(target, read[-1].revision)
-        scope = sub.scope
+        if read[-1].revision > upto:
+            read = [entry for entry in read if entry.revision <= upto]
+        if sub.scope:
+            read, upto = _matching(read, sub.scope, self.batch_events, upto)
         entries = [
             (revision, agent_id, frame_with_revision(revision, body))
             for revision, agent_id, body in read
-            if revision <= upto and (not scope or agent_id in scope)
         ]
         return self._send(sub, entries, upto, scoped=True)
 
@@ -398,7 +410,7 @@ class EventHub:
         subscription's position up to `upto` (`scoped`: already cut to its scope)."""
         ring = self._ring
         if sub.scope and not scoped:
-            entries = [entry for entry in entries if entry[1] in sub.scope]
+            entries, upto = _matching(entries, sub.scope, self.batch_events, upto)
         batch, data = take_batch(entries, self.batch_events, self.batch_bytes)
         # 3. Advance: past everything scanned if all matches fit, else to the last one sent.
         sub.position = upto if len(batch) == len(entries) else batch[-1][0]
@@ -468,3 +480,22 @@ class EventHub:
                 subs.pop(sub, None)
                 if not subs:
                     del self._live_by_agent[agent_id]
+
+
+_E = TypeVar("_E", Entry, LogEntry)
+
+
+def _matching(
+    entries: Sequence[_E], scope: frozenset[str], limit: int, upto: int
+) -> tuple[list[_E], int]:
+    """The first `limit` entries of `scope`, and the revision scanned up to: a catch-up step
+    never scans past what it can send (a scan of many batches would otherwise be repeated
+    from the last one sent, step after step, when most entries match)."""
+    matched: list[_E] = []
+    keep = matched.append
+    for entry in entries:
+        if entry[1] in scope:
+            keep(entry)
+            if len(matched) == limit:
+                return matched, entry[0]
+    return matched, upto

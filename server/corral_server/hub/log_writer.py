@@ -43,8 +43,11 @@ class LogWriter:
         self._clock = clock
         self._on_durable = on_durable
         self.next_revision = event_log.next_revision
-        # Numbered and not yet committed, in revision order (first: head_revision + 1).
-        self._pending: deque[LogEntry] = deque()
+        # Numbered and not yet committed, in revision order (first: head_revision + 1), each
+        # with its ticket: the revision it was first given (`append`'s answer), which stays
+        # when a retry renumbers it, so `discard` finds it.
+        self._pending: deque[tuple[int, LogEntry]] = deque()
+        self._next_ticket = self.next_revision
         # A failed commit: appends wait for `_retry`. Each stall starts a new generation, so
         # callbacks of appends made before it are recognised and ignored.
         self._stalled = False
@@ -52,6 +55,9 @@ class LogWriter:
         self._delay_s = RETRY_FIRST_S
         self._timer: TimerHandle | None = None
         self.failures = 0
+        # Ticket ranges never to publish: dropped, and the rest renumbered, when the stalled
+        # writer appends again.
+        self._discarded: list[tuple[int, int]] = []
 
     @property
     def pending(self) -> int:
@@ -60,16 +66,18 @@ class LogWriter:
 
     def append(self, items: Sequence[tuple[str, bytes]]) -> int:
         """Number `items` ((agent id, body) each) from `next_revision` and append them; the
-        last revision given (`next_revision - 1` when `items` is empty). Never raises."""
-        revision = self.next_revision
+        last one's ticket: its revision, unless a failed commit renumbers it later (never
+        once published). Never raises."""
+        revision, ticket = self.next_revision, self._next_ticket
         batch = [LogEntry(revision + i, agent_id, body) for i, (agent_id, body) in enumerate(items)]
         if not batch:
-            return revision - 1
+            return ticket - 1
         self.next_revision = revision + len(batch)
-        self._pending.extend(batch)
+        self._next_ticket = ticket + len(batch)
+        self._pending.extend(zip(range(ticket, ticket + len(batch)), batch, strict=True))
         if not self._stalled:
             self._send(batch)
-        return self.next_revision - 1
+        return self._next_ticket - 1
 
     def _send(self, batch: list[LogEntry]) -> None:
         if self._log.next_revision != batch[0].revision:
@@ -92,8 +100,8 @@ class LogWriter:
         head = self._log.head_revision
         pending = self._pending
         durable: list[LogEntry] = []
-        while pending and pending[0].revision <= head:
-            durable.append(pending.popleft())
+        while pending and pending[0][1].revision <= head:
+            durable.append(pending.popleft()[1])
         if durable:
             self._on_durable(durable)
 
@@ -112,12 +120,36 @@ class LogWriter:
         self._timer = self._clock.call_later(self._delay_s, self._retry)
         self._delay_s = min(self._delay_s * 2, RETRY_MAX_S)
 
+    def discard(self, first: int, last: int) -> None:
+        """Drop the events of tickets first..last. Only after a failed commit (theirs, or one
+        before them): they are then kept but not committed, and the writer is stalled or is
+        about to learn of the failure, so nothing was published after them yet."""
+        self._discarded.append((first, last))
+        self._stall(None)
+
+    def _renumber(self) -> None:
+        """Drop the discarded events and number the rest contiguously from the first kept."""
+        discarded, self._discarded = self._discarded, []
+        if not self._pending:
+            return
+        revision = self._pending[0][1].revision
+        kept: deque[tuple[int, LogEntry]] = deque()
+        for ticket, entry in self._pending:
+            if any(first <= ticket <= last for first, last in discarded):
+                continue
+            kept.append((ticket, LogEntry(revision, entry.agent_id, entry.event)))
+            revision += 1
+        self._pending = kept
+        self.next_revision = revision
+
     def _retry(self) -> None:
         self._timer = None
         self._stalled = False
         self._publish_committed()
+        if self._discarded:
+            self._renumber()
         if self._pending:
-            self._send(list(self._pending))
+            self._send([entry for _, entry in self._pending])
 
     def cancel(self) -> None:
         """Stop retrying (the daemon is stopping); what waits is not published."""

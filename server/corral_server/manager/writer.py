@@ -28,7 +28,18 @@ from corral_server.timeline.store import NewRow, TimelineStore
 
 
 class Publisher(Protocol):
-    """The event hub as the writer sees it: encode first, publish after the store step."""
+    """The event hub as the writer sees it: encode first, publish after the store step.
+
+    `joint_commits`: the hub publishes an event only once its event log committed it, in
+    the same journal as the timeline store and behind the rows handed over before it
+    (store/commits.py), so a row's event may be handed over with the row: it can never be
+    published before the row is durable. Then `discard` drops events whose rows failed to
+    commit (by the revisions they were given), before the hub retries the log."""
+
+    @property
+    def joint_commits(self) -> bool: ...
+
+    def discard(self, first: int, last: int) -> None: ...
 
     def prepare(self, event: ev.Event) -> Prepared: ...
 
@@ -150,10 +161,17 @@ class TimelineWriter:
         ]
         stored = self._timeline.append_nowait(agent_id, rows)
         self.reserved_seq = first + len(rows)
+        if self._publisher.joint_commits:
+            events = [*lead, *prepared]
+            last = self._publisher.commit_many(events)
+            return self._after_store(stored, done, first + len(rows), last - len(events) + 1, last)
         return self._chain(stored, [*lead, *prepared], done, first + len(rows))
 
     def publish(self, prepared: Sequence[Prepared]) -> None:
         """Publish events in the actor's order: at once, or after rows still being stored."""
+        if self._publisher.joint_commits:  # numbered now: the hub publishes in that order
+            self._publisher.commit_many(prepared)
+            return
         tail = self._tail
         if tail is None or tail.done():
             self._publisher.commit_many(prepared)
@@ -203,6 +221,34 @@ class TimelineWriter:
             go()
         for future in waits:
             future.add_done_callback(go)
+        return done
+
+    def _after_store(
+        self,
+        stored: asyncio.Future[list[TimelineRow]],
+        done: asyncio.Future[None],
+        published_next: int,
+        first_revision: int,
+        last_revision: int,
+    ) -> asyncio.Future[None]:
+        """Joint commits: the rows' events were handed over with them. Once the rows are
+        stored, `next_seq` moves; if they failed, their events are discarded, and the writer
+        breaks as in `_chain`."""
+        self._tail = done
+
+        def settle(_: object) -> None:
+            failure = stored.exception() if not stored.cancelled() else CancelledError()
+            if failure is not None:
+                self._publisher.discard(first_revision, last_revision)
+                self._broken = failure
+                self.reserved_seq = self._timeline.head(self._agent_id).next_seq
+                done.set_exception(failure)
+                done.exception()  # retrieved: the writer raises it at its next step
+                return
+            self.next_seq = max(self.next_seq, published_next)
+            done.set_result(None)
+
+        stored.add_done_callback(settle)
         return done
 
     def _raise_if_broken(self) -> None:

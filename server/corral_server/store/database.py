@@ -34,7 +34,7 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -91,6 +91,8 @@ class Database:
         # One future per started thread, resolved when it has closed its connection.
         self._threads: list[asyncio.Future[None]] = []
         self._closed = False
+        self._closing = False
+        self._close_hooks: list[Callable[[], Awaitable[None]]] = []
         self._lock_fd = -1
         # Schema version found at open, before migrating (0 = a new database).
         self.opened_version = 0
@@ -152,11 +154,19 @@ class Database:
         self._reads.put(_ReadJob(run, future))
         return await future
 
+    def on_close(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """`await hook()` runs first when the database closes (while it still takes writes):
+        the group commit hands over what its stores still hold there."""
+        self._close_hooks.append(hook)
+
     async def close(self) -> None:
-        """Commit every write already submitted, then stop both threads and close the file.
-        Idempotent."""
-        if self._closed:
+        """Commit every write already submitted (and, through the close hooks, every write
+        the stores still hold), then stop both threads and close the file. Idempotent."""
+        if self._closed or self._closing:
             return
+        self._closing = True
+        for hook in self._close_hooks:
+            await hook()
         self._closed = True
         await self._stop()
 

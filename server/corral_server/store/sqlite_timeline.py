@@ -42,6 +42,7 @@ from corral_server.domain.timeline import (
 )
 from corral_server.errors import AgentNotFound
 from corral_server.store import pages
+from corral_server.store.commits import GroupCommit, Job
 from corral_server.store.database import Database
 from corral_server.store.errors import StoreError
 from corral_server.timeline.size import row_bytes
@@ -112,8 +113,8 @@ class SqliteTimelineStore:
         self._reserved: dict[str, _Head] = {}
         self._next_timeline_id = 1
         self._queued: list[_Op] = []  # waiting for the next commit
-        self._in_flight = False  # one job of ours in the writer at a time: the group commit
-        self._flush_scheduled = False
+        # The database's group commit, shared with its other stores (store/commits.py).
+        self._commits = GroupCommit(database, self._take)
 
     @classmethod
     async def open(
@@ -214,24 +215,16 @@ class SqliteTimelineStore:
             del self._reserved[agent_id]
         else:
             self._reserved[agent_id] = after
-        if not self._in_flight and not self._flush_scheduled:
-            # Not at once: the writes of this loop turn (other agents') join the same commit.
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._commits.wake()
         return future
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._in_flight or not self._queued:
-            return
+    def _take(self) -> Job | None:
+        if not self._queued:
+            return None
         ops, self._queued = self._queued, []
-        self._in_flight = True
-        try:
-            self._db.submit(
-                partial(_write, ops), partial(self._committed_ops, ops), partial(self._failed, ops)
-            )
-        except StoreError as exc:  # the database is closed
-            self._failed(ops, exc)
+        return Job(
+            partial(_write, ops), partial(self._committed_ops, ops), partial(self._failed, ops)
+        )
 
     def _committed_ops(self, ops: list[_Op], _: None) -> None:
         committed = self._committed
@@ -243,13 +236,10 @@ class SqliteTimelineStore:
         for op in ops:
             if not op.future.done():
                 op.future.set_result(op.result)
-        self._in_flight = False
-        self._flush()  # what queued up meanwhile goes at once: it has waited a commit already
 
     def _failed(self, ops: list[_Op], error: BaseException) -> None:
         """The commit failed: so does every write queued behind it (their seqs were counted
         after the failed ones); the reserved heads return to what is committed."""
-        self._in_flight = False
         failed, self._queued = ops + self._queued, []
         self._reserved = dict(self._committed)
         for op in failed:
