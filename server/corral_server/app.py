@@ -170,6 +170,7 @@ class Daemon:
             writes_per_s=config.subscriber_writes_per_s,
             log=event_log,
             joint_commits=event_log is not None,
+            log_clock=self.clock,
         )
 
     def _manager(

@@ -95,6 +95,7 @@ class EventHub:
         clock: Clock | None = None,
         log: EventLog | None = None,
         joint_commits: bool = False,
+        log_clock: Clock | None = None,
     ) -> None:
         """The ring keeps the last `retain_events` events and at most `retain_bytes` of
         their frames (None: no byte bound). `batch_bytes` bounds a batch's size: no batch
@@ -110,7 +111,8 @@ class EventHub:
         committed it (log_writer.py), and a subscriber whose position left the ring catches
         up from the log while the log still retains it. `joint_commits`: the log commits in
         the same journal as the timeline store, behind what was handed to the store before
-        (store/commits.py): writers may then hand a row's event over with the row."""
+        (store/commits.py): writers may then hand a row's event over with the row. `log_clock`
+        times the retries after a failed commit (default: `clock`)."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
         self.encode = encode
@@ -121,7 +123,8 @@ class EventHub:
         self.incarnation = new_incarnation() if incarnation is None else incarnation
         self._log = log
         clock = clock or SystemClock()
-        self._writer = None if log is None else LogWriter(log, clock, self._durable)
+        retry_clock = log_clock or clock
+        self._writer = None if log is None else LogWriter(log, retry_clock, self._durable)
         self.joint_commits = joint_commits and log is not None
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
