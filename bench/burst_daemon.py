@@ -23,6 +23,9 @@ async def main(retain_events: int, state_dir: Path | None = None) -> None:
         # The replay bench resumes from revision 0: every event must stay retained, so the
         # byte bound (256 MiB by default) is lifted to what the history needs.
         retain_bytes=1 << 32,
+        # And the durable event log keeps the whole history too (the store replay bench).
+        log_retain_events=None,
+        log_retain_bytes=None,
         extra_providers={"burst": BurstProvider()},
     )
     daemon = Daemon(config)

@@ -5,6 +5,7 @@ next to the two bare grpc.aio servers of p1_baselines.py, in the same run.
                  until the turn's terminal event (rows plus a few lifecycle events)
   corral replay  an agent has written a long history first; subscribers resume from
                  revision 0 and read it all back from the retained ring
+  store replay   the same from the durable event log (SQLite), the ring holding 1,000 events
 
 Live delivery is bounded by the single writer (bench/writer.py measures it alone): for one
 subscriber it cannot beat the writer's own rows/s.
@@ -159,13 +160,32 @@ async def main(history: int) -> None:
             show("corral replay", n, await corral_replay(corral, n, per_sub))
     finally:
         await corral.stop()
+    # The same replay from the durable event log: a 1,000-event ring, so every subscriber
+    # catches up from SQLite (the reader thread), as after a restart.
+    with tempfile.TemporaryDirectory() as state_dir:
+        corral = await Corral.start(retain_events=1_000, state_dir=state_dir)
+        try:
+            started = time.perf_counter()
+            await corral.burst(history)
+            took = time.perf_counter() - started
+            print(f"  (the same history written to the durable store in {took:.1f} s)")
+            for n in SUBSCRIBERS:
+                per_sub = history if n < 100 else history // 10
+                show("store replay", n, await corral_replay(corral, n, per_sub))
+        finally:
+            await corral.stop()
     rate = {(k, n): r for k, n, r in rows}
-    print("\n  subscribers  live/per-msg  live/batched  replay/per-msg  replay/batched")
+    print(
+        "\n  subscribers  live/per-msg  live/batched  replay/per-msg  replay/batched"
+        "  store/batched"
+    )
     for n in SUBSCRIBERS:
         pm, b = rate[("per-message", n)], rate[("batched", n)]
         live, replay = rate[("corral live", n)], rate[("corral replay", n)]
+        store = rate[("store replay", n)]
         ratios = (
             f"{live / pm:>12.1f}x {live / b:>12.2f}x {replay / pm:>14.1f}x {replay / b:>14.2f}x"
+            f" {store / b:>14.2f}x"
         )
         print(f"  {n:>11} {ratios}")
 

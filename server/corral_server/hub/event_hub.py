@@ -38,6 +38,7 @@ from corral_server.domain.events import (
     Synced,
 )
 from corral_server.errors import ShuttingDown
+from corral_server.hub.log_reader import LogReader
 from corral_server.hub.log_writer import LogWriter
 from corral_server.hub.pacing import Pacer
 from corral_server.hub.ring import Entry, Ring, frame, frame_with_revision, take_batch
@@ -125,6 +126,7 @@ class EventHub:
         clock = clock or SystemClock()
         retry_clock = log_clock or clock
         self._writer = None if log is None else LogWriter(log, retry_clock, self._durable)
+        self._reader = None if log is None else LogReader(log)
         self.joint_commits = joint_commits and log is not None
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
@@ -344,6 +346,8 @@ class EventHub:
         self._pacer.cancel()
         if self._writer is not None:
             self._writer.cancel()
+        if self._reader is not None:
+            self._reader.close()
         head = self._ring.head
         for sub in self._subscriptions:
             match sub.state:
@@ -370,6 +374,8 @@ class EventHub:
         # 1. Its position has left the ring: the log fills the gap if it still retains it,
         #    otherwise nothing can, so reset explicitly.
         if sub.position < ring.earliest_resumable:
+            if sub.ahead and sub.ahead[0][0] == sub.position + 1:
+                return self._from_ahead(sub)
             if self._log is not None and sub.position >= self._log.earliest_revision - 1:
                 return FROM_LOG
             self._reset(sub, sub.position, "the subscriber fell behind retained history")
@@ -380,28 +386,35 @@ class EventHub:
         return self._send(sub, ring.span(sub.position, upto), upto)
 
     async def _catch_up_from_log(self, sub: Subscription) -> bytes:
-        """The catch-up step of a subscription whose position left the ring: one bounded
-        read of the log (in the store's reader thread), then the ring's rules."""
-        assert self._log is not None
+        """The catch-up step of a subscription whose position left the ring: a chunk of the
+        log (log_reader.py: read in the store's reader thread, shared by every subscriber)
+        becomes the subscription's read-ahead, then a step over it (later steps take the
+        rest of it without reading)."""
+        assert self._reader is not None
         position = sub.position
-        read = await self._log.read(position, self._stretch(sub), self.batch_bytes)
+        read = await self._reader.after(position)
         if sub.state is not SubscriptionState.CATCHING_UP or sub.position != position:
             return b""  # closed or ended while the read ran
-        if not read or read[0].revision != position + 1:
+        if not read or read[0][0] != position + 1:
             # The log dropped it meanwhile (retention): nothing can fill the gap.
             self._reset(sub, position, "the subscriber fell behind retained history")
             return b""
+        sub.ahead = read
+        return self._from_ahead(sub)
+
+    def _from_ahead(self, sub: Subscription) -> bytes:
+        """A catch-up step over the subscription's read-ahead (log entries from its
+        position + 1 on, contiguous); what it sends or scans past leaves the read-ahead."""
+        ahead = sub.ahead
         target = self._ring.head if sub.synced_at is None else sub.synced_at
-        upto = min(target, read[-1].revision)
-        if read[-1].revision > upto:
-            read = [entry for entry in read if entry.revision <= upto]
-        if sub.scope:
-            read, upto = _matching(read, sub.scope, self.batch_events, upto)
-        entries = [
-            (revision, agent_id, frame_with_revision(revision, body))
-            for revision, agent_id, body in read
-        ]
-        return self._send(sub, entries, upto, scoped=True)
+        scan = ahead[: self._stretch(sub)]
+        if scan and scan[-1][0] > target:
+            scan = [entry for entry in scan if entry[0] <= target]
+        upto = scan[-1][0] if scan else sub.position
+        data = self._send(sub, scan, upto)
+        if sub.ahead is ahead:  # not reset or rejoined meanwhile
+            del ahead[: max(0, sub.position - ahead[0][0] + 1)]
+        return data
 
     def _stretch(self, sub: Subscription) -> int:
         return self.batch_events * (_SCAN_BATCHES_PER_STEP if sub.scope else 1)
@@ -449,6 +462,7 @@ class EventHub:
         )
         synced = Synced(self._ring.head, reset=True, incarnation=self.incarnation)
         sub.synced_at = None
+        sub.ahead = []
         sub.set_prefix(self._snapshot_items(sub, reset, synced))
         self._join_live(sub)
 
@@ -465,6 +479,7 @@ class EventHub:
 
     def _join_live(self, sub: Subscription) -> None:
         sub.set_state(SubscriptionState.LIVE)
+        sub.ahead = []
         self._live_count += 1
         if not sub.scope:
             self._live_all[sub] = None

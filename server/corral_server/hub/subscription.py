@@ -70,6 +70,7 @@ class Subscription:
         "_hub",
         "_prefix",
         "_state",
+        "ahead",
         "buffer",
         "owed",
         "position",
@@ -110,6 +111,9 @@ class Subscription:
         # A resumed subscription owes Synced(revision=synced_at) right after its replay
         # reaches synced_at (the head when it subscribed). Only set while CATCHING_UP.
         self.synced_at: int | None = None
+        # CATCHING_UP from the durable log: entries read and not yet sent, contiguous from
+        # position + 1 (empty otherwise).
+        self.ahead: list[Entry] = []
         # ENDED by the hub: the StreamEnding frame, sent once `_prefix` and `buffer` drain.
         self._ending: bytes | None = None
         # Set while the reader waits for publish; publish resolves it and clears it.
