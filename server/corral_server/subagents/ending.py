@@ -1,0 +1,116 @@
+"""How a run ends (seed 002, 5.1-5.2): once, when its child first settles (completed -> OK,
+failed -> ERROR, canceled -> KILLED), or as decided before (a run timeout: TIMEOUT), or by a
+kill, an archive or a restart (the registry's other parts call `end`). The result is the
+child's last reply of that turn, capped, with the turn's usage. Ending starts the announce
+unless it is suppressed.
+
+Every method that changes a run runs inside a job of the ledger.
+
+Must not: change an agent except through the manager; import grpc or protobuf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, assert_never
+
+from corral_server.clock import Clock, TimerHandle
+from corral_server.domain.agent import Agent
+from corral_server.domain.events import TurnCanceled, TurnCompleted, TurnFailed, TurnTerminal
+from corral_server.domain.subagents import (
+    MAX_RESULT_CHARS,
+    AnnounceState,
+    Outcome,
+    SubagentRun,
+)
+from corral_server.manager.manager import AgentManager
+from corral_server.subagents.announce import Announcer
+from corral_server.subagents.children import last_reply, stop_child
+from corral_server.subagents.ledger import RunLedger
+
+
+class RunEnding:
+    def __init__(
+        self, ledger: RunLedger, manager: AgentManager, clock: Clock, announcer: Announcer
+    ) -> None:
+        self._ledger = ledger
+        self._manager = manager
+        self._clock = clock
+        self._announcer = announcer
+        # How a run ends when its child next settles, decided before (a timeout).
+        self.forced: dict[str, tuple[Outcome, str]] = {}
+        self._timers: dict[str, TimerHandle] = {}
+
+    def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+
+    async def child_settled(self, run_id: str, agent: Agent, terminal: TurnTerminal) -> None:
+        run = self._ledger.runs.get(run_id)
+        if run is None or run.ended or run.child_agent_id not in ("", agent.id):
+            return  # a later turn of the child, or not its run
+        forced = self.forced.pop(run_id, None)
+        outcome, reason = forced or outcome_of(terminal)
+        fallback = terminal.error.message if isinstance(terminal, TurnFailed) else ""
+        result = await last_reply(self._manager, agent.id, terminal.turn_id) or fallback
+        usage = terminal.usage if isinstance(terminal, TurnCompleted) else None
+        self.end(replace(run, child_agent_id=agent.id), outcome, reason, result, usage)
+
+    def end(
+        self,
+        run: SubagentRun,
+        outcome: Outcome,
+        reason: str,
+        result: str = "",
+        usage: Any = None,
+        announce: bool = True,
+    ) -> SubagentRun:
+        timer = self._timers.pop(run.run_id, None)
+        if timer is not None:
+            timer.cancel()
+        now = self._clock.now_ms()
+        ended = replace(
+            run,
+            started_at_ms=run.started_at_ms or now,
+            ended_at_ms=now,
+            outcome=outcome,
+            end_reason=reason,
+            result_text=result[:MAX_RESULT_CHARS],
+            usage=usage or run.usage,
+            announce_state=AnnounceState.PENDING if announce else AnnounceState.SUPPRESSED,
+            announced_at_ms=None if announce else now,
+        )
+        self._ledger.put(ended)
+        if announce:
+            self._announcer.start(run.run_id)
+        return ended
+
+    # --- run timeouts ------------------------------------------------------------------------
+
+    def arm_timeout(self, run: SubagentRun) -> None:
+        started = run.started_at_ms or run.created_at_ms
+        left_s = max(0.0, (started + run.run_timeout_s * 1000 - self._clock.now_ms()) / 1000)
+        run_id = run.run_id
+        self._timers[run_id] = self._clock.call_later(
+            left_s, lambda: self._ledger.post(lambda: self._timed_out(run_id))
+        )
+
+    async def _timed_out(self, run_id: str) -> None:
+        self._timers.pop(run_id, None)
+        run = self._ledger.runs.get(run_id)
+        if run is None or run.ended or not run.child_agent_id:
+            return
+        self.forced[run_id] = (Outcome.TIMEOUT, f"timeout after {run.run_timeout_s} s")
+        self._ledger.in_background(stop_child(self._manager, run.child_agent_id))
+
+
+def outcome_of(terminal: TurnTerminal) -> tuple[Outcome, str]:
+    match terminal:
+        case TurnCompleted():
+            return Outcome.OK, "complete"
+        case TurnFailed(error=error):
+            return Outcome.ERROR, f"error: {error.message}"[:500]
+        case TurnCanceled(reason=reason):
+            return Outcome.KILLED, f"canceled: {reason}"[:500] if reason else "canceled"
+        case _:
+            assert_never(terminal)
