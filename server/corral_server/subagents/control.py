@@ -57,6 +57,7 @@ class RunControl:
         now = self._clock.now_ms()
         for run in runs:
             run = self._ledger.runs[run.run_id]
+            self._ending.steering.discard(run.run_id)  # a steer under way does not restore it
             if not run.ended:
                 self._ending.forced.pop(run.run_id, None)
                 killed.append(self._ending.end(run, Outcome.KILLED, reason, announce=False))

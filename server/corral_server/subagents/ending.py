@@ -40,6 +40,9 @@ class RunEnding:
         # How a run ends when its child next settles, decided before (a timeout).
         self.forced: dict[str, tuple[Outcome, str]] = {}
         self._timers: dict[str, TimerHandle] = {}
+        # Runs a steer is replacing (steer.py): their end is not announced (unless the steer
+        # fails and restores it).
+        self.steering: set[str] = set()
 
     def stop(self) -> None:
         for timer in self._timers.values():
@@ -54,7 +57,9 @@ class RunEnding:
         fallback = terminal.error.message if isinstance(terminal, TurnFailed) else ""
         result = await last_reply(self._manager, agent.id, terminal.turn_id) or fallback
         usage = terminal.usage if isinstance(terminal, TurnCompleted) else None
-        self.end(replace(run, child_agent_id=agent.id), outcome, reason, result, usage)
+        announce = run_id not in self.steering
+        run = replace(run, child_agent_id=agent.id)
+        self.end(run, outcome, reason, result, usage, announce=announce)
 
     def end(
         self,

@@ -90,8 +90,11 @@ class RunLedger:
 
     def put(self, run: SubagentRun) -> None:
         """Replace the run's record (in a job): stored before the job's caller goes on."""
+        is_new = run.run_id not in self.runs
         self.runs[run.run_id] = run
-        if run.child_agent_id:
+        # A child's newest run is the last one stored with it first (a steer's replacement);
+        # linking an existing run to its child maps it too (the registry's `_link`).
+        if run.child_agent_id and (is_new or run.child_agent_id not in self.by_child):
             self.by_child[run.child_agent_id] = run.run_id
         self._writes.append(self._store.put(run))
         self._changed[run.run_id] = run

@@ -30,6 +30,8 @@ class SubagentLimits:
     defer_limit_s: float = 30 * 60.0
     # Seed 002, 5.1: failed deliveries retry after 1, 2, 4 and 8 s, then give up.
     retry_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    # Seed 002, 5.5: one steer per controller and child every 2 s.
+    steer_interval_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_depth < 1 or self.max_children < 1:

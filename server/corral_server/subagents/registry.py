@@ -6,6 +6,7 @@ Owns which runs exist and every change to them, through its parts, each a module
   spawns never pass a limit together), then creates the child and links it;
 - ending.py: a run ends once (its child settled, or a timeout decided it);
 - control.py: kill (with cascade) and archive;
+- steer.py: a running run replaced by a new run of its child (seed 002, 5.5);
 - outbox.py + announce.py: the announce outbox's states and the tasks that deliver;
 - recovery.py: restart recovery.
 
@@ -40,6 +41,7 @@ from corral_server.subagents.ledger import RunLedger
 from corral_server.subagents.limits import SpawnRequest, SubagentLimits, check_spawn
 from corral_server.subagents.outbox import RunOutbox
 from corral_server.subagents.recovery import RunRecovery
+from corral_server.subagents.steer import RunSteering
 from corral_server.subagents.store import RunStore
 
 
@@ -69,6 +71,15 @@ class SubagentRegistry:
         self._ending = RunEnding(ledger, manager, clock, self.announcer)
         self._control = RunControl(ledger, self._ending, manager, clock, self.announcer)
         self._recovery = RunRecovery(ledger, self._ending, manager, self.announcer)
+        self._steering = RunSteering(
+            ledger,
+            self._ending,
+            manager,
+            clock,
+            self.announcer,
+            interval_s=self.limits.steer_interval_s,
+            new_id=new_id,
+        )
         manager.on_settled = self._on_settled
         manager.on_archive = self._control.on_archive
 
@@ -226,11 +237,18 @@ class SubagentRegistry:
         suppressed, then stop their children (seed 002, 5.4)."""
         return await self._control.kill(run_id, cascade)
 
+    async def steer(self, run_id: str, message: str, controller: str = "") -> SubagentRun:
+        """Replace the running run with a new run of its child on `message` (seed 002, 5.5);
+        the new run. `controller`: who steers, for the rate limit ("": the run's own)."""
+        return await self._steering.steer(run_id, message, controller)
+
     # --- the manager's hooks ---------------------------------------------------------------
 
     def _on_settled(self, agent: Agent, terminal: TurnTerminal) -> None:
         """On the agent's task: never blocks."""
-        run_id = agent.labels.get(RUN_ID_LABEL) or self._ledger.by_child.get(agent.id)
+        # Its newest run (a steered child has had several); before the run is linked, the
+        # label.
+        run_id = self._ledger.by_child.get(agent.id) or agent.labels.get(RUN_ID_LABEL)
         if run_id and not self._ledger.stopped:
             self._ledger.post(lambda: self._ending.child_settled(run_id, agent, terminal))
         self.announcer.kick()
