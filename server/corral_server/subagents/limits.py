@@ -32,6 +32,8 @@ class SubagentLimits:
     retry_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     # Seed 002, 5.5: one steer per controller and child every 2 s.
     steer_interval_s: float = 2.0
+    # Seed 002, 5.6: a child's failure is confirmed only if no success follows within 15 s.
+    error_grace_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.max_depth < 1 or self.max_children < 1:

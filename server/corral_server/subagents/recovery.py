@@ -9,6 +9,7 @@ Must not: change an agent; import grpc or protobuf.
 from __future__ import annotations
 
 from corral_server import errors
+from corral_server.domain.agent import Errored
 from corral_server.domain.subagents import Outcome, SubagentRun
 from corral_server.manager.manager import AgentManager
 from corral_server.subagents.announce import Announcer
@@ -51,5 +52,7 @@ class RunRecovery:
             end(run, Outcome.KILLED, "orphaned: the child agent was closed")
         elif child.last_error is not None and child.last_error.code == "DAEMON_RESTARTED":
             end(run, Outcome.ERROR, "error: interrupted by a daemon restart")
+        elif isinstance(child.lifecycle, Errored):  # its error was in its grace (5.6)
+            end(run, Outcome.ERROR, f"error: {child.lifecycle.error.message}"[:500])
         else:
             end(run, Outcome.UNKNOWN, "orphaned: the child settled across a daemon restart")

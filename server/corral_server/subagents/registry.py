@@ -68,7 +68,9 @@ class SubagentRegistry:
         self._ledger = ledger = RunLedger(store, publish)
         outbox = RunOutbox(ledger, manager, clock, self.limits)
         self.announcer = Announcer(outbox, manager, clock, recheck_s=self.limits.defer_recheck_s)
-        self._ending = RunEnding(ledger, manager, clock, self.announcer)
+        self._ending = RunEnding(
+            ledger, manager, clock, self.announcer, grace_s=self.limits.error_grace_s
+        )
         self._control = RunControl(ledger, self._ending, manager, clock, self.announcer)
         self._recovery = RunRecovery(ledger, self._ending, manager, self.announcer)
         self._steering = RunSteering(
