@@ -34,6 +34,13 @@ class SubagentLimits:
     steer_interval_s: float = 2.0
     # Seed 002, 5.6: a child's failure is confirmed only if no success follows within 15 s.
     error_grace_s: float = 15.0
+    # Seed 002, 5.7: the sweeper looks every 60 s. A child of a run with cleanup DELETE is
+    # archived an hour after its announce finished (OpenClaw's archiveAfterMinutes default);
+    # a finished record whose child is gone or closed is forgotten after a week (corral's
+    # choice: long enough for any client to have read it).
+    sweep_interval_s: float = 60.0
+    archive_after_s: float = 60 * 60.0
+    retention_s: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
         if self.max_depth < 1 or self.max_children < 1:

@@ -8,7 +8,8 @@ Owns which runs exist and every change to them, through its parts, each a module
 - control.py: kill (with cascade) and archive;
 - steer.py: a running run replaced by a new run of its child (seed 002, 5.5);
 - outbox.py + announce.py: the announce outbox's states and the tasks that deliver;
-- recovery.py: restart recovery.
+- recovery.py: restart recovery;
+- sweeper.py: children of finished DELETE runs archived, old records forgotten.
 
 The registry changes agents only through the manager's public methods (create, cancel, close,
 remove_queued, add_notice) and hears from them through the manager's two hooks: `on_settled`
@@ -43,6 +44,7 @@ from corral_server.subagents.outbox import RunOutbox
 from corral_server.subagents.recovery import RunRecovery
 from corral_server.subagents.steer import RunSteering
 from corral_server.subagents.store import RunStore
+from corral_server.subagents.sweeper import RunSweeper
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class SubagentRegistry:
             interval_s=self.limits.steer_interval_s,
             new_id=new_id,
         )
+        self._sweeper = RunSweeper(ledger, manager, clock, self.limits)
         manager.on_settled = self._on_settled
         manager.on_archive = self._control.on_archive
 
@@ -96,10 +99,12 @@ class SubagentRegistry:
         """After the agents are restored (seed 002, 5.7): runs not ended are ended by what
         their child's state says, orphans visibly; due announces resume."""
         await self._ledger.call(self._recovery.recover)
+        self._sweeper.start()
 
     async def stop(self) -> None:
         self._ledger.stopped = True
         self._ending.stop()
+        self._sweeper.stop()
         await self.announcer.stop()
         await self._ledger.stop_background()
         await self._ledger.stop()
