@@ -239,4 +239,4 @@ async def test_unknown_runs_and_requesters_are_not_found(aio_channel: grpc.aio.C
     assert error_details(raised.value).reason == "AGENT_NOT_FOUND"
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await service.SteerSubagentRun(sub_svc_pb.SteerSubagentRunRequest(run_id="r", message="x"))
-    assert error_details(raised.value).code is grpc.StatusCode.UNIMPLEMENTED
+    assert error_details(raised.value).reason == "SUBAGENT_RUN_NOT_FOUND"

@@ -20,7 +20,7 @@ from typing import TypeAlias
 
 import grpc
 
-from corral_cli import commands, failure, follow, ids, providers
+from corral_cli import commands, failure, follow, ids, providers, subagents
 from corral_cli.client import (
     DEFAULT_ADDR,
     DEFAULT_TIMEOUT_S,
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "providers", parents=parents, help="list the providers: kind, available (or why not)"
     )
     listed.set_defaults(func=providers.providers)
+    subagents.add_commands(sub, parents)  # spawn, runs, kill-run
     return parser
 
 

@@ -11,11 +11,9 @@ from corral_server.rpc import bounds
 from corral_server.rpc.errors import unary
 from corral_server.rpc.subagent_codec import run_to_pb, spawn_from_pb
 from corral_server.subagents.registry import SubagentRegistry
+from corral_server.subagents.steer import check_message
 
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
-
-# Seed 002, 5.5: a steering message is at most this long.
-MAX_STEER_CHARS = 4_000
 
 
 class SubagentService(svc_grpc.SubagentServiceServicer):
@@ -64,12 +62,9 @@ class SubagentService(svc_grpc.SubagentServiceServicer):
         self, request: svc_pb.SteerSubagentRunRequest, context: Ctx
     ) -> svc_pb.SteerSubagentRunResponse:
         _check_run_id(request.run_id, self._registry)
-        if len(request.message) > MAX_STEER_CHARS:
-            raise errors.InvalidArgument.field("message", f"at most {MAX_STEER_CHARS} chars")
-        raise errors.Unimplemented(
-            "SteerSubagentRun is not served yet: kill the run and spawn a new one",
-            metadata={"rpc": "SteerSubagentRun"},
-        )
+        check_message(request.message)
+        run = await self._registry.steer(request.run_id, request.message)
+        return svc_pb.SteerSubagentRunResponse(run=run_to_pb(run))
 
 
 def _check_run_id(run_id: str, registry: SubagentRegistry) -> None:

@@ -30,6 +30,17 @@ class SubagentLimits:
     defer_limit_s: float = 30 * 60.0
     # Seed 002, 5.1: failed deliveries retry after 1, 2, 4 and 8 s, then give up.
     retry_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    # Seed 002, 5.5: one steer per controller and child every 2 s.
+    steer_interval_s: float = 2.0
+    # Seed 002, 5.6: a child's failure is confirmed only if no success follows within 15 s.
+    error_grace_s: float = 15.0
+    # Seed 002, 5.7: the sweeper looks every 60 s. A child of a run with cleanup DELETE is
+    # archived an hour after its announce finished (OpenClaw's archiveAfterMinutes default);
+    # a finished record whose child is gone or closed is forgotten after a week (corral's
+    # choice: long enough for any client to have read it).
+    sweep_interval_s: float = 60.0
+    archive_after_s: float = 60 * 60.0
+    retention_s: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
         if self.max_depth < 1 or self.max_children < 1:

@@ -1,0 +1,116 @@
+"""The announce outbox's state changes (announce.Outbox): what the announcer should do next
+for a run, and what became of an attempt. Each call is one job of the ledger; the announcer
+does the slow part (writing the notice) off the queue.
+
+Must not: write to an agent (the announcer does, through the manager); import grpc or
+protobuf.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from corral_server import errors
+from corral_server.clock import Clock
+from corral_server.domain.subagents import (
+    MAX_RESULT_CHARS,
+    AnnounceState,
+    Delivering,
+    SubagentRun,
+)
+from corral_server.domain.timeline import SubagentNotice
+from corral_server.manager.manager import AgentManager
+from corral_server.subagents import queries as q
+from corral_server.subagents.announce import Deliver, Finished, Step, Wait, notice_text, wake_prompt
+from corral_server.subagents.children import is_busy, last_reply
+from corral_server.subagents.ledger import RunLedger
+from corral_server.subagents.limits import SubagentLimits
+
+log = logging.getLogger(__name__)
+
+
+class RunOutbox:
+    def __init__(
+        self, ledger: RunLedger, manager: AgentManager, clock: Clock, limits: SubagentLimits
+    ) -> None:
+        self._ledger = ledger
+        self._manager = manager
+        self._clock = clock
+        self._limits = limits
+
+    async def announce_step(self, run_id: str) -> Step:
+        return await self._ledger.call(lambda: self._announce_step(run_id))
+
+    async def announce_delivered(self, run_id: str) -> None:
+        await self._ledger.call(lambda: self._finish_announce(run_id, AnnounceState.DELIVERED))
+
+    async def announce_failed(self, run_id: str, why: str, permanent: bool) -> float | None:
+        return await self._ledger.call(lambda: self._announce_failed(run_id, why, permanent))
+
+    async def _announce_step(self, run_id: str) -> Step:
+        run = self._ledger.runs.get(run_id)
+        if run is None or not run.ended or run.announce_state.finished:
+            return Finished()
+        now = self._clock.now_ms()
+        pending = 0
+        if run.child_agent_id:
+            pending = q.count_pending_descendants(self._ledger.index(), run.child_agent_id)
+        waiting = pending > 0 or is_busy(self._manager, run.child_agent_id)
+        since = run.deferred_since_ms if run.deferred_since_ms is not None else now
+        note = ""
+        if waiting:
+            if now - since < self._limits.defer_limit_s * 1000:
+                if run.announce_state is not AnnounceState.DEFERRED:
+                    self._ledger.put(
+                        replace(run, announce_state=AnnounceState.DEFERRED, deferred_since_ms=since)
+                    )
+                return Wait()
+            note = (
+                f"announced after waiting {self._limits.defer_limit_s / 60:g} min; "
+                f"{pending} descendant runs were still pending"
+            )
+        result = run.result_text
+        if run.deferred_since_ms is not None:  # the child may have answered its children since
+            reply = await last_reply(self._manager, run.child_agent_id)
+            result = reply[:MAX_RESULT_CHARS] or result
+        try:
+            head = self._manager.get(run.requester_agent_id)
+        except errors.AgentNotFound:
+            self._give_up(run, "the requester no longer exists")
+            return Finished()
+        delivering = run.delivering or Delivering(head.epoch, head.next_seq)
+        ready = replace(
+            run, announce_state=AnnounceState.PENDING, delivering=delivering, result_text=result
+        )
+        self._ledger.put(ready)
+        text = notice_text(ready, note)
+        notice = SubagentNotice(run.run_id, run.child_agent_id, text)
+        wake = wake_prompt(text) if run.expects_completion_message else None
+        return Deliver(ready, notice, wake, run.delivering)
+
+    async def _announce_failed(self, run_id: str, why: str, permanent: bool) -> float | None:
+        run = self._ledger.runs.get(run_id)
+        if run is None or run.announce_state.finished:
+            return None
+        backoff = self._limits.retry_backoff_s
+        if permanent or run.attempts >= len(backoff):
+            self._give_up(run, why)
+            return None
+        self._ledger.put(replace(run, attempts=run.attempts + 1))
+        return backoff[run.attempts]
+
+    def _give_up(self, run: SubagentRun, why: str) -> None:
+        log.warning("sub-agent run %s: announce given up: %s", run.run_id, why)
+        self._finish(run, AnnounceState.GIVEN_UP)
+
+    async def _finish_announce(self, run_id: str, state: AnnounceState) -> None:
+        run = self._ledger.runs.get(run_id)
+        # Delivered is the truth even if a kill suppressed the announce meanwhile.
+        if run is not None and (
+            state is AnnounceState.DELIVERED or not run.announce_state.finished
+        ):
+            self._finish(run, state)
+
+    def _finish(self, run: SubagentRun, state: AnnounceState) -> None:
+        self._ledger.put(replace(run, announce_state=state, announced_at_ms=self._clock.now_ms()))
