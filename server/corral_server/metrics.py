@@ -8,6 +8,16 @@ from the daemon's state when scraped, so nothing is added to the writer's hot pa
   corral_subscribers                      open Subscribe / StreamTurn subscriptions
   corral_subscriber_lag_revisions{stat}   how far subscribers are behind the head (max, sum)
   corral_rpc_errors_total{code}           calls answered with an error, by gRPC status
+  corral_store_commit_seconds             histogram: each SQLite transaction, BEGIN to COMMIT
+  corral_store_commit_jobs                histogram: write jobs that shared a transaction
+  corral_provider_call_seconds{kind}      histogram: provider calls (create_session,
+                                          start_turn, interrupt, close, steer, ...)
+  corral_event_log_pending                events numbered and not yet committed to the log
+  corral_event_log_failures_total         event log commits that failed (and were retried)
+
+The histograms are process-wide (the store's writer threads and the provider deadlines add to
+them, store/database.py and manager/deadlines.py), like the error counts: one daemon per
+process outside tests. Without a state directory the store and event log metrics stay at 0.
 """
 
 from __future__ import annotations
@@ -17,12 +27,17 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from corral_server.histogram import Histogram
 from corral_server.hub import EventHub
+from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc.errors import RPC_ERRORS
+from corral_server.store.database import COMMIT_JOBS, COMMIT_SECONDS
+
+_Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
 _STATES = ("initializing", "idle", "running", "errored", "closed")
 # A scrape waits at most this long for the daemon's loop.
@@ -36,6 +51,8 @@ class _Reading(NamedTuple):
     rows: int
     lags: list[int]
     errors: dict[str, int]
+    log_pending: int
+    log_failures: int
 
 
 class DaemonCollector(Collector):
@@ -53,6 +70,7 @@ class DaemonCollector(Collector):
         agents = self._manager.agents()
         counts = self._manager.turn_counts
         head = self._hub.head_revision
+        writer = self._hub.log_writer
         return _Reading(
             Counter(type(a.lifecycle).__name__.lower() for a in agents),
             (counts.started, counts.completed, counts.failed, counts.canceled),
@@ -60,9 +78,11 @@ class DaemonCollector(Collector):
             sum(a.next_seq - 1 for a in agents),
             [max(0, head - s.delivered_revision) for s in self._hub.subscriptions],
             dict(RPC_ERRORS),
+            0 if writer is None else writer.pending,
+            0 if writer is None else writer.failures,
         )
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[_Family]:
         reading = asyncio.run_coroutine_threadsafe(self._read(), self._loop).result(SCRAPE_S)
         by_state = reading.by_state
         gauge = GaugeMetricFamily("corral_agents", "Agents by lifecycle state", labels=["state"])
@@ -90,6 +110,36 @@ class DaemonCollector(Collector):
         for code, value in sorted(reading.errors.items()):
             errors.add_metric([code], value)
         yield errors
+        yield GaugeMetricFamily(
+            "corral_event_log_pending", "Events not yet committed", value=reading.log_pending
+        )
+        yield CounterMetricFamily(
+            "corral_event_log_failures", "Failed event log commits", value=reading.log_failures
+        )
+        yield from _histograms()
+
+
+def _histograms() -> Iterator[HistogramMetricFamily]:
+    """The process-wide histograms; each is safe to read from the scrape's thread."""
+    commit = HistogramMetricFamily("corral_store_commit_seconds", "Store transactions")
+    _add(commit, [], COMMIT_SECONDS)
+    yield commit
+    jobs = HistogramMetricFamily("corral_store_commit_jobs", "Write jobs per transaction")
+    _add(jobs, [], COMMIT_JOBS)
+    yield jobs
+    calls = HistogramMetricFamily(
+        "corral_provider_call_seconds", "Provider calls by kind", labels=["kind"]
+    )
+    for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
+        _add(calls, [kind], histogram)
+    yield calls
+
+
+def _add(family: HistogramMetricFamily, labels: list[str], histogram: Histogram) -> None:
+    reading = histogram.read()
+    buckets = [(repr(float(b)), n) for b, n in zip(reading.bounds, reading.buckets, strict=True)]
+    buckets.append(("+Inf", reading.samples))
+    family.add_metric(labels, buckets, reading.total)
 
 
 def registry_for(

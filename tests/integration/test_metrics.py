@@ -1,12 +1,16 @@
 """Prometheus metrics (issue 10, item 5): scraped over HTTP from a real daemon while turns
-run, the counters move."""
+run, the counters move: turns, events, rows, agents and errors; with a state directory the
+store's commit latency and batch size; provider call latency by kind; and the event log's
+pending events and failed commits while its commits fail."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -15,13 +19,26 @@ import pytest
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, text
+from corral_server.hub.log_writer import RETRY_FIRST_S
+from tests.support.client import Stubs, create_request, prompt_request, text
 from tests.support.daemon import DaemonThread
+
+TIMEOUT = 60.0  # generous: a 2-core machine running the suite in parallel is slow
+PROVIDER_CALLS = ("create_session", "start_turn", "interrupt", "close")
 
 
 @pytest.fixture
 def measured() -> Iterator[DaemonThread]:
     daemon = DaemonThread(Config(metrics_listen="127.0.0.1:0")).start()
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def stored(tmp_path: Any) -> Iterator[DaemonThread]:
+    """A daemon with a state directory: the SQLite store and the durable event log."""
+    config = Config(metrics_listen="127.0.0.1:0", state_dir=tmp_path / "state")
+    daemon = DaemonThread(config).start()
     yield daemon
     daemon.stop()
 
@@ -61,3 +78,92 @@ async def test_the_counters_move_while_turns_run(measured: DaemonThread, tmp_pat
     assert after["corral_timeline_rows"] >= before["corral_timeline_rows"] + 4
     assert after['corral_agents{state="errored"}'] >= 1
     assert after.get('corral_rpc_errors_total{code="NOT_FOUND"}', 0) >= 1
+
+
+def calls(kind: str) -> str:
+    return f'corral_provider_call_seconds_count{{kind="{kind}"}}'
+
+
+async def test_store_commits_and_provider_calls_are_timed(
+    stored: DaemonThread, tmp_path: Any
+) -> None:
+    before = await asyncio.to_thread(scrape, stored)
+    async with grpc.aio.insecure_channel(stored.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+        call = stubs.turns.StreamTurn(
+            turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
+        )
+        _ = [e async for e in call]
+        # A turn that sleeps on the daemon's (fake) clock until it is interrupted.
+        await stubs.turns.SendPrompt(prompt_request(agent_id, "/sleep 600000"))
+        canceled = await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
+        assert canceled.outcome == turn_pb.CANCEL_OUTCOME_SETTLED
+        await stubs.agents.CloseAgent(svc_pb.CloseAgentRequest(agent_id=agent_id))
+    after = await asyncio.to_thread(scrape, stored)
+    for kind in PROVIDER_CALLS:
+        assert after[calls(kind)] > before.get(calls(kind), 0), kind
+    assert after['corral_provider_call_seconds_sum{kind="start_turn"}'] > 0
+    count = "corral_store_commit_seconds_count"
+    assert after[count] >= before[count] + 4  # the agent, its rows, its turns, its events
+    assert after['corral_store_commit_seconds_bucket{le="+Inf"}'] == after[count]
+    assert after["corral_store_commit_seconds_sum"] > before["corral_store_commit_seconds_sum"]
+    jobs = "corral_store_commit_jobs_count"
+    assert after[jobs] - before[jobs] == after[count] - before[count]  # one per transaction
+    assert after["corral_store_commit_jobs_sum"] >= after[jobs]  # at least a job in each
+
+
+async def until_scraped(
+    daemon: DaemonThread, condition: Callable[[dict[str, float]], bool], what: str
+) -> dict[str, float]:
+    """Scrape until `condition` holds (the store's thread settles on its own time)."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        values = await asyncio.to_thread(scrape, daemon)
+        if condition(values):
+            return values
+        await asyncio.sleep(0.01)  # a polling interval; nothing depends on its length
+    raise AssertionError(f"the metrics never showed {what}")
+
+
+def sql(daemon: DaemonThread, statement: str) -> None:
+    """Run `statement` in the daemon's store, committed like any write."""
+    database = daemon.daemon.database if daemon.daemon else None
+    assert database is not None
+
+    def run(conn: sqlite3.Connection) -> None:
+        conn.execute(statement)
+
+    daemon.run(database.write(run))
+
+
+async def test_the_event_logs_pending_events_and_failed_commits_are_counted(
+    stored: DaemonThread, tmp_path: Any
+) -> None:
+    async with grpc.aio.insecure_channel(stored.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+        before = await until_scraped(
+            stored, lambda v: v["corral_event_log_pending"] == 0, "no events pending"
+        )
+        assert before["corral_event_log_failures_total"] == 0
+        # A full disk, as far as the event log can tell: its next commit fails.
+        sql(
+            stored,
+            "CREATE TRIGGER full BEFORE INSERT ON events "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+        )
+        update = svc_pb.UpdateAgentRequest(agent_id=agent_id, title="renamed")
+        updating = asyncio.ensure_future(stubs.agents.UpdateAgent(update, timeout=TIMEOUT))
+        stalled = await until_scraped(
+            stored, lambda v: v["corral_event_log_failures_total"] >= 1, "a failed commit"
+        )
+        assert stalled["corral_event_log_pending"] >= 1  # numbered, kept, not published
+        # The disk has room again; the log retries after its back-off (on the daemon's clock).
+        sql(stored, "DROP TRIGGER full")
+        await stored.advance_async(int(RETRY_FIRST_S * 1000))
+        await updating
+        after = await until_scraped(
+            stored, lambda v: v["corral_event_log_pending"] == 0, "the events committed"
+        )
+        assert after["corral_event_log_failures_total"] >= 1

@@ -8,13 +8,28 @@ the time ran out), or leave a task whose failure nobody retrieves.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from corral_server import errors
 from corral_server.clock import Clock
+from corral_server.histogram import SECONDS_BOUNDS, Histogram
 
 T = TypeVar("T")
+
+# How long provider calls took, by call (`deadline`'s `call`: create_session, start_turn,
+# interrupt, close, ...), on the wall clock whatever the daemon's clock; a call that missed its
+# deadline counts too, with the time until it was given up. Process-wide, for the metrics;
+# added to on the loop only.
+PROVIDER_CALL_SECONDS: dict[str, Histogram] = {}
+
+
+def _took(call: str, seconds: float) -> None:
+    histogram = PROVIDER_CALL_SECONDS.get(call)
+    if histogram is None:
+        histogram = PROVIDER_CALL_SECONDS[call] = Histogram(SECONDS_BOUNDS)
+    histogram.add(seconds)
 
 
 async def _race(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> asyncio.Future[T] | None:
@@ -53,7 +68,9 @@ async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T | N
 async def deadline(clock: Clock, seconds: float, awaitable: Awaitable[T], call: str) -> T:
     """The result of provider call `call`, or ProviderTimeout when `seconds` pass first (the
     call is then cancelled)."""
+    started = time.perf_counter()
     task = await _race(clock, seconds, awaitable)
+    _took(call, time.perf_counter() - started)
     if task is None:
         raise errors.ProviderTimeout(call, seconds)
     return task.result()

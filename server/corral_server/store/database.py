@@ -34,10 +34,12 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
 
+from corral_server.histogram import SECONDS_BOUNDS, Histogram
 from corral_server.store.errors import (
     SchemaTooNew,
     StoreError,
@@ -59,6 +61,12 @@ MAX_BATCH_JOBS = 256
 
 # Page cache per connection (negative = KiB): 1 M rows' index and a warm working set fit.
 _CACHE_KIB = 64 * 1024
+
+# Every committed transaction of every writer thread in this process (one daemon per process
+# outside tests), for the metrics: its duration from BEGIN to the end of COMMIT (the fsync
+# included), and how many jobs shared it (MAX_BATCH_JOBS at most).
+COMMIT_SECONDS = Histogram(SECONDS_BOUNDS)
+COMMIT_JOBS = Histogram((1, 2, 4, 8, 16, 32, 64, 128, MAX_BATCH_JOBS))
 
 
 _ThreadMain = Callable[[asyncio.Future[None], asyncio.Future[None]], None]
@@ -218,11 +226,14 @@ class Database:
                 return
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_WriteJob]) -> list[_Outcome]:
+        started = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             results = [job.run(conn) for job in batch]
             conn.execute("COMMIT")
             self.commits += 1
+            COMMIT_SECONDS.add(time.perf_counter() - started)
+            COMMIT_JOBS.add(len(batch))
         except Exception as exc:
             with contextlib.suppress(sqlite3.Error):
                 if conn.in_transaction:
