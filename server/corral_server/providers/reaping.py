@@ -72,7 +72,7 @@ def tagged_pids(tag: str, *, prefix: bool = False, proc_root: Path = PROC) -> li
 def kill_tagged(tag: str, *, prefix: bool = False, rounds: int = 3) -> list[int]:
     """SIGKILL every process carrying `tag` (see `tagged_pids`), a few rounds (one may fork
     while we look); the pids signalled."""
-    killed: list[int] = []
+    killed: dict[int, None] = {}  # a killed process may still be listed in the next round
     for _ in range(rounds):
         pids = tagged_pids(tag, prefix=prefix)
         if not pids:
@@ -80,8 +80,8 @@ def kill_tagged(tag: str, *, prefix: bool = False, rounds: int = 3) -> list[int]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        killed += pids
-    return killed
+            killed[pid] = None
+    return list(killed)
 
 
 def reap_leftovers(daemon: str) -> list[int]:
