@@ -2,9 +2,9 @@
 
 This module owns the child process (its own process group, so closing it stops whatever it
 spawned, and an environment tag that finds what left the group: providers/reaping.py), the
-one stdout reader, the bounded stderr tail, and the table of our requests that
-wait for a response. It knows nothing of sessions or turns: requests and notifications from
-the agent go to the handlers it was given.
+one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+response. It knows nothing of sessions or turns: requests and notifications from the agent go
+to the handlers it was given.
 
 Requests flow both ways with independent id counters, so a line is a request or notification
 from the agent when it has a "method", and a response to us otherwise, never judged by its id.

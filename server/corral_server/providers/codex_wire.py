@@ -3,9 +3,9 @@ the "jsonrpc" member, one per line).
 
 This module owns the child process (its own process group, so closing it stops whatever it
 spawned, and an environment tag that finds what left the group: providers/reaping.py), the
-one stdout reader, the bounded stderr tail, and the table of our requests that
-wait for a response, each under a deadline on the injected clock. It knows nothing of threads
-or turns: requests and notifications from codex go to the handlers it was given.
+one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+response, each under a deadline on the injected clock. It knows nothing of threads or turns:
+requests and notifications from codex go to the handlers it was given.
 
 Requests flow both ways, and both sides count their ids from small numbers (codex's first
 approval request has id 0, ours 1), so a line is a request or notification from codex when it
