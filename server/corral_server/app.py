@@ -34,7 +34,7 @@ from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.metrics import registry_for
-from corral_server.providers import registry
+from corral_server.providers import reaping, registry
 from corral_server.providers.base import Provider
 from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
@@ -130,6 +130,8 @@ class Daemon:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
+        # Every agent process carries it (providers/reaping.py); tied to the state directory.
+        self.daemon_tag = reaping.daemon_tag(config.state_dir)
         # Without a state directory the event log lives in the hub's memory (a new incarnation
         # each start); `start` replaces the hub with one on the durable log otherwise.
         self.hub = self._hub(None)
@@ -191,6 +193,7 @@ class Daemon:
             records=records,
             requests=requests,
             finished=finished,
+            daemon_tag=self.daemon_tag,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -210,6 +213,11 @@ class Daemon:
         Raises StoreError (a newer schema, an unusable directory) with a clear message."""
         config = self.config
         self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)
+        # The directory's lock is ours: agent processes with its tag are a killed daemon's.
+        if reaped := reaping.reap_leftovers(self.daemon_tag):
+            log.warning(
+                "state directory %s: killed %d leftover agent processes", state_dir, len(reaped)
+            )
         try:
             self.timeline = await SqliteTimelineStore.open(
                 database, ITEM_CODEC, retain_rows=config.timeline_retain_rows

@@ -18,8 +18,9 @@ Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
 The class is assembled from parts, one job each, sharing the state `actor_state.ActorState`
 declares: this module (the queue, registration, provider events, starting and ending turns),
 actor_prompts.py (QUEUE / STEER / REPLACE and what follows a turn), actor_permissions.py,
-actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart) and actor_ending.py
-(interrupt, close, archive, shutdown).
+actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart), actor_ending.py
+(interrupt, close, archive, shutdown) and actor_session.py (opening, resuming and losing the
+provider session).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from corral_server.domain.agent import (
     Closed,
     Errored,
     Idle,
-    Initializing,
     Lifecycle,
     QueuedPrompt,
     Running,
@@ -53,6 +53,7 @@ from corral_server.manager.actor_ending import EndingPart
 from corral_server.manager.actor_history import HistoryPart
 from corral_server.manager.actor_permissions import PermissionsPart
 from corral_server.manager.actor_prompts import PromptsPart
+from corral_server.manager.actor_session import SessionPart
 from corral_server.manager.actor_state import (
     MAX_CODE_BYTES,
     MAX_ERROR_BYTES,
@@ -84,18 +85,18 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSession,
+    ProviderSessionDied,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     ProviderTurnStarted,
-    SessionConfig,
 )
 from corral_server.timeline.store import NewRow
 
 _Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
 
 
-class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorState):
+class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._snapshot = agent  # replaced whole, only by this actor's task
         # The timeline's writer. Its next_seq moves with every append; folding it into the
@@ -205,13 +206,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         """Ask the provider for a session, then go idle. Events the session reports queue
         behind this step, so none reaches a half-built agent."""
         deps = self._deps
-        config = SessionConfig(agent_id=self.agent.id, cwd=self.agent.cwd, model=model, mode=mode)
-        session = await deadline(
-            deps.clock,
-            deps.timeouts.create_session_s,
-            deps.provider.create_session(config, self._on_provider_event),
-            "create_session",
-        )
+        session = await self._create_session(model, mode, "")
         if deps.is_shutting_down():
             await self._close_session(session)  # leave no orphan session behind
             raise errors.ShuttingDown()
@@ -372,21 +367,6 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         disposition = Disposition.REPLACED if replacing else Disposition.STARTED
         return StartedTurn(disposition, turn_id, client_message_id)
 
-    async def _check_session(self) -> None:
-        """A turn needs a session: an agent restored after a restart (or whose reload failed)
-        opens one now, lazily (seed 003, 5.4: start-up reads headers only)."""
-        if isinstance(self.agent.lifecycle, Initializing):
-            raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
-        if self._session is None:
-            deps, agent = self._deps, self._snapshot
-            config = SessionConfig(agent.id, agent.cwd, agent.model, agent.mode)
-            create = deps.provider.create_session(config, self._on_provider_event)
-            session = await deadline(
-                deps.clock, deps.timeouts.create_session_s, create, "create_session"
-            )
-            self._session = session
-            self._set(replace(self._snapshot, provider_session_id=session.session_id))
-
     async def _start(
         self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
     ) -> str:
@@ -474,6 +454,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
                 pending = self._snapshot.pending_permissions
                 if any(p.id == request_id for p in pending):
                     self._resolve_permissions({request_id}, behavior)
+            case ProviderSessionDied():
+                pass  # each session's own sink posts its death (actor_session.py)
             case _:
                 assert_never(event)
 
@@ -574,7 +556,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         raise_attention = reason is not None and not self.agent.attention.required
         if raise_attention and reason is not None:
             ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
-        self._set(ended)
+        self._set(self._with_session_id(ended))
         if raise_attention and reason is not None:
             attention = self._attention(reason)
             self._writer.publish((publisher.prepare(attention),))

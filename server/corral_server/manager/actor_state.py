@@ -29,6 +29,7 @@ from corral_server.manager.turns import (
 from corral_server.manager.writer import Publisher, TimelineWriter
 from corral_server.providers.base import (
     Provider,
+    ProviderEvent,
     ProviderSession,
 )
 from corral_server.records.store import AgentRecords, FinishedTurns
@@ -79,6 +80,8 @@ class ActorDeps:
     # Told (on the actor's task; must not block) when the agent settles: a turn ended and no
     # successor follows (the sub-agent registry ends a child's run here).
     settled: Callable[[Agent, ev.TurnTerminal], None] | None = None
+    # The daemon's process tag (providers/reaping.py), given to every session it opens.
+    daemon_tag: str = ""
 
 
 @dataclass(slots=True)
@@ -117,6 +120,9 @@ class ActorState(ABC):
 
     @abstractmethod
     def _set(self, changed: Agent) -> None: ...
+
+    @abstractmethod
+    def _on_provider_event(self, event: ProviderEvent) -> None: ...
 
     @abstractmethod
     def _ensure_open(self) -> None: ...

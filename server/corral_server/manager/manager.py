@@ -102,6 +102,7 @@ class AgentManager:
         records: AgentRecords | None = None,
         requests: CreateRequests | None = None,
         finished: FinishedTurns | None = None,
+        daemon_tag: str = "",
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -114,6 +115,9 @@ class AgentManager:
         # CreateAgent request ids kept durably (None: only the in-memory window below).
         self._requests = requests
         self._finished = finished
+        # Every agent process carries it (providers/reaping.py): a daemon restarted on the
+        # same state directory reaps what this one leaves if it is killed.
+        self._daemon_tag = daemon_tag
         # Clients' presence (Heartbeat), for the notification plan of attention events.
         self.presence = PresenceBook()
         # Turns started and ended, by outcome (read by the metrics endpoint).
@@ -353,7 +357,8 @@ class AgentManager:
 
     async def restore(self, loaded: LoadedAgents) -> None:
         """Start-up: every stored agent comes back in creation order, from its record (headers
-        only: no timeline row is read, no provider session opens until a turn needs one). The
+        only: no timeline row is read, no provider session opens until a turn needs one; that
+        session resumes the stored provider session). The
         timeline's head is authoritative for epoch and next_seq. A record that did not decode,
         or whose timeline is gone, is reported and skipped; the others load. A turn that was
         running ends with "interrupted by a daemon restart" (through the agent's queue)."""
@@ -371,9 +376,8 @@ class AgentManager:
                 why = f"provider {agent.provider!r} is not configured"
                 log.error("agent %s: %s; skipped", agent.id, why)
                 continue
-            restored = replace(
-                agent, epoch=head.epoch, next_seq=head.next_seq, provider_session_id=""
-            )
+            # provider_session_id stays: the first turn resumes that session (actor_session.py).
+            restored = replace(agent, epoch=head.epoch, next_seq=head.next_seq)
             if isinstance(restored.lifecycle, Initializing):
                 restored = replace(restored, lifecycle=Idle())  # its create never finished
             actor = AgentActor(restored, self._deps(provider))
@@ -676,6 +680,7 @@ class AgentManager:
             self.presence,
             self.turn_counts,
             self._settled,
+            self._daemon_tag,
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:

@@ -2,7 +2,8 @@
 process, one process per corral session (issue 8, item 3).
 
 This module owns the mapping between ACP and the provider contract: `initialize` and
-`session/new` make a session, `session/prompt` is a turn (its stop reason is the turn's end),
+`session/new` make a session (`session/load`, or the unstable `session/resume`, reopen a
+stored one), `session/prompt` is a turn (its stop reason is the turn's end),
 `session/update` becomes timeline items, `session/cancel` is an interrupt, and
 `session/request_permission` becomes a corral permission. The framing and the process live in
 `acp_wire.py`, the confined file methods in `acp_files.py`. It must never report an event after
@@ -47,6 +48,7 @@ from corral_server.providers.base import (
     ProviderEvent,
     ProviderInfo,
     ProviderPermissionRequested,
+    ProviderSessionDied,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -117,6 +119,8 @@ class AcpSession:
         self._run: _Run | None = None
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
+        # Set once the session is open: from then on a death is reported to the sink.
+        self._ready = False
         self._closed = False
 
     @property
@@ -126,7 +130,13 @@ class AcpSession:
     async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         try:
             self._conn = await AcpConnection.spawn(
-                argv, env, self._config.cwd, self._on_request, self._on_notification, self._lost
+                argv,
+                env,
+                self._config.cwd,
+                self._on_request,
+                self._on_notification,
+                self._lost,
+                self._config.daemon_tag,
             )
         except OSError as exc:
             raise AcpStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
@@ -138,6 +148,9 @@ class AcpSession:
             if isinstance(exc, AcpError | AcpConnectionLost):
                 raise AcpStartFailed(f"the agent failed its handshake: {exc} {tail}") from exc
             raise
+        self._ready = True
+        if self._conn.lost is not None:  # it died right after its answer
+            self._lost(self._conn.lost)
 
     async def _handshake(self, conn: AcpConnection) -> None:
         capabilities = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
@@ -152,7 +165,17 @@ class AcpSession:
         version = init.get("protocolVersion") if isinstance(init, dict) else None
         if version != PROTOCOL_VERSION:
             raise AcpError(f"the agent speaks protocol version {version!r}, not 1")
-        made = await conn.request("session/new", {"cwd": self._config.cwd, "mcpServers": []})
+        params = {"cwd": self._config.cwd, "mcpServers": []}
+        resume_id = self._config.resume_session_id
+        if resume_id:
+            method = _resume_method(init.get("agentCapabilities"))
+            # session/load replays the whole conversation as session/update notifications
+            # before it answers: no turn runs and `_session_id` is not set yet, so
+            # `_on_notification` drops them (corral stored those rows when they happened).
+            await conn.request(method, {**params, "sessionId": resume_id})
+            self._session_id = resume_id
+            return
+        made = await conn.request("session/new", params)
         session_id = made.get("sessionId") if isinstance(made, dict) else None
         if not isinstance(session_id, str) or not session_id:
             raise AcpError(f"session/new answered without a sessionId: {made!r}")
@@ -189,8 +212,9 @@ class AcpSession:
         self._end(run, terminal)
 
     def _end(self, run: _Run, terminal: ProviderEvent) -> None:
-        if self._run is run:
-            self._run = None
+        if self._run is not run:
+            return  # ended already (the process died first, or the session closed)
+        self._run = None
         for answer in run.asking.values():
             if not answer.done():
                 answer.cancel()
@@ -242,7 +266,17 @@ class AcpSession:
             self._sink(event)
 
     def _lost(self, reason: str) -> None:
+        """The process died outside `close()` (which silences this): a running turn ends
+        (canceled when an interrupt was confirmed, else failed; its prompt's wait then finds
+        it ended), then the death is reported. During the handshake nobody listens yet."""
         logger.warning("acp agent of %s is gone: %s", self._config.agent_id, reason)
+        run = self._run
+        if run is not None:
+            failed = ProviderTurnFailed(run.turn_id, AgentError(reason, AGENT_EXITED))
+            canceled = ProviderTurnCanceled(run.turn_id, CANCELLED)
+            self._end(run, canceled if run.canceling else failed)
+        if self._ready:
+            self._emit(ProviderSessionDied(reason))
 
     def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
         if method != "session/update" or params.get("sessionId") != self._session_id:
@@ -304,6 +338,18 @@ class AcpSession:
         if option is None:
             return cancelled
         return {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+def _resume_method(capabilities: Json) -> str:
+    """How this agent reopens a stored session: `session/load` (ACP v1, with a replay corral
+    drops) when it offers loadSession, else the unstable `session/resume` when offered."""
+    capabilities = capabilities if isinstance(capabilities, dict) else {}
+    if capabilities.get("loadSession") is True:
+        return "session/load"
+    sessions = capabilities.get("sessionCapabilities")
+    if isinstance(sessions, dict) and isinstance(sessions.get("resume"), dict):
+        return "session/resume"
+    raise AcpError("the agent cannot reopen a session (it offers neither loadSession nor resume)")
 
 
 def _chosen_option(options: list[dict[str, Json]], response: PermissionResponse) -> str | None:

@@ -1,9 +1,10 @@
 """One ACP agent process and its JSON-RPC 2.0 line framing (protocol version 1).
 
 This module owns the child process (its own process group, so closing it stops whatever it
-spawned), the one stdout reader, the bounded stderr tail, and the table of our requests that
-wait for a response. It knows nothing of sessions or turns: requests and notifications from
-the agent go to the handlers it was given.
+spawned, and an environment tag that finds what left the group: providers/reaping.py), the
+one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+response. It knows nothing of sessions or turns: requests and notifications from the agent go
+to the handlers it was given.
 
 Requests flow both ways with independent id counters, so a line is a request or notification
 from the agent when it has a "method", and a response to us otherwise, never judged by its id.
@@ -22,6 +23,8 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
+
+from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +64,13 @@ class AcpConnection:
     def __init__(
         self,
         proc: asyncio.subprocess.Process,
+        tag: str,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[str], None],
     ) -> None:
         self._proc = proc
+        self._tag = tag  # TAG_ENV of the process and all it spawns (providers/reaping.py)
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_lost = on_lost
@@ -88,22 +93,29 @@ class AcpConnection:
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[str], None],
+        daemon_tag: str = "",
     ) -> AcpConnection:
+        tag = process_tag(daemon_tag)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=dict(env),
+            env={**env, TAG_ENV: tag},
             cwd=cwd,
             start_new_session=True,  # its own process group: see close()
             limit=MAX_LINE_BYTES,
         )
-        return cls(proc, on_request, on_notification, on_lost)
+        return cls(proc, tag, on_request, on_notification, on_lost)
 
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection is gone, or None while it works."""
+        return self._lost
 
     def stderr_tail(self, chars: int = 2000) -> str:
         return self._stderr.decode(errors="replace")[-chars:]
@@ -242,8 +254,9 @@ class AcpConnection:
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace. A close
-        cut short by its caller (a deadline) still SIGKILLs the group: nothing is left."""
+        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace, then
+        SIGKILL whatever still carries the tag. A close cut short by its caller (a deadline)
+        still kills the group and the tagged processes: nothing is left."""
         self._on_lost = lambda _reason: None  # a close is not a death to report
         try:
             await self._stop_gracefully()
@@ -251,6 +264,7 @@ class AcpConnection:
             # Stragglers whose leader exited, or a close that was canceled midway.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
+            kill_tagged(self._tag)
             for task in (*self._readers, *self._handlers):
                 task.cancel()
         with contextlib.suppress(TimeoutError):

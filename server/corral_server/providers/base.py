@@ -57,6 +57,10 @@ class SessionConfig:
     mode: str = ""
     # A provider session to resume (the agent's stored provider_session_id); "" = a new one.
     resume_session_id: str = ""
+    # The daemon's process tag (providers/reaping.py): every process the session starts
+    # carries it in its environment, so a daemon restarted on the same state directory can
+    # find and kill what a SIGKILLed predecessor left. "" = a tag of the session's own only.
+    daemon_tag: str = ""
 
 
 # --- events a session reports -------------------------------------------------------------
@@ -114,6 +118,16 @@ class ProviderPermissionResolved:
     behavior: PermissionBehavior | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderSessionDied:
+    """The agent's process ended (or broke its protocol) outside `close()`: the session takes
+    nothing more. A running turn also ends (the provider reports its terminal event first,
+    where it can); the manager opens a new session, resuming the same provider session where
+    it can, for the next turn."""
+
+    reason: str
+
+
 ProviderEvent: TypeAlias = (
     ProviderTurnStarted
     | ProviderItem
@@ -122,6 +136,7 @@ ProviderEvent: TypeAlias = (
     | ProviderTurnCanceled
     | ProviderPermissionRequested
     | ProviderPermissionResolved
+    | ProviderSessionDied
 )
 
 EventSink: TypeAlias = Callable[[ProviderEvent], None]

@@ -42,6 +42,7 @@ from corral_server.providers.base import (
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderSessionDied,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
@@ -169,6 +170,8 @@ class ClaudeCodeSession:
         self._tasks: set[asyncio.Task[None]] = set()
         # The error of a result outside any turn (claude's reason to exit at start).
         self._stray_error = ""
+        # Set once the handshake succeeded: from then on a death is reported to the sink.
+        self._ready = False
         self._closed = False
 
     @property
@@ -180,7 +183,7 @@ class ClaudeCodeSession:
         resumed makes Claude Code exit at once, which fails the handshake with its reason."""
         try:
             self._conn = await ClaudeConnection.spawn(
-                argv, env, self._config.cwd, self._on_message, self._lost
+                argv, env, self._config.cwd, self._on_message, self._lost, self._config.daemon_tag
             )
         except OSError as exc:
             raise ClaudeStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
@@ -192,6 +195,9 @@ class ClaudeCodeSession:
             if isinstance(exc, ClaudeControlError | ClaudeConnectionLost):
                 raise ClaudeStartFailed(f"claude failed its handshake: {reason}") from exc
             raise
+        self._ready = True
+        if self._conn.lost is not None:  # it died right after its answer
+            self._lost(self._conn.lost)
 
     # --- turns -----------------------------------------------------------------------------
 
@@ -279,11 +285,16 @@ class ClaudeCodeSession:
             self._sink(event)
 
     def _lost(self, reason: str) -> None:
+        """The process died outside `close()` (which silences this): a running turn ends
+        (canceled when an interrupt was confirmed, else failed), then the death is reported.
+        During the handshake nobody listens yet: the start fails with the reason instead."""
         logger.warning("claude of %s is gone: %s", self._config.agent_id, reason)
         run = self._run
-        if run is not None:  # canceling: the interrupt was confirmed, the turn ends canceled
+        if run is not None:
             failed = ProviderTurnFailed(run.turn_id, AgentError(reason, AGENT_EXITED))
             self._end(run, items.terminal(run.turn_id, {}, True) if run.canceling else failed)
+        if self._ready:
+            self._emit(ProviderSessionDied(reason))
 
     def _on_message(self, line: Mapping[str, Json]) -> None:
         kind = line.get("type")

@@ -21,10 +21,10 @@ import json
 import logging
 import os
 import signal
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeAlias
+
+from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +38,9 @@ EOF_GRACE_S = 0.5
 TERM_GRACE_S = 2.0
 # After stdout ends, how long to wait for the exit status before reporting the loss without it.
 EXIT_WAIT_S = 2.0
-# Every process this adapter starts carries TAG_ENV=<a tag of its own> in its environment.
-# Claude Code runs each Bash command in a session of its own (setsid), so a command's
-# background child outlives a kill of the process group; the tag still finds it.
-TAG_ENV = "CORRAL_AGENT_PROCESS"
+# Every process this adapter starts carries TAG_ENV=<a tag of its own> in its environment
+# (providers/reaping.py). Claude Code runs each Bash command in a session of its own (setsid),
+# so a command's background child outlives a kill of the process group; the tag still finds it.
 
 Json: TypeAlias = Any
 MessageHandler: TypeAlias = Callable[[Mapping[str, Json]], None]
@@ -86,8 +85,9 @@ class ClaudeConnection:
         cwd: str,
         on_message: MessageHandler,
         on_lost: Callable[[str], None],
+        daemon_tag: str = "",
     ) -> ClaudeConnection:
-        tag = uuid.uuid4().hex
+        tag = process_tag(daemon_tag)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -277,34 +277,3 @@ class ClaudeConnection:
             os.killpg(self._proc.pid, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)
-
-
-def tagged_pids(tag: str, proc_root: Path = Path("/proc")) -> list[int]:
-    """Live processes whose environment holds TAG_ENV=`tag` (Linux; elsewhere none)."""
-    needle = f"{TAG_ENV}={tag}".encode()
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in proc_root.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-    return found
-
-
-def kill_tagged(tag: str, rounds: int = 3) -> list[int]:
-    """SIGKILL every process carrying `tag`, a few rounds (one may fork while we look)."""
-    killed: list[int] = []
-    for _ in range(rounds):
-        pids = tagged_pids(tag)
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed += pids
-    return killed

@@ -32,6 +32,7 @@ from corral_server.providers.base import (
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderSessionDied,
     ProviderTurnCanceled,
     ProviderTurnFailed,
     ProviderTurnStarted,
@@ -106,6 +107,8 @@ class CodexSession:
         self._settled: set[int | str] = set()
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
+        # Set once the thread is open: from then on a death is reported to the sink.
+        self._ready = False
         self._closed = False
 
     @property
@@ -122,6 +125,7 @@ class CodexSession:
                 self._on_request,
                 self._on_notification,
                 self._lost,
+                self._config.daemon_tag,
             )
         except OSError as exc:
             raise CodexStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
@@ -136,6 +140,9 @@ class CodexSession:
                 why = f"codex failed its start: {exc}"
                 raise CodexStartFailed(f"{why}; stderr: {tail}" if tail else why) from exc
             raise
+        self._ready = True
+        if self._conn.lost is not None:  # it died right after its answer
+            self._lost(self._conn.lost)
 
     async def _handshake(self, conn: CodexConnection) -> None:
         client = {"name": "corral", "title": "corral", "version": "0.1.0"}
@@ -179,7 +186,9 @@ class CodexSession:
         try:
             result = await conn.request("turn/start", params, self._timeout_s)
         except CodexConnectionLost as exc:
-            return self._failed_start(AgentError(str(exc), exc.code))
+            failed_id = self._failed_start(AgentError(str(exc), exc.code))
+            self._emit(ProviderSessionDied(str(exc)))  # `_lost` left it to us
+            return failed_id
         except CodexTimeout as exc:
             return self._failed_start(AgentError(str(exc), AGENT_TIMEOUT))
         except CodexError as exc:
@@ -290,12 +299,17 @@ class CodexSession:
             self._sink(event)
 
     def _lost(self, lost: CodexConnectionLost) -> None:
+        """The process died outside `close()` (which silences this): a running turn ends
+        (canceled when an interrupt was confirmed, else failed), then the death is reported.
+        During the handshake nobody listens yet: the start fails with the reason instead."""
         logger.warning("codex of %s is gone: %s", self._config.agent_id, lost)
         run = self._run
         if run is not None:
             canceled = ProviderTurnCanceled(run.turn_id, INTERRUPTED)
             failed = ProviderTurnFailed(run.turn_id, AgentError(str(lost), lost.code))
             self._end(run, canceled if run.canceling else failed)
+        if self._ready and not self._starting:  # a turn/start in flight reports it itself
+            self._emit(ProviderSessionDied(str(lost)))
 
     def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
         thread_id = params.get("threadId")

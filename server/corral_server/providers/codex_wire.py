@@ -2,9 +2,10 @@
 the "jsonrpc" member, one per line).
 
 This module owns the child process (its own process group, so closing it stops whatever it
-spawned), the one stdout reader, the bounded stderr tail, and the table of our requests that
-wait for a response, each under a deadline on the injected clock. It knows nothing of threads
-or turns: requests and notifications from codex go to the handlers it was given.
+spawned, and an environment tag that finds what left the group: providers/reaping.py), the
+one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+response, each under a deadline on the injected clock. It knows nothing of threads or turns:
+requests and notifications from codex go to the handlers it was given.
 
 Requests flow both ways, and both sides count their ids from small numbers (codex's first
 approval request has id 0, ours 1), so a line is a request or notification from codex when it
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from corral_server.clock import Clock
+from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +86,14 @@ class CodexConnection:
     def __init__(
         self,
         proc: asyncio.subprocess.Process,
+        tag: str,
         clock: Clock,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[CodexConnectionLost], None],
     ) -> None:
         self._proc = proc
+        self._tag = tag  # TAG_ENV of the process and all it spawns (providers/reaping.py)
         self._clock = clock
         self._on_request = on_request
         self._on_notification = on_notification
@@ -114,18 +118,20 @@ class CodexConnection:
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[CodexConnectionLost], None],
+        daemon_tag: str = "",
     ) -> CodexConnection:
+        tag = process_tag(daemon_tag)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=dict(env),
+            env={**env, TAG_ENV: tag},
             cwd=cwd,
             start_new_session=True,  # its own process group: see close()
             limit=MAX_LINE_BYTES,
         )
-        return cls(proc, clock, on_request, on_notification, on_lost)
+        return cls(proc, tag, clock, on_request, on_notification, on_lost)
 
     @property
     def pid(self) -> int:
@@ -287,8 +293,9 @@ class CodexConnection:
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace. A close
-        cut short by its caller (a deadline) still SIGKILLs the group: nothing is left."""
+        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace, then
+        SIGKILL whatever still carries the tag. A close cut short by its caller (a deadline)
+        still kills the group and the tagged processes: nothing is left."""
         self._on_lost = lambda _lost: None  # a close is not a death to report
         try:
             await self._stop_gracefully()
@@ -296,6 +303,7 @@ class CodexConnection:
             # Stragglers whose leader exited, or a close that was canceled midway.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
+            kill_tagged(self._tag)
             for task in (*self._readers, *self._handlers):
                 task.cancel()
         with contextlib.suppress(TimeoutError):
