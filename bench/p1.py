@@ -176,8 +176,7 @@ async def main(history: int) -> None:
             await corral.stop()
     rate = {(k, n): r for k, n, r in rows}
     print(
-        "\n  subscribers  live/per-msg  live/batched  replay/per-msg  replay/batched"
-        "  store/batched"
+        "\n  subscribers  live/per-msg  live/batched  replay/per-msg  replay/batched  store/batched"
     )
     for n in SUBSCRIBERS:
         pm, b = rate[("per-message", n)], rate[("batched", n)]
