@@ -76,6 +76,8 @@ class ProviderItem(NamedTuple):
     turn_id: str
     item: TimelineItem
     provider_message_id: str = ""
+    # Replayed from the provider's history (seed 000, 6.3): stored silently, outside any turn.
+    from_history: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ from corral_server.providers.base import (
 from corral_server.providers.script import (
     Echo,
     Fail,
+    History,
     Permission,
     RefuseInterrupt,
     Reply,
@@ -279,9 +280,24 @@ class ScriptedSession:
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
             case Spawn(task=task):
                 await self._spawn(run, task, index)
+            case History(count=count):
+                self._replay_history(run, count, index)
             case _:
                 assert_never(step)
         return 0
+
+    def _replay_history(self, run: _Run, count: int, index: int) -> None:
+        """`/history N`: N items of an earlier conversation, flagged `from_history` as a
+        resumed session replays them. They name the running turn on purpose: corral must
+        store them outside it anyway (seed 000, 6.3)."""
+        for number in range(1, count + 1):
+            message_id = f"{run.turn_id}-history-{index}-{number}"
+            item: UserMessage | AssistantMessage
+            if number % 2:
+                item = UserMessage(f"earlier prompt {number}", message_id=message_id)
+            else:
+                item = AssistantMessage(f"earlier reply {number}", message_id=message_id)
+            self._emit(ProviderItem(run.turn_id, item, message_id, from_history=True))
 
     async def _spawn(self, run: _Run, task: str, index: int) -> None:
         """`/spawn TASK`: a `spawn_subagent` tool call that completes with the new run and
