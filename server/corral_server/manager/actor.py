@@ -124,6 +124,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         self._finished: dict[str, None] = {}
         # Set once the queue accepts nothing more (closed, or shut down).
         self._stopped = False
+        self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
         self._changed = asyncio.Event()
         # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
         self._record_put: asyncio.Future[None] | None = None

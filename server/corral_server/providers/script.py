@@ -23,6 +23,7 @@ from corral_server.errors import FieldViolation, InvalidArgument
 KNOWN_DIRECTIVES = (
     "/echo",
     "/fail",
+    "/follow-up",
     "/history",
     "/permission",
     "/refuse-interrupt",
@@ -102,8 +103,27 @@ class History:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
+    next, as a prompt replacing the running turn (seed 000, section 10). `text` is itself a
+    valid script."""
+
+    text: str
+
+
 Step: TypeAlias = (
-    Reply | Think | Tool | Sleep | Fail | RefuseInterrupt | Permission | Spawn | Echo | History
+    Reply
+    | Think
+    | Tool
+    | Sleep
+    | Fail
+    | RefuseInterrupt
+    | Permission
+    | Spawn
+    | Echo
+    | History
+    | FollowUp
 )
 
 
@@ -175,6 +195,8 @@ def _parse_directive(line: str) -> Step:
             return Spawn(_required(name, argument, "the sub-agent's task"))
         case "/history":
             return History(_parse_count(argument))
+        case "/follow-up":
+            return FollowUp(_parse_follow_up(argument))
         case "/echo":
             if argument:
                 raise _BadLine(f"/echo takes no argument, got {argument!r}")
@@ -244,6 +266,15 @@ def _parse_ms(argument: str) -> int:
             f"got {argument!r}"
         )
     return int(argument)
+
+
+def _parse_follow_up(argument: str) -> str:
+    text = _required("/follow-up", argument, "the follow-up prompt")
+    try:
+        parse_script(text)
+    except InvalidArgument as bad:
+        raise _BadLine(f"/follow-up: its prompt is invalid: {bad.message}") from bad
+    return text
 
 
 def _parse_count(argument: str) -> int:

@@ -1,12 +1,13 @@
 """The scripted provider's directives for issue 7's paths (providers/script.py): `/history N`
-(history replay)."""
+(history replay) and `/follow-up TEXT` (a permission whose ALLOW answer asks for a follow-up
+prompt)."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import MAX_HISTORY_ITEMS, History, parse_script
+from corral_server.providers.script import MAX_HISTORY_ITEMS, FollowUp, History, parse_script
 
 
 def test_history_parses_a_count_of_items() -> None:
@@ -20,3 +21,21 @@ def test_history_needs_a_count_from_one_to_the_limit(argument: str) -> None:
         parse_script(f"/history {argument}".rstrip())
     (violation,) = caught.value.violations
     assert violation.description.startswith("line 1: /history takes a number of items")
+
+
+def test_follow_up_keeps_its_prompt_which_may_hold_directives() -> None:
+    assert parse_script("/follow-up /reply go on").steps == (FollowUp("/reply go on"),)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("/follow-up", "line 1: /follow-up needs the follow-up prompt"),
+        ("/follow-up /nope", "line 1: /follow-up: its prompt is invalid: content: line 1: unknown"),
+    ],
+)
+def test_follow_up_needs_a_valid_prompt(line: str, why: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        parse_script(line)
+    (violation,) = caught.value.violations
+    assert violation.description.startswith(why)
