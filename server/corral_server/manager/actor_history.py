@@ -50,8 +50,9 @@ class HistoryPart(ActorState):
 
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
-        It ends with a clear error row and turn_failed, and the agent is idle again (a
-        provider that can resume turns comes with the providers issue)."""
+        It ends with a clear error row and turn_failed, and the agent is idle again, or runs
+        its next queued prompt (a provider that can resume turns comes with the providers
+        issue)."""
         lifecycle = self._snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
@@ -60,7 +61,8 @@ class HistoryPart(ActorState):
         self._active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
         await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
-        self._set(replace(self._snapshot, lifecycle=Idle()))
+        if not self._handoff:  # else the next queued prompt is on its way: Running goes on
+            self._set(replace(self._snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
         """Restart the provider session under the same agent id. The caller settled the

@@ -164,6 +164,9 @@ class ActorState(ABC):
     async def _record_durable(self) -> None: ...
 
     @abstractmethod
+    async def _check_session(self) -> None: ...
+
+    @abstractmethod
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None: ...
 
     @abstractmethod
