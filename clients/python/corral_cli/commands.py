@@ -1,4 +1,5 @@
-"""The one-shot commands: run, send, ls, cancel, close. Each takes the connected client, the
+"""The one-shot commands: run, send, ls, cancel, wait, close, reload, permit, archive,
+rewind. Each takes the connected client, the
 console and the parsed arguments, and returns the exit code; RPC errors propagate to main.
 
 Must not: print failures of the RPC itself (main.py does, in one place).
@@ -212,4 +213,22 @@ def archive(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         for agent_id in reply.archived_agent_ids:
             console.line(f"archived {agent_id}")
+    return failure.EXIT_OK
+
+
+def rewind(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """Rewind: the timeline re-based under a new epoch to before the user message the
+    provider confirmed as MESSAGE_ID (`logs` shows it as `message <id>`)."""
+    agent = client.turns.Rewind(
+        turn_pb.RewindRequest(agent_id=args.agent, message_id=args.message_id),
+        timeout=client.timeout_s,
+    ).agent
+    if console.json:
+        console.message(agent)
+    else:
+        kept = agent.timeline.next_seq - 1
+        console.line(
+            f"{agent.id} rewound to before message {args.message_id}: "
+            f"{kept} row{'' if kept == 1 else 's'} kept, epoch {agent.timeline.epoch}"
+        )
     return failure.EXIT_OK

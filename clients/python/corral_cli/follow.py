@@ -9,7 +9,9 @@ How `-f` stays exact (the order matters):
   4. Print each live `timeline_row_appended` whose seq is the next one expected. A row beyond
      it (never expected: the daemon's stream has no gaps) is caught up from FetchTimeline
      first; a row at or below the last printed one is a duplicate and dropped.
-A `timeline_reset` starts the new epoch at seq 1; an in-stream `subscription_reset` (this
+Pending permissions are noted (on stderr) as the snapshot shows them and as they are asked,
+each once, with how to answer; their resolutions too. A `timeline_reset` starts the new epoch
+at seq 1; an in-stream `subscription_reset` (this
 client fell behind) is followed by a fresh snapshot, and step 3 catches up from the last
 printed row. `stream_ending` prints the resume revision and ends with exit 0; so does the
 agent's closed snapshot (after its last rows) or its removal. Ctrl-C exits 130.
@@ -28,7 +30,13 @@ from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_cli import failure
 from corral_cli.client import Client, stop
-from corral_cli.render import Console, log_line, state_name
+from corral_cli.render import (
+    Console,
+    log_line,
+    permission_asked,
+    permission_ended,
+    state_name,
+)
 
 # AFTER page size while catching up (the daemon's default page).
 _PAGE_ROWS = 200
@@ -98,6 +106,8 @@ class _Follower:
         # The epoch being printed and the next seq to print in it; "" before the first sync.
         self.epoch = ""
         self.expected = 1
+        # The permission requests already noted (from a snapshot or live), by id.
+        self.asked: set[str] = set()
 
     def run(self) -> int:
         call = self.client.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[self.agent_id]))
@@ -142,6 +152,14 @@ class _Follower:
                     self._new_epoch(reset.epoch, reset.reason)
             case "timeline_row_appended":
                 self._live_row(event.timeline_row_appended)
+            case "permission_requested":
+                requested = event.permission_requested
+                if requested.agent_id == self.agent_id and not self.in_snapshot:
+                    self._ask(requested.permission)
+            case "permission_resolved":
+                resolved = event.permission_resolved
+                if resolved.agent_id == self.agent_id and not self.in_snapshot:
+                    self.console.note(permission_ended(resolved))
             case "stream_ending":
                 ending = event.stream_ending
                 self.console.note(
@@ -166,7 +184,15 @@ class _Follower:
         elif epoch != self.epoch:
             self._new_epoch(epoch, "re-based while this client was behind")
         self._catch_up(next_seq)
+        if self.agent is not None:
+            for permission in self.agent.pending_permissions:
+                self._ask(permission)
         return self._exit_if_done()
+
+    def _ask(self, permission: agent_types_pb.PendingPermission) -> None:
+        if permission.id not in self.asked:
+            self.asked.add(permission.id)
+            self.console.note(permission_asked(self.agent_id, permission))
 
     def _head(self) -> tuple[str, int]:
         """The timeline's epoch and next_seq as of the subscription."""

@@ -95,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     permit.add_argument("--deny", action="store_true", help="deny instead of allow")
     permit.add_argument("--message", "-m", default="", help="a note for the agent")
     permit.set_defaults(func=commands.permit)
+    rewind = sub.add_parser(
+        "rewind",
+        parents=parents,
+        help="rewind the timeline to before a user message the provider confirmed",
+    )
+    _add_agent(rewind)
+    rewind.add_argument(
+        "message_id", metavar="MESSAGE_ID", help="the provider's id of the message (see logs)"
+    )
+    rewind.set_defaults(func=commands.rewind)
     listed = sub.add_parser(
         "providers", parents=parents, help="list the providers: kind, available (or why not)"
     )

@@ -23,6 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import timeline_pb2 as timeline_pb
+from corral.v1 import turn_service_pb2 as turn_pb
 
 _TITLE_WIDTH = 40
 
@@ -80,13 +81,40 @@ def state_label(agent: agent_types_pb.Agent) -> str:
     return name
 
 
+def pending_label(agent: agent_types_pb.Agent) -> str:
+    """The agent's pending permissions in a few words ("" for none)."""
+    pending = agent.pending_permissions
+    if len(pending) == 1:
+        return f"permission pending: {pending[0].name} (id {pending[0].id})"
+    return f"{len(pending)} permissions pending" if pending else ""
+
+
+def permission_asked(agent_id: str, permission: agent_types_pb.PendingPermission) -> str:
+    """A pending permission, and how to answer it."""
+    title = f" {one_line(permission.title)}" if permission.title else ""
+    return (
+        f"⏸ permission requested: {permission.name}{title} (id {permission.id}); "
+        f"answer with: corral permit {agent_id} [--deny] {permission.id}"
+    )
+
+
+def permission_ended(resolved: turn_pb.PermissionResolved) -> str:
+    if resolved.canceled or resolved.behavior == turn_pb.PERMISSION_BEHAVIOR_UNSPECIFIED:
+        how = "ended unanswered"
+    elif resolved.behavior == turn_pb.PERMISSION_BEHAVIOR_ALLOW:
+        how = "allowed"
+    else:
+        how = "denied"
+    return f"permission {resolved.request_id} {how}"
+
+
 def agent_table(agents: Sequence[agent_types_pb.Agent]) -> list[str]:
     header = ("ID", "PROVIDER", "STATE", "TITLE", "UPDATED")
     rows = [
         (
             a.id,
             a.provider,
-            state_label(a),
+            "; ".join(label for label in (state_label(a), pending_label(a)) if label),
             _clip(one_line(a.title), _TITLE_WIDTH),
             local_time(a.updated_at),
         )
@@ -141,9 +169,13 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
 
 
 def log_line(row: timeline_pb.TimelineRow) -> str:
-    """`#seq  HH:MM:SS  kind  text`."""
+    """`#seq  HH:MM:SS  kind  text`, and `(message ID)` after a user message the provider
+    confirmed (the id `corral rewind` takes)."""
     when = local_time(row.timestamp, "%H:%M:%S")
-    return f"#{row.seq}  {when}  {item_kind(row)}  {item_text(row.item)}".rstrip()
+    line = f"#{row.seq}  {when}  {item_kind(row)}  {item_text(row.item)}".rstrip()
+    if row.provider_message_id and row.item.HasField("user_message"):
+        line += f"  (message {row.provider_message_id})"
+    return line
 
 
 @dataclass

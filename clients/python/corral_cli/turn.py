@@ -15,7 +15,13 @@ import grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, stop
-from corral_cli.render import Console, TurnPrinter, one_line, state_label
+from corral_cli.render import (
+    Console,
+    TurnPrinter,
+    permission_asked,
+    permission_ended,
+    state_label,
+)
 
 
 def cancel_outcome(value: int) -> str:
@@ -87,10 +93,10 @@ class TurnFollower:
             case "row":
                 self.printer.row(event.row)
             case "permission_requested":
-                perm = event.permission_requested.permission
-                note(f"⏸ permission requested: {perm.name} {one_line(perm.title)} (id {perm.id})")
+                requested = event.permission_requested
+                note(permission_asked(requested.agent_id, requested.permission))
             case "permission_resolved":
-                note(f"permission {event.permission_resolved.request_id} resolved")
+                note(permission_ended(event.permission_resolved))
             case "turn_failed":
                 self.printer.failed(event.turn_failed.error)
             case "turn_canceled":

@@ -125,6 +125,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._finished: dict[str, None] = {}
         # Set once the queue accepts nothing more (closed, or shut down).
         self._stopped = False
+        self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
         self._changed = asyncio.Event()
         # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
         self._record_put: asyncio.Future[None] | None = None
@@ -237,11 +238,27 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._inbox_queued = False
         events, self._inbox = self._inbox, []
         ready: list[NewRow] = []
+        replaying = False  # the previous event was history too: its rows batch with these
         for event in events:
-            if isinstance(event, ProviderItem) and type(event.item) is not UserMessage:
-                if not self._stopped and self._accepts(event.turn_id):
-                    ready.extend(self._offer(event))
-                continue
+            if isinstance(event, ProviderItem):
+                if event.from_history:
+                    # The history gate (seed 000, 6.3), before any judging of turns.
+                    if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
+                        continue
+                    if not replaying:
+                        # What arrived before goes first, the pending fragment included.
+                        self._writer.append_nowait(ready)
+                        ready = []
+                        await self._writer.flush()
+                        replaying = True
+                    ready.append(self._history_row(event))
+                    continue
+                replaying = False
+                if type(event.item) is not UserMessage:
+                    if not self._stopped and self._accepts(event.turn_id):
+                        ready.extend(self._offer(event))
+                    continue
+            replaying = False
             self._writer.append_nowait(ready)
             ready = []
             await self._handle_provider_event(event)

@@ -16,7 +16,8 @@ from corral_server.manager.actor_state import (
     ActorState,
     log,
 )
-from corral_server.manager.deadlines import deadline
+from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.turns import ActiveTurn, CancelOutcome
 from corral_server.providers.base import (
     InterruptResult,
     ProviderSession,
@@ -42,6 +43,25 @@ class EndingPart(ActorState):
         except Exception:
             log.warning("agent %s: interrupt of %s failed", self.agent.id, turn_id, exc_info=True)
             return InterruptResult.REFUSED
+
+    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome:
+        """Stop `active` the way CancelTurn does (seed 000, 5.4), off the queue: the
+        interrupt for its id; then up to `settle_s` for it to end. It ended -> SETTLED; it
+        did not and the provider had confirmed -> ended here with TurnCanceled, SETTLED; it
+        did not and the provider had not -> REFUSED (the turn goes on). NOT_RUNNING: it had
+        ended by itself (its end is queued before anything the caller queues next)."""
+        deps = self._deps
+        result = await self.interrupt(active.turn_id)
+        if result is InterruptResult.NOT_RUNNING:
+            return CancelOutcome.NOT_RUNNING
+        settled = await within(deps.clock, deps.timeouts.settle_s, asyncio.shield(active.settled))
+        if settled is not None:
+            return CancelOutcome.SETTLED
+        if result is not InterruptResult.CONFIRMED:
+            return CancelOutcome.REFUSED
+        reason = "interrupt confirmed, turn did not end"
+        await self.call(lambda: self.force_cancel(active.turn_id, reason))
+        return CancelOutcome.SETTLED
 
     async def force_cancel(self, turn_id: str, reason: str) -> None:
         """The provider confirmed the interrupt but never ended the turn: end it ourselves
@@ -85,6 +105,7 @@ class EndingPart(ActorState):
     def _stop(self) -> None:
         self._stopped = True
         self._writer.cancel_timer()
+        self._cancel_follow_ups()
         self._queue.put_nowait(None)
 
     async def shutdown(self) -> None:
@@ -131,6 +152,7 @@ class EndingPart(ActorState):
     def kill(self) -> None:
         """Stop at once, whatever is running (shutdown's deadline passed)."""
         self._stopped = True
+        self._cancel_follow_ups()
         self._task.cancel()
 
     async def stopped(self) -> None:

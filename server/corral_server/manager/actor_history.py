@@ -1,5 +1,6 @@
-"""The actor's part that rewrites what came before: echo reconciliation and Rewind (seed
-000, 6.4), ReloadAgent (4.2), and ending a turn a restart interrupted. On the queue only."""
+"""The actor's part for what came before: history replay (seed 000, 6.3), echo
+reconciliation and Rewind (6.4), ReloadAgent (4.2), and ending a turn a restart interrupted.
+On the queue only."""
 
 from __future__ import annotations
 
@@ -35,10 +36,23 @@ from corral_server.timeline.store import NewRow
 
 
 class HistoryPart(ActorState):
+    def _history_row(self, event: ProviderItem) -> NewRow:
+        """The history gate (seed 000, 6.3): an item the provider replays from its history
+        (`from_history`) becomes a row as it is, with no turn id, whatever turn runs or
+        ended: it is not judged by the turn gates, not coalesced, never reconciled as an
+        echo, and never starts or ends a turn. Nothing else changes: no lifecycle, no
+        `updated_at`, no attention, no upsert. Subscribers see only its
+        `timeline_row_appended` (a timeline's seqs reach every follower without gaps), and
+        StreamTurn never carries it (it names no turn)."""
+        admitted = self._writer.admit(event, None)  # the provider boundary: mended text
+        now = self._deps.clock.now_ms()
+        return NewRow(admitted.item, now, "", admitted.provider_message_id)
+
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
-        It ends with a clear error row and turn_failed, and the agent is idle again (a
-        provider that can resume turns comes with the providers issue)."""
+        It ends with a clear error row and turn_failed, and the agent is idle again, or runs
+        its next queued prompt (a provider that can resume turns comes with the providers
+        issue)."""
         lifecycle = self._snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
@@ -47,7 +61,8 @@ class HistoryPart(ActorState):
         self._active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
         await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
-        self._set(replace(self._snapshot, lifecycle=Idle()))
+        if not self._handoff:  # else the next queued prompt is on its way: Running goes on
+            self._set(replace(self._snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
         """Restart the provider session under the same agent id. The caller settled the

@@ -1,7 +1,11 @@
-"""The actor's part for pending permissions (seed 000, section 10). On the queue only."""
+"""The actor's part for pending permissions (seed 000, section 10): requests, answers, and
+the follow-up prompt a provider may ask for with an answer. On the queue, except the
+follow-up's replace, which waits for a cancel (off the queue, like SendPrompt's REPLACE)."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from dataclasses import replace
 
 from corral_server import errors
@@ -14,11 +18,14 @@ from corral_server.domain.agent import (
     PermissionBehavior,
     PermissionResponse,
 )
+from corral_server.domain.content import Prompt
 from corral_server.manager import permissions
 from corral_server.manager.actor_state import (
     ActorState,
+    log,
 )
 from corral_server.manager.deadlines import deadline
+from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning
 
 
 class PermissionsPart(ActorState):
@@ -67,6 +74,50 @@ class PermissionsPart(ActorState):
         if session is None:
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} has no provider session")
         answer = session.respond_permission(permission.turn_id, request_id, response)
-        await deadline(deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission")
+        follow_up = await deadline(
+            deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission"
+        )
         self._resolve_permissions({request_id}, response.behavior)
+        if follow_up is not None:
+            self._follow_up(follow_up)
         return self.agent
+
+    def _follow_up(self, prompt: Prompt) -> None:
+        """The provider answered with a follow-up prompt (seed 000, section 10): it starts
+        as a turn replacing the running one, as SendPrompt with REPLACE does. The handoff
+        opens here, before the RPC's receipt (the agent keeps reporting Running, with no
+        idle moment); the cancel and the start follow off the queue."""
+        active = self._active
+        if active is not None:
+            self.open_handoff()
+        task = asyncio.create_task(
+            self._replace_with(prompt, active), name=f"follow-up:{self._snapshot.id}"
+        )
+        self._follow_ups.add(task)
+        task.add_done_callback(self._follow_ups.discard)
+
+    async def _replace_with(self, prompt: Prompt, active: ActiveTurn | None) -> None:
+        """REPLACE with the follow-up. A provider that refuses to stop the running turn keeps
+        it (seed 000, 4.4: no new turn while the old one may still write); the follow-up then
+        waits in the queue instead of being lost (nobody is left to be told it was)."""
+        client_message_id = f"follow-up-{uuid.uuid4().hex}"
+        agent_id = self._snapshot.id
+        try:
+            if active is not None and await self.stop_turn(active) is CancelOutcome.REFUSED:
+                await self.call(self.close_handoff)
+                log.warning("agent %s: turn %s goes on; follow-up queued", agent_id, active.turn_id)
+                if_running = IfRunning.QUEUE
+            else:
+                if_running = IfRunning.REPLACE
+            try:
+                await self.call(lambda: self.start_turn(prompt, client_message_id, if_running))
+            except errors.AgentBusy:
+                # Another replacement took the slot meanwhile: the follow-up runs after it.
+                await self.call(lambda: self.start_turn(prompt, client_message_id, IfRunning.QUEUE))
+        except errors.CorralError as exc:
+            log.warning("agent %s: the follow-up prompt did not start: %s", agent_id, exc.message)
+
+    def _cancel_follow_ups(self) -> None:
+        """The actor stops: a follow-up still on its way never starts."""
+        for task in list(self._follow_ups):
+            task.cancel()

@@ -9,7 +9,9 @@ from dataclasses import replace
 from corral_server import errors
 from corral_server.domain.agent import (
     Agent,
+    AgentError,
     Closed,
+    Errored,
     QueuedPrompt,
     Running,
 )
@@ -21,6 +23,7 @@ from corral_server.manager.actor_state import (
     log,
 )
 from corral_server.manager.deadlines import deadline
+from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.turns import (
     Disposition,
     StartedTurn,
@@ -118,9 +121,29 @@ class PromptsPart(ActorState):
             self._handoff = False  # an autonomous turn took the slot: its end goes on
             return
         queued = self._snapshot.queued_prompts
-        if not queued or self._deps.is_shutting_down() or self._session is None:
+        if not queued or self._deps.is_shutting_down():
             self._handoff = False
             self._after_turn()
             return
+        if self._session is None and not await self._opened_for_queue():
+            return
         first = queued[0]
         await self._start(first.content, first.client_message_id, queued[1:])
+
+    async def _opened_for_queue(self) -> bool:
+        """A restored agent (its turn ended by the restart) opens its provider session for
+        its queue, as a prompt would. One that cannot is errored with the queue kept: never
+        retried in a loop (a job that posts itself again never lets the event loop run)."""
+        try:
+            await self._check_session()
+        except Exception as exc:
+            self._handoff = False
+            why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
+            code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
+            error = AgentError(
+                sanitize_text(f"the queued prompt could not start: {why}")[:500], code
+            )
+            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            log.warning("agent %s: %s", self.agent.id, error.message)
+            return False
+        return True

@@ -25,6 +25,9 @@ from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turns import (
     ActiveTurn,
+    CancelOutcome,
+    IfRunning,
+    StartedTurn,
 )
 from corral_server.manager.writer import Publisher, TimelineWriter
 from corral_server.providers.base import (
@@ -110,6 +113,8 @@ class ActorState(ABC):
     _ended: Lifecycle
     _prompt_rows: dict[str, int]
     _stopped: bool
+    # Follow-up prompts on their way to replace the running turn (actor_permissions.py).
+    _follow_ups: set[asyncio.Task[None]]
 
     @property
     @abstractmethod
@@ -117,6 +122,26 @@ class ActorState(ABC):
 
     @abstractmethod
     def post(self, op: Callable[[], Awaitable[object]]) -> None: ...
+
+    @abstractmethod
+    async def call(self, op: Callable[[], Awaitable[T]]) -> T: ...
+
+    @abstractmethod
+    async def start_turn(
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning
+    ) -> StartedTurn: ...
+
+    @abstractmethod
+    def open_handoff(self) -> str | None: ...
+
+    @abstractmethod
+    async def close_handoff(self) -> None: ...
+
+    @abstractmethod
+    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome: ...
+
+    @abstractmethod
+    def _cancel_follow_ups(self) -> None: ...
 
     @abstractmethod
     def _set(self, changed: Agent) -> None: ...
@@ -143,6 +168,9 @@ class ActorState(ABC):
 
     @abstractmethod
     async def _record_durable(self) -> None: ...
+
+    @abstractmethod
+    async def _check_session(self) -> None: ...
 
     @abstractmethod
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None: ...

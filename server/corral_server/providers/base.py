@@ -80,6 +80,8 @@ class ProviderItem(NamedTuple):
     turn_id: str
     item: TimelineItem
     provider_message_id: str = ""
+    # Replayed from the provider's history (seed 000, 6.3): stored silently, outside any turn.
+    from_history: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +170,10 @@ class ProviderSession(Protocol):
 
     async def respond_permission(
         self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
+    ) -> Prompt | None:
         """Answer pending request `request_id` of turn `turn_id` (raise when the provider no
-        longer waits for it)."""
+        longer waits for it). A prompt returned is a follow-up the provider needs to go on:
+        corral starts it as a turn replacing the running one (seed 000, section 10)."""
         ...
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:

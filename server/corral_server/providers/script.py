@@ -23,6 +23,8 @@ from corral_server.errors import FieldViolation, InvalidArgument
 KNOWN_DIRECTIVES = (
     "/echo",
     "/fail",
+    "/follow-up",
+    "/history",
     "/permission",
     "/refuse-interrupt",
     "/reply",
@@ -35,11 +37,14 @@ KNOWN_DIRECTIVES = (
 # One day: long enough for any "keep the turn busy" test, short enough that no clock overflows
 # and `int()` never meets a thousand-digit number.
 MAX_SLEEP_MS = 86_400_000
+# `/history N` replays at most this many items: enough to fill several timeline pages.
+MAX_HISTORY_ITEMS = 10_000
 
 _FIELD = "content"
 _DIRECTIVE = re.compile(r"/(\S*)(?:\s+(.*))?", re.DOTALL)
 _TOOL = re.compile(r"(\S+)(?:\s+(.*))?", re.DOTALL)
 _MS = re.compile(r"[0-9]{1,9}")
+_COUNT = re.compile(r"[0-9]{1,5}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +95,36 @@ class Echo:
     real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
 
 
-Step: TypeAlias = Reply | Think | Tool | Sleep | Fail | RefuseInterrupt | Permission | Spawn | Echo
+@dataclass(frozen=True, slots=True)
+class History:
+    """The provider replays `count` items of earlier history (`from_history`), as a resumed
+    session does: alternately a user and an assistant message."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
+    next, as a prompt replacing the running turn (seed 000, section 10). `text` is itself a
+    valid script."""
+
+    text: str
+
+
+Step: TypeAlias = (
+    Reply
+    | Think
+    | Tool
+    | Sleep
+    | Fail
+    | RefuseInterrupt
+    | Permission
+    | Spawn
+    | Echo
+    | History
+    | FollowUp
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +193,10 @@ def _parse_directive(line: str) -> Step:
             return Permission(_required(name, argument, "a permission name"))
         case "/spawn":
             return Spawn(_required(name, argument, "the sub-agent's task"))
+        case "/history":
+            return History(_parse_count(argument))
+        case "/follow-up":
+            return FollowUp(_parse_follow_up(argument))
         case "/echo":
             if argument:
                 raise _BadLine(f"/echo takes no argument, got {argument!r}")
@@ -226,6 +264,23 @@ def _parse_ms(argument: str) -> int:
         raise _BadLine(
             f"/sleep takes a whole number of milliseconds from 0 to {MAX_SLEEP_MS}, "
             f"got {argument!r}"
+        )
+    return int(argument)
+
+
+def _parse_follow_up(argument: str) -> str:
+    text = _required("/follow-up", argument, "the follow-up prompt")
+    try:
+        parse_script(text)
+    except InvalidArgument as bad:
+        raise _BadLine(f"/follow-up: its prompt is invalid: {bad.message}") from bad
+    return text
+
+
+def _parse_count(argument: str) -> int:
+    if _COUNT.fullmatch(argument) is None or not 1 <= int(argument) <= MAX_HISTORY_ITEMS:
+        raise _BadLine(
+            f"/history takes a number of items from 1 to {MAX_HISTORY_ITEMS}, got {argument!r}"
         )
     return int(argument)
 

@@ -26,7 +26,7 @@ from corral_server.domain.agent import (
     PermissionResponse,
     Usage,
 )
-from corral_server.domain.content import Prompt, prompt_text
+from corral_server.domain.content import Prompt, TextPart, prompt_text
 from corral_server.domain.timeline import (
     AssistantMessage,
     JsonValue,
@@ -61,6 +61,8 @@ from corral_server.providers.base import (
 from corral_server.providers.script import (
     Echo,
     Fail,
+    FollowUp,
+    History,
     Permission,
     RefuseInterrupt,
     Reply,
@@ -153,8 +155,9 @@ class _Run:
     task: asyncio.Task[None] = field(init=False)
     # Set by a `/refuse-interrupt` step: later interrupts return False.
     refusing: bool = False
-    # The permission the turn waits on, by request id: set by its answer.
-    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
+    # The permission the turn waits on, by request id: set by its answer; with the follow-up
+    # prompt an ALLOW answer asks for ("" for none).
+    asking: dict[str, tuple[asyncio.Future[PermissionResponse], str]] = field(default_factory=dict)
 
 
 class ScriptedSession:
@@ -272,6 +275,8 @@ class ScriptedSession:
                 run.refusing = True
             case Permission(name=name):
                 await self._ask(run, name, index)
+            case FollowUp(text=text):
+                await self._ask(run, "follow-up", index, follow_up=text)
             case Echo():
                 # As a real agent does: the prompt back, under the provider's own message id.
                 echo_id = f"{run.turn_id}-user"
@@ -279,9 +284,24 @@ class ScriptedSession:
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
             case Spawn(task=task):
                 await self._spawn(run, task, index)
+            case History(count=count):
+                self._replay_history(run, count, index)
             case _:
                 assert_never(step)
         return 0
+
+    def _replay_history(self, run: _Run, count: int, index: int) -> None:
+        """`/history N`: N items of an earlier conversation, flagged `from_history` as a
+        resumed session replays them. They name the running turn on purpose: corral must
+        store them outside it anyway (seed 000, 6.3)."""
+        for number in range(1, count + 1):
+            message_id = f"{run.turn_id}-history-{index}-{number}"
+            item: UserMessage | AssistantMessage
+            if number % 2:
+                item = UserMessage(f"earlier prompt {number}", message_id=message_id)
+            else:
+                item = AssistantMessage(f"earlier reply {number}", message_id=message_id)
+            self._emit(ProviderItem(run.turn_id, item, message_id, from_history=True))
 
     async def _spawn(self, run: _Run, task: str, index: int) -> None:
         """`/spawn TASK`: a `spawn_subagent` tool call that completes with the new run and
@@ -304,9 +324,10 @@ class ScriptedSession:
         done = ToolCall(call_id, name, ToolCallStatus.COMPLETED, given, output=output)
         self._emit(ProviderItem(run.turn_id, done))
 
-    async def _ask(self, run: _Run, name: str, index: int) -> None:
+    async def _ask(self, run: _Run, name: str, index: int, follow_up: str = "") -> None:
         """`/permission NAME`: a tool call that waits for a permission; allowed, it
-        completes; denied, it fails with the answer's message."""
+        completes; denied, it fails with the answer's message. `/follow-up TEXT` is the same
+        request, whose ALLOW answer also asks for TEXT as a follow-up prompt."""
         call_id = f"{run.turn_id}-call-{index}"
         request_id = f"{run.turn_id}-permission-{index}"
         self._emit(ProviderItem(run.turn_id, ToolCall(call_id, name, ToolCallStatus.PENDING)))
@@ -322,7 +343,7 @@ class ScriptedSession:
             turn_id=run.turn_id,
         )
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = answer
+        run.asking[request_id] = (answer, follow_up)
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
         try:
             response = await answer
@@ -339,12 +360,16 @@ class ScriptedSession:
 
     async def respond_permission(
         self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
+    ) -> Prompt | None:
         run = self._run
-        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
-        if answer is None or answer.done():
+        asking = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
+        if asking is None or asking[0].done():
             raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
+        answer, follow_up = asking
         answer.set_result(response)
+        if follow_up and response.behavior is PermissionBehavior.ALLOW:
+            return (TextPart(follow_up),)
+        return None
 
     async def _call_tool(self, run: _Run, tool: Tool, index: int) -> None:
         call_id = f"{run.turn_id}-call-{index}"
