@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.burst import BurstProvider
+from corral_server import gc_tuning
 from corral_server.app import Config, Daemon
 
 
@@ -30,6 +31,7 @@ async def main(retain_events: int, state_dir: Path | None = None) -> None:
     )
     daemon = Daemon(config)
     port = await daemon.start()
+    gc_tuning.tune()  # as `corral serve` does
     print(port, flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

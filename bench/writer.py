@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from bench.burst import BurstProvider
+from corral_server import gc_tuning
 from corral_server.app import Config, Daemon
 from corral_server.domain.content import TextPart
 from corral_server.hub import Subscription
@@ -46,6 +47,7 @@ async def measure(
         daemon = Daemon(config)
         if durable:
             await daemon.start()
+        gc_tuning.tune()  # as `corral serve` does
         manager = daemon.manager
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
         last: list[int] = []

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 5.0
 
+# LogEntry's own __new__ is a Python function; one entry is built per published event.
+_new_entry = tuple.__new__
+
 
 class LogWriter:
     def __init__(
@@ -46,7 +49,8 @@ class LogWriter:
         # Numbered and not yet committed, in revision order (first: head_revision + 1), each
         # with its ticket: the revision it was first given (`append`'s answer), which stays
         # when a retry renumbers it, so `discard` finds it.
-        self._pending: deque[tuple[int, LogEntry]] = deque()
+        self._pending: deque[LogEntry] = deque()
+        self._tickets: deque[int] = deque()  # one per pending entry (ints: no GC tracking)
         self._next_ticket = self.next_revision
         # A failed commit: appends wait for `_retry`. Each stall starts a new generation, so
         # callbacks of appends made before it are recognised and ignored.
@@ -69,12 +73,17 @@ class LogWriter:
         last one's ticket: its revision, unless a failed commit renumbers it later (never
         once published). Never raises."""
         revision, ticket = self.next_revision, self._next_ticket
-        batch = [LogEntry(revision + i, agent_id, body) for i, (agent_id, body) in enumerate(items)]
+        new = _new_entry
+        batch = [
+            new(LogEntry, (revision + i, agent_id, body))
+            for i, (agent_id, body) in enumerate(items)
+        ]
         if not batch:
             return ticket - 1
         self.next_revision = revision + len(batch)
         self._next_ticket = ticket + len(batch)
-        self._pending.extend(zip(range(ticket, ticket + len(batch)), batch, strict=True))
+        self._pending.extend(batch)
+        self._tickets.extend(range(ticket, ticket + len(batch)))
         if not self._stalled:
             self._send(batch)
         return self._next_ticket - 1
@@ -98,10 +107,11 @@ class LogWriter:
     def _publish_committed(self) -> None:
         """Hand every kept entry the log has committed to `on_durable`, in order."""
         head = self._log.head_revision
-        pending = self._pending
+        pending, tickets = self._pending, self._tickets
         durable: list[LogEntry] = []
-        while pending and pending[0][1].revision <= head:
-            durable.append(pending.popleft()[1])
+        while pending and pending[0].revision <= head:
+            durable.append(pending.popleft())
+            tickets.popleft()
         if durable:
             self._on_durable(durable)
 
@@ -132,14 +142,16 @@ class LogWriter:
         discarded, self._discarded = self._discarded, []
         if not self._pending:
             return
-        revision = self._pending[0][1].revision
-        kept: deque[tuple[int, LogEntry]] = deque()
-        for ticket, entry in self._pending:
+        revision = self._pending[0].revision
+        kept: deque[LogEntry] = deque()
+        kept_tickets: deque[int] = deque()
+        for ticket, entry in zip(self._tickets, self._pending, strict=True):
             if any(first <= ticket <= last for first, last in discarded):
                 continue
-            kept.append((ticket, LogEntry(revision, entry.agent_id, entry.event)))
+            kept.append(LogEntry(revision, entry.agent_id, entry.event))
+            kept_tickets.append(ticket)
             revision += 1
-        self._pending = kept
+        self._pending, self._tickets = kept, kept_tickets
         self.next_revision = revision
 
     def _retry(self) -> None:
@@ -149,7 +161,7 @@ class LogWriter:
         if self._discarded:
             self._renumber()
         if self._pending:
-            self._send([entry for _, entry in self._pending])
+            self._send(list(self._pending))
 
     def cancel(self) -> None:
         """Stop retrying (the daemon is stopping); what waits is not published."""
