@@ -162,3 +162,47 @@ async def test_a_model_http_error_fails_the_acp_turn_and_the_next_turn_runs(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("Again [[reply: back]]"))
     )
     assert kinds(await rest_of(call))[-1] == "turn_completed"
+
+
+async def test_an_acp_thinking_turn_stores_a_reasoning_row_before_the_reply(
+    stubs: Stubs, place: Place
+) -> None:
+    agent_id = await acp_agent(stubs, place)
+    prompt = "Ponder [[think: a deep thought]] [[reply: 42]]"
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
+    )
+    events = await rest_of(call)
+    assert kinds(events)[-1] == "turn_completed"
+    assert item_kinds(events) == ["user_message", "reasoning", "assistant_message"]
+    rows = [e.row.item for e in events if e.HasField("row")]
+    assert "a deep thought" in rows[1].reasoning.text
+    assert rows[2].assistant_message.text == "42"
+
+
+async def test_an_acp_tool_call_that_corral_denies_does_not_run(stubs: Stubs, place: Place) -> None:
+    agent_id = await acp_agent(stubs, place)
+    prompt = "[[shell: touch denied-through-corral]] [[reply: fine]]"
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
+    )
+    while (event := await call.read()).WhichOneof("event") != "permission_requested":
+        assert event is not grpc.aio.EOF
+    asked = event.permission_requested.permission
+    reject = next(a for a in asked.actions if a.kind == "reject_once")
+    await stubs.turns.RespondToPermission(
+        turn_pb.RespondToPermissionRequest(
+            agent_id=agent_id,
+            request_id=asked.id,
+            behavior=turn_pb.PERMISSION_BEHAVIOR_DENY,
+            selected_action_id=reject.id,
+        )
+    )
+    events = await rest_of(call)
+    # gemini-cli ends the turn when a tool is rejected; claude-agent-acp tells the model.
+    assert kinds(events)[-1] == "turn_completed"
+    assert not (place.cwd / "denied-through-corral").exists()
+    resolved = [e.permission_resolved for e in events if e.HasField("permission_resolved")]
+    assert [r.behavior for r in resolved] == [turn_pb.PERMISSION_BEHAVIOR_DENY]
+    tools = [e.row.item.tool_call for e in events if e.row.item.HasField("tool_call")]
+    assert tools and tools[-1].status != 3  # never COMPLETED
