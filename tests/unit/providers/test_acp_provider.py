@@ -1,11 +1,13 @@
-"""The acp provider against a tiny stub agent (acp_stub.py): the edge cases no real agent
-produces on demand (a crash mid-turn, a line over the limit, garbage on stdout, an old protocol,
-a child that ignores SIGTERM), a request id shared by both directions, and the file methods
-confined to the cwd."""
+"""The acp provider against tiny stub agents: the edge cases no real agent produces on demand (a
+crash mid-turn, a line over the limit, garbage on stdout, an old protocol, a child that ignores
+SIGTERM), each against an agent built on the official ACP SDK (acp_sdk_agent.py) and a
+hand-framed one (acp_stub.py, which also shares a request id between both directions), and the
+file methods confined to the cwd."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +34,7 @@ from corral_server.providers.base import (
 )
 
 STUB = Path(__file__).with_name("acp_stub.py")
+SCRIPTS = ("acp_sdk_agent.py", "acp_stub.py")
 TERMINAL = (ProviderTurnCompleted, ProviderTurnFailed)
 
 
@@ -61,8 +64,15 @@ class Events:
         )
 
 
-def stub(mode: str) -> AcpProvider:
-    return AcpProvider([sys.executable, str(STUB), mode], dict(os.environ), name="stub")
+def stub(mode: str, script: str = STUB.name) -> AcpProvider:
+    path = STUB.with_name(script)
+    return AcpProvider([sys.executable, str(path), mode], dict(os.environ), name="stub")
+
+
+@pytest.fixture(params=SCRIPTS)
+def script(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
 
 
 @pytest.fixture
@@ -70,8 +80,10 @@ def events() -> Events:
     return Events()
 
 
-async def open_session(mode: str, tmp_path: Path, events: Events) -> AsyncIterator[AcpSession]:
-    session = await stub(mode).create_session(SessionConfig("a1", str(tmp_path)), events)
+async def open_session(
+    mode: str, tmp_path: Path, events: Events, script: str = STUB.name
+) -> AsyncIterator[AcpSession]:
+    session = await stub(mode, script).create_session(SessionConfig("a1", str(tmp_path)), events)
     try:
         yield session
     finally:
@@ -84,9 +96,9 @@ async def run_turn(session: AcpSession, events: Events, text: str = "hello") -> 
 
 
 async def test_a_turn_streams_chunks_under_one_message_id_and_completes(
-    tmp_path: Path, events: Events
+    tmp_path: Path, events: Events, script: str
 ) -> None:
-    async for session in open_session("echo", tmp_path, events):
+    async for session in open_session("echo", tmp_path, events, script):
         assert session.session_id == "s1"
         assert isinstance(await run_turn(session, events, "hello there"), ProviderTurnCompleted)
         chunks = [e for e in events.seen if isinstance(e, ProviderItem)]
@@ -96,9 +108,9 @@ async def test_a_turn_streams_chunks_under_one_message_id_and_completes(
 
 @pytest.mark.parametrize(("mode", "why"), [("crash", "status 3"), ("huge", "over 16777216")])
 async def test_an_agent_that_dies_or_breaks_the_framing_fails_the_turn(
-    mode: str, why: str, tmp_path: Path, events: Events
+    mode: str, why: str, tmp_path: Path, events: Events, script: str
 ) -> None:
-    async for session in open_session(mode, tmp_path, events):
+    async for session in open_session(mode, tmp_path, events, script):
         ended = await run_turn(session, events)
         assert isinstance(ended, ProviderTurnFailed) and ended.error.code == "AGENT_EXITED"
         assert why in ended.error.message
@@ -107,23 +119,25 @@ async def test_an_agent_that_dies_or_breaks_the_framing_fails_the_turn(
         assert isinstance(again, ProviderTurnFailed)
 
 
-async def test_garbage_lines_on_stdout_are_skipped(tmp_path: Path, events: Events) -> None:
-    async for session in open_session("garbage", tmp_path, events):
+async def test_garbage_lines_on_stdout_are_skipped(
+    tmp_path: Path, events: Events, script: str
+) -> None:
+    async for session in open_session("garbage", tmp_path, events, script):
         assert isinstance(await run_turn(session, events, "still fine"), ProviderTurnCompleted)
         assert events.text() == "still fine"
 
 
 async def test_an_agent_of_another_protocol_version_fails_its_start(
-    tmp_path: Path, events: Events
+    tmp_path: Path, events: Events, script: str
 ) -> None:
     with pytest.raises(AcpStartFailed, match="protocol version 0"):
-        await stub("old").create_session(SessionConfig("a1", str(tmp_path)), events)
+        await stub("old", script).create_session(SessionConfig("a1", str(tmp_path)), events)
 
 
 async def test_a_permission_with_the_prompts_id_is_answered_with_the_offered_option(
-    tmp_path: Path, events: Events
+    tmp_path: Path, events: Events, script: str
 ) -> None:
-    async for session in open_session("ask", tmp_path, events):
+    async for session in open_session("ask", tmp_path, events, script):
         turn_id = await session.start_turn((TextPart("go"),))
         asked = await events.until(lambda e: isinstance(e, ProviderPermissionRequested))
         assert isinstance(asked, ProviderPermissionRequested)
@@ -131,13 +145,13 @@ async def test_a_permission_with_the_prompts_id_is_answered_with_the_offered_opt
         deny = PermissionResponse(PermissionBehavior.DENY)
         await session.respond_permission(turn_id, asked.permission.id, deny)
         await events.until(lambda e: isinstance(e, TERMINAL))
-        assert events.text() == '{"outcome": "selected", "optionId": "no"}'
+        assert json.loads(events.text()) == {"outcome": "selected", "optionId": "no"}
 
 
 async def test_close_kills_an_agent_that_ignores_sigterm_and_interrupt_is_fenced(
-    tmp_path: Path, events: Events
+    tmp_path: Path, events: Events, script: str
 ) -> None:
-    session = await stub("hang").create_session(SessionConfig("a1", str(tmp_path)), events)
+    session = await stub("hang", script).create_session(SessionConfig("a1", str(tmp_path)), events)
     turn_id = await session.start_turn((TextPart("go"),))
     assert await session.interrupt("turn-other") is InterruptResult.NOT_RUNNING
     pid = session._conn.pid if session._conn is not None else 0
@@ -176,14 +190,14 @@ def test_a_repeated_tool_call_id_is_an_update_of_the_whole_call() -> None:
 
 
 async def test_an_interrupt_answers_a_pending_permission_cancelled_and_cancels_the_turn(
-    tmp_path: Path, events: Events
+    tmp_path: Path, events: Events, script: str
 ) -> None:
-    async for session in open_session("ask", tmp_path, events):
+    async for session in open_session("ask", tmp_path, events, script):
         turn_id = await session.start_turn((TextPart("go"),))
         await events.until(lambda e: isinstance(e, ProviderPermissionRequested))
         assert await session.interrupt(turn_id) is InterruptResult.CONFIRMED
         # The stub ends with end_turn regardless; a confirmed interrupt ends the turn canceled.
         ended = await events.until(lambda e: isinstance(e, (*TERMINAL, ProviderTurnCanceled)))
         assert isinstance(ended, ProviderTurnCanceled) and ended.turn_id == turn_id
-        assert events.text() == '{"outcome": "cancelled"}'
+        assert json.loads(events.text()) == {"outcome": "cancelled"}
         assert await session.interrupt(turn_id) is InterruptResult.NOT_RUNNING
