@@ -85,12 +85,23 @@ def row_bytes(row: TimelineRow) -> bytes:
     )
 
 
+_last_prefix: tuple[str, str, bytes] = ("", "", b"")
+
+
+def _appended_prefix(agent_id: str, epoch: str) -> bytes:
+    """TimelineRowAppended's agent_id and epoch fields; the rows of a burst share them, so the
+    last pair is kept (as `_timestamp_field` keeps the last timestamp)."""
+    global _last_prefix
+    last = _last_prefix
+    if last[0] == agent_id and last[1] == epoch:
+        return last[2]
+    encoded = _str_field(b"\x0a", agent_id) + _str_field(b"\x12", epoch)
+    _last_prefix = (agent_id, epoch, encoded)
+    return encoded
+
+
 def row_appended_event(revision: int, agent_id: str, epoch: str, row: TimelineRow) -> bytes:
     """A serialized corral.v1.Event{revision, timeline_row_appended{agent_id, epoch, row}}."""
-    appended = (
-        _str_field(b"\x0a", agent_id)
-        + _str_field(b"\x12", epoch)
-        + _len_field(b"\x1a", row_bytes(row))
-    )
+    appended = _appended_prefix(agent_id, epoch) + _len_field(b"\x1a", row_bytes(row))
     head = b"\x08" + varint(revision) if revision else b""
     return head + _len_field(b"\x22", appended)
