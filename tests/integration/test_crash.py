@@ -1,9 +1,11 @@
 """Crash test (issue 6, item 6).
 
-`corral serve` runs as a real process; two agents run streaming turns back to back while a
-subscriber records every event it receives; the daemon gets SIGKILL at a random point (after a
+`corral serve` runs as a real process; two agents run streaming turns back to back and two
+concurrent senders queue prompts (SendPrompt, QUEUE) on a third, while a subscriber records
+every event it receives; the daemon gets SIGKILL at a random point (after a
 random number of acknowledged prompts); it restarts on the same state directory. Then: every
-acknowledged prompt is stored exactly once; every row the subscriber received is there with
+acknowledged prompt is stored exactly once (a queued one runs after the restart, in its
+sender's order); every row the subscriber received is there with
 the same epoch, seq and content; seqs are contiguous; the event log kept its incarnation, and a
 Subscribe resuming from revision 0 replays, with no reset, contiguous revisions in which every
 event the subscriber received is there byte for byte under the same revision.
@@ -27,11 +29,12 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, prompt_request, text
 from tests.support.daemon import DaemonProcess
 
 ITERATIONS = int(os.environ.get("CORRAL_CRASH_ITERATIONS", "3"))
 AGENTS = 2
+SENDERS = 2
 
 
 class Seen:
@@ -39,6 +42,8 @@ class Seen:
 
     def __init__(self) -> None:
         self.acked: dict[str, list[str]] = {}  # agent -> prompt texts, in ack order
+        self.queued: dict[int, list[str]] = {}  # sender -> prompts acked on the queue agent
+        self.queue_agent = ""
         self.rows: dict[tuple[str, str, int], Any] = {}  # (agent, epoch, seq) -> item
         self.events: dict[int, bytes] = {}  # revision -> the serialized event
         self.incarnation = ""
@@ -81,6 +86,21 @@ async def turns(stubs: Stubs, agent_id: str, seen: Seen, acks: asyncio.Queue[Non
         return  # the daemon died
 
 
+async def senders(stubs: Stubs, sender: int, seen: Seen, acks: asyncio.Queue[None]) -> None:
+    """SendPrompt with QUEUE on the queue agent, one after the other: each ack is durable."""
+    n = 0
+    try:
+        while True:
+            n += 1
+            prompt = f"/reply sender {sender} prompt {n}"
+            request = prompt_request(seen.queue_agent, prompt, if_running=turn_pb.IF_RUNNING_QUEUE)
+            await stubs.turns.SendPrompt(request)
+            seen.queued.setdefault(sender, []).append(prompt)
+            acks.put_nowait(None)
+    except grpc.aio.AioRpcError:
+        return  # the daemon died
+
+
 async def run_until_killed(daemon: DaemonProcess, cwd: Path, kill_after: int) -> Seen:
     seen = Seen()
     acks: asyncio.Queue[None] = asyncio.Queue()
@@ -90,8 +110,10 @@ async def run_until_killed(daemon: DaemonProcess, cwd: Path, kill_after: int) ->
             (await stubs.agents.CreateAgent(create_request(str(cwd)))).agent.id
             for _ in range(AGENTS)
         ]
+        seen.queue_agent = (await stubs.agents.CreateAgent(create_request(str(cwd)))).agent.id
         watcher = asyncio.ensure_future(subscribe(stubs, seen))
         workers = [asyncio.ensure_future(turns(stubs, a, seen, acks)) for a in agent_ids]
+        workers += [asyncio.ensure_future(senders(stubs, n, seen, acks)) for n in range(SENDERS)]
         for _ in range(kill_after):
             await asyncio.wait_for(acks.get(), 30)  # a guard against a hung daemon
         assert daemon.proc is not None
@@ -104,6 +126,9 @@ async def run_until_killed(daemon: DaemonProcess, cwd: Path, kill_after: int) ->
 async def check_after_restart(daemon: DaemonProcess, seen: Seen) -> None:
     async with grpc.aio.insecure_channel(daemon.address) as channel:
         stubs = Stubs.of(channel)
+        # The queued prompts acknowledged before the kill run now.
+        wait = turn_pb.WaitForIdleRequest(agent_id=seen.queue_agent)
+        await stubs.turns.WaitForIdle(wait, timeout=60)
         listed = (await stubs.agents.ListAgents(svc_pb.ListAgentsRequest())).agents
         assert {a.id for a in listed} >= set(seen.acked)
         for agent in listed:
@@ -116,6 +141,10 @@ async def check_after_restart(daemon: DaemonProcess, seen: Seen) -> None:
                 if key[0] == agent.id:
                     assert stored.get(key) == item, f"a row a subscriber saw is lost: {key}"
             prompts = [r.item.user_message.text for r in rows if r.item.HasField("user_message")]
+            if agent.id == seen.queue_agent:
+                for sent in seen.queued.values():  # each sender's acked prompts, in its order
+                    ran = [p for p in prompts if p in sent]
+                    assert ran[: len(sent)] == sent, "an acknowledged queued prompt is lost"
             acked = seen.acked.get(agent.id, [])
             assert prompts[: len(acked)] == acked, "an acknowledged prompt is lost or doubled"
             assert len(prompts) == len(set(prompts)), "a prompt is stored twice"
@@ -154,7 +183,8 @@ async def test_sigkill_loses_no_acknowledged_prompt_and_no_row_a_client_saw(
         seen = await run_until_killed(first, tmp_path, kill_after)
     finally:
         first.stop()
-    assert sum(len(p) for p in seen.acked.values()) >= kill_after
+    acked = [*seen.acked.values(), *seen.queued.values()]
+    assert sum(len(p) for p in acked) >= kill_after
     second = DaemonProcess(state).start()
     try:
         await check_after_restart(second, seen)
