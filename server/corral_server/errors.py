@@ -13,6 +13,9 @@
     │   ├── AgentClosed          the agent's runtime is closed
     │   ├── MessageNotConfirmed  Rewind to a message the provider never confirmed
     │   ├── SubagentLimit        a spawn past the depth or children limit
+    │   ├── SubagentRunEnded     a steer of a run that has ended
+    │   ├── SubagentRunSteering  a steer of a run another steer is replacing
+    │   ├── ProviderUnavailable  the provider is configured but cannot run
     │   └── ProviderRefusedInterrupt
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
@@ -153,6 +156,32 @@ class SubagentLimit(FailedPrecondition):
     def __init__(self, reason: str, message: str, *, limit: int, current: int) -> None:
         super().__init__(message, metadata={"limit": str(limit), "current": str(current)})
         self.reason = reason
+
+
+class SubagentRunEnded(FailedPrecondition):
+    """A steer of a run that has ended (spawn a new run instead)."""
+
+    reason = "SUBAGENT_RUN_ENDED"
+
+
+class SubagentRunSteering(FailedPrecondition):
+    """A steer of a run another steer is replacing right now."""
+
+    reason = "SUBAGENT_RUN_STEERING"
+
+
+class ProviderUnavailable(FailedPrecondition):
+    """A provider that is configured but cannot run (its program is not installed, it failed
+    its handshake): the reason is in the message and metadata."""
+
+    reason = "PROVIDER_UNAVAILABLE"
+
+    def __init__(self, provider: str, why: str) -> None:
+        why = why or "unavailable"
+        super().__init__(
+            f"provider {provider!r} is unavailable: {why}",
+            metadata={"provider": provider, "unavailable_reason": why},
+        )
 
 
 class ProviderRefusedInterrupt(FailedPrecondition):

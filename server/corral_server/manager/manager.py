@@ -47,7 +47,7 @@ from corral_server.manager.validate import (
     check_title,
 )
 from corral_server.manager.writer import Publisher
-from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
+from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import (
     AgentRecords,
     CreateRequests,
@@ -71,21 +71,6 @@ MAX_WAIT_S = 24 * 3600.0
 # hostile clients cannot grow the table without bound.
 MAX_REMEMBERED_CREATES = 10_000
 MAX_PAGE_SIZE = 1000
-
-
-class ProviderUnavailable(errors.FailedPrecondition):
-    """CreateAgent on a provider that is configured but cannot run (its program is not
-    installed, its adapter is not in this build): the reason is in the message and metadata.
-    (Belongs in errors.py's tree.)"""
-
-    reason = "PROVIDER_UNAVAILABLE"
-
-    def __init__(self, info: ProviderInfo) -> None:
-        why = info.unavailable_reason or "unavailable"
-        super().__init__(
-            f"provider {info.name!r} is unavailable: {why}",
-            metadata={"provider": info.name, "unavailable_reason": why},
-        )
 
 
 class AgentManager:
@@ -295,7 +280,7 @@ class AgentManager:
         if provider is None:
             raise errors.UnknownProvider(spec.provider, self._names())
         if not (info := provider.info()).available:
-            raise ProviderUnavailable(info)
+            raise errors.ProviderUnavailable(info.name, info.unavailable_reason)
         check_cwd(spec.cwd)
         check_title(spec.title, self.limits)
         check_labels(spec.labels, self.limits)
@@ -499,24 +484,11 @@ class AgentManager:
         active = await actor.call(lambda: _async(actor.active_turn))
         if active is None:
             return CancelOutcome.NOT_RUNNING, actor.agent
-        result = await actor.interrupt(active.turn_id)
-        settled = await within(self._clock, self._timeouts.settle_s, asyncio.shield(active.settled))
-        match result:
-            case InterruptResult.NOT_RUNNING:
-                return CancelOutcome.NOT_RUNNING, actor.agent
-            case InterruptResult.CONFIRMED | InterruptResult.REFUSED:
-                pass
-            case _:
-                assert_never(result)
-        if settled is not None:
-            return CancelOutcome.SETTLED, actor.agent
-        if result is not InterruptResult.CONFIRMED:
-            return CancelOutcome.REFUSED, actor.agent
-        turn_id = active.turn_id
-        await actor.call(
-            lambda: actor.force_cancel(turn_id, "interrupt confirmed, turn did not end")
-        )
-        return CancelOutcome.SETTLED, actor.agent
+        outcome = await actor.stop_turn(active)  # steps 2 and 3
+        if outcome is CancelOutcome.NOT_RUNNING:
+            # It ended by itself: answer with the snapshot after its end, as a settle would.
+            await within(self._clock, self._timeouts.settle_s, asyncio.shield(active.settled))
+        return outcome, actor.agent
 
     async def wait_for_idle(
         self, agent_id: str, timeout_s: float | None
