@@ -7,12 +7,17 @@
     │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
     │   ├── PermissionNotFound                                            -> NOT_FOUND
     │   ├── SubagentRunNotFound                                           -> NOT_FOUND
+    │   ├── ProviderSessionNotFound  ImportAgent of a session the provider lacks -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
     │   ├── AgentClosed          the agent's runtime is closed
     │   ├── MessageNotConfirmed  Rewind to a message the provider never confirmed
     │   ├── SubagentLimit        a spawn past the depth or children limit
+    │   ├── SubagentRunEnded     a steer of a run that has ended
+    │   ├── SubagentRunSteering  a steer of a run another steer is replacing
+    │   ├── ProviderUnavailable  the provider is configured but cannot run
+    │   ├── ImportUnsupported    ImportAgent on a provider that cannot import
     │   └── ProviderRefusedInterrupt
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
@@ -102,6 +107,16 @@ class SubagentRunNotFound(NotFound):
         super().__init__(f"sub-agent run {run_id!r} not found", metadata={"run_id": run_id})
 
 
+class ProviderSessionNotFound(NotFound):
+    reason = "PROVIDER_SESSION_NOT_FOUND"
+
+    def __init__(self, session_id: str, why: str) -> None:
+        super().__init__(
+            f"the provider has no session {session_id!r}: {why}",
+            metadata={"provider_session_id": session_id},
+        )
+
+
 class UnknownProvider(NotFound):
     reason = "UNKNOWN_PROVIDER"
 
@@ -153,6 +168,44 @@ class SubagentLimit(FailedPrecondition):
     def __init__(self, reason: str, message: str, *, limit: int, current: int) -> None:
         super().__init__(message, metadata={"limit": str(limit), "current": str(current)})
         self.reason = reason
+
+
+class SubagentRunEnded(FailedPrecondition):
+    """A steer of a run that has ended (spawn a new run instead)."""
+
+    reason = "SUBAGENT_RUN_ENDED"
+
+
+class SubagentRunSteering(FailedPrecondition):
+    """A steer of a run another steer is replacing right now."""
+
+    reason = "SUBAGENT_RUN_STEERING"
+
+
+class ProviderUnavailable(FailedPrecondition):
+    """A provider that is configured but cannot run (its program is not installed, it failed
+    its handshake): the reason is in the message and metadata."""
+
+    reason = "PROVIDER_UNAVAILABLE"
+
+    def __init__(self, provider: str, why: str) -> None:
+        why = why or "unavailable"
+        super().__init__(
+            f"provider {provider!r} is unavailable: {why}",
+            metadata={"provider": provider, "unavailable_reason": why},
+        )
+
+
+class ImportUnsupported(FailedPrecondition):
+    """ImportAgent on a provider that keeps no history corral can read."""
+
+    reason = "IMPORT_UNSUPPORTED"
+
+    def __init__(self, provider: str, kind: str) -> None:
+        super().__init__(
+            f"provider {provider!r} (kind {kind}) cannot import a session's history",
+            metadata={"provider": provider, "kind": kind},
+        )
 
 
 class ProviderRefusedInterrupt(FailedPrecondition):

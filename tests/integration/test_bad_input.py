@@ -144,20 +144,35 @@ async def test_bad_prompts_are_rejected_before_anything_is_stored(
     assert after.updated_at == agent.updated_at
 
 
-async def test_not_yet_delivered_capabilities_answer_unimplemented(
-    stubs: Stubs, tmp_path: Any
-) -> None:
+async def test_queue_on_an_idle_agent_just_starts_the_turn(stubs: Stubs, tmp_path: Any) -> None:
     agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
-    un = grpc.StatusCode.UNIMPLEMENTED
-    importing = agent_pb.ImportAgentRequest(
-        provider="scripted", provider_session_id="s-1", cwd=str(tmp_path)
-    )
-    await expect(stubs.agents.ImportAgent(importing), un)
     # QUEUE on an idle agent just starts the turn (test_prompt_queue.py covers a busy one).
     started = await stubs.turns.SendPrompt(
         prompt_request(agent.id, "hi", if_running=turn_pb.IF_RUNNING_QUEUE)
     )
     assert started.disposition == turn_pb.PROMPT_DISPOSITION_STARTED
+
+
+async def test_bad_imports_are_refused_with_details_and_create_nothing(
+    stubs: Stubs, tmp_path: Any
+) -> None:
+    def importing(provider: str, session_id: str, cwd: str) -> agent_pb.ImportAgentRequest:
+        return agent_pb.ImportAgentRequest(
+            provider=provider, provider_session_id=session_id, cwd=cwd
+        )
+
+    before = await stubs.agents.ListAgents(agent_pb.ListAgentsRequest(include_archived=True))
+    cwd = str(tmp_path)
+    imports = stubs.agents.ImportAgent
+    await expect(imports(importing("", "s-1", cwd)), INVALID, field="provider")
+    await expect(imports(importing("nope", "s-1", cwd)), INVALID, "UNKNOWN_PROVIDER", "provider")
+    await expect(imports(importing("scripted", "", cwd)), INVALID, field="provider_session_id")
+    await expect(imports(importing("scripted", "s-1", "rel")), INVALID, field="cwd")
+    # The scripted provider keeps no sessions to import.
+    precondition = grpc.StatusCode.FAILED_PRECONDITION
+    await expect(imports(importing("scripted", "s-1", cwd)), precondition, "IMPORT_UNSUPPORTED")
+    after = await stubs.agents.ListAgents(agent_pb.ListAgentsRequest(include_archived=True))
+    assert after == before
 
 
 async def test_bad_timeline_requests_are_invalid_argument(stubs: Stubs, tmp_path: Any) -> None:

@@ -866,10 +866,11 @@ def test_heartbeat_answers_documented_statuses_and_changes_nothing(
 # --- RPCs a later release delivers ------------------------------------------------------------
 
 
-def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., Any], Any]:
-    """RPCs a later release delivers, RespondToPermission and Rewind: no permission is ever
-    pending and no provider ever confirms a message in this world (its turns are canceled and
-    never echo), so every answer must be an error."""
+def refused_calls(world: World, data: st.DataObject) -> tuple[Callable[..., Any], Any]:
+    """ImportAgent, RespondToPermission and Rewind: only the scripted provider runs here and
+    it imports nothing, no permission is ever pending and no provider ever confirms a message
+    in this world (its turns are canceled and never echo), so every answer must be an
+    error."""
     s = world.stubs
     agent_id = data.draw(agent_ids(world))
     name = data.draw(
@@ -903,14 +904,14 @@ def undelivered_calls(world: World, data: st.DataObject) -> tuple[Callable[..., 
 
 @PROPERTY
 @given(data=st.data())
-def test_not_yet_delivered_rpcs_answer_documented_statuses_and_change_nothing(
+def test_rpcs_that_cannot_succeed_here_answer_documented_statuses_and_change_nothing(
     world: World, data: st.DataObject
 ) -> None:
     world.settle()
-    rpc, request = undelivered_calls(world, data)
+    rpc, request = refused_calls(world, data)
     before = world.state()
     response, error = attempt(rpc, request)
-    assert error is not None, f"an undelivered RPC answered {response}"
+    assert error is not None, f"an RPC that cannot succeed here answered {response}"
     assert_unchanged(before, world.state(), type(request).__name__)
     providers, _ = attempt(world.stubs.agents.ListProviders, agent_pb.ListProvidersRequest())
     assert [p.name for p in providers.providers] == ["scripted"]

@@ -176,6 +176,25 @@ def reload(client: Client, console: Console, args: argparse.Namespace) -> int:
     return failure.EXIT_OK
 
 
+def import_agent(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """ImportAgent: a new agent holding an existing provider session's conversation."""
+    request = agent_pb.ImportAgentRequest(
+        provider=args.provider,
+        provider_session_id=args.session_id,
+        cwd=os.path.abspath(args.cwd or os.getcwd()),
+    )
+    agent = client.agents.ImportAgent(request, timeout=client.timeout_s).agent
+    if console.json:
+        console.message(agent)
+    else:
+        rows = agent.timeline.next_seq - 1
+        console.line(
+            f"{agent.id} imported: {agent.provider} session {agent.provider_session_id}, "
+            f"{rows} rows, {state_label(agent)}"
+        )
+    return failure.EXIT_OK
+
+
 def permit(client: Client, console: Console, args: argparse.Namespace) -> int:
     """RespondToPermission: allow (or --deny) REQUEST, or the only pending one."""
     request_id = args.request

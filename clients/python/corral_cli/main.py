@@ -105,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         "message_id", metavar="MESSAGE_ID", help="the provider's id of the message (see logs)"
     )
     rewind.set_defaults(func=commands.rewind)
+    imported = sub.add_parser(
+        "import",
+        parents=parents,
+        help="make an agent of an existing provider session (its conversation as history)",
+    )
+    imported.add_argument("provider", metavar="PROVIDER", help="e.g. claude-code, codex")
+    imported.add_argument("session_id", metavar="SESSION_ID", help="the provider's session id")
+    imported.add_argument("--cwd", default=None, help="working directory (default: here)")
+    imported.set_defaults(func=commands.import_agent)
     listed = sub.add_parser(
         "providers", parents=parents, help="list the providers: kind, available (or why not)"
     )

@@ -1,10 +1,12 @@
-"""The actor's part for what came before: history replay (seed 000, 6.3), echo
-reconciliation and Rewind (6.4), ReloadAgent (4.2), and ending a turn a restart interrupted.
+"""The actor's part for what came before: history replay (seed 000, 6.3), an import's
+history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and ending a
+turn a restart interrupted.
 On the queue only."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 
 from corral_server import errors
@@ -47,6 +49,26 @@ class HistoryPart(ActorState):
         admitted = self._writer.admit(event, None)  # the provider boundary: mended text
         now = self._deps.clock.now_ms()
         return NewRow(admitted.item, now, "", admitted.provider_message_id)
+
+    async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
+        """ImportAgent: a new agent's timeline primed with a provider session's conversation,
+        each item through the history gate (`_history_row`), in bounded batches; then the
+        agent is idle with that provider session, which its first turn resumes (no session
+        opens here: SessionPart opens it lazily, resuming by id)."""
+        rows = [self._history_row(item) for item in items]
+        for start in range(0, len(rows), REWIND_BATCH):
+            await self._writer.append(rows[start : start + REWIND_BATCH])
+        info = self._deps.provider.info()
+        self._set(
+            replace(
+                self._snapshot,
+                lifecycle=Idle(),
+                provider_session_id=provider_session_id,
+                model=info.models[0].id if info.models else "",
+                mode=info.modes[0].id if info.modes else "",
+            )
+        )
+        return self.agent
 
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.

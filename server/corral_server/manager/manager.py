@@ -33,7 +33,8 @@ from corral_server.domain.events import AgentRemoved, AgentUpserted, TurnTermina
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_state import ActorDeps, TurnCounts
-from corral_server.manager.deadlines import within
+from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.importing import check_import
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
@@ -47,7 +48,7 @@ from corral_server.manager.validate import (
     check_title,
 )
 from corral_server.manager.writer import Publisher
-from corral_server.providers.base import InterruptResult, Provider, ProviderInfo
+from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import (
     AgentRecords,
     CreateRequests,
@@ -71,21 +72,6 @@ MAX_WAIT_S = 24 * 3600.0
 # hostile clients cannot grow the table without bound.
 MAX_REMEMBERED_CREATES = 10_000
 MAX_PAGE_SIZE = 1000
-
-
-class ProviderUnavailable(errors.FailedPrecondition):
-    """CreateAgent on a provider that is configured but cannot run (its program is not
-    installed, its adapter is not in this build): the reason is in the message and metadata.
-    (Belongs in errors.py's tree.)"""
-
-    reason = "PROVIDER_UNAVAILABLE"
-
-    def __init__(self, info: ProviderInfo) -> None:
-        why = info.unavailable_reason or "unavailable"
-        super().__init__(
-            f"provider {info.name!r} is unavailable: {why}",
-            metadata={"provider": info.name, "unavailable_reason": why},
-        )
 
 
 class AgentManager:
@@ -295,7 +281,7 @@ class AgentManager:
         if provider is None:
             raise errors.UnknownProvider(spec.provider, self._names())
         if not (info := provider.info()).available:
-            raise ProviderUnavailable(info)
+            raise errors.ProviderUnavailable(info.name, info.unavailable_reason)
         check_cwd(spec.cwd)
         check_title(spec.title, self.limits)
         check_labels(spec.labels, self.limits)
@@ -309,25 +295,34 @@ class AgentManager:
             provider.validate_prompt(spec.initial_prompt)
         return provider
 
-    async def _create(self, spec: CreateSpec, provider: Provider) -> tuple[Agent, str]:
+    async def _new_actor(
+        self, provider: Provider, provider_name: str, cwd: str, title: str, labels: dict[str, str]
+    ) -> AgentActor:
+        """A new agent, Initializing, with a fresh timeline (a new epoch), listed at once."""
         agent_id = AgentId(self._new_id())
         head = await self._timeline.create(agent_id)
         now = self._clock.now_ms()
         agent = Agent(
             id=agent_id,
-            provider=spec.provider,
-            cwd=spec.cwd,
+            provider=provider_name,
+            cwd=cwd,
             lifecycle=Initializing(),
             created_at_ms=now,
             updated_at_ms=now,
             epoch=head.epoch,
             next_seq=head.next_seq,
-            title=spec.title,
-            labels=dict(spec.labels),
+            title=title,
+            labels=labels,
         )
         actor = AgentActor(agent, self._deps(provider))
         self._actors[agent_id] = actor
         self._publisher.publish(AgentUpserted(agent))
+        return actor
+
+    async def _create(self, spec: CreateSpec, provider: Provider) -> tuple[Agent, str]:
+        actor = await self._new_actor(
+            provider, spec.provider, spec.cwd, spec.title, dict(spec.labels)
+        )
         try:
             registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
             turn_id = ""
@@ -341,6 +336,30 @@ class AgentManager:
             await self._discard(actor)
             raise
         return registered, turn_id
+
+    async def import_agent(self, provider_name: str, provider_session_id: str, cwd: str) -> Agent:
+        """ImportAgent (issue 8, item 6; importing.py): the provider reads the session's
+        conversation first (under the create deadline), so a session it cannot read creates
+        nothing; then a new agent holds it as history rows under its fresh epoch, idle, and
+        its first turn resumes that provider session."""
+        self._check_open()
+        provider, importer = check_import(
+            self._providers, provider_name, provider_session_id, cwd, self.limits
+        )
+        read = importer.import_history(provider_session_id, cwd, self._daemon_tag)
+        items = await deadline(self._clock, self._timeouts.create_session_s, read, "import")
+        if not items:
+            raise errors.FailedPrecondition(
+                f"provider session {provider_session_id!r} holds no conversation to import",
+                metadata={"provider": provider_name, "provider_session_id": provider_session_id},
+            )
+        self._check_open()
+        actor = await self._new_actor(provider, provider_name, cwd, "", {})
+        try:
+            return await actor.call(lambda: actor.prime(items, provider_session_id))
+        except BaseException:
+            await self._discard(actor)
+            raise
 
     async def _discard(self, actor: AgentActor) -> None:
         """Undo a create that failed half-way: CreateAgent is all or nothing, so no ghost
@@ -499,24 +518,11 @@ class AgentManager:
         active = await actor.call(lambda: _async(actor.active_turn))
         if active is None:
             return CancelOutcome.NOT_RUNNING, actor.agent
-        result = await actor.interrupt(active.turn_id)
-        settled = await within(self._clock, self._timeouts.settle_s, asyncio.shield(active.settled))
-        match result:
-            case InterruptResult.NOT_RUNNING:
-                return CancelOutcome.NOT_RUNNING, actor.agent
-            case InterruptResult.CONFIRMED | InterruptResult.REFUSED:
-                pass
-            case _:
-                assert_never(result)
-        if settled is not None:
-            return CancelOutcome.SETTLED, actor.agent
-        if result is not InterruptResult.CONFIRMED:
-            return CancelOutcome.REFUSED, actor.agent
-        turn_id = active.turn_id
-        await actor.call(
-            lambda: actor.force_cancel(turn_id, "interrupt confirmed, turn did not end")
-        )
-        return CancelOutcome.SETTLED, actor.agent
+        outcome = await actor.stop_turn(active)  # steps 2 and 3
+        if outcome is CancelOutcome.NOT_RUNNING:
+            # It ended by itself: answer with the snapshot after its end, as a settle would.
+            await within(self._clock, self._timeouts.settle_s, asyncio.shield(active.settled))
+        return outcome, actor.agent
 
     async def wait_for_idle(
         self, agent_id: str, timeout_s: float | None

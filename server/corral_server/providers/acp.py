@@ -5,7 +5,8 @@ This module owns the mapping between ACP and the provider contract: `initialize`
 `session/new` make a session (`session/load`, or the unstable `session/resume`, reopen a
 stored one), `session/prompt` is a turn (its stop reason is the turn's end),
 `session/update` becomes timeline items, `session/cancel` is an interrupt, and
-`session/request_permission` becomes a corral permission. The framing and the process live in
+`session/request_permission` becomes a corral permission; an import keeps what `session/load`
+replays (`acp_history.py`). The framing and the process live in
 `acp_wire.py`, the confined file methods in `acp_files.py`. It must never report an event after
 `close()` returns, and reports exactly one terminal event per turn it started.
 """
@@ -34,6 +35,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
 from corral_server.providers import acp_files
+from corral_server.providers.acp_history import history_items
 from corral_server.providers.acp_items import ItemMapper
 from corral_server.providers.acp_wire import (
     METHOD_NOT_FOUND,
@@ -47,6 +49,7 @@ from corral_server.providers.base import (
     InterruptResult,
     ProviderEvent,
     ProviderInfo,
+    ProviderItem,
     ProviderPermissionRequested,
     ProviderSessionDied,
     ProviderTurnCanceled,
@@ -98,6 +101,23 @@ class AcpProvider:
         await session.start(self._argv, self._env)
         return session
 
+    async def import_history(
+        self, provider_session_id: str, cwd: str, daemon_tag: str
+    ) -> list[ProviderItem]:
+        """What `session/load` of the session replays (`acp_history.py`), in a process of
+        its own, closed before this returns. An agent without loadSession, or that does not
+        know the session, is AcpStartFailed with the agent's reason."""
+        config = SessionConfig(
+            "import", cwd, resume_session_id=provider_session_id, daemon_tag=daemon_tag
+        )
+        session = AcpSession(config, lambda _: None)
+        session.replayed = []
+        await session.start(self._argv, self._env)
+        try:
+            return history_items(session.replayed)
+        finally:
+            await session.close()
+
 
 @dataclass(slots=True)
 class _Run:
@@ -122,6 +142,8 @@ class AcpSession:
         # Set once the session is open: from then on a death is reported to the sink.
         self._ready = False
         self._closed = False
+        # An import's session: the updates `session/load` replays are kept here (else dropped).
+        self.replayed: list[Mapping[str, Json]] | None = None
 
     @property
     def session_id(self) -> str:
@@ -169,6 +191,8 @@ class AcpSession:
         resume_id = self._config.resume_session_id
         if resume_id:
             method = _resume_method(init.get("agentCapabilities"))
+            if self.replayed is not None and method != "session/load":
+                raise AcpError("the agent cannot replay a stored session (no loadSession)")
             # session/load replays the whole conversation as session/update notifications
             # before it answers: no turn runs and `_session_id` is not set yet, so
             # `_on_notification` drops them (corral stored those rows when they happened).
@@ -279,10 +303,14 @@ class AcpSession:
             self._emit(ProviderSessionDied(reason))
 
     def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
+        update = params.get("update")
+        if self.replayed is not None and method == "session/update" and isinstance(update, dict):
+            if params.get("sessionId") == self._config.resume_session_id:
+                self.replayed.append(update)
+            return
         if method != "session/update" or params.get("sessionId") != self._session_id:
             return
         run = self._run
-        update = params.get("update")
         if run is None or not isinstance(update, dict):
             return  # e.g. available commands after session/new: nothing for the timeline
         for item in self._items.map(update):

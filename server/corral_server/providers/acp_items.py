@@ -57,7 +57,7 @@ class ItemMapper:
                 text = _text(update.get("content"))
                 if not text:
                     return []
-                message_id = self._segment(kind)
+                message_id = self.segment(kind)
                 item = (
                     AssistantMessage(text, message_id)
                     if kind == "agent_message_chunk"
@@ -86,7 +86,7 @@ class ItemMapper:
                 # mode changes: nothing for the timeline yet.
                 return []
 
-    def _segment(self, kind: str) -> str:
+    def segment(self, kind: str) -> str:
         if kind != self._segment_kind:
             self._segment_kind = kind
             self._segment_id = f"{self.turn_id}-{next(self._segments)}"

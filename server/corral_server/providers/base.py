@@ -4,6 +4,10 @@ A provider never touches manager state. It reports what happens through the `Eve
 was given (a plain callback that must not block: the manager only enqueues the event onto the
 agent's serial queue). Events may arrive before `start_turn` returns; the manager stages them
 (seed 000, section 5.2).
+
+Importing (ImportAgent) is an optional capability: a provider that can read a stored
+session's conversation also implements `HistoryImporter`; `importer_of` is the one place that
+asks.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from corral_server.domain.agent import (
     AgentError,
@@ -199,3 +203,21 @@ class Provider(Protocol):
         ...
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ProviderSession: ...
+
+
+@runtime_checkable
+class HistoryImporter(Protocol):
+    async def import_history(
+        self, provider_session_id: str, cwd: str, daemon_tag: str
+    ) -> list[ProviderItem]:
+        """The conversation of stored session `provider_session_id`, oldest first, as items
+        flagged `from_history` (the session itself is not kept open: the agent's next turn
+        resumes it). Raise `NotFound` or `FailedPrecondition`, with the provider's own
+        reason, when the session cannot be read. A program it starts carries `daemon_tag`
+        (see `SessionConfig.daemon_tag`) and is gone when this returns."""
+        ...
+
+
+def importer_of(provider: Provider) -> HistoryImporter | None:
+    """The provider's import capability, or None when it has none."""
+    return provider if isinstance(provider, HistoryImporter) else None

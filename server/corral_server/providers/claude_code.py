@@ -33,12 +33,14 @@ from corral_server.domain.agent import (
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.providers import claude_code_history
 from corral_server.providers import claude_code_items as items
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
     ProviderInfo,
+    ProviderItem,
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
@@ -127,6 +129,12 @@ class ClaudeCodeProvider:
         session = ClaudeCodeSession(config, sink)
         await session.start(self.command(config, session.session_id), self._env)
         return session
+
+    async def import_history(
+        self, provider_session_id: str, cwd: str, daemon_tag: str
+    ) -> list[ProviderItem]:
+        """The session's transcript (`claude_code_history.py`); nothing is started."""
+        return await claude_code_history.import_history(self._env, provider_session_id, cwd)
 
     def command(self, config: SessionConfig, session_id: str) -> list[str]:
         argv = [*self._argv, *PROTOCOL_FLAGS]

@@ -1,7 +1,9 @@
 """The `codex` provider: drives `codex app-server` (pinned in agents/, its protocol snapshot in
 tests/agents/codex_schema/), one child process and one codex thread per corral session
-(`codex_session.py`). It reports its modes (codex's approval policy and sandbox), steering,
-and whether its command is on PATH; it must not start anything before a session is asked for.
+(`codex_session.py`). An import resumes the thread in a process of its own and maps the turns
+and items `thread/resume` answers (`codex_items.history_items`). It reports its modes (codex's
+approval policy and sandbox), steering, and whether its command is on PATH; it must not start
+anything before a session (or an import) is asked for.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.content import Prompt
-from corral_server.providers.base import EventSink, ProviderInfo, SessionConfig
+from corral_server.providers.base import EventSink, ProviderInfo, ProviderItem, SessionConfig
+from corral_server.providers.codex_items import history_items
 from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
 
 __all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "CodexStartFailed"]
@@ -53,3 +56,19 @@ class CodexProvider:
         session = CodexSession(config, sink, self._clock, self._timeout_s)
         await session.start([*self._argv, "app-server"], self._env)
         return session
+
+    async def import_history(
+        self, provider_session_id: str, cwd: str, daemon_tag: str
+    ) -> list[ProviderItem]:
+        """Thread `provider_session_id`'s turns, from `thread/resume` in a process of its own
+        (closed before this returns; the agent's next turn resumes the thread again). A
+        thread codex does not know is CodexStartFailed with codex's reason."""
+        config = SessionConfig(
+            "import", cwd, resume_session_id=provider_session_id, daemon_tag=daemon_tag
+        )
+        session = CodexSession(config, lambda _: None, self._clock, self._timeout_s)
+        await session.start([*self._argv, "app-server"], self._env)
+        try:
+            return history_items(session.resumed_thread)
+        finally:
+            await session.close()

@@ -23,6 +23,7 @@ from corral_server.domain.timeline import (
     TodoEntry,
     ToolCall,
     ToolCallStatus,
+    UserMessage,
 )
 from corral_server.providers.base import ProviderItem
 
@@ -61,6 +62,10 @@ class ItemMapper:
 
     def tool_call(self, item_id: str) -> ToolCall | None:
         return self._calls.get(item_id)
+
+    def completed(self, item: Mapping[str, JsonValue]) -> list[ProviderItem]:
+        """A whole item of a finished turn (`thread/resume` history)."""
+        return self._item(item, True)
 
     def map(self, method: str, params: Mapping[str, JsonValue]) -> list[ProviderItem]:
         """The items one notification of the running turn carries (most carry none)."""
@@ -243,3 +248,36 @@ def _tokens(breakdown: JsonValue) -> tuple[int, int, int]:
         return value if isinstance(value, int) else 0
 
     return (count("inputTokens"), count("outputTokens"), count("cachedInputTokens"))
+
+
+def history_items(thread: Mapping[str, JsonValue]) -> list[ProviderItem]:
+    """A resumed thread's turns (`Thread.turns[].items`) as history items, oldest first: the
+    user's messages (their text parts), then what the turn produced, as `ItemMapper` maps a
+    completed item."""
+    out: list[ProviderItem] = []
+    turns = thread.get("turns")
+    for turn in turns if isinstance(turns, list) else []:
+        if not isinstance(turn, dict):
+            continue
+        mapper = ItemMapper()
+        mapper.start_turn(_str(turn.get("id")))
+        items = turn.get("items")
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "userMessage":
+                out += _user_message(mapper.turn_id, item)
+            else:
+                out += mapper.completed(item)
+    return [item._replace(from_history=True) for item in out]
+
+
+def _user_message(turn_id: str, item: Mapping[str, JsonValue]) -> list[ProviderItem]:
+    content = item.get("content")
+    parts = content if isinstance(content, list) else []
+    texts = [_str(p.get("text")) for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+    text = "\n".join(t for t in texts if t)
+    if not text:
+        return []
+    item_id = _str(item.get("id"))
+    return [ProviderItem(turn_id, UserMessage(text, message_id=item_id), item_id)]

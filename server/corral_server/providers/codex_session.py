@@ -110,6 +110,8 @@ class CodexSession:
         # Set once the thread is open: from then on a death is reported to the sink.
         self._ready = False
         self._closed = False
+        # The thread `thread/resume` answered (with its turns and items), for an import.
+        self.resumed_thread: Mapping[str, Json] = {}
 
     @property
     def session_id(self) -> str:
@@ -171,6 +173,8 @@ class CodexSession:
         if config.resume_session_id and thread_id != config.resume_session_id:
             raise CodexError(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
         self._thread_id = thread_id
+        if config.resume_session_id and isinstance(thread, dict):
+            self.resumed_thread = thread
 
     # --- turns -----------------------------------------------------------------------------
 

@@ -108,7 +108,7 @@ class ScriptedProvider:
     def info(self) -> ProviderInfo:
         return ProviderInfo(
             name=self._name,
-            kind="builtin",
+            kind="scripted",
             available=True,
             modes=(
                 ProviderMode("default", "Default", "Runs the prompt's directives."),

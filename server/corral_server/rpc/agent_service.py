@@ -117,7 +117,13 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ImportAgent(
         self, request: svc_pb.ImportAgentRequest, context: Ctx
     ) -> svc_pb.ImportAgentResponse:
-        raise errors.Unimplemented("ImportAgent needs provider session import, not yet delivered")
+        limits = self._manager.limits
+        for field in ("provider", "provider_session_id"):
+            bounds.check_string(getattr(request, field), limits.max_id_chars, field)
+        agent = await self._manager.import_agent(
+            request.provider, request.provider_session_id, request.cwd
+        )
+        return svc_pb.ImportAgentResponse(agent=convert.agent_to_pb(agent))
 
     @unary
     async def CloseAgent(

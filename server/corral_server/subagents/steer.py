@@ -38,18 +38,6 @@ MAX_STEER_CHARS = 4_000
 STEER_RESTART = "steer-restart"
 
 
-class SubagentRunEnded(errors.FailedPrecondition):
-    """A steer of a run that has ended (spawn a new run instead)."""
-
-    reason = "SUBAGENT_RUN_ENDED"
-
-
-class SubagentRunSteering(errors.FailedPrecondition):
-    """A steer of a run another steer is replacing right now."""
-
-    reason = "SUBAGENT_RUN_STEERING"
-
-
 def check_message(message: str) -> None:
     if not message.strip():
         raise errors.InvalidArgument.field("message", "required: the new instruction")
@@ -108,12 +96,12 @@ class RunSteering:
     async def _begin(self, run_id: str, controller: str) -> SubagentRun:
         run = self._ledger.get(run_id)
         if run.ended or not run.child_agent_id:
-            raise SubagentRunEnded(
+            raise errors.SubagentRunEnded(
                 f"sub-agent run {run_id!r} has ended; spawn a new run instead",
                 metadata={"run_id": run_id},
             )
         if run_id in self._ending.steering:
-            raise SubagentRunSteering(
+            raise errors.SubagentRunSteering(
                 f"sub-agent run {run_id!r} is being steered already",
                 metadata={"run_id": run_id},
             )
@@ -135,7 +123,7 @@ class RunSteering:
         """The old run ended (by its settle, or now), then the new run stored."""
         old = self._ledger.runs[run_id]
         if run_id not in self._ending.steering:
-            raise SubagentRunEnded(
+            raise errors.SubagentRunEnded(
                 f"sub-agent run {run_id!r} was killed while being steered",
                 metadata={"run_id": run_id},
             )

@@ -1,24 +1,19 @@
-"""The provider registry: built-in entries, kind -> constructor, and kinds whose adapter is not
-in the build (listed unavailable, never an ImportError)."""
+"""The provider registry: built-in entries, and kind -> constructor."""
 
 from __future__ import annotations
 
 import stat
-import sys
-import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from corral_server.clock import FakeClock
-from corral_server.errors import FailedPrecondition
+from corral_server.providers import registry
 from corral_server.providers.acp import AcpProvider
-from corral_server.providers.base import SessionConfig
 from corral_server.providers.config import ProviderEntry, parse
 from corral_server.providers.registry import (
     BUILTIN_ENTRIES,
-    UnavailableProvider,
     build,
     with_builtins,
 )
@@ -102,16 +97,16 @@ def test_an_acp_entry_whose_program_is_missing_is_unavailable_with_the_reason(
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))
-def test_a_kind_whose_adapter_is_not_in_the_build_is_listed_unavailable(
-    kind: str, monkeypatch: pytest.MonkeyPatch
+def test_each_kind_builds_its_adapter_listed_unavailable_when_its_program_is_missing(
+    kind: str, tmp_path: Path
 ) -> None:
-    module, _ = ADAPTERS[kind]
-    monkeypatch.setitem(sys.modules, module, None)  # importing it fails as if it were absent
-    provider = build([ProviderEntry("mine", kind, ("prog",))], FakeClock(), environ={})["mine"]
-    assert isinstance(provider, UnavailableProvider)
+    module, cls = ADAPTERS[kind]
+    entry = ProviderEntry("mine", kind, ("no-such-prog",))
+    provider = build([entry], FakeClock(), environ={"PATH": str(tmp_path)})["mine"]
+    assert type(provider).__name__ == cls and type(provider).__module__ == module
     info = provider.info()
     assert (info.name, info.kind, info.available) == ("mine", kind, False)
-    assert info.unavailable_reason == f"kind {kind} is not available in this build"
+    assert info.unavailable_reason == "no-such-prog not found"
 
 
 class Recorded:
@@ -119,23 +114,26 @@ class Recorded:
 
     made: list[tuple[list[str], dict[str, str], str]] = []
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, name: str) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str], *, name: str, clock: object = None
+    ) -> None:
         self.made.append((list(argv), dict(env), name))
+        self.clock = clock
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))
 def test_an_adapter_in_the_build_gets_argv_env_and_name(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module, cls = ADAPTERS[kind]
-    fake = types.ModuleType(module)
+    _, cls = ADAPTERS[kind]
     recorded = type("Recorded", (Recorded,), {"made": []})
-    setattr(fake, cls, recorded)
-    monkeypatch.setitem(sys.modules, module, fake)
+    monkeypatch.setattr(registry, cls, recorded)
+    clock = FakeClock()
     extra = "\nconfig = { model = 'o3', retries = 0 }" if kind == "codex" else ""
     text = f"[providers.mine]\nkind = '{kind}'\ncommand = ['/opt/x']\nenv = {{ K = 'v' }}{extra}"
-    provider = build(parse(text), FakeClock(), environ={"HOME": "/h", "K": "old"})["mine"]
+    provider = build(parse(text), clock, environ={"HOME": "/h", "K": "old"})["mine"]
     assert isinstance(provider, recorded)
+    assert provider.clock is (clock if kind == "codex" else None)
     argv = ["/opt/x", "-c", 'model="o3"', "-c", "retries=0"] if kind == "codex" else ["/opt/x"]
     assert recorded.made == [(argv, {"HOME": "/h", "K": "v"}, "mine")]
 
@@ -143,24 +141,8 @@ def test_an_adapter_in_the_build_gets_argv_env_and_name(
 def test_inherit_env_false_gives_the_program_only_its_own_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    module, cls = ADAPTERS["codex"]
-    fake = types.ModuleType(module)
     recorded = type("Recorded", (Recorded,), {"made": []})
-    setattr(fake, cls, recorded)
-    monkeypatch.setitem(sys.modules, module, fake)
+    monkeypatch.setattr(registry, "CodexProvider", recorded)
     text = "[providers.c]\nkind = 'codex'\ninherit_env = false\nenv = { CODEX_HOME = '/c' }"
     build(parse(text), FakeClock(), environ={"HOME": "/h", "SECRET": "s"})
     assert recorded.made == [(["codex"], {"CODEX_HOME": "/c"}, "c")]
-
-
-async def test_an_unavailable_provider_never_opens_a_session() -> None:
-    provider = UnavailableProvider("mine", "codex")
-    with pytest.raises(FailedPrecondition) as info:
-        await provider.create_session(SessionConfig("a1", "/tmp"), lambda _: None)
-    assert info.value.message == (
-        "provider 'mine' is unavailable: kind codex is not available in this build"
-    )
-    assert info.value.metadata == {
-        "provider": "mine",
-        "unavailable_reason": "kind codex is not available in this build",
-    }

@@ -134,7 +134,7 @@ async def test_session_satisfies_the_session_protocol(session: ScriptedSession) 
 
 def test_info_reports_an_available_builtin_with_modes_and_models(clock: FakeClock) -> None:
     info = ScriptedProvider(clock, name="demo").info()
-    assert (info.name, info.kind, info.available) == ("demo", "builtin", True)
+    assert (info.name, info.kind, info.available) == ("demo", "scripted", True)
     assert {m.id for m in info.modes} == {"default", "plan"}
     assert [m.id for m in info.models] == ["scripted-1"]
 
