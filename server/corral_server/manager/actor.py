@@ -512,6 +512,10 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             return  # a late or duplicate terminal event: that turn is already settled
         if not owns(active, turn_id):
             return  # the end of another turn, never of this one
+        if turn_id and turn_id != active.turn_id and await self._is_finished(turn_id):
+            # An id-less autonomous run owns every id, but not the end of a turn that
+            # finished before it (older than the recent ones: after a restart, say).
+            return
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
         # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
         await self._finish(active, replace(terminal, turn_id=active.turn_id))
