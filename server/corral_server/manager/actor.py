@@ -464,7 +464,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
                 active = self._active
                 if active is not None and self._accepts(turn_id):
-                    self._request_permission(permissions.admitted(permission, active.turn_id))
+                    await self._request_permission(permissions.admitted(permission, active.turn_id))
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
                 # pending and is dropped (seed 000, section 10: the receipt comes first).
