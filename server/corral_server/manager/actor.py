@@ -464,7 +464,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
                 active = self._active
                 if active is not None and self._accepts(turn_id):
-                    self._request_permission(permissions.admitted(permission, active.turn_id))
+                    await self._request_permission(permissions.admitted(permission, active.turn_id))
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
                 # pending and is dropped (seed 000, section 10: the receipt comes first).
@@ -512,6 +512,10 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             return  # a late or duplicate terminal event: that turn is already settled
         if not owns(active, turn_id):
             return  # the end of another turn, never of this one
+        if turn_id and turn_id != active.turn_id and await self._is_finished(turn_id):
+            # An id-less autonomous run owns every id, but not the end of a turn that
+            # finished before it (older than the recent ones: after a restart, say).
+            return
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
         # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
         await self._finish(active, replace(terminal, turn_id=active.turn_id))

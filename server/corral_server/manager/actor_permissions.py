@@ -1,6 +1,10 @@
 """The actor's part for pending permissions (seed 000, section 10): requests, answers, and
 the follow-up prompt a provider may ask for with an answer. On the queue, except the
-follow-up's replace, which waits for a cancel (off the queue, like SendPrompt's REPLACE)."""
+follow-up's replace, which waits for a cancel (off the queue, like SendPrompt's REPLACE), and
+the interrupt of a turn failed for asking too much (off the queue, like every interrupt).
+
+Must not raise out of a request: it is handled in the middle of a batch of provider events,
+and the rest of the batch must still be handled."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from corral_server import errors
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     Agent,
+    AgentError,
     Attention,
     AttentionReason,
     PendingPermission,
@@ -26,11 +31,16 @@ from corral_server.manager.actor_state import (
 )
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning
+from corral_server.providers.base import InterruptResult, ProviderSession
 
 
 class PermissionsPart(ActorState):
-    def _request_permission(self, permission: PendingPermission) -> None:
-        agent = permissions.with_request(self._snapshot, permission)
+    async def _request_permission(self, permission: PendingPermission) -> None:
+        try:
+            agent = permissions.with_request(self._snapshot, permission)
+        except errors.ResourceExhausted as exc:
+            await self._fail_for_requests(exc.message)
+            return
         if agent is None:
             return  # a repeated request for a pending id
         event = ev.PermissionRequested(agent.id, permission.turn_id, permission)
@@ -46,6 +56,39 @@ class PermissionsPart(ActorState):
         if first:
             attention = self._attention(AttentionReason.PERMISSION)
             self._writer.publish((publisher.prepare(attention),))
+
+    async def _fail_for_requests(self, message: str) -> None:
+        """More requests pending than MAX_PENDING_PERMISSIONS: a provider bug. The asking
+        turn fails (its pending requests end with it, canceled) and the provider is asked to
+        stop it, so the session takes the next prompt; events of the turn that follow are
+        dropped as late ones, the rest of the batch is handled as usual."""
+        active = self._active
+        if active is None:
+            return
+        log.warning("agent %s: turn %s failed: %s", self._snapshot.id, active.turn_id, message)
+        error = AgentError(message, permissions.TOO_MANY_PERMISSIONS)
+        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
+        session = self._session
+        if session is not None:
+            task = asyncio.create_task(
+                self._stop_failed_turn(session, active.turn_id),
+                name=f"stop-failed-turn:{self._snapshot.id}",
+            )
+            self._follow_ups.add(task)  # canceled if the actor stops first
+            task.add_done_callback(self._follow_ups.discard)
+
+    async def _stop_failed_turn(self, session: ProviderSession, turn_id: str) -> None:
+        deps = self._deps
+        try:
+            interrupt = session.interrupt(turn_id)
+            result = await deadline(deps.clock, deps.timeouts.interrupt_s, interrupt, "interrupt")
+        except Exception:
+            log.warning("agent %s: interrupt of failed turn %s failed", self._snapshot.id, turn_id)
+            return
+        if result is InterruptResult.REFUSED:
+            log.warning(
+                "agent %s: the provider goes on with failed turn %s", self._snapshot.id, turn_id
+            )
 
     def _resolve_permissions(
         self, request_ids: set[str], behavior: PermissionBehavior | None

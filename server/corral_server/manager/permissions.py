@@ -10,8 +10,10 @@ from corral_server import errors
 from corral_server.domain.agent import Agent, PendingPermission, PermissionResponse
 from corral_server.manager.sanitize import sanitize_json, sanitize_text
 
-# Requests one agent may hold pending: more is a provider bug, answered by failing the turn.
+# Requests one agent may hold pending: more is a provider bug, answered by failing the turn
+# that asked (actor_permissions.py), with this code.
 MAX_PENDING_PERMISSIONS = 64
+TOO_MANY_PERMISSIONS = "TOO_MANY_PERMISSIONS"
 
 
 def admitted(permission: PendingPermission, turn_id: str) -> PendingPermission:
@@ -33,7 +35,8 @@ def admitted(permission: PendingPermission, turn_id: str) -> PendingPermission:
 
 
 def with_request(agent: Agent, permission: PendingPermission) -> Agent | None:
-    """`agent` holding one more pending request; None when it already holds that id."""
+    """`agent` holding one more pending request; None when it already holds that id.
+    ResourceExhausted when it already holds MAX_PENDING_PERMISSIONS."""
     pending = agent.pending_permissions
     if any(p.id == permission.id for p in pending):
         return None

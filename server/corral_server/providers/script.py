@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeAlias
 
 from corral_server.domain.timeline import JsonValue
@@ -21,15 +21,21 @@ from corral_server.errors import FieldViolation, InvalidArgument
 
 # Listed in error messages, so a user who mistyped one sees what exists.
 KNOWN_DIRECTIVES = (
+    "/autonomous",
+    "/duplicate-terminal",
     "/echo",
     "/fail",
     "/follow-up",
+    "/hang-interrupt",
     "/history",
     "/permission",
+    "/permissions",
     "/refuse-interrupt",
+    "/replay-turn",
     "/reply",
     "/sleep",
     "/spawn",
+    "/terminal-without-id",
     "/think",
     "/tool",
 )
@@ -39,12 +45,16 @@ KNOWN_DIRECTIVES = (
 MAX_SLEEP_MS = 86_400_000
 # `/history N` replays at most this many items: enough to fill several timeline pages.
 MAX_HISTORY_ITEMS = 10_000
+# `/permissions N` asks at most this many at once: past corral's limit of pending requests
+# (manager/permissions.py's 64), so a test can drive a provider that breaks it.
+MAX_PERMISSIONS = 100
 
 _FIELD = "content"
 _DIRECTIVE = re.compile(r"/(\S*)(?:\s+(.*))?", re.DOTALL)
 _TOOL = re.compile(r"(\S+)(?:\s+(.*))?", re.DOTALL)
 _MS = re.compile(r"[0-9]{1,9}")
 _COUNT = re.compile(r"[0-9]{1,5}")
+_TURN_ID = re.compile(r"\S{1,128}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,39 @@ class FollowUp:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """`count` permission requests at once (named `permission-1` ...); the turn goes on when
+    every one is answered."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class HangInterrupt:
+    """From this step on, an interrupt of the turn never answers (until the session closes):
+    the provider call corral makes runs into its deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalWithoutId:
+    """The turn's terminal event (completed or failed) names no turn: corral gives it the
+    running turn's id (seed 000, 5.2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateTerminal:
+    """The turn's terminal event is reported twice, the copy right after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayTurn:
+    """Once the turn has ended, the provider reports turn `turn_id`'s start and completion
+    again, as a provider replaying a finished turn's events does (after a reconnect, say)."""
+
+    turn_id: str
+
+
 Step: TypeAlias = (
     Reply
     | Think
@@ -120,25 +163,48 @@ Step: TypeAlias = (
     | Fail
     | RefuseInterrupt
     | Permission
+    | Permissions
     | Spawn
     | Echo
     | History
     | FollowUp
+    | HangInterrupt
+    | TerminalWithoutId
+    | DuplicateTerminal
+    | ReplayTurn
 )
 
 
 @dataclass(frozen=True, slots=True)
+class Autonomous:
+    """`/autonomous [no-id]`: the prompt's lines after it are a script the provider runs as a
+    turn it starts by itself once the prompt's turn has ended (seed 000, 5.1). With `no-id`,
+    every event of that turn names no turn."""
+
+    script: Script
+    with_id: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Script:
-    """A parsed prompt. Invariant: `text` or `steps` is non-empty."""
+    """A parsed prompt. Invariant: `text`, `steps` or `autonomous` is non-empty (an
+    autonomous section itself may be empty: it then answers `You said nothing.`)."""
 
     text: str
     steps: tuple[Step, ...]
+    autonomous: Autonomous | None = None
 
     @property
     def needs_default_reply(self) -> bool:
         """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`),
         so the session answers `You said: <text>` after the other steps."""
         return not any(isinstance(step, Reply | Fail | Spawn) for step in self.steps)
+
+    def all_steps(self) -> tuple[Step, ...]:
+        """The steps of this script and of its autonomous section."""
+        if self.autonomous is None:
+            return self.steps
+        return (*self.steps, *self.autonomous.script.steps)
 
 
 class _BadLine(ValueError):
@@ -148,25 +214,53 @@ class _BadLine(ValueError):
 def parse_script(text: str) -> Script:
     """Parse a prompt's text. Raises `InvalidArgument` with one violation per bad line (field
     `content`, description starting `line N:`), or one for a prompt with nothing in it."""
+    lines = text.splitlines()
+    violations: list[FieldViolation] = []
+    split = next((n for n, line in enumerate(lines) if _is_autonomous(line)), len(lines))
+    script = _parse_lines(lines[:split], 1, violations)
+    if split < len(lines):
+        with_id = _parse_autonomous(lines[split], split + 1, violations)
+        section = _parse_lines(lines[split + 1 :], split + 2, violations, nested=True)
+        script = replace(script, autonomous=Autonomous(section, with_id))
+    if violations:
+        raise InvalidArgument(_summary(violations), *violations)
+    if not script.text and not script.steps and script.autonomous is None:
+        raise InvalidArgument.field(
+            _FIELD, "the prompt is empty: write some text or a directive such as `/reply hello`"
+        )
+    return script
+
+
+def _is_autonomous(line: str) -> bool:
+    return line == "/autonomous" or line.startswith(("/autonomous ", "/autonomous\t"))
+
+
+def _parse_autonomous(line: str, number: int, violations: list[FieldViolation]) -> bool:
+    """`/autonomous` (True: the turn has an id) or `/autonomous no-id` (False)."""
+    argument = line[len("/autonomous") :].strip()
+    if argument not in ("", "no-id"):
+        why = f"/autonomous takes nothing or `no-id`, got {argument!r}"
+        violations.append(FieldViolation(_FIELD, f"line {number}: {why}"))
+    return argument != "no-id"
+
+
+def _parse_lines(
+    lines: list[str], first: int, violations: list[FieldViolation], *, nested: bool = False
+) -> Script:
+    """Steps and text of `lines` (numbered from `first`); bad lines go to `violations`."""
     steps: list[Step] = []
     text_lines: list[str] = []
-    violations: list[FieldViolation] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines, start=first):
         if not line.startswith("/"):
             text_lines.append(line)
             continue
         try:
+            if nested and _is_autonomous(line):
+                raise _BadLine("a prompt holds at most one /autonomous section")
             steps.append(_parse_directive(line))
         except _BadLine as bad:
             violations.append(FieldViolation(_FIELD, f"line {number}: {bad}"))
-    if violations:
-        raise InvalidArgument(_summary(violations), *violations)
-    body = _strip_blank_lines(text_lines)
-    if not body and not steps:
-        raise InvalidArgument.field(
-            _FIELD, "the prompt is empty: write some text or a directive such as `/reply hello`"
-        )
-    return Script(text=body, steps=tuple(steps))
+    return Script(text=_strip_blank_lines(text_lines), steps=tuple(steps))
 
 
 def _parse_directive(line: str) -> Step:
@@ -186,25 +280,43 @@ def _parse_directive(line: str) -> Step:
         case "/fail":
             return Fail(_required(name, argument, "the error message"))
         case "/refuse-interrupt":
-            if argument:
-                raise _BadLine(f"/refuse-interrupt takes no argument, got {argument!r}")
+            _no_argument(name, argument)
             return RefuseInterrupt()
         case "/permission":
             return Permission(_required(name, argument, "a permission name"))
         case "/spawn":
             return Spawn(_required(name, argument, "the sub-agent's task"))
         case "/history":
-            return History(_parse_count(argument))
+            return History(_parse_count(argument, name, MAX_HISTORY_ITEMS, "items"))
         case "/follow-up":
             return FollowUp(_parse_follow_up(argument))
         case "/echo":
-            if argument:
-                raise _BadLine(f"/echo takes no argument, got {argument!r}")
+            _no_argument(name, argument)
             return Echo()
+        case "/permissions":
+            return Permissions(_parse_count(argument, name, MAX_PERMISSIONS, "requests"))
+        case "/hang-interrupt":
+            _no_argument(name, argument)
+            return HangInterrupt()
+        case "/terminal-without-id":
+            _no_argument(name, argument)
+            return TerminalWithoutId()
+        case "/duplicate-terminal":
+            _no_argument(name, argument)
+            return DuplicateTerminal()
+        case "/replay-turn":
+            if _TURN_ID.fullmatch(argument) is None:
+                raise _BadLine(f"/replay-turn needs one turn id (1-128 characters): {argument!r}")
+            return ReplayTurn(argument)
         case _:
             raise _BadLine(
                 f"unknown directive {name!r}; known directives: {', '.join(KNOWN_DIRECTIVES)}"
             )
+
+
+def _no_argument(directive: str, argument: str) -> None:
+    if argument:
+        raise _BadLine(f"{directive} takes no argument, got {argument!r}")
 
 
 def _required(directive: str, argument: str, what: str) -> str:
@@ -277,11 +389,9 @@ def _parse_follow_up(argument: str) -> str:
     return text
 
 
-def _parse_count(argument: str) -> int:
-    if _COUNT.fullmatch(argument) is None or not 1 <= int(argument) <= MAX_HISTORY_ITEMS:
-        raise _BadLine(
-            f"/history takes a number of items from 1 to {MAX_HISTORY_ITEMS}, got {argument!r}"
-        )
+def _parse_count(argument: str, directive: str, most: int, what: str) -> int:
+    if _COUNT.fullmatch(argument) is None or not 1 <= int(argument) <= most:
+        raise _BadLine(f"{directive} takes a number of {what} from 1 to {most}, got {argument!r}")
     return int(argument)
 
 

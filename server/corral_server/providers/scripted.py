@@ -14,7 +14,7 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeAlias, assert_never
 
 from corral_server.clock import Clock
@@ -59,17 +59,23 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.script import (
+    Autonomous,
+    DuplicateTerminal,
     Echo,
     Fail,
     FollowUp,
+    HangInterrupt,
     History,
     Permission,
+    Permissions,
     RefuseInterrupt,
+    ReplayTurn,
     Reply,
     Script,
     Sleep,
     Spawn,
     Step,
+    TerminalWithoutId,
     Think,
     Tool,
     parse_script,
@@ -95,9 +101,13 @@ Spawner: TypeAlias = Callable[[str, str], Awaitable[tuple[str, str]]]
 
 
 class ScriptedProvider:
-    def __init__(self, clock: Clock, *, name: str = "scripted") -> None:
+    """`can_steer`: a variant whose running turn takes steered prompts (they run after the
+    turn's own steps, in the same turn); the built-in `scripted` cannot steer."""
+
+    def __init__(self, clock: Clock, *, name: str = "scripted", can_steer: bool = False) -> None:
         self._clock = clock
         self._name = name
+        self._can_steer = can_steer
         # None: `/spawn` is refused as not delivered (no sub-agent registry).
         self.spawner: Spawner | None = None
 
@@ -115,6 +125,7 @@ class ScriptedProvider:
                 ProviderMode("plan", "Plan", "Same script; the mode is only recorded."),
             ),
             models=(ProviderModel("scripted-1", "Scripted 1"),),
+            can_steer=self._can_steer,
         )
 
     def validate_prompt(self, prompt: Prompt) -> None:
@@ -123,12 +134,14 @@ class ScriptedProvider:
         require_delivered(parse_script(prompt_text(prompt)), can_spawn=self.spawner is not None)
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ScriptedSession:
-        return ScriptedSession(config, sink, self._clock, lambda: self.spawner)
+        return ScriptedSession(
+            config, sink, self._clock, lambda: self.spawner, can_steer=self._can_steer
+        )
 
 
 def require_delivered(script: Script, *, can_spawn: bool = False) -> None:
     """Raise `Unimplemented` naming the first directive this server cannot run yet."""
-    for step in script.steps:
+    for step in script.all_steps():
         if isinstance(step, Spawn) and not can_spawn:
             raise _undelivered(step)
 
@@ -150,11 +163,26 @@ class _ScriptFailed(Exception):
 class _Run:
     """The running turn. Mutable, and owned by its session."""
 
+    # The id its events carry: "" for an id-less autonomous turn (`/autonomous no-id`).
     turn_id: str
-    prompt: Prompt
+    # The text an `/echo` reports back, and what the turn runs: parsed by its task (a
+    # prompt that skipped validation fails the turn, never start_turn).
+    text: str
+    # Prefix of the message, call and request ids it reports: never empty.
+    tag: str
+    script: Script | None = None
     task: asyncio.Task[None] = field(init=False)
-    # Set by a `/refuse-interrupt` step: later interrupts return False.
+    # Set by a `/refuse-interrupt` step: later interrupts return REFUSED.
     refusing: bool = False
+    # Set by a `/hang-interrupt` step: later interrupts never answer (until close).
+    hanging: bool = False
+    # How the terminal is reported (`/terminal-without-id`, `/duplicate-terminal`), and the
+    # finished turns replayed after it (`/replay-turn`).
+    terminal_without_id: bool = False
+    duplicate_terminal: bool = False
+    replays: list[str] = field(default_factory=list)
+    # Scripts of prompts steered into the turn (a `can_steer` provider), run after its own.
+    steered: list[Script] = field(default_factory=list)
     # The permission the turn waits on, by request id: set by its answer; with the follow-up
     # prompt an ALLOW answer asks for ("" for none).
     asking: dict[str, tuple[asyncio.Future[PermissionResponse], str]] = field(default_factory=dict)
@@ -170,14 +198,19 @@ class ScriptedSession:
         sink: EventSink,
         clock: Clock,
         spawner: Callable[[], Spawner | None] = lambda: None,
+        *,
+        can_steer: bool = False,
     ) -> None:
         self._config = config
         self._sink = sink
         self._clock = clock
         self._spawner = spawner
+        self._can_steer = can_steer
         self._session_id = f"scripted-{uuid.uuid4().hex}"
         self._run: _Run | None = None
         self._closed = False
+        # Set by close(): a hanging interrupt (`/hang-interrupt`) answers then.
+        self._closing = asyncio.Event()
 
     @property
     def session_id(self) -> str:
@@ -188,11 +221,14 @@ class ScriptedSession:
             raise AgentClosed(self._config.agent_id)
         if self._run is not None:
             raise AgentBusy(self._config.agent_id, self._run.turn_id)
-        run = _Run(turn_id=f"turn-{uuid.uuid4().hex}", prompt=prompt)
+        turn_id = f"turn-{uuid.uuid4().hex}"
+        return self._begin(_Run(turn_id, prompt_text(prompt), tag=turn_id))
+
+    def _begin(self, run: _Run) -> str:
         # Reported here rather than from the task, so an interrupt that lands before the task
         # first runs still follows a started event.
         self._emit(ProviderTurnStarted(run.turn_id))
-        run.task = asyncio.create_task(self._run_turn(run), name=f"scripted {run.turn_id}")
+        run.task = asyncio.create_task(self._run_turn(run), name=f"scripted {run.tag}")
         self._run = run
         return run.turn_id
 
@@ -200,6 +236,9 @@ class ScriptedSession:
         run = self._run
         if run is None or (turn_id and run.turn_id != turn_id):
             return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
+        if run.hanging:
+            await self._closing.wait()  # corral gives up at its deadline, and cancels this
+            return InterruptResult.NOT_RUNNING
         if run.refusing:
             return InterruptResult.REFUSED
         self._run = None
@@ -212,10 +251,21 @@ class ScriptedSession:
         return InterruptResult.CONFIRMED
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
-        return False  # a script runs as written: steered prompts are queued by corral
+        """Without `can_steer`, never (corral queues the prompt). With it, the running turn
+        takes the prompt's script and runs it after its own steps; a prompt with an
+        `/autonomous` section is refused (queued, it runs as a turn of its own)."""
+        run = self._run
+        if not self._can_steer or run is None or (turn_id and run.turn_id != turn_id):
+            return False
+        script = parse_script(prompt_text(prompt))
+        if script.autonomous is not None:
+            return False
+        run.steered.append(script)
+        return True
 
     async def close(self) -> None:
         self._closed = True
+        self._closing.set()
         run, self._run = self._run, None
         if run is not None and not run.task.done():
             run.task.cancel()
@@ -238,24 +288,59 @@ class ScriptedSession:
         if self._run is run:
             self._run = None
         try:
-            self._emit(terminal)
+            self._end(run, terminal)
         except Exception:
-            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
+            logger.exception("sink raised on the terminal event of turn %s", run.tag)
+
+    def _end(self, run: _Run, terminal: _Terminal) -> None:
+        """Report the turn's terminal event (without its id, twice: as the script says),
+        then start the autonomous turn it asks for, then replay the finished turns it names
+        (so they land while that turn runs, or while the agent is idle)."""
+        if run.terminal_without_id:
+            terminal = replace(terminal, turn_id="")
+        self._emit(terminal)
+        if run.duplicate_terminal:
+            self._emit(terminal)
+        autonomous = run.script.autonomous if run.script is not None else None
+        if autonomous is not None and self._run is None and not self._closed:
+            self._start_autonomous(autonomous)
+        for turn_id in run.replays:
+            self._emit(ProviderTurnStarted(turn_id))
+            self._emit(ProviderTurnCompleted(turn_id))
+
+    def _start_autonomous(self, autonomous: Autonomous) -> None:
+        """A turn the provider starts by itself (seed 000, 5.1): `auto-<hex>`, or no id."""
+        tag = f"auto-{uuid.uuid4().hex}"
+        script = autonomous.script
+        self._begin(_Run(tag if autonomous.with_id else "", script.text, tag, script))
 
     async def _play(self, run: _Run) -> ProviderTurnCompleted:
-        script = parse_script(prompt_text(run.prompt))
+        script = run.script = run.script or parse_script(run.text)
         require_delivered(script, can_spawn=self._spawner() is not None)
+        output_words = await self._play_script(run, script, 0)
+        input_words = len(script.text.split())
+        first = len(script.steps) + 1  # the index of the first steered step
+        while run.steered:
+            steered = run.steered.pop(0)
+            output_words += await self._play_script(run, steered, first)
+            input_words += len(steered.text.split())
+            first += len(steered.steps) + 1
+        usage = Usage(input_tokens=input_words, output_tokens=output_words)
+        return ProviderTurnCompleted(run.turn_id, usage=usage)
+
+    async def _play_script(self, run: _Run, script: Script, first: int) -> int:
+        """Run `script`'s steps (numbered from `first`), then its default reply; return how
+        many words of reply they produced."""
         output_words = 0
-        for index, step in enumerate(script.steps):
+        for index, step in enumerate(script.steps, start=first):
             # Between steps the loop runs other work, and an interrupt can land.
             await asyncio.sleep(0)
             output_words += await self._play_step(run, step, index)
         if script.needs_default_reply:
             await asyncio.sleep(0)
             reply = default_reply(script.text)
-            output_words += self._stream_reply(run, reply, len(script.steps))
-        usage = Usage(input_tokens=len(script.text.split()), output_tokens=output_words)
-        return ProviderTurnCompleted(run.turn_id, usage=usage)
+            output_words += self._stream_reply(run, reply, first + len(script.steps))
+        return output_words
 
     async def _play_step(self, run: _Run, step: Step, index: int) -> int:
         """Run one step; return how many words of reply it produced."""
@@ -263,7 +348,7 @@ class ScriptedSession:
             case Reply(text=text):
                 return self._stream_reply(run, text, index)
             case Think(text=text):
-                message_id = f"{run.turn_id}-think-{index}"
+                message_id = f"{run.tag}-think-{index}"
                 self._emit(ProviderItem(run.turn_id, Reasoning(text), message_id))
             case Tool():
                 await self._call_tool(run, step, index)
@@ -273,14 +358,24 @@ class ScriptedSession:
                 raise _ScriptFailed(message)
             case RefuseInterrupt():
                 run.refusing = True
+            case HangInterrupt():
+                run.hanging = True
+            case TerminalWithoutId():
+                run.terminal_without_id = True
+            case DuplicateTerminal():
+                run.duplicate_terminal = True
+            case ReplayTurn(turn_id=turn_id):
+                run.replays.append(turn_id)
             case Permission(name=name):
-                await self._ask(run, name, index)
+                await self._ask(run, index, (name,))
+            case Permissions(count=count):
+                await self._ask(run, index, tuple(f"permission-{n}" for n in range(1, count + 1)))
             case FollowUp(text=text):
-                await self._ask(run, "follow-up", index, follow_up=text)
+                await self._ask(run, index, ("follow-up",), follow_up=text)
             case Echo():
                 # As a real agent does: the prompt back, under the provider's own message id.
-                echo_id = f"{run.turn_id}-user"
-                echo = UserMessage(prompt_text(run.prompt), message_id=echo_id)
+                echo_id = f"{run.tag}-user"
+                echo = UserMessage(run.text, message_id=echo_id)
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
             case Spawn(task=task):
                 await self._spawn(run, task, index)
@@ -295,7 +390,7 @@ class ScriptedSession:
         resumed session replays them. They name the running turn on purpose: corral must
         store them outside it anyway (seed 000, 6.3)."""
         for number in range(1, count + 1):
-            message_id = f"{run.turn_id}-history-{index}-{number}"
+            message_id = f"{run.tag}-history-{index}-{number}"
             item: UserMessage | AssistantMessage
             if number % 2:
                 item = UserMessage(f"earlier prompt {number}", message_id=message_id)
@@ -309,7 +404,7 @@ class ScriptedSession:
         spawner = self._spawner()
         if spawner is None:  # validated before the turn; the daemon lost its registry since
             raise _undelivered(Spawn(task))
-        call_id = f"{run.turn_id}-call-{index}"
+        call_id = f"{run.tag}-call-{index}"
         name = "spawn_subagent"
         given: JsonValue = {"task": task}
         running = ToolCall(call_id, name, ToolCallStatus.RUNNING, given)
@@ -324,12 +419,31 @@ class ScriptedSession:
         done = ToolCall(call_id, name, ToolCallStatus.COMPLETED, given, output=output)
         self._emit(ProviderItem(run.turn_id, done))
 
-    async def _ask(self, run: _Run, name: str, index: int, follow_up: str = "") -> None:
+    async def _ask(
+        self, run: _Run, index: int, names: tuple[str, ...], follow_up: str = ""
+    ) -> None:
         """`/permission NAME`: a tool call that waits for a permission; allowed, it
-        completes; denied, it fails with the answer's message. `/follow-up TEXT` is the same
-        request, whose ALLOW answer also asks for TEXT as a follow-up prompt."""
-        call_id = f"{run.turn_id}-call-{index}"
-        request_id = f"{run.turn_id}-permission-{index}"
+        completes; denied, it fails with the answer's message. `/permissions N` asks N at
+        once (the turn goes on when all are answered). `/follow-up TEXT` is one request,
+        whose ALLOW answer also asks for TEXT as a follow-up prompt."""
+        asked: list[tuple[str, str, str, asyncio.Future[PermissionResponse]]] = []
+        try:
+            for number, name in enumerate(names, start=1):
+                suffix = f"{index}" if len(names) == 1 else f"{index}-{number}"
+                call_id = f"{run.tag}-call-{suffix}"
+                request_id = f"{run.tag}-permission-{suffix}"
+                answer = self._request(run, name, call_id, request_id, follow_up)
+                asked.append((name, call_id, request_id, answer))
+            for name, call_id, request_id, answer in asked:
+                self._settled(run, name, call_id, request_id, await answer)
+        finally:
+            for _, _, request_id, _ in asked:
+                run.asking.pop(request_id, None)
+
+    def _request(
+        self, run: _Run, name: str, call_id: str, request_id: str, follow_up: str
+    ) -> asyncio.Future[PermissionResponse]:
+        """Report a pending tool call and its permission request; the answer's future."""
         self._emit(ProviderItem(run.turn_id, ToolCall(call_id, name, ToolCallStatus.PENDING)))
         permission = PendingPermission(
             id=request_id,
@@ -345,10 +459,11 @@ class ScriptedSession:
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
         run.asking[request_id] = (answer, follow_up)
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
-        try:
-            response = await answer
-        finally:
-            run.asking.pop(request_id, None)
+        return answer
+
+    def _settled(
+        self, run: _Run, name: str, call_id: str, request_id: str, response: PermissionResponse
+    ) -> None:
         # Echoed like real providers do; corral drops it (it already published the answer).
         self._emit(ProviderPermissionResolved(run.turn_id, request_id, response.behavior))
         if response.behavior is PermissionBehavior.ALLOW:
@@ -372,7 +487,7 @@ class ScriptedSession:
         return None
 
     async def _call_tool(self, run: _Run, tool: Tool, index: int) -> None:
-        call_id = f"{run.turn_id}-call-{index}"
+        call_id = f"{run.tag}-call-{index}"
         running = ToolCall(call_id, tool.name, ToolCallStatus.RUNNING, input=tool.input)
         self._emit(ProviderItem(run.turn_id, running))
         await asyncio.sleep(0)
@@ -388,7 +503,7 @@ class ScriptedSession:
     def _stream_reply(self, run: _Run, text: str, index: int) -> int:
         """Report `text` as chunks sharing one message id, so the manager's coalescer joins
         them into one assistant row. Returns the reply's word count."""
-        message_id = f"{run.turn_id}-msg-{index}"
+        message_id = f"{run.tag}-msg-{index}"
         for chunk in reply_chunks(text):
             item = AssistantMessage(chunk, message_id=message_id)
             self._emit(ProviderItem(run.turn_id, item, provider_message_id=message_id))
