@@ -28,7 +28,7 @@ KINDS = ("scripted", "acp", "claude-code", "codex")
 # program of its kind (acp has none: it must name one).
 _COMMAND_KEYS = ("command", "env", "inherit_env")
 KEYS: Mapping[str, tuple[str, ...]] = {
-    "scripted": (),
+    "scripted": ("steer",),
     "acp": _COMMAND_KEYS,
     "claude-code": _COMMAND_KEYS,
     "codex": (*_COMMAND_KEYS, "config"),
@@ -58,6 +58,8 @@ class ProviderEntry:
     inherit_env: bool = True
     # codex only: `-c KEY=VALUE` overrides (VALUE as a TOML literal), in file order.
     codex_config: tuple[tuple[str, str], ...] = ()
+    # scripted only: the provider takes steered prompts into the running turn.
+    steer: bool = False
 
 
 def load(path: Path) -> tuple[ProviderEntry, ...]:
@@ -109,7 +111,7 @@ def _entry(source: str, name: str, table: Any) -> ProviderEntry:
             takes = ", ".join(("kind", *allowed))
             raise ConfigError(f"{where}: unknown key {key!r} (kind {kind} takes: {takes})")
     if kind == "scripted":
-        return ProviderEntry(name, kind)
+        return ProviderEntry(name, kind, steer=_bool(where, "steer", table.get("steer", False)))
     command = _command(where, kind, table.get("command"))
     return ProviderEntry(
         name,

@@ -56,7 +56,7 @@ def _make(entry: ProviderEntry, clock: Clock, environ: Mapping[str, str]) -> Pro
     argv = list(entry.command)
     match entry.kind:
         case "scripted":
-            return ScriptedProvider(clock, name=entry.name)
+            return ScriptedProvider(clock, name=entry.name, can_steer=entry.steer)
         case "acp":
             return AcpProvider(argv, env, name=entry.name)
         case "claude-code":

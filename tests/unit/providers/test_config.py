@@ -128,7 +128,7 @@ def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
         ),
         (
             "[providers.x]\nkind = 'scripted'\ncommand = ['x']",
-            "corral.toml: [providers.x]: unknown key 'command' (kind scripted takes: kind)",
+            "corral.toml: [providers.x]: unknown key 'command' (kind scripted takes: kind, steer)",
         ),
         (
             "[providers.x]\nkind = 'claude-code'\nconfig = { model = 'o3' }",

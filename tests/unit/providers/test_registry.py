@@ -56,6 +56,13 @@ def test_scripted_is_always_built_first_and_a_scripted_entry_is_another_scripted
     assert list(providers) == ["scripted", "demo"]
     assert isinstance(providers["demo"], ScriptedProvider)
     assert providers["demo"].name == "demo" and providers["demo"].info().available
+    assert not providers["demo"].info().can_steer and not providers["scripted"].info().can_steer
+
+
+def test_a_scripted_entry_with_steer_takes_steered_prompts() -> None:
+    [entry] = parse('[providers.steering]\nkind = "scripted"\nsteer = true\n')
+    providers = build([entry], FakeClock(), environ={})
+    assert providers["steering"].info().can_steer
 
 
 def executable(directory: Path, name: str) -> Path:
