@@ -50,6 +50,17 @@ class ProviderInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServer:
+    """An MCP server (streamable HTTP) a session's agent is given: corral's sub-agent tools
+    (mcp/), when the daemon serves them."""
+
+    name: str
+    url: str
+    # HTTP headers the agent sends with every request (its own bearer token).
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SessionConfig:
     agent_id: str
     cwd: str
@@ -61,6 +72,9 @@ class SessionConfig:
     # carries it in its environment, so a daemon restarted on the same state directory can
     # find and kill what a SIGKILLed predecessor left. "" = a tag of the session's own only.
     daemon_tag: str = ""
+    # MCP servers to give the agent, where its provider takes them (ACP session/new
+    # mcpServers, Claude Code --mcp-config, Codex mcp_servers); () = none.
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 # --- events a session reports -------------------------------------------------------------
