@@ -35,9 +35,10 @@ from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.mcp import McpEndpoint, RunWaiters, SubagentTools
+from corral_server.mcp.grant import WithMcpServers
 from corral_server.metrics import registry_for
 from corral_server.providers import reaping, registry
-from corral_server.providers.base import Provider
+from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
@@ -145,6 +146,10 @@ class Daemon:
             if isinstance(provider, ScriptedProvider):
                 provider.spawner = self._spawn_for_script  # `/spawn`: the sub-agent registry
         providers.update(config.extra_providers)
+        if config.mcp_listen:  # real agents' sessions get the MCP tools (mcp/grant.py)
+            for name, provider in providers.items():
+                if not isinstance(provider, ScriptedProvider):
+                    providers[name] = WithMcpServers(provider, self._mcp_servers)
         self._providers = providers
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
@@ -209,6 +214,9 @@ class Daemon:
         return SubagentRegistry(
             self.manager, store, self.clock, self.config.subagents, publish=self._run_changed
         )
+
+    def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
+        return () if self.mcp is None else (self.mcp.server_for(agent_id),)
 
     def _run_changed(self, event: SubagentRunUpdated) -> None:
         self.hub.publish(event)

@@ -68,7 +68,7 @@ def endpoint(daemon: DaemonThread) -> Any:
 async def as_agent(daemon: DaemonThread, agent_id: str) -> AsyncIterator[Agent]:
     server = endpoint(daemon).server_for(agent_id)
     async with (
-        httpx2.AsyncClient(headers=dict(server.headers)) as http,
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {server.bearer_token}"}) as http,
         Client(streamable_http_client(server.url, http_client=http)) as client,
     ):
         yield Agent(client, agent_id)

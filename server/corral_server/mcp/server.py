@@ -59,7 +59,11 @@ INSTRUCTIONS = (
 
 def build_server(tools: SubagentTools) -> MCPServer:
     """The SDK server with the six tools, each answering as the caller its request names."""
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    # No subscriptions/listen: nothing to notify of, and no stream held open that a stop
+    # would have to cut.
+    server: MCPServer = MCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=False
+    )
 
     @server.tool()
     async def spawn_subagent(
@@ -209,8 +213,7 @@ class McpEndpoint:
 
     def server_for(self, agent_id: str) -> McpServer:
         """What a session of `agent_id` is given: the URL and that agent's own token."""
-        token = self.tokens.token_for(agent_id)
-        return McpServer(SERVER_NAME, self.url, (("Authorization", f"Bearer {token}"),))
+        return McpServer(SERVER_NAME, self.url, self.tokens.token_for(agent_id))
 
     async def start(self) -> int:
         """Bind and serve; the bound port. OSError when the address cannot be bound."""

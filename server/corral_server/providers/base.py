@@ -56,8 +56,8 @@ class McpServer:
 
     name: str
     url: str
-    # HTTP headers the agent sends with every request (its own bearer token).
-    headers: tuple[tuple[str, str], ...] = ()
+    # Sent as `Authorization: Bearer <token>`: it names the agent (its own, never shared).
+    bearer_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)

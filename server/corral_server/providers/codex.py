@@ -13,6 +13,7 @@ from corral_server.clock import Clock, SystemClock
 from corral_server.domain.content import Prompt
 from corral_server.providers.base import EventSink, ProviderInfo, SessionConfig
 from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
+from corral_server.providers.mcp_servers import codex_flags, token_environment
 
 __all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "CodexStartFailed"]
 
@@ -51,5 +52,6 @@ class CodexProvider:
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> CodexSession:
         session = CodexSession(config, sink, self._clock, self._timeout_s)
-        await session.start([*self._argv, "app-server"], self._env)
+        argv = [*self._argv, *codex_flags(config.mcp_servers), "app-server"]
+        await session.start(argv, {**self._env, **token_environment(config.mcp_servers)})
         return session
