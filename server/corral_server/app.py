@@ -29,13 +29,16 @@ from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
+from corral_server.domain.events import SubagentRunUpdated
 from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
+from corral_server.mcp import McpEndpoint, RunWaiters, SubagentTools
+from corral_server.mcp.grant import WithMcpServers
 from corral_server.metrics import registry_for
 from corral_server.providers import reaping, registry
-from corral_server.providers.base import Provider
+from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
@@ -124,6 +127,9 @@ class Config:
     metrics_listen: str | None = None
     # Sub-agent trees: spawn depth and children limits, announce deferral and retries.
     subagents: SubagentLimits = field(default_factory=SubagentLimits)
+    # Serve the sub-agent tools over MCP (streamable HTTP) on this loopback HOST:PORT, each
+    # agent with its own token (mcp/); None: off.
+    mcp_listen: str | None = None
 
 
 class Daemon:
@@ -140,12 +146,19 @@ class Daemon:
             if isinstance(provider, ScriptedProvider):
                 provider.spawner = self._spawn_for_script  # `/spawn`: the sub-agent registry
         providers.update(config.extra_providers)
+        if config.mcp_listen:  # real agents' sessions get the MCP tools (mcp/grant.py)
+            for name, provider in providers.items():
+                if not isinstance(provider, ScriptedProvider):
+                    providers[name] = WithMcpServers(provider, self._mcp_servers)
         self._providers = providers
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
         )
         self.manager = self._manager(self.timeline, None)
+        # Told of every stored run change: wait_for_subagent's waiters (mcp/).
+        self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
+        self.mcp: McpEndpoint | None = None
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
         self._metrics_server: Any = None
@@ -199,8 +212,15 @@ class Daemon:
     def _registry(self, store: RunStore) -> SubagentRegistry:
         """The sub-agent registry of the current manager (it sets the manager's hooks)."""
         return SubagentRegistry(
-            self.manager, store, self.clock, self.config.subagents, publish=self.hub.publish
+            self.manager, store, self.clock, self.config.subagents, publish=self._run_changed
         )
+
+    def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
+        return () if self.mcp is None else (self.mcp.server_for(agent_id),)
+
+    def _run_changed(self, event: SubagentRunUpdated) -> None:
+        self.hub.publish(event)
+        self.run_waiters.notify(event)
 
     async def _spawn_for_script(self, agent_id: str, task: str) -> tuple[str, str]:
         request = SpawnRequest(agent_id, task, expects_completion_message=True)
@@ -292,6 +312,10 @@ class Daemon:
             raise OSError(f"cannot listen on {self.config.listen}: address in use or invalid")
         await server.start()
         self._server = server
+        if self.config.mcp_listen:
+            tools = SubagentTools(self.subagents, self.manager, self.run_waiters)
+            self.mcp = McpEndpoint(tools, self.config.mcp_listen)
+            await self.mcp.start()
         if self.config.metrics_listen:
             self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
@@ -347,6 +371,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         try:  # 5
+            if self.mcp is not None:
+                await asyncio.wait_for(self.mcp.stop(), grace_s)
             await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
         except TimeoutError:

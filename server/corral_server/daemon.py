@@ -79,6 +79,14 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one)",
     )
     p.add_argument(
+        "--mcp-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the sub-agent tools to the agents corral runs over MCP (streamable HTTP, "
+        "each agent with its own token) on this loopback address (default: off; port 0 picks "
+        "one)",
+    )
+    p.add_argument(
         "--standby",
         action="store_true",
         help="if another daemon holds the state directory, wait as a hot standby (health "
@@ -183,6 +191,8 @@ def access_error(args: argparse.Namespace) -> str:
             f"refusing to listen on {args.listen}: not a loopback address; any other address "
             "needs --auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
         )
+    if args.mcp_listen is not None and not is_loopback(args.mcp_listen):
+        return f"refusing --mcp-listen {args.mcp_listen}: the MCP tools are served on loopback only"
     if (args.tls_cert is None) != (args.tls_key is None):
         return "--tls-cert and --tls-key go together"
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -243,6 +253,7 @@ async def serve(args: argparse.Namespace) -> int:
         lock_state_dir=False,  # held above, with the pid of its holder
         metrics_listen=args.metrics_listen,
         providers=providers,
+        mcp_listen=args.mcp_listen,
     )
     try:
         daemon = Daemon(config)
@@ -269,8 +280,10 @@ async def serve(args: argparse.Namespace) -> int:
     # Before the "listening" line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
     host = args.listen.rsplit(":", 1)[0]
+    mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
     print(
-        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)})", flush=True
+        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)}{mcp})",
+        flush=True,
     )
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -58,6 +58,7 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.providers.mcp_servers import acp_servers
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +188,8 @@ class AcpSession:
         version = init.get("protocolVersion") if isinstance(init, dict) else None
         if version != PROTOCOL_VERSION:
             raise AcpError(f"the agent speaks protocol version {version!r}, not 1")
-        params = {"cwd": self._config.cwd, "mcpServers": []}
+        servers = acp_servers(self._config.mcp_servers, init.get("agentCapabilities"))
+        params = {"cwd": self._config.cwd, "mcpServers": servers}
         resume_id = self._config.resume_session_id
         if resume_id:
             method = _resume_method(init.get("agentCapabilities"))

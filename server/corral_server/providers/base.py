@@ -54,6 +54,17 @@ class ProviderInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServer:
+    """An MCP server (streamable HTTP) a session's agent is given: corral's sub-agent tools
+    (mcp/), when the daemon serves them."""
+
+    name: str
+    url: str
+    # Sent as `Authorization: Bearer <token>`: it names the agent (its own, never shared).
+    bearer_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionConfig:
     agent_id: str
     cwd: str
@@ -65,6 +76,9 @@ class SessionConfig:
     # carries it in its environment, so a daemon restarted on the same state directory can
     # find and kill what a SIGKILLed predecessor left. "" = a tag of the session's own only.
     daemon_tag: str = ""
+    # MCP servers to give the agent, where its provider takes them (ACP session/new
+    # mcpServers, Claude Code --mcp-config, Codex mcp_servers); () = none.
+    mcp_servers: tuple[McpServer, ...] = ()
 
 
 # --- events a session reports -------------------------------------------------------------

@@ -55,6 +55,7 @@ from corral_server.providers.claude_code_wire import (
     ClaudeControlError,
     Json,
 )
+from corral_server.providers.mcp_servers import claude_flags, token_environment
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ class ClaudeCodeProvider:
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ClaudeCodeSession:
         session = ClaudeCodeSession(config, sink)
-        await session.start(self.command(config, session.session_id), self._env)
+        env = {**self._env, **token_environment(config.mcp_servers)}
+        await session.start(self.command(config, session.session_id), env)
         return session
 
     async def import_history(
@@ -146,7 +148,7 @@ class ClaudeCodeProvider:
             argv += ["--model", config.model]
         if config.mode and config.mode != DEFAULT_MODE:
             argv += ["--permission-mode", config.mode]
-        return argv
+        return argv + claude_flags(config.mcp_servers)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from corral_server.domain.content import Prompt
 from corral_server.providers.base import EventSink, ProviderInfo, ProviderItem, SessionConfig
 from corral_server.providers.codex_items import history_items
 from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
+from corral_server.providers.mcp_servers import codex_flags, token_environment
 
 __all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "CodexStartFailed"]
 
@@ -54,7 +55,8 @@ class CodexProvider:
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> CodexSession:
         session = CodexSession(config, sink, self._clock, self._timeout_s)
-        await session.start([*self._argv, "app-server"], self._env)
+        argv = [*self._argv, *codex_flags(config.mcp_servers), "app-server"]
+        await session.start(argv, {**self._env, **token_environment(config.mcp_servers)})
         return session
 
     async def import_history(
