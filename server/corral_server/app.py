@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -34,7 +34,7 @@ from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
-from corral_server.mcp import McpEndpoint, RunWaiters, SubagentTools
+from corral_server.mcp import RunWaiters, SubagentTools
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.metrics import registry_for
 from corral_server.providers import reaping, registry
@@ -69,6 +69,9 @@ from corral_server.subagents import (
 from corral_server.subagents.codec import decode_run, encode_run
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
+
+if TYPE_CHECKING:
+    from corral_server.mcp.server import McpEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +316,9 @@ class Daemon:
         await server.start()
         self._server = server
         if self.config.mcp_listen:
+            # The SDK is imported only by a daemon that serves it (mcp/__init__.py says why).
+            from corral_server.mcp.server import McpEndpoint
+
             tools = SubagentTools(self.subagents, self.manager, self.run_waiters)
             self.mcp = McpEndpoint(tools, self.config.mcp_listen)
             await self.mcp.start()
