@@ -1,8 +1,7 @@
 """One ACP agent process and its JSON-RPC 2.0 line framing (protocol version 1).
 
-This module owns the child process (its own process group, so closing it stops whatever it
-spawned, and an environment tag that finds what left the group: providers/reaping.py), the
-one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+This module owns the framing over one agent process (its spawning, stderr tail and stopping
+live in child.py), the one stdout reader, and the table of our requests that wait for a
 response. It knows nothing of sessions or turns: requests and notifications from the agent go
 to the handlers it was given.
 
@@ -14,26 +13,22 @@ waiting request fails with `AcpConnectionLost`, carrying the tail of stderr.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
 import logging
-import os
-import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag
+from corral_server.providers.child import (
+    MAX_LINE_BYTES,
+    AgentProcess,
+    LineTooLong,
+    PendingRequests,
+)
 
 logger = logging.getLogger(__name__)
 
-# Claude Code's first lines carry its whole tool list (tens of kB); 16 MiB leaves room for
-# large file contents in fs requests while a runaway line still ends the connection.
-MAX_LINE_BYTES = 16 * 1024 * 1024
-STDERR_KEEP_BYTES = 64 * 1024
-# SIGTERM, then SIGKILL to the group after this (node agents exit within ~0.2 s of SIGTERM).
-TERM_GRACE_S = 2.0
 # After stdin closes, how long an agent may take to exit on its own.
 EOF_GRACE_S = 0.3
 
@@ -63,26 +58,19 @@ class AcpConnection:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
-        tag: str,
+        process: AgentProcess,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[str], None],
     ) -> None:
-        self._proc = proc
-        self._tag = tag  # TAG_ENV of the process and all it spawns (providers/reaping.py)
+        self._process = process
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_lost = on_lost
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Json]] = {}
+        self._pending: PendingRequests[int] = PendingRequests()
         self._lost: str | None = None
-        self._stderr = bytearray()
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._readers = [
-            asyncio.create_task(self._read_stdout(), name=f"acp stdout {proc.pid}"),
-            asyncio.create_task(self._read_stderr(), name=f"acp stderr {proc.pid}"),
-        ]
+        process.start_readers(self._read_stdout())
 
     @classmethod
     async def spawn(
@@ -95,22 +83,12 @@ class AcpConnection:
         on_lost: Callable[[str], None],
         daemon_tag: str = "",
     ) -> AcpConnection:
-        tag = process_tag(daemon_tag)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**env, TAG_ENV: tag},
-            cwd=cwd,
-            start_new_session=True,  # its own process group: see close()
-            limit=MAX_LINE_BYTES,
-        )
-        return cls(proc, tag, on_request, on_notification, on_lost)
+        process = await AgentProcess.spawn(argv, env, cwd, "acp", daemon_tag)
+        return cls(process, on_request, on_notification, on_lost)
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        return self._process.pid
 
     @property
     def lost(self) -> str | None:
@@ -118,7 +96,7 @@ class AcpConnection:
         return self._lost
 
     def stderr_tail(self, chars: int = 2000) -> str:
-        return self._stderr.decode(errors="replace")[-chars:]
+        return self._process.stderr_tail(chars)
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -128,13 +106,12 @@ class AcpConnection:
         if self._lost is not None:
             raise AcpConnectionLost(self._lost)
         rid = next(self._ids)
-        future: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
+        future = self._pending.open(rid)
         try:
             await self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
             return await future
         finally:
-            self._pending.pop(rid, None)
+            self._pending.drop(rid)
 
     async def notify(self, method: str, params: Mapping[str, Json]) -> None:
         if self._lost is not None:
@@ -142,11 +119,8 @@ class AcpConnection:
         await self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
     async def _send(self, message: Mapping[str, Json]) -> None:
-        stdin = self._proc.stdin
-        assert stdin is not None
         try:
-            stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-            await stdin.drain()
+            await self._process.write_json(message)
         except (ConnectionError, RuntimeError) as exc:
             self._lose(f"writing to the agent failed: {exc}")
             raise AcpConnectionLost(self._lost or str(exc)) from exc
@@ -154,33 +128,25 @@ class AcpConnection:
     # --- receiving -------------------------------------------------------------------------
 
     async def _read_stdout(self) -> None:
-        stdout = self._proc.stdout
-        assert stdout is not None
         reason = "the agent closed its stdout"
         while True:
             try:
-                raw = await stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
+                line = await self._process.read_line()
+            except LineTooLong:
                 reason = f"the agent wrote a line over {MAX_LINE_BYTES} bytes"
                 break
-            if not raw:
+            if line is None:
                 break
             try:
-                self._dispatch(raw)
+                self._dispatch(line)
             except Exception:
-                logger.exception("acp agent %d: cannot handle %.200r", self.pid, raw)
-        rc = self._proc.returncode
-        if rc is None:
-            with contextlib.suppress(TimeoutError):
-                rc = await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
+                logger.exception("acp agent %d: cannot handle %.200r", self.pid, line)
+        rc = await self._process.exit_status(EOF_GRACE_S)
         if rc is not None:
             reason = f"the agent exited with status {rc}"
         self._lose(reason)
 
-    def _dispatch(self, raw: bytes) -> None:
-        line = raw.strip()
-        if not line:
-            return
+    def _dispatch(self, line: bytes) -> None:
         try:
             message = json.loads(line)
         except ValueError:
@@ -195,9 +161,7 @@ class AcpConnection:
         params = params if isinstance(params, dict) else {}
         if isinstance(method, str):
             if "id" in message:
-                task = asyncio.create_task(self._answer(message["id"], method, params))
-                self._handlers.add(task)
-                task.add_done_callback(self._handlers.discard)
+                self._process.start_handler(self._answer(message["id"], method, params))
             else:
                 try:
                     self._on_notification(method, params)
@@ -205,8 +169,8 @@ class AcpConnection:
                     logger.exception("acp agent %d: notification %s failed", self.pid, method)
             return
         rid = message.get("id")
-        future = self._pending.get(rid) if isinstance(rid, int) else None
-        if future is None or future.done():
+        future = self._pending.waiting(rid) if isinstance(rid, int) else None
+        if future is None:
             return
         error = message.get("error")
         if error is not None:
@@ -233,53 +197,18 @@ class AcpConnection:
         with contextlib.suppress(AcpConnectionLost):
             await self._send(reply)
 
-    async def _read_stderr(self) -> None:
-        stderr = self._proc.stderr
-        assert stderr is not None
-        while chunk := await stderr.read(65536):
-            self._stderr += chunk
-            del self._stderr[:-STDERR_KEEP_BYTES]
-
     def _lose(self, reason: str) -> None:
         if self._lost is not None:
             return
-        tail = self.stderr_tail(800).strip()
-        self._lost = f"{reason}; stderr: {tail}" if tail else reason
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(AcpConnectionLost(self._lost))
-        self._on_lost(self._lost)
+        self._lost = lost = self._process.with_stderr(reason)
+        self._pending.fail_all(lambda: AcpConnectionLost(lost))
+        self._on_lost(lost)
 
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace, then
-        SIGKILL whatever still carries the tag. A close cut short by its caller (a deadline)
-        still kills the group and the tagged processes: nothing is left."""
+        """Stop the process and all it spawned (AgentProcess.close): nothing is left, even
+        when the close is cut short by its caller (a deadline)."""
         self._on_lost = lambda _reason: None  # a close is not a death to report
-        try:
-            await self._stop_gracefully()
-        finally:
-            # Stragglers whose leader exited, or a close that was canceled midway.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            kill_tagged(self._tag)
-            for task in (*self._readers, *self._handlers):
-                task.cancel()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)  # reaped: no zombie
-        await asyncio.gather(*self._readers, *self._handlers, return_exceptions=True)
+        await self._process.close(EOF_GRACE_S)
         self._lose("closed")
-
-    async def _stop_gracefully(self) -> None:
-        stdin = self._proc.stdin
-        if stdin is not None and not stdin.is_closing():
-            stdin.close()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)

@@ -1,9 +1,8 @@
 """One `codex app-server` process and its JSON-RPC line framing (JSON-RPC 2.0 messages without
 the "jsonrpc" member, one per line).
 
-This module owns the child process (its own process group, so closing it stops whatever it
-spawned, and an environment tag that finds what left the group: providers/reaping.py), the
-one stdout reader, the bounded stderr tail, and the table of our requests that wait for a
+This module owns the framing over one codex process (its spawning, stderr tail and stopping
+live in child.py), the one stdout reader, and the table of our requests that wait for a
 response, each under a deadline on the injected clock. It knows nothing of threads or turns:
 requests and notifications from codex go to the handlers it was given.
 
@@ -25,23 +24,20 @@ import contextlib
 import itertools
 import json
 import logging
-import os
-import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from corral_server.clock import Clock
-from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag
+from corral_server.providers.child import (
+    MAX_LINE_BYTES,
+    AgentProcess,
+    LineTooLong,
+    PendingRequests,
+)
 
 logger = logging.getLogger(__name__)
 
-# A turn's notifications carry whole items (a command's aggregated output, a patch's diff);
-# 16 MiB leaves room for large ones while a runaway line still ends the connection.
-MAX_LINE_BYTES = 16 * 1024 * 1024
-STDERR_KEEP_BYTES = 64 * 1024
-# SIGTERM, then SIGKILL to the group after this (codex exits within ~50 ms of stdin closing).
-TERM_GRACE_S = 2.0
-# After stdin closes, how long codex may take to exit on its own.
+# After stdin closes, how long codex may take to exit on its own (measured: ~50 ms).
 EOF_GRACE_S = 0.5
 
 Json: TypeAlias = Any
@@ -85,28 +81,21 @@ class CodexConnection:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
-        tag: str,
+        process: AgentProcess,
         clock: Clock,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         on_lost: Callable[[CodexConnectionLost], None],
     ) -> None:
-        self._proc = proc
-        self._tag = tag  # TAG_ENV of the process and all it spawns (providers/reaping.py)
+        self._process = process
         self._clock = clock
         self._on_request = on_request
         self._on_notification = on_notification
         self._on_lost = on_lost
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Json]] = {}
+        self._pending: PendingRequests[int] = PendingRequests()
         self._lost: CodexConnectionLost | None = None
-        self._stderr = bytearray()
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._readers = [
-            asyncio.create_task(self._read_stdout(), name=f"codex stdout {proc.pid}"),
-            asyncio.create_task(self._read_stderr(), name=f"codex stderr {proc.pid}"),
-        ]
+        process.start_readers(self._read_stdout())
 
     @classmethod
     async def spawn(
@@ -120,22 +109,12 @@ class CodexConnection:
         on_lost: Callable[[CodexConnectionLost], None],
         daemon_tag: str = "",
     ) -> CodexConnection:
-        tag = process_tag(daemon_tag)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**env, TAG_ENV: tag},
-            cwd=cwd,
-            start_new_session=True,  # its own process group: see close()
-            limit=MAX_LINE_BYTES,
-        )
-        return cls(proc, tag, clock, on_request, on_notification, on_lost)
+        process = await AgentProcess.spawn(argv, env, cwd, "codex", daemon_tag)
+        return cls(process, clock, on_request, on_notification, on_lost)
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        return self._process.pid
 
     @property
     def lost(self) -> CodexConnectionLost | None:
@@ -143,7 +122,7 @@ class CodexConnection:
         return self._lost
 
     def stderr_tail(self, chars: int = 2000) -> str:
-        return self._stderr.decode(errors="replace")[-chars:]
+        return self._process.stderr_tail(chars)
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -153,15 +132,14 @@ class CodexConnection:
         if self._lost is not None:
             raise self._lost_error()
         rid = next(self._ids)
-        future: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
+        future = self._pending.open(rid)
         timer = self._clock.call_later(timeout_s, lambda: _expire(future, method, timeout_s))
         try:
             await self._send({"id": rid, "method": method, "params": params})
             return await future
         finally:
             timer.cancel()
-            self._pending.pop(rid, None)
+            self._pending.drop(rid)
 
     async def notify(self, method: str, params: Mapping[str, Json] | None = None) -> None:
         if self._lost is not None:
@@ -170,11 +148,8 @@ class CodexConnection:
         await self._send(message)
 
     async def _send(self, message: Mapping[str, Json]) -> None:
-        stdin = self._proc.stdin
-        assert stdin is not None
         try:
-            stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-            await stdin.drain()
+            await self._process.write_json(message)
         except (ConnectionError, RuntimeError) as exc:
             self._lose(f"writing to codex failed: {exc}", EXITED)
             raise self._lost_error() from exc
@@ -182,19 +157,14 @@ class CodexConnection:
     # --- receiving -------------------------------------------------------------------------
 
     async def _read_stdout(self) -> None:
-        stdout = self._proc.stdout
-        assert stdout is not None
         while True:
             try:
-                raw = await stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
+                line = await self._process.read_line()
+            except LineTooLong:
                 self._break(f"codex wrote a line over {MAX_LINE_BYTES} bytes")
                 return
-            if not raw:
+            if line is None:
                 break
-            line = raw.strip()
-            if not line:
-                continue
             try:
                 message = json.loads(line)
             except ValueError:
@@ -206,10 +176,7 @@ class CodexConnection:
                 self._dispatch(message)
             except Exception:
                 logger.exception("codex %d: cannot handle %.200r", self.pid, line)
-        rc = self._proc.returncode
-        if rc is None:
-            with contextlib.suppress(TimeoutError):
-                rc = await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
+        rc = await self._process.exit_status(EOF_GRACE_S)
         reason = "codex closed its stdout" if rc is None else f"codex exited with status {rc}"
         self._lose(reason, EXITED)
 
@@ -223,15 +190,13 @@ class CodexConnection:
                     result = self._on_request(message["id"], method, params)
                 except Exception as exc:
                     result = _raise(exc)
-                task = asyncio.create_task(self._answer(message["id"], method, result))
-                self._handlers.add(task)
-                task.add_done_callback(self._handlers.discard)
+                self._process.start_handler(self._answer(message["id"], method, result))
             else:
                 self._on_notification(method, params)
             return
         rid = message.get("id")  # a response to one of our requests
-        future = self._pending.get(rid) if isinstance(rid, int) else None
-        if future is None or future.done():
+        future = self._pending.waiting(rid) if isinstance(rid, int) else None
+        if future is None:
             return
         error = message.get("error")
         if error is not None:
@@ -259,29 +224,17 @@ class CodexConnection:
         with contextlib.suppress(CodexConnectionLost):
             await self._send(reply)
 
-    async def _read_stderr(self) -> None:
-        stderr = self._proc.stderr
-        assert stderr is not None
-        while chunk := await stderr.read(65536):
-            self._stderr += chunk
-            del self._stderr[:-STDERR_KEEP_BYTES]
-
     def _break(self, reason: str) -> None:
         """The framing is broken: nothing more from this process can be trusted."""
         logger.warning("codex %d: %s", self.pid, reason)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._process.kill_group()
         self._lose(reason, PROTOCOL_ERROR)
 
     def _lose(self, reason: str, code: str) -> None:
         if self._lost is not None:
             return
-        tail = self.stderr_tail(800).strip()
-        self._lost = CodexConnectionLost(f"{reason}; stderr: {tail}" if tail else reason, code)
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(self._lost_error())
+        self._lost = CodexConnectionLost(self._process.with_stderr(reason), code)
+        self._pending.fail_all(self._lost_error)
         self._on_lost(self._lost)
 
     def _lost_error(self) -> CodexConnectionLost:
@@ -293,35 +246,11 @@ class CodexConnection:
     # --- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close stdin, then SIGTERM the process group and SIGKILL it after a grace, then
-        SIGKILL whatever still carries the tag. A close cut short by its caller (a deadline)
-        still kills the group and the tagged processes: nothing is left."""
+        """Stop the process and all it spawned (AgentProcess.close): nothing is left, even
+        when the close is cut short by its caller (a deadline)."""
         self._on_lost = lambda _lost: None  # a close is not a death to report
-        try:
-            await self._stop_gracefully()
-        finally:
-            # Stragglers whose leader exited, or a close that was canceled midway.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            kill_tagged(self._tag)
-            for task in (*self._readers, *self._handlers):
-                task.cancel()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)  # reaped: no zombie
-        await asyncio.gather(*self._readers, *self._handlers, return_exceptions=True)
+        await self._process.close(EOF_GRACE_S)
         self._lose("closed", EXITED)
-
-    async def _stop_gracefully(self) -> None:
-        stdin = self._proc.stdin
-        if stdin is not None and not stdin.is_closing():
-            stdin.close()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), EOF_GRACE_S)
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), TERM_GRACE_S)
 
 
 def _expire(future: asyncio.Future[Json], method: str, timeout_s: float) -> None:
