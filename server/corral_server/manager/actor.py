@@ -129,7 +129,9 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._changed = asyncio.Event()
         # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
         self._record_put: asyncio.Future[None] | None = None
-        self._task = asyncio.create_task(self._run(), name=f"agent-actor:{agent.id}")
+        # Started by a job (`_put_job`) and ended when the queue runs empty (`_run`): an idle
+        # agent costs no task (start-up time with many agents, memory per idle agent).
+        self._task: asyncio.Task[None] | None = None
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -150,17 +152,30 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         if self._stopped:
             raise errors.AgentClosed(self.agent.id)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((op, future))
+        self._put_job((op, future))
         return await future
 
     def post(self, op: Callable[[], Awaitable[object]]) -> None:
         if not self._stopped:
-            self._queue.put_nowait((op, None))
+            self._put_job((op, None))
+
+    def _put_job(self, job: _Job | None) -> None:
+        self._queue.put_nowait(job)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"agent-actor:{self._snapshot.id}")
 
     async def _run(self) -> None:
+        """The actor's task: runs queued jobs in order, and ends when the queue is empty (the
+        next job starts a new one: an idle agent holds no task) or at the stop job (None)."""
         future: asyncio.Future[Any] | None = None
         try:
-            while (job := await self._queue.get()) is not None:
+            while True:
+                if self._queue.empty():
+                    self._task = None  # no await since the check: no job can slip in
+                    return
+                job = self._queue.get_nowait()
+                if job is None:
+                    break
                 op, future = job
                 try:
                     result = await op()
@@ -230,7 +245,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._inbox.append(event)
         if not self._inbox_queued:
             self._inbox_queued = True
-            self._queue.put_nowait((self._drain_inbox, None))
+            self._put_job((self._drain_inbox, None))
 
     async def _drain_inbox(self) -> None:
         """Handle every waiting provider event in order; rows that are ready together are

@@ -106,15 +106,18 @@ class EndingPart(ActorState):
         self._stopped = True
         self._writer.cancel_timer()
         self._cancel_follow_ups()
-        self._queue.put_nowait(None)
+        if self._task is not None:  # else nothing ever ran, and nothing will
+            self._put_job(None)
 
     async def shutdown(self) -> None:
         """Daemon shutdown, through the queue like every other change: what was queued
         before runs first (a queued prompt is refused: the manager refuses new work before
         it shuts actors down), then the session closes under its deadline and the actor
         stops. The state stays as it is."""
-        if not self._stopped:
-            self._queue.put_nowait((self._shutdown_step, None))
+        if self._task is None and self._session is None:
+            self._stop()  # never ran a job: no session to close, no task to stop
+        elif not self._stopped:
+            self._put_job((self._shutdown_step, None))
         await self.stopped()
 
     async def _shutdown_step(self) -> None:
@@ -153,8 +156,10 @@ class EndingPart(ActorState):
         """Stop at once, whatever is running (shutdown's deadline passed)."""
         self._stopped = True
         self._cancel_follow_ups()
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
     async def stopped(self) -> None:
-        """Until the actor's task has ended."""
-        await asyncio.wait([self._task])
+        """Until the actor's task has ended (at once when it never started)."""
+        if self._task is not None:
+            await asyncio.wait([self._task])

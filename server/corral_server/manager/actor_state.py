@@ -107,7 +107,7 @@ class ActorState(ABC):
     _writer: TimelineWriter
     _session: ProviderSession | None
     _queue: asyncio.Queue[Any]
-    _task: asyncio.Task[None]
+    _task: asyncio.Task[None] | None
     _active: ActiveTurn | None
     _handoff: bool
     _ended: Lifecycle
@@ -122,6 +122,10 @@ class ActorState(ABC):
 
     @abstractmethod
     def post(self, op: Callable[[], Awaitable[object]]) -> None: ...
+
+    @abstractmethod
+    def _put_job(self, job: Any) -> None:
+        """Queue a job (None: stop) and start the actor's task if it has not started."""
 
     @abstractmethod
     async def call(self, op: Callable[[], Awaitable[T]]) -> T: ...
