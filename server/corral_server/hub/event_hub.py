@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import NamedTuple, TypeVar, assert_never
+from typing import NamedTuple, TypeVar, assert_never, cast
 
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.agent import Agent
@@ -226,15 +226,10 @@ class EventHub:
     def _durable(self, committed: list[LogEntry]) -> None:
         """The log committed these (in revision order, right after the ring's head): retain
         and hand them to the live subscribers as one batch."""
-        ring = self._ring
-        retain = ring.append
-        entries: list[Entry] = []
-        keep = entries.append
-        for revision, agent_id, body in committed:
-            entry = (revision, agent_id, frame_with_revision(revision, body))
+        retain = self._ring.append
+        for entry in committed:  # a LogEntry is an Entry: (revision, agent id, frame)
             retain(entry)
-            keep(entry)
-        self._dispatch(entries)
+        self._dispatch(cast("list[Entry]", committed))
 
     def _append(self, agent_id: str, body: bytes) -> int:
         ring = self._ring

@@ -2,7 +2,8 @@
 laggards that fell out of the ring): framed, in chunks shared by every subscriber.
 
 Owns the chunks: the log read in aligned stretches of CHUNK_EVENTS revisions (at most
-CHUNK_BYTES of events each), framed once like the ring's entries, the last few kept. A burst
+CHUNK_BYTES of events each; the log keeps each event framed, as the ring does), the last few
+kept. A burst
 of resumes after a restart reads and frames each stretch once for all subscribers; a read in
 flight is shared, not repeated; and the stretch after the one a subscriber starts is read
 ahead, so the store's reader thread works while subscribers send.
@@ -15,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
+from typing import cast
 
-from corral_server.hub.ring import Entry, frame_with_revision
+from corral_server.hub.ring import Entry
 from corral_server.records.store import EventLog
 
 CHUNK_EVENTS = 2048
@@ -68,10 +70,7 @@ class LogReader:
         finally:
             del self._reading[start]
         self.reads += 1
-        chunk = [
-            (revision, agent_id, frame_with_revision(revision, body))
-            for revision, agent_id, body in read
-        ]
+        chunk = cast("list[Entry]", read)  # a LogEntry is an Entry: the log keeps frames
         if chunk and chunk[0][0] == start + 1:  # only what is still retained is kept
             self._chunks[start] = chunk
             while len(self._chunks) > CACHED_CHUNKS:

@@ -1,6 +1,10 @@
 """The hub's durable half: numbers events, appends them to the event log, and hands them back
 in revision order once they are committed (durable first: nothing is published before).
 
+The log keeps each event as its frame (`ring.frame_with_revision`: what a SubscribeResponse
+carries), made once here: the ring and the live subscribers take it as it is, and a
+subscriber catching up from the log sends what it reads without framing anything.
+
 Owns the revision counter while a durable log is attached, the events numbered but not yet
 committed, and what happens when a commit fails: nothing is published and nothing is dropped.
 The log fails the failed batch and every append queued behind it and goes back to
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from corral_server.clock import Clock, TimerHandle
+from corral_server.hub.ring import frame_with_revision, reframe
 from corral_server.records.store import EventLog, LogEntry
 
 log = logging.getLogger(__name__)
@@ -40,8 +45,9 @@ class LogWriter:
         clock: Clock,
         on_durable: Callable[[list[LogEntry]], None],
     ) -> None:
-        """`on_durable(entries)` is called on the loop with committed entries, in revision
-        order, each once: a batch at a time (one commit's worth, or less)."""
+        """`on_durable(entries)` is called on the loop with committed entries (their events
+        framed), in revision order, each once: a batch at a time (one commit's worth, or
+        less)."""
         self._log = event_log
         self._clock = clock
         self._on_durable = on_durable
@@ -75,7 +81,7 @@ class LogWriter:
         revision, ticket = self.next_revision, self._next_ticket
         new = _new_entry
         batch = [
-            new(LogEntry, (revision + i, agent_id, body))
+            new(LogEntry, (revision + i, agent_id, frame_with_revision(revision + i, body)))
             for i, (agent_id, body) in enumerate(items)
         ]
         if not batch:
@@ -148,7 +154,7 @@ class LogWriter:
         for ticket, entry in zip(self._tickets, self._pending, strict=True):
             if any(first <= ticket <= last for first, last in discarded):
                 continue
-            kept.append(LogEntry(revision, entry.agent_id, entry.event))
+            kept.append(LogEntry(revision, entry.agent_id, reframe(entry.event, revision)))
             kept_tickets.append(ticket)
             revision += 1
         self._pending, self._tickets = kept, kept_tickets

@@ -80,6 +80,18 @@ def frame_with_revision(revision: int, body: bytes) -> bytes:
     return _header(length) + head + body
 
 
+def reframe(framed: bytes, revision: int) -> bytes:
+    """The frame of the same event under another revision (`framed` as `frame_with_revision`
+    made it: the events tag, the length, the revision field, then the body)."""
+    at = 1  # the events tag
+    while framed[at] & 0x80:  # the length's varint
+        at += 1
+    at += 2  # its last byte, and the revision field's tag
+    while framed[at] & 0x80:  # the revision's varint
+        at += 1
+    return frame_with_revision(revision, framed[at + 1 :])
+
+
 def take_batch(
     entries: Sequence[Entry], max_events: int, max_bytes: int
 ) -> tuple[Sequence[Entry], bytes]:

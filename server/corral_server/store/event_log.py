@@ -215,20 +215,20 @@ def _append(
 def _read(
     after_revision: int, limit: int, max_bytes: int, conn: sqlite3.Connection
 ) -> list[LogEntry]:
-    """In the reader thread: committed entries after `after_revision`, cut to the budget."""
-    out: list[LogEntry] = []
-    budget = max_bytes
-    cursor = conn.execute(
+    """In the reader thread: committed entries after `after_revision`, cut to the budget.
+    Fetched whole (rows built in C), then cut: the catch-up path reads thousands at a time."""
+    rows = conn.execute(
         "SELECT revision, agent_id, event FROM events WHERE revision > ? ORDER BY revision LIMIT ?",
         (after_revision, limit),
-    )
-    for revision, agent_id, event in cursor:
-        budget -= len(event)
-        if budget < 0 and out:
+    ).fetchall()
+    budget = max_bytes
+    for index, row in enumerate(rows):
+        budget -= len(row[2])
+        if budget < 0 and index:
+            del rows[index:]
             break
-        out.append(LogEntry(revision, agent_id, event))
-    cursor.close()  # ends the statement, and with it the read snapshot
-    return out
+    new = tuple.__new__  # LogEntry's own __new__ is a Python function: ~2x slower per row
+    return [new(LogEntry, row) for row in rows]
 
 
 if TYPE_CHECKING:

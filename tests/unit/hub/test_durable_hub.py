@@ -22,6 +22,7 @@ from corral_server.domain.agent import Agent
 from corral_server.domain.events import TurnStarted
 from corral_server.hub import EventHub, Subscription
 from corral_server.hub.log_writer import RETRY_FIRST_S
+from corral_server.hub.ring import frame_with_revision
 from corral_server.records import InMemoryEventLog, LogEntry
 from corral_server.rpc.convert import encode_event
 from corral_server.store.errors import StoreWriteFailed
@@ -133,10 +134,15 @@ async def test_a_failed_commit_publishes_nothing_then_retries_the_same_revisions
     assert turns(ready(sub)) == [(4, "t4")]
 
 
+def framed(revision: int, turn_id: str) -> bytes:
+    """A log entry's event as the hub keeps it: framed, with its revision."""
+    return frame_with_revision(revision, encode_event(0, TurnStarted("a1", turn_id)))
+
+
 async def committed_log(count: int) -> InMemoryEventLog:
     log = InMemoryEventLog(mint=lambda: "kept", retain_events=count)
     for n in range(1, count + 1):
-        await log.append(n, "a1", encode_event(0, TurnStarted("a1", f"t{n}")))
+        await log.append(n, "a1", framed(n, f"t{n}"))
     return log
 
 
@@ -164,7 +170,7 @@ async def test_a_resume_older_than_the_ring_replays_from_the_log() -> None:
 
 async def test_a_resume_older_than_the_log_retains_is_reset() -> None:
     log = await committed_log(5)
-    await log.append(6, "a1", encode_event(0, TurnStarted("a1", "t6")))  # retains 2..6
+    await log.append(6, "a1", framed(6, "t6"))  # retains 2..6
     hub = EventHub(encode_event, log=log)
     assert hub.earliest_resumable_revision == 1
     stream = ready(hub.subscribe(frozenset(), 0, agents, resume_incarnation="kept"))

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral_server.hub import EventHub
-from corral_server.hub.ring import Entry, Ring
+from corral_server.hub.ring import Entry, Ring, frame_with_revision, reframe
 from tests.unit.hub.test_event_hub import Agents, drain, encode, publish_rows, rows
 
 
@@ -84,3 +84,12 @@ async def test_a_resume_point_evicted_by_bytes_gets_an_explicit_reset() -> None:
     assert drain(kept) == [*rows("a1", range(6, 10), 6), "0:synced 9"]
     gone = hub.subscribe(frozenset(), 4, Agents("a1"))
     assert drain(gone) == ["0:reset 4 5", "0:upsert a1", "0:synced 9 reset"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 4_000, 5_000, 70_000])
+@pytest.mark.parametrize(("old", "new"), [(1, 2), (5, 300_000), (2_500_000, 7), (16_383, 16_384)])
+def test_reframe_gives_the_frame_of_the_same_event_under_another_revision(
+    size: int, old: int, new: int
+) -> None:
+    body = b"\x22" + bytes([size % 128]) + b"b" * size  # any bytes after the revision field
+    assert reframe(frame_with_revision(old, body), new) == frame_with_revision(new, body)
