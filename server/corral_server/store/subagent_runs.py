@@ -1,9 +1,8 @@
 """The SQLite run records: `RunStore` (subagents/store.py) in the `subagent_runs` table.
 
 Like the agent records: a record is the run's whole value, encoded by the injected codec,
-upserted whole; the puts of one run before a commit coalesce into its latest value, and the
-writes of all runs waiting go to the database as one job (store/commits.py: group commit).
-`created_order` keeps the order of a run's first write.
+upserted whole; the queue, its coalescing and `created_order` (the order of a run's first
+write) are store/keyed.py's.
 
 Must not: import protobuf or grpc, or run SQLite on the loop.
 """
@@ -14,11 +13,11 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from corral_server.domain.subagents import SubagentRun
-from corral_server.store.commits import GroupCommit, Job, settle_all
 from corral_server.store.database import Database
+from corral_server.store.keyed import KeyedRecords, KeyedWrite
 from corral_server.subagents.store import BadRun, LoadedRuns
 
 if TYPE_CHECKING:
@@ -28,30 +27,13 @@ Encode = Callable[[SubagentRun], bytes]
 Decode = Callable[[bytes], SubagentRun]
 
 
-class _Pending:
-    __slots__ = ("futures", "run")
-
-    def __init__(self, run: SubagentRun | None) -> None:
-        self.run = run  # None: delete
-        self.futures: list[asyncio.Future[None]] = []
-
-
-class _Write(NamedTuple):
-    run_id: str
-    record: bytes | None
-    order: int
-
-
 class SqliteRunStore:
     """Open with `await SqliteRunStore.open(database, encode, decode)`."""
 
     def __init__(self, database: Database, encode: Encode, decode: Decode) -> None:
         self._db = database
-        self._encode = encode
         self._decode = decode
-        self._pending: dict[str, _Pending] = {}
-        self._next_order = 1
-        self._commits = GroupCommit(database, self._take)
+        self._records = KeyedRecords(database, encode, _write)
 
     @classmethod
     async def open(cls, database: Database, encode: Encode, decode: Decode) -> SqliteRunStore:
@@ -61,48 +43,14 @@ class SqliteRunStore:
                 "SELECT coalesce(max(created_order), 0) FROM subagent_runs"
             ).fetchone()[0]
         )
-        store._next_order = int(top) + 1
+        store._records.next_order = int(top) + 1
         return store
 
     def put(self, run: SubagentRun) -> asyncio.Future[None]:
-        return self._queue(run.run_id, run)
+        return self._records.put(run.run_id, run)
 
     def delete(self, run_id: str) -> asyncio.Future[None]:
-        return self._queue(run_id, None)
-
-    def _queue(self, run_id: str, run: SubagentRun | None) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending = self._pending.get(run_id)
-        if pending is None:
-            pending = self._pending[run_id] = _Pending(run)
-        else:
-            pending.run = run  # the last write of the run wins, whole
-        pending.futures.append(future)
-        self._commits.wake()
-        return future
-
-    def _take(self) -> Job | None:
-        if not self._pending:
-            return None
-        taken, self._pending = self._pending, {}
-        writes: list[_Write] = []
-        futures: list[asyncio.Future[None]] = []
-        for run_id, pending in taken.items():
-            try:
-                record = None if pending.run is None else self._encode(pending.run)
-            except Exception as exc:  # a value the codec refuses fails its own puts only
-                settle_all(pending.futures, False, exc)
-                continue
-            writes.append(_Write(run_id, record, self._next_order))
-            self._next_order += 1
-            futures.extend(pending.futures)
-        if not writes:
-            return None
-        return Job(
-            partial(_write, writes),
-            partial(settle_all, futures, True),
-            partial(settle_all, futures, False),
-        )
+        return self._records.put(run_id, None)
 
     async def load(self) -> LoadedRuns:
         return await self._db.read(partial(_load, self._decode))
@@ -114,9 +62,9 @@ _UPSERT = (
 )
 
 
-def _write(writes: list[_Write], conn: sqlite3.Connection) -> None:
-    upserts = [w for w in writes if w.record is not None]
-    deletes = [(w.run_id,) for w in writes if w.record is None]
+def _write(writes: list[KeyedWrite[SubagentRun]], conn: sqlite3.Connection) -> None:
+    upserts = [(w.key, w.record, w.order) for w in writes if w.value is not None]
+    deletes = [(w.key,) for w in writes if w.value is None]
     if upserts:
         conn.executemany(_UPSERT, upserts)
     if deletes:
