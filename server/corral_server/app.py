@@ -41,6 +41,7 @@ from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
+from corral_server.reclaim import Reclaimer
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
@@ -278,7 +279,7 @@ class Daemon:
         # The token check runs first: a refused call's body is never decoded.
         auth = [BearerTokens(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
-            interceptors=[*auth, MalformedRequests()],
+            interceptors=[*auth, MalformedRequests(Reclaimer(self.clock))],
             options=[
                 # A second daemon on the same port must fail to bind, not share the port.
                 ("grpc.so_reuseport", 0),

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from corral_server import gc_tuning, logs
+from corral_server import gc_tuning, logs, reclaim
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
 from corral_server.providers import registry
@@ -273,6 +273,7 @@ async def serve(args: argparse.Namespace) -> int:
         lock.close()
         return 1
     gc_tuning.tune()
+    reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
