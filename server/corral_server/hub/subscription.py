@@ -258,7 +258,11 @@ class Subscription:
     def drop_pending(self) -> bool:
         """Drop what the reader has not taken yet (prefix, buffer, read-ahead), for an end
         that does not drain; True when part of the prefix was dropped."""
-        dropped_prefix = self._prefix is not None or self._held is not None
+        # An exhausted prefix stays set until the reader's next step: look for one more item.
+        prefix = self._prefix
+        dropped_prefix = self._held is not None or (
+            prefix is not None and next(prefix, None) is not None
+        )
         self._prefix = None
         self._held = None
         self.buffer = []

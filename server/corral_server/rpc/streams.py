@@ -35,11 +35,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral_server.clock import Clock, SystemClock, TimerHandle
 from corral_server.errors import StreamLimit
+
+log = logging.getLogger(__name__)
 
 # 16 KiB: a client that never reads pins 2 x 16 KiB per stream (2,000 of them: 64 MB), and a
 # reader's batches reach the hub's 1 MiB after 6 reads.
@@ -263,6 +266,7 @@ class StreamBook:
         self._sweep = None
         now = self._clock.now_ms()
         slow_ms, stall_ms = SLOW_S * 1000, self.limits.stall_s * 1000
+        stalls = self.stalls
         for stream in list(self._watched):
             age = now - stream.since_ms
             if stream.pending and not stream.slow and age >= slow_ms:
@@ -277,5 +281,12 @@ class StreamBook:
                 stream.stall()
                 if stream.waiter is not None:
                     self._drop_waiter(stream, False)
+        if self.stalls > stalls:
+            log.info(
+                "ended %d streams whose clients did not read for %gs (%d so far)",
+                self.stalls - stalls,
+                self.limits.stall_s,
+                self.stalls,
+            )
         if self._watched:
             self._sweep = self._clock.call_later(self._sweep_s(), self._sweep_streams)
