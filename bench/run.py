@@ -7,6 +7,7 @@
   P6   resident memory per idle agent
   P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
+  P10  resident memory under hostile clients: never-reading streams, refused huge requests
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import fanout, latency, memory, p1, p2_pages, p2_rpc, startup, writer
+from bench import fanout, latency, memory, memory_hostile, p1, p2_pages, p2_rpc, startup, writer
 
 
 async def main(quick: bool) -> None:
@@ -44,6 +45,7 @@ async def main(quick: bool) -> None:
     print(latency.report(await latency.measure(turns)))
     print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
     print(memory.report(await memory.measure()))
+    print(memory_hostile.report(await asyncio.to_thread(memory_hostile.measure)))
     await startup.main(*((1_000, 100) if quick else (10_000, 1_000)))
     print()
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))

@@ -57,7 +57,7 @@ class StreamLimits:
     max_streams: int = 4_096
     first_batch_bytes: int = FIRST_BATCH_BYTES
     # Bytes handed to grpc and not yet written, over every stream (resident: about twice).
-    total_bytes: int = 64 << 20
+    total_bytes: int = 32 << 20
     stall_s: float = 30.0
 
     def __post_init__(self) -> None:
