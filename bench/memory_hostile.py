@@ -36,6 +36,15 @@ from tests.support.raw_h2 import NeverReadingClient
 CONNECTIONS, STREAMS = 20, 100
 REPLY = " ".join(f"word{i:05d}" for i in range(30_000))  # ~300 kB
 REFUSED, IDS = 20, 2_700_000
+DAEMON = (
+    sys.executable,
+    "-m",
+    "corral_server.daemon",
+    "--listen",
+    "127.0.0.1:0",
+    "--drain-delay-s",
+    "0",
+)
 
 
 @dataclass
@@ -56,8 +65,7 @@ class Daemon:
     def __init__(self, state: str) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "corral_server.daemon", "--listen", "127.0.0.1:0"]
-            + ["--state-dir", state, "--drain-delay-s", "0"],
+            [*DAEMON, "--state-dir", state],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
