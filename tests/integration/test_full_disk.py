@@ -135,6 +135,7 @@ async def test_the_daemon_writes_again_once_space_is_freed(small_disk: Path) -> 
             await settle(daemon)
             metrics = await asyncio.to_thread(scrape, daemon)
             assert metrics["corral_store_writable"] == 1
+            assert metrics["corral_event_log_pending"] == 0  # the kept events went out too
             assert await health(channel) == health_pb2.HealthCheckResponse.SERVING
             prompts, said = await replies(stubs, agent_id)
             assert acknowledged <= prompts
