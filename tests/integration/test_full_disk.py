@@ -52,7 +52,7 @@ async def turn(daemon: DaemonThread, stubs: Stubs, agent_id: str, n: int) -> str
             prompt_request(agent_id, f"/reply {n}:{REPLY}", client_message_id=f"m{n}")
         )
     except grpc.RpcError as error:
-        return error.code().name  # type: ignore[no-any-return]
+        return error.code().name
     waiting = asyncio.ensure_future(
         stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id), timeout=30)
     )
