@@ -51,10 +51,14 @@ class KeyedRecords(Generic[V]):
         database: Database,
         encode: Callable[[V], bytes],
         write: Callable[[list[KeyedWrite[V]], sqlite3.Connection], None],
+        failed: Callable[[], None] | None = None,
     ) -> None:
-        """`write(writes, conn)` runs in the writer thread, inside the transaction."""
+        """`write(writes, conn)` runs in the writer thread, inside the transaction;
+        `failed()` on the loop when a transaction holding such a write failed (its writes
+        were rolled back), before any later write runs."""
         self._encode = encode
         self._write = write
+        self._failed = failed
         self._pending: dict[str, _Pending[V]] = {}
         # The created_order the next row write takes; the store sets it at open.
         self.next_order = 1
@@ -93,5 +97,10 @@ class KeyedRecords(Generic[V]):
         return Job(
             partial(self._write, writes),
             partial(settle_all, futures, True),
-            partial(settle_all, futures, False),
+            partial(self._fail, futures),
         )
+
+    def _fail(self, futures: list[asyncio.Future[None]], error: BaseException) -> None:
+        if self._failed is not None:
+            self._failed()
+        settle_all(futures, False, error)
