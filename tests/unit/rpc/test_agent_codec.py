@@ -4,9 +4,9 @@ own), and a record that cannot be an agent is refused with a reason, never half-
 
 from __future__ import annotations
 
-import pytest
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
