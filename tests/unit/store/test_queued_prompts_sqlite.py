@@ -1,0 +1,122 @@
+"""Queued prompts' content in SQLite (store/queued_prompts.py): stored once beside the agent
+record, which keeps only their summaries; joined back at load; rewritten when a prompt is
+queued again under the same id; and still stored after a failed commit rolled it back."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from corral_server.domain.agent import Agent, QueuedPrompt
+from corral_server.domain.content import ImagePart, TextPart
+from corral_server.store import (
+    DB_FILE,
+    Database,
+    SqliteAgentRecords,
+    SqliteEventLog,
+    StoreWriteFailed,
+)
+from tests.support.stores import AgentCodec, sample_agent
+
+LONG = "é" * 100_000  # past the preview: the record cannot hold it
+
+
+def queued(cm_id: str, text: str, *parts: ImagePart) -> QueuedPrompt:
+    return QueuedPrompt(cm_id, (TextPart(text), *parts), 1_000)
+
+
+async def reopened(state: Path) -> Agent:
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        [agent] = (await records.load_headers()).agents
+        return agent
+    finally:
+        await database.close()
+
+
+def stored(state: Path) -> tuple[int, int, list[str]]:
+    """(bytes of the agent record, bytes of queued content, client_message_ids stored)."""
+    with sqlite3.connect(state / DB_FILE) as conn:
+        record = conn.execute("SELECT sum(length(record)) FROM agents").fetchone()[0]
+        content = conn.execute(
+            "SELECT coalesce(sum(length(text)) + sum(coalesce(length(data), 0)), 0)"
+            " FROM queued_prompts"
+        ).fetchone()[0]
+        ids = [r[0] for r in conn.execute("SELECT DISTINCT client_message_id FROM queued_prompts")]
+    return record, content, sorted(ids)
+
+
+async def test_a_queue_is_stored_once_and_comes_back_whole(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    queue = (
+        queued("cm-1", LONG, ImagePart("image/png", b"\x89PNG" * 1000)),
+        queued("cm-2", "short"),
+    )
+    agent = sample_agent("a", queued_prompts=queue)
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        for n in range(5):  # every rewrite of the record: the content is not written again
+            await records.put(replace(agent, updated_at_ms=1_000 + n))
+    finally:
+        await database.close()
+    record, content, ids = stored(state)
+    assert record < 2_000 and content == len(LONG.encode()) + 4_000 + len("short")
+    assert ids == ["cm-1", "cm-2"]
+    assert (await reopened(state)).queued_prompts == queue
+
+
+async def test_a_prompt_queued_again_under_its_id_is_stored_anew(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    agent = sample_agent("a", queued_prompts=(queued("cm-1", LONG),))
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        await records.put(agent)
+        await records.put(replace(agent, queued_prompts=(queued("cm-2", "b" * 300),)))
+        again = replace(agent, queued_prompts=(queued("cm-2", "c" * 300),))
+        # Removed and queued again, with other content, between two commits: one write.
+        records.put(replace(agent, queued_prompts=()))
+        await records.put(again)
+    finally:
+        await database.close()
+    assert stored(state)[2] == ["cm-2"]
+    assert (await reopened(state)).queued_prompts == again.queued_prompts
+
+
+async def test_a_queue_rolled_back_by_a_failed_commit_is_written_again(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    agent = sample_agent("a", queued_prompts=(queued("cm-1", LONG),))
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        log = await SqliteEventLog.open(database)
+        await log.append(1, "a", b"one")
+        # A stray row where revision 2 goes fails the transaction the queue is written in.
+        await database.write(lambda conn: conn.execute("INSERT INTO events VALUES (2, 'x', x'00')"))
+        put, append = records.put(agent), log.append(2, "a", b"two")
+        for future in (put, append):
+            with pytest.raises(StoreWriteFailed):
+                await future
+        await asyncio.sleep(0)
+        await records.put(replace(agent, updated_at_ms=2_000))  # the same queue, same objects
+    finally:
+        await database.close()
+    assert (await reopened(state)).queued_prompts == agent.queued_prompts
+
+
+async def test_deleting_an_agent_deletes_its_queued_prompts(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        await records.put(sample_agent("a", queued_prompts=(queued("cm-1", LONG),)))
+        await records.delete("a")
+    finally:
+        await database.close()
+    assert stored(state)[1:] == (0, [])
