@@ -268,3 +268,34 @@ async def every_row(stubs: Stubs, agent_id: str) -> list[Any]:
         assert page.ByteSize() < CLIENT_LIMIT
         rows[:0] = page.rows
     return rows
+
+
+async def test_a_list_of_agents_with_every_label_at_its_limit_is_paged_under_the_limit(
+    tmp_path: Path,
+) -> None:
+    """100 such agents are 13 MB: a page ends early, and its token leads to the rest."""
+    labels = {f"k{i:02d}" + WIDE * 253: WIDE * 256 for i in range(LIMITS.max_labels)}
+    daemon = DaemonThread(Config()).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:  # default limits
+            stubs = Stubs.of(channel)
+            created = [
+                (
+                    await stubs.agents.CreateAgent(create_request(str(tmp_path), labels=labels))
+                ).agent.id
+                for _ in range(40)
+            ]
+            listed: list[str] = []
+            pages = 0
+            token = ""
+            while True:
+                page = await stubs.agents.ListAgents(svc_pb.ListAgentsRequest(page_token=token))
+                assert page.agents and page.ByteSize() < CLIENT_LIMIT
+                listed += [a.id for a in page.agents]
+                pages += 1
+                token = page.next_page_token
+                if not token:
+                    break
+    finally:
+        daemon.stop()
+    assert listed == created and pages >= 2
