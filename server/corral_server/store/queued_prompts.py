@@ -71,11 +71,13 @@ class QueuedContent:
         for agent in agents:
             contents = stored.pop(agent.id, {})
             queue = _joined(agent, contents)
-            if len(queue) == len(agent.queued_prompts) and contents.keys() <= {
-                q.client_message_id for q in queue
-            }:
-                self._written[agent.id] = {q.client_message_id: q for q in queue}
-            # else: rows the record does not name (or a prompt dropped): rewritten whole
+            if contents.keys() <= {q.client_message_id for q in queue}:
+                # Known as written: what came from the table. A prompt whose content came
+                # from its record (one written before this table) is written at the next put.
+                self._written[agent.id] = {
+                    q.client_message_id: q for q in queue if q.client_message_id in contents
+                }
+            # else: rows the record does not name: the agent's rows are replaced at its next put
             joined.append(replace(agent, queued_prompts=queue) if queue else agent)
         return joined
 

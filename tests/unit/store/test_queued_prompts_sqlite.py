@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.v1 import agent_pb2 as agent_pb
+from corral.v1 import content_pb2 as content_pb
 from corral_server.domain.agent import Agent, QueuedPrompt
 from corral_server.domain.content import ImagePart, TextPart
 from corral_server.store import (
@@ -120,3 +122,36 @@ async def test_deleting_an_agent_deletes_its_queued_prompts(tmp_path: Path) -> N
     finally:
         await database.close()
     assert stored(state)[1:] == (0, [])
+
+
+async def test_a_queue_stored_whole_in_an_older_record_moves_to_the_table(tmp_path: Path) -> None:
+    """A record written before queued prompts had a table holds their content; the next write
+    of the agent stores it in the table, so it survives the record becoming a summary."""
+    state = tmp_path / "state"
+    old = agent_pb.Agent(id="a", provider="scripted", cwd="/work")
+    old.lifecycle.idle.SetInParent()
+    old.timeline.epoch, old.timeline.next_seq = "epoch-1", 1
+    old.queued_prompts.add(client_message_id="cm-1", content=[content_pb.ContentPart(text=LONG)])
+    database = await Database.open(state)
+    try:
+        await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        row = ("a", old.SerializeToString(), 1)
+        await database.write(
+            lambda conn: conn.execute(
+                "INSERT INTO agents (agent_id, record, updated_ms, created_order)"
+                " VALUES (?, ?, ?, 1)",
+                row,
+            )
+        )
+    finally:
+        await database.close()
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        [agent] = (await records.load_headers()).agents
+        assert agent.queued_prompts[0].content == (TextPart(LONG),)
+        await records.put(replace(agent, updated_at_ms=2_000))
+    finally:
+        await database.close()
+    assert stored(state)[2] == ["cm-1"]
+    assert (await reopened(state)).queued_prompts[0].content == (TextPart(LONG),)
