@@ -10,9 +10,10 @@ record write's transaction (so a record and its prompts commit together), and `l
 reader thread at start-up, before any write. What it knows is written (`_written`: agent ->
 client_message_id -> the very QueuedPrompt object stored) lets a write of an agent whose queue
 did not change cost no SQL at all. A prompt taken out and queued again under the same
-client_message_id before a commit is another object, so it is written again. An agent whose
-stored rows are unknown (never written since start-up, or `forget()` after a failed commit
-rolled its rows back) has its rows replaced whole at its next write.
+client_message_id before a commit is another object, so it is written again. An agent neither
+written nor loaded is new: it has no rows. An agent whose rows are in doubt (`_suspect`: known
+before a failed commit rolled back what it wrote, see `forget`, or loaded with rows its record
+does not name) has its rows replaced whole at its next write.
 
 Must not: import protobuf or grpc, or run on the loop.
 """
@@ -40,9 +41,11 @@ _DELETE_ALL = "DELETE FROM queued_prompts WHERE agent_id = ?"
 class QueuedContent:
     def __init__(self) -> None:
         self._written: dict[str, dict[str, QueuedPrompt]] = {}
+        self._suspect: set[str] = set()
 
     def forget(self) -> None:
-        """A commit failed: what it wrote was rolled back, so nothing written is known."""
+        """A commit failed: what it wrote was rolled back, so no agent's rows are known."""
+        self._suspect.update(self._written)
         self._written.clear()
 
     def sync(self, conn: sqlite3.Connection, agent: Agent) -> None:
@@ -50,7 +53,9 @@ class QueuedContent:
         wanted = {q.client_message_id: q for q in agent.queued_prompts if q.content}
         written = self._written.get(agent.id)
         if written is None:
-            conn.execute(_DELETE_ALL, (agent.id,))
+            if agent.id in self._suspect:
+                conn.execute(_DELETE_ALL, (agent.id,))
+                self._suspect.discard(agent.id)
             written = {}
         for cm_id, stored in written.items():
             if wanted.get(cm_id) is not stored:
@@ -62,6 +67,7 @@ class QueuedContent:
 
     def delete(self, conn: sqlite3.Connection, agent_id: str) -> None:
         conn.execute(_DELETE_ALL, (agent_id,))
+        self._suspect.discard(agent_id)
         self._written[agent_id] = {}
 
     def load(self, conn: sqlite3.Connection, agents: Sequence[Agent]) -> list[Agent]:
@@ -77,7 +83,8 @@ class QueuedContent:
                 self._written[agent.id] = {
                     q.client_message_id: q for q in queue if q.client_message_id in contents
                 }
-            # else: rows the record does not name: the agent's rows are replaced at its next put
+            else:  # rows the record does not name
+                self._suspect.add(agent.id)
             joined.append(replace(agent, queued_prompts=queue) if queue else agent)
         return joined
 
