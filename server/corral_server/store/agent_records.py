@@ -25,7 +25,7 @@ from corral_server.domain.agent import Agent
 from corral_server.records.store import BadRecord, LoadedAgents
 from corral_server.store.database import Database
 from corral_server.store.keyed import KeyedRecords, KeyedWrite
-from corral_server.store.queued_prompts import QueuedContent
+from corral_server.store.queued_prompts import QueuedContent, Written
 
 if TYPE_CHECKING:
     from corral_server.records.store import AgentRecords
@@ -42,7 +42,7 @@ class SqliteAgentRecords:
         self._decode = decode
         self._prompts = QueuedContent()
         self._records = KeyedRecords(
-            database, encode, partial(_write, self._prompts), self._prompts.forget
+            database, encode, partial(_write, self._prompts), self._prompts.committed
         )
 
     @classmethod
@@ -77,9 +77,9 @@ _UPSERT = (
 
 def _write(
     prompts: QueuedContent, writes: list[KeyedWrite[Agent]], conn: sqlite3.Connection
-) -> None:
+) -> Written:
     """In the writer thread: one row write per agent (the queue coalesced the rest), and the
-    queued prompts' content it holds."""
+    queued prompts' content it holds; what the queued-prompt table holds once committed."""
     upserts = [
         (w.key, w.record, w.value.updated_at_ms, w.order) for w in writes if w.value is not None
     ]
@@ -88,11 +88,10 @@ def _write(
         conn.executemany(_UPSERT, upserts)
     if deletes:
         conn.executemany("DELETE FROM agents WHERE agent_id = ?", deletes)
-    for w in writes:
-        if w.value is None:
-            prompts.delete(conn, w.key)
-        else:
-            prompts.sync(conn, w.value)
+    return {
+        w.key: prompts.delete(conn, w.key) if w.value is None else prompts.sync(conn, w.value)
+        for w in writes
+    }
 
 
 def _load(decode: Decode, prompts: QueuedContent, conn: sqlite3.Connection) -> LoadedAgents:

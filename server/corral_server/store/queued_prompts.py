@@ -5,15 +5,17 @@ shows); the content lives here, one row per content part, written when the promp
 appears in a record and deleted when a record no longer holds it. Before, every rewrite of an
 agent's record (every change of its state) stored every queued prompt again.
 
-`QueuedContent` runs in the database's threads only: `sync` in the writer thread, inside the
-record write's transaction (so a record and its prompts commit together), and `load` in the
-reader thread at start-up, before any write. What it knows is written (`_written`: agent ->
-client_message_id -> the very QueuedPrompt object stored) lets a write of an agent whose queue
-did not change cost no SQL at all. A prompt taken out and queued again under the same
+`QueuedContent` knows what the table holds (`_written`: agent -> client_message_id -> the very
+QueuedPrompt object stored), so a write of an agent whose queue did not change costs no SQL.
+`sync` runs in the writer thread, inside the record write's transaction (a record and its
+prompts commit together), and only returns what the table holds once that transaction commits;
+`committed` takes it in on the loop, after the commit and before the next write runs. So a
+transaction rolled back (a failed commit, or a batch re-run one job at a time to find the
+culprit) changes nothing known. A prompt taken out and queued again under the same
 client_message_id before a commit is another object, so it is written again. An agent neither
-written nor loaded is new: it has no rows. An agent whose rows are in doubt (`_suspect`: known
-before a failed commit rolled back what it wrote, see `forget`, or loaded with rows its record
-does not name) has its rows replaced whole at its next write.
+written nor loaded is new: it has no rows. One loaded with rows its record does not name
+(`_suspect`) has its rows replaced whole at its next write. `load` runs in the reader thread at
+start-up, before any write.
 
 Must not: import protobuf or grpc, or run on the loop.
 """
@@ -38,24 +40,28 @@ _DELETE_ONE = "DELETE FROM queued_prompts WHERE agent_id = ? AND client_message_
 _DELETE_ALL = "DELETE FROM queued_prompts WHERE agent_id = ?"
 
 
+# What one transaction leaves in the table: agent -> its stored prompts (empty: none).
+Written = dict[str, dict[str, QueuedPrompt]]
+
+
 class QueuedContent:
     def __init__(self) -> None:
-        self._written: dict[str, dict[str, QueuedPrompt]] = {}
+        self._written: Written = {}
         self._suspect: set[str] = set()
 
-    def forget(self) -> None:
-        """A commit failed: what it wrote was rolled back, so no agent's rows are known."""
-        self._suspect.update(self._written)
-        self._written.clear()
+    def committed(self, written: Written) -> None:
+        """On the loop: a transaction holding these writes committed."""
+        self._written.update(written)
+        self._suspect.difference_update(written)
 
-    def sync(self, conn: sqlite3.Connection, agent: Agent) -> None:
-        """In the writer thread: make the table hold exactly `agent`'s queued prompts."""
+    def sync(self, conn: sqlite3.Connection, agent: Agent) -> dict[str, QueuedPrompt]:
+        """In the writer thread: make the table hold exactly `agent`'s queued prompts; what
+        it then holds (for `committed`)."""
         wanted = {q.client_message_id: q for q in agent.queued_prompts if q.content}
         written = self._written.get(agent.id)
         if written is None:
             if agent.id in self._suspect:
                 conn.execute(_DELETE_ALL, (agent.id,))
-                self._suspect.discard(agent.id)
             written = {}
         for cm_id, stored in written.items():
             if wanted.get(cm_id) is not stored:
@@ -63,12 +69,11 @@ class QueuedContent:
         for cm_id, prompt in wanted.items():
             if written.get(cm_id) is not prompt:
                 conn.executemany(_INSERT, _rows(agent.id, cm_id, prompt.content))
-        self._written[agent.id] = wanted
+        return wanted
 
-    def delete(self, conn: sqlite3.Connection, agent_id: str) -> None:
+    def delete(self, conn: sqlite3.Connection, agent_id: str) -> dict[str, QueuedPrompt]:
         conn.execute(_DELETE_ALL, (agent_id,))
-        self._suspect.discard(agent_id)
-        self._written[agent_id] = {}
+        return {}
 
     def load(self, conn: sqlite3.Connection, agents: Sequence[Agent]) -> list[Agent]:
         """In the reader thread: `agents` with their queued prompts' content joined."""

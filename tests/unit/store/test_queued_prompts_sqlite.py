@@ -1,11 +1,13 @@
 """Queued prompts' content in SQLite (store/queued_prompts.py): stored once beside the agent
 record, which keeps only their summaries; joined back at load; rewritten when a prompt is
-queued again under the same id; and still stored after a failed commit rolled it back."""
+queued again under the same id; still stored after a failed commit rolled it back, or after
+its batch was rolled back for another job's fault and re-run alone."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,3 +157,38 @@ async def test_a_queue_stored_whole_in_an_older_record_moves_to_the_table(tmp_pa
         await database.close()
     assert stored(state)[2] == ["cm-1"]
     assert (await reopened(state)).queued_prompts[0].content == (TextPart(LONG),)
+
+
+async def test_a_queue_in_a_batch_rolled_back_for_another_job_is_stored_by_its_rerun(
+    tmp_path: Path,
+) -> None:
+    """The database re-runs a failed batch one job per transaction: the queue's write runs
+    twice, and the second run must not take the first (rolled back) for done."""
+    state = tmp_path / "state"
+    agent = sample_agent("a", queued_prompts=(queued("cm-1", LONG),))
+    database = await Database.open(state)
+    try:
+        records = await SqliteAgentRecords.open(database, AgentCodec.encode, AgentCodec.decode)
+        loop = asyncio.get_running_loop()
+        entered: asyncio.Future[None] = loop.create_future()
+        gate = threading.Event()
+
+        def hold(_: object) -> None:
+            loop.call_soon_threadsafe(entered.set_result, None)
+            gate.wait(10)
+
+        database.submit(hold, lambda _: None, lambda _: None)
+        await entered  # the writer is busy: the next jobs wait for it, as one batch
+        put = records.put(agent)
+        await asyncio.sleep(0)  # the records' job is submitted
+        culprit = asyncio.ensure_future(
+            database.write(lambda conn: conn.execute("INSERT INTO nowhere VALUES (1)"))
+        )
+        await asyncio.sleep(0)  # submitted too, behind the records' job
+        gate.set()
+        await put
+        with pytest.raises(StoreWriteFailed):
+            await culprit
+    finally:
+        await database.close()
+    assert (await reopened(state)).queued_prompts == agent.queued_prompts
