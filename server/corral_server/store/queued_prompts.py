@@ -17,7 +17,7 @@ written nor loaded is new: it has no rows. One loaded with rows its record does 
 (`_suspect`) has its rows replaced whole at its next write. `load` runs in the reader thread at
 start-up, before any write.
 
-Must not: import protobuf or grpc, or run on the loop.
+Must not: import protobuf or grpc, or run SQLite on the loop.
 """
 
 from __future__ import annotations
