@@ -24,9 +24,10 @@ TOO_MANY_PERMISSIONS = "TOO_MANY_PERMISSIONS"
 # with every text field at its bound stay far below a client's 4 MiB message limit.
 MAX_INPUT_BYTES = 1 << 20
 PREVIEW_INPUT_BYTES = 4 << 10
-MAX_NAME_BYTES = 1_024  # name, kind, and each action's label and kind
+MAX_NAME_BYTES = 1_024  # name and kind
 MAX_TITLE_BYTES = 4_096
-MAX_ACTIONS = 16
+MAX_ACTIONS = 16  # real providers offer 2 to 4
+MAX_ACTION_BYTES = 256  # each action's label and kind
 
 
 def admitted(permission: PendingPermission, turn_id: str) -> PendingPermission:
@@ -47,7 +48,12 @@ def admitted(permission: PendingPermission, turn_id: str) -> PendingPermission:
         title=t(permission.title, MAX_TITLE_BYTES),
         input=cut_object(given, MAX_INPUT_BYTES) if size > MAX_INPUT_BYTES else given,
         actions=tuple(
-            replace(a, id=sanitize_text(a.id), label=t(a.label), kind=t(a.kind))
+            replace(
+                a,
+                id=sanitize_text(a.id),
+                label=t(a.label, MAX_ACTION_BYTES),
+                kind=t(a.kind, MAX_ACTION_BYTES),
+            )
             for a in permission.actions[:MAX_ACTIONS]
         ),
         turn_id=turn_id,
