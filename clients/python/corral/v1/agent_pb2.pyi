@@ -102,9 +102,15 @@ class Agent(_message.Message):
     @_builtins.property
     def attention(self) -> Global___Attention: ...
     @_builtins.property
-    def pending_permissions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingPermission]: ...
+    def pending_permissions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingPermission]:
+        """Each request with its input clipped (`input_clipped`); TurnService.GetPendingPermission
+        answers one in full.
+        """
+
     @_builtins.property
-    def queued_prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPrompt]: ...
+    def queued_prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPrompt]:
+        """Summaries, in the order they will run; TurnService.GetQueuedPrompt answers one whole."""
+
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
