@@ -36,9 +36,12 @@ class JsonCodec:
     def decode(self, data: bytes, message_type: type[Message]) -> Message:
         message = message_type()
         try:
+            text = data.decode() or "{}"
+            if not text.lstrip().startswith("{"):
+                raise BodyError("a JSON request is an object ({...})")
             # Unknown fields are ignored, as Connect's own servers do: a newer client may send
             # fields this daemon does not know yet.
-            json_format.Parse(data.decode() or "{}", message, ignore_unknown_fields=True)
+            json_format.Parse(text, message, ignore_unknown_fields=True)
         except (json_format.ParseError, UnicodeDecodeError, RecursionError) as exc:
             raise BodyError(str(exc) or type(exc).__name__) from None
         return message
