@@ -147,7 +147,7 @@ class WebApp:
         if cap:
             await out.finish(WebCallError.of(TooManyCalls(cap)).status)
             return
-        record = OpenCall(client, digest, None)
+        record = OpenCall(client, digest)
         key = self.calls.add(record)
         try:
             await self._run(scope, receive, method, protocol, out, headers, record)
@@ -182,9 +182,12 @@ class WebApp:
         try:
             await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            gone = watch.done()
             work.cancel()
             watch.cancel()
             await asyncio.gather(work, watch, return_exceptions=True)
+        if record.cut_status is not None and not gone:
+            await out.finish(record.cut_status)
 
 
 def _metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
