@@ -201,3 +201,19 @@ async def test_a_stream_past_its_deadline_ends_with_deadline_exceeded(
             pass
     error = stream.error()
     assert error is not None and error.code in ("deadline_exceeded", "4")
+
+
+async def test_a_compressed_request_is_unimplemented_and_not_decoded(
+    http: httpx.AsyncClient, tmp_path: Any, unchanged: None
+) -> None:
+    body = create_request(str(tmp_path)).SerializeToString()
+    answer = await http.post(CREATE, content=body, headers={**PROTO, "content-encoding": "gzip"})
+    error = _error(answer, 501)
+    assert error.code == "unimplemented" and "identity" in error.message
+    arguments = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
+    arguments["headers"]["connect-content-encoding"] = "gzip"
+    async with http.stream(**arguments) as response:
+        stream = Stream(response, event_pb.SubscribeResponse, json_codec=False)
+        assert await stream.read() is None
+    refused = stream.error()
+    assert refused is not None and refused.code == "unimplemented"

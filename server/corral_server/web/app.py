@@ -135,6 +135,11 @@ class WebApp:
         if protocol.kind != "grpc-web" and version not in (None, "1"):
             await out.finish(_invalid(f"connect-protocol-version {version!r} is not 1"))
             return
+        encoding = _compression(headers, protocol)
+        if encoding:
+            text = f"{encoding!r} compressed requests are not accepted (send identity)"
+            await out.finish(WebStatus(grpc.StatusCode.UNIMPLEMENTED, text))
+            return
         refused, digest = self.access.authenticate(authorization)
         if refused is not None:
             await out.finish(refused)
@@ -188,6 +193,20 @@ class WebApp:
             await asyncio.gather(work, watch, return_exceptions=True)
         if record.cut_status is not None and not gone:
             await out.finish(record.cut_status)
+
+
+# The header naming a request's compression, by protocol.
+_ENCODING_HEADER = {
+    "connect": "content-encoding",
+    "connect-stream": "connect-content-encoding",
+    "grpc-web": "grpc-encoding",
+}
+
+
+def _compression(headers: dict[str, str], protocol: Protocol) -> str:
+    """The request's compression when it is not identity (refused), or ""."""
+    encoding = headers.get(_ENCODING_HEADER[protocol.kind], "identity").strip().lower()
+    return "" if encoding == "identity" else encoding
 
 
 def _metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -76,5 +76,6 @@ class WebEndpoint:
         log.info("web (Connect, gRPC-Web, dashboard) on %s", self.url)
         return self.port
 
-    async def stop(self) -> None:
-        await self._server.stop()
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop; open exchanges get `grace_s` to end (streams have ended by then in a drain)."""
+        await self._server.stop(grace_s)
