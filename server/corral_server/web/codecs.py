@@ -38,15 +38,25 @@ class ProtoCodec:
 # A batch is a serialized message whose only field is `repeated Event events = 1`
 # (SubscribeResponse): frames of tag 0x0a, a varint length, and the Event's bytes.
 _EVENTS_TAG = 0x0A
-EVENT_JSON_ENTRIES = 8_192  # printed events kept; the hub's frames are a few hundred bytes
+# Printed events kept, at most so many and so many bytes (frame plus text): a live stream's
+# frames are a few hundred bytes, but one row may be a megabyte.
+EVENT_JSON_ENTRIES = 8_192
+EVENT_JSON_BYTES = 16 * 1024 * 1024
 
 
 class EventJson:
     """Each framed event printed once: an LRU of event bytes -> JSON text."""
 
-    def __init__(self, event_type: type[Message], entries: int = EVENT_JSON_ENTRIES) -> None:
+    def __init__(
+        self,
+        event_type: type[Message],
+        entries: int = EVENT_JSON_ENTRIES,
+        max_bytes: int = EVENT_JSON_BYTES,
+    ) -> None:
         self._event_type = event_type
         self._entries = entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._printed: OrderedDict[bytes, str] = OrderedDict()
 
     def batch(self, data: bytes) -> bytes | None:
@@ -73,8 +83,10 @@ class EventJson:
             json_format.MessageToDict(message), separators=(",", ":"), ensure_ascii=False
         )
         self._printed[frame] = text
-        if len(self._printed) > self._entries:
-            self._printed.popitem(last=False)
+        self._bytes += len(frame) + len(text)
+        while len(self._printed) > self._entries or self._bytes > self._max_bytes:
+            old_frame, old_text = self._printed.popitem(last=False)
+            self._bytes -= len(old_frame) + len(old_text)
         return text
 
 

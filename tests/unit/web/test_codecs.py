@@ -63,6 +63,11 @@ def test_the_printed_event_cache_is_bounded() -> None:
         frame = event_pb.Event(revision=revision + 1).SerializeToString()
         printer.batch(b"\x0a" + bytes([len(frame)]) + frame)
     assert len(printer._printed) == 4
+    by_bytes = EventJson(event_pb.Event, max_bytes=100)
+    for revision in range(10):
+        frame = event_pb.Event(revision=revision + 1).SerializeToString()
+        by_bytes.batch(b"\x0a" + bytes([len(frame)]) + frame)
+    assert sum(len(f) + len(t) for f, t in by_bytes._printed.items()) <= 100
 
 
 def test_binary_passes_pre_encoded_bytes_through() -> None:
