@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 from pathlib import Path
 
 import httpx2 as httpx
@@ -80,3 +81,12 @@ def test_a_standby_binds_its_web_port_when_it_takes_over(tmp_path: Path) -> None
     finally:
         serving.stop()
         standby.stop()
+
+
+def test_a_taken_web_port_stops_the_start_up_naming_it(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        daemon = DaemonProcess(tmp_path / "state", "--web-listen", f"127.0.0.1:{port}")
+        code, out, err = daemon.start(expect_ready=False).wait()
+    assert code == 1 and f"127.0.0.1:{port} (--web-listen)" in err
+    assert "listening" not in out

@@ -72,7 +72,12 @@ class WebEndpoint:
         return f"{scheme}://{host}:{self.port}/"
 
     def start(self) -> int:
-        self.port = self._server.start(self.settings.listen)
+        """Bind and serve; the bound port. OSError naming the address when it cannot bind."""
+        try:
+            self.port = self._server.start(self.settings.listen)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise OSError(f"cannot listen on {self.settings.listen} (--web-listen): {why}") from exc
         log.info("web (Connect, gRPC-Web, dashboard) on %s", self.url)
         return self.port
 
