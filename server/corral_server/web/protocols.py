@@ -115,6 +115,7 @@ class Responder:
         self.protocol = protocol
         self._send = send
         self._headers = headers
+        self.finished = False  # the call's end was written: nothing may follow it
 
     async def start(self, status: int, content_type: str) -> None:
         headers = [(b"content-type", content_type.encode()), *self._headers]
@@ -127,6 +128,12 @@ class Responder:
         raise NotImplementedError
 
     async def finish(self, status: WebStatus | None) -> None:
+        """Write the call's end, once (a cut racing the call's own end writes nothing)."""
+        if not self.finished:
+            self.finished = True
+            await self._finish(status)
+
+    async def _finish(self, status: WebStatus | None) -> None:
         raise NotImplementedError
 
 
@@ -140,7 +147,7 @@ class ConnectUnary(Responder):
     async def message(self, data: bytes) -> None:
         self._answer = data
 
-    async def finish(self, status: WebStatus | None) -> None:
+    async def _finish(self, status: WebStatus | None) -> None:
         if status is None:
             await self.start(200, self.protocol.content_type)
             await self.body(self._answer, more=False)
@@ -175,5 +182,5 @@ class Streamed(Responder):
     async def message(self, data: bytes) -> None:
         await self._write(framing.envelope(0, data), more=True)
 
-    async def finish(self, status: WebStatus | None) -> None:
+    async def _finish(self, status: WebStatus | None) -> None:
         await self._write(self._end(status), more=False)
