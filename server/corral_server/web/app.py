@@ -40,6 +40,9 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 RPC_PREFIX = "/corral.v1."
+# A request body must have arrived within this (wall clock): a client trickling bytes would
+# otherwise hold one of its call slots for ever.
+BODY_TIMEOUT_S = 30.0
 
 
 class TooManyCalls(ResourceExhausted):
@@ -88,6 +91,7 @@ class WebApp:
         self.calls = calls
         self._static = static
         self._max_request_bytes = max_request_bytes
+        self.body_timeout_s = BODY_TIMEOUT_S
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -173,10 +177,15 @@ class WebApp:
         limit = body_limit(protocol, self._max_request_bytes)
         try:
             size = int(declared) if declared is not None and declared.isdigit() else None
-            body = await read_body(receive, size, limit)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await read_body(receive, size, limit)
             request = decode_request(body, protocol, method)
             context = WebContext(_metadata(headers), _peer(scope), deadline(headers, protocol))
         except ClientGone:
+            return
+        except TimeoutError:
+            text = f"the request body did not arrive within {self.body_timeout_s:g} s"
+            await out.finish(WebStatus(grpc.StatusCode.DEADLINE_EXCEEDED, text))
             return
         except WebCallError as refused:
             await out.finish(refused.status)
@@ -225,8 +234,9 @@ def _invalid(message: str) -> WebStatus:
 async def _unimplemented(out: Responder, path: str) -> None:
     status = WebStatus(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path.lstrip('/')}")
     if out.protocol.kind == "connect":  # the protocol answers an unknown route with 404
-        await out.start(404, "application/json")
-        await out.body(json.dumps(connect_error(status)).encode(), more=False)
+        error = json.dumps(connect_error(status)).encode()
+        await out.start(404, "application/json", len(error))
+        await out.body(error, more=False)
         return
     await out.finish(status)
 
