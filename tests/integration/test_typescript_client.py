@@ -1,6 +1,7 @@
 """The TypeScript client (clients/typescript: the stubs protoc-gen-es generates, driven by
-@connectrpc/connect-node) against the real daemon: a Node subscriber through the gRPC
-transport receives exactly the events the generated Python client receives, over a scenario
+@connectrpc/connect-node) against the real daemon: Node subscribers through the gRPC transport
+(the gRPC port, HTTP/2) and through the Connect transport (the web port, HTTP/1.1, binary and
+JSON) receive exactly the events the generated Python client receives, over a scenario
 that interleaves two agents' turns, a tool call, a permission, a rewind and a reload (each a new
 epoch) and hostile text. Node prints each Event as base64 of its binary encoding; the test
 decodes them into corral.v1 messages and compares them with Python's (protobuf equality).
@@ -17,6 +18,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ def node() -> str:
 
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonThread]:
-    thread = DaemonThread(conftest.test_config()).start()
+    config = replace(conftest.test_config(), web_listen="127.0.0.1:0")
+    thread = DaemonThread(config).start()
     yield thread
     thread.stop()
 
@@ -158,9 +161,16 @@ class NodeSubscriber:
         pytest.fail(f"node ({self.name}) {message}; exit {self.proc.returncode}: {err.decode()}")
 
 
-def subscribers(node: str, daemon: DaemonThread) -> list[tuple[str, ...]]:
-    """(url, args...) of each Node subscriber to compare with Python."""
-    return [(f"http://{daemon.address}", "--transport", "grpc")]
+def subscribers(daemon: DaemonThread) -> list[tuple[str, ...]]:
+    """(url, args...) of each Node subscriber to compare with Python: gRPC on the gRPC port,
+    and the Connect protocol on the web port, binary and JSON."""
+    assert daemon.daemon is not None
+    web = f"http://127.0.0.1:{daemon.daemon.web_port}"
+    return [
+        (f"http://{daemon.address}", "--transport", "grpc"),
+        (web, "--transport", "connect"),
+        (web, "--transport", "connect", "--json"),
+    ]
 
 
 def synced(event: Event) -> bool:
@@ -254,7 +264,7 @@ async def test_node_subscribers_receive_exactly_the_events_the_python_client_rec
     await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=ready.id))
 
     py = PySubscriber(stubs, event_pb.SubscribeRequest())
-    nodes = [await NodeSubscriber.start(node, *spec) for spec in subscribers(node, daemon)]
+    nodes = [await NodeSubscriber.start(node, *spec) for spec in subscribers(daemon)]
     try:
         await py.until(synced)
         for sub in nodes:
@@ -290,9 +300,9 @@ async def test_node_subscribers_resumed_from_a_revision_replay_exactly_what_pyth
         "--resume-revision", str(mark.synced.revision),
         "--resume-incarnation", mark.synced.incarnation, "--max-events", str(len(live)),
     ]  # fmt: skip
-    nodes = [await NodeSubscriber.start(node, *spec, *resume) for spec in subscribers(node, daemon)]
+    nodes = [await NodeSubscriber.start(node, *spec, *resume) for spec in subscribers(daemon)]
     try:
-        results = [await sub.run_to_exit() for sub in nodes]
+        results = await asyncio.gather(*(sub.run_to_exit() for sub in nodes))
     finally:
         for sub in nodes:
             await sub.kill()
@@ -304,14 +314,16 @@ async def test_node_subscribers_resumed_from_a_revision_replay_exactly_what_pyth
 async def test_a_rejected_subscription_fails_with_its_status_and_exit_1(
     node: str, daemon: DaemonThread
 ) -> None:
-    for spec in subscribers(node, daemon):
-        sub = await NodeSubscriber.start(node, *spec, "--agent", "a", "--agent", "a")
-        try:
-            code, err = await sub.run_to_exit()
-        finally:
+    bad = ("--agent", "a", "--agent", "a")
+    nodes = [await NodeSubscriber.start(node, *spec, *bad) for spec in subscribers(daemon)]
+    try:
+        results = await asyncio.gather(*(sub.run_to_exit() for sub in nodes))
+    finally:
+        for sub in nodes:
             await sub.kill()
-        assert (code, sub.seen) == (1, [])
-        assert err.startswith("Subscribe failed: InvalidArgument: "), err
+    for sub, (code, err) in zip(nodes, results, strict=True):
+        assert (code, sub.seen) == (1, []), sub.name
+        assert err.startswith("Subscribe failed: InvalidArgument: "), (sub.name, err)
 
 
 async def test_the_readme_example_type_checks_and_streams_a_turn(
