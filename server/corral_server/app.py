@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -154,6 +154,8 @@ class Config:
     web_allow_origins: tuple[str, ...] = ()
     web_max_calls_per_client: int = 64
     web_max_calls: int = 1_024
+    # The dashboard's files (None: the package's web/static/).
+    web_static_dir: Path | None = None
 
 
 class Daemon:
@@ -380,6 +382,8 @@ class Daemon:
             config.web_max_calls,
             tls,
         )
+        if config.web_static_dir is not None:
+            settings = replace(settings, static_dir=config.web_static_dir)
         descriptors = {name: _service_descriptor(name) for name in servicers}
         by_descriptor = {descriptors[name]: servicer for name, servicer in servicers.items()}
         self.web = WebEndpoint(settings, by_descriptor, self.tokens)
@@ -440,8 +444,9 @@ class Daemon:
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
         if self.web is not None:  # its streams ended with the hub's (step 4)
+            left = max(0.1, deadline - loop.time())
             try:
-                await asyncio.wait_for(self.web.stop(), max(0.1, deadline - loop.time()))
+                await asyncio.wait_for(self.web.stop(left * 0.9), left)
             except TimeoutError:
                 log.warning("the web port did not stop within the %.1fs grace", grace_s)
             self.web = None

@@ -14,6 +14,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral_server.rpc.auth import TOKEN_INVALID, unauthenticated
+from corral_server.web.context import WebStatus
+
 # Defaults of `Config.web_max_calls_per_client` and `web_max_calls`: a dashboard holds one
 # Subscribe and a few short calls; 64 covers several people's tabs behind one address.
 MAX_CALLS_PER_CLIENT = 64
@@ -25,7 +28,9 @@ class OpenCall:
     client: str
     # sha256 of the presented bearer token (never the token itself), or None without tokens.
     token_digest: bytes | None
-    task: asyncio.Task[object] | None
+    task: asyncio.Task[None] | None = None
+    # Set by `cut`: the status the cut call ends with.
+    cut_status: WebStatus | None = None
 
 
 def token_digest(token: bytes) -> bytes:
@@ -64,14 +69,19 @@ class OpenCalls:
         if self._by_client[call.client] <= 0:
             del self._by_client[call.client]
 
-    def cut(self, still_valid: Callable[[bytes], bool]) -> int:
-        """Cancel every open call whose token digest `still_valid` rejects (a reloaded token
-        file that dropped it); the number cut. Calls without a token are left alone."""
+    def cut(self, still_valid: Callable[[bytes], bool], status: WebStatus | None = None) -> int:
+        """End every open call whose token digest `still_valid` rejects (a reloaded token
+        file that dropped it) with `status` (default UNAUTHENTICATED, TOKEN_INVALID); the
+        number cut. Calls without a token are left alone."""
+        if status is None:
+            refusal = unauthenticated(TOKEN_INVALID)
+            status = WebStatus.from_grpc(refusal.code, refusal.details, refusal.trailing_metadata)
         cut = 0
         for call in list(self._open.values()):
             if call.token_digest is None or still_valid(call.token_digest):
                 continue
             if call.task is not None and not call.task.done():
+                call.cut_status = status
                 call.task.cancel()
                 cut += 1
         return cut
