@@ -148,6 +148,8 @@ async def refuse(context: grpc.aio.ServicerContext[Any, Any], error: errors.Corr
     try:
         await context.abort(status.code, status.details, status.trailing_metadata)
     except grpc.aio.AbortError as aborted:
+        if type(aborted) is not grpc.aio.AbortError:
+            raise  # another edge's context (web/): its caller answers from the exception
         aborted.__traceback__ = None
 
 
