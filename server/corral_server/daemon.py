@@ -332,7 +332,7 @@ async def serve(args: argparse.Namespace) -> int:
     )
     try:
         daemon = Daemon(config)
-    except (TokenFileError, TlsFileError) as exc:
+    except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
         log.error("cannot start: %s", exc)
         lock.close()
         return 2

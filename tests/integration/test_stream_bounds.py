@@ -17,7 +17,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from tests.support.client import Stubs, create_request, error_details, text
-from tests.support.daemon import DaemonThread
+from tests.support.daemon import DaemonProcess, DaemonThread
 from tests.support.raw_h2 import NeverReadingClient
 
 LOCAL_POOL = [("grpc.use_local_subchannel_pool", 1)]
@@ -163,3 +163,13 @@ def reader_head(reader: Any) -> int:
                 assert revisions == list(range(revisions[0], revisions[0] + len(revisions)))
                 return revisions[-1]
     raise AssertionError("the reader's stream ended before the turn completed")
+
+
+@pytest.mark.parametrize(
+    "flag", ["--max-connections", "--max-streams", "--streams-total-bytes", "--stream-stall-s"]
+)
+def test_a_bound_that_is_not_positive_stops_the_start_clearly(tmp_path: Any, flag: str) -> None:
+    proc = DaemonProcess(tmp_path / "state", flag, "0").start(expect_ready=False)
+    code, _, err = proc.wait()
+    assert code == 2
+    assert "cannot start" in err and "must be positive" in err
