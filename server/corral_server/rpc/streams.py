@@ -196,6 +196,7 @@ class StreamBook:
             if not granted:
                 return False
             stream.since_ms = self._clock.now_ms()
+            self._watch(stream)  # a sweep may have run between the grant and now
         stream.pending = size
         return True
 
