@@ -392,7 +392,8 @@ class Daemon:
     def _serve_metrics(self, listen: str) -> int:  # on the loop: the collector needs it
         """Prometheus metrics over HTTP on `listen` (a thread of prometheus-client's)."""
         host, _, port = listen.rpartition(":")
-        registry = registry_for(self.manager, self.hub, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        registry = registry_for(self.manager, self.hub, loop, self.database)
         server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
         self._metrics_server = server
         bound: int = server.server_port
