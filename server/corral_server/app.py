@@ -44,7 +44,8 @@ from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
-from corral_server.rpc.auth import BearerTokens, TokenFile
+from corral_server.rpc.auth import TokenFile
+from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import event_service_handler
 from corral_server.rpc.item_codec import ITEM_CODEC
