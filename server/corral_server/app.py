@@ -30,6 +30,7 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.events import SubagentRunUpdated
+from corral_server.errors import CorralError
 from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
@@ -222,6 +223,14 @@ class Daemon:
     def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
         return () if self.mcp is None else (self.mcp.server_for(agent_id),)
 
+    def _uses_mcp(self, agent_id: str) -> bool:
+        """An agent's MCP token opens the tools while the agent is open (never once closed
+        or archived)."""
+        try:
+            return not self.manager.get(agent_id).is_closed
+        except CorralError:
+            return False
+
     def _run_changed(self, event: SubagentRunUpdated) -> None:
         self.hub.publish(event)
         self.run_waiters.notify(event)
@@ -321,8 +330,9 @@ class Daemon:
             from corral_server.mcp.server import McpEndpoint
 
             tools = SubagentTools(self.subagents, self.manager, self.run_waiters)
-            self.mcp = McpEndpoint(tools, self.config.mcp_listen)
+            self.mcp = McpEndpoint(tools, self.config.mcp_listen, admits=self._uses_mcp)
             await self.mcp.start()
+            self.manager.on_closed = self.mcp.agent_closed  # its sessions end with the agent
         if self.config.metrics_listen:
             self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
