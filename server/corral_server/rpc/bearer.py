@@ -5,9 +5,11 @@ behaviour runs under the `OpenCall` of the token that let it in.
 A revocation cancels the call's task (grpc.aio runs each call in a task of its own, and cancels
 that same task when a client hangs up, so every servicer already unwinds cleanly from it); the
 wrapper turns that cancellation into UNAUTHENTICATED / TOKEN_REVOKED. A streaming response is
-written here with `context.write` instead of being yielded to grpc, so the cancellation lands
-in our code wherever the call waits (in the servicer, or on a client that does not read), and
-nothing is written once the token is revoked even by a servicer that swallowed it.
+written here with `context.write` instead of being yielded to grpc, so the wrapper knows when
+a write is under way: grpc core takes no status while a message send is pending, so a call
+revoked mid-write is not cancelled but stopped as soon as that write completes (a client that
+never reads then gets nothing more, and its connection's keepalive ends it). Nothing is written
+once the token is revoked, even by a servicer that swallowed the cancellation.
 
 Must not: keep the token itself (the registry keys calls by digest), or leave a call in the
 registry after it ends.
@@ -37,12 +39,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
-
-
-# A revocation that finds a message being written waits this long (loop time) for the write
-# to finish: grpc core takes no status while a send is pending, and a client that reads gets
-# the status right after. A client that does not read is then cut without a status.
-WRITE_GRACE_S = 5.0
 
 
 def revocable(
@@ -77,7 +73,7 @@ def revocable(
 
 class _RevocableCall:
     """One call let in by a token: its behaviour runs under the token's `OpenCall`, and a
-    revocation cancels its task (at once, or when the message being written has gone)."""
+    revocation cancels its task, or, during a write, stops the stream once it is written."""
 
     def __init__(self, tokens: TokenFile, context: Context) -> None:
         task = asyncio.current_task()
@@ -85,9 +81,9 @@ class _RevocableCall:
         self._task = task
         self._tokens = tokens
         self._context = context
+        # True while a message is being written: grpc core takes no status until that send
+        # completes, so a revocation then waits for it (the stream stops right after).
         self._writing = False
-        self._cut_mid_write = False
-        self._grace: asyncio.TimerHandle | None = None
 
     async def answer(self, behaviour: Any, request: Any, token: bytes) -> Any:
         return await self._under(token, lambda _: behaviour(request, self._context))
@@ -116,8 +112,8 @@ class _RevocableCall:
                 try:
                     result = await work(call)
                 except asyncio.CancelledError:
-                    if not call.revoked.is_set() or self._cut_mid_write:
-                        raise  # the client went away, the server stops, or no status fits
+                    if not call.revoked.is_set():
+                        raise  # the client went away, or the server is stopping
                 else:
                     if not call.revoked.is_set():
                         return result
@@ -133,21 +129,10 @@ class _RevocableCall:
             await self._context.write(message)
         finally:
             self._writing = False
-            if self._grace is not None:
-                self._grace.cancel()
-                self._grace = None
 
     def _cut(self) -> None:
         if not self._writing:
             self._task.cancel()
-            return
-        loop = self._task.get_loop()
-        self._grace = loop.call_later(WRITE_GRACE_S, self._cut_now)
-
-    def _cut_now(self) -> None:
-        self._grace = None
-        self._cut_mid_write = True
-        self._task.cancel()
 
 
 def _ignore_body(_: bytes) -> None:
