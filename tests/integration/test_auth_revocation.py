@@ -3,8 +3,8 @@ reloaded ends every call still open with it (Subscribe, StreamTurn, WaitForIdle)
 UNAUTHENTICATED / TOKEN_REVOKED at the reload, and nothing that happens after the reload reaches
 them; another token's streams go on, and finished calls leave nothing in the registry.
 
-In-process (FakeClock: a `/sleep` turn stays open until the test moves the clock); the last test
-is a `corral serve` process revoked by SIGHUP.
+In-process (FakeClock: a `/sleep` turn stays open until the test moves the clock); one test is a
+`corral serve` process revoked by SIGHUP, and the web port's streams end the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import grpc
+import httpx2
 import pytest
 
 from corral.v1 import event_service_pb2 as event_pb
@@ -23,6 +24,7 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details, text
 from tests.support.daemon import DaemonProcess, DaemonThread
+from tests.support.web import Stream, stream_request
 
 KEPT, DROPPED = "kept-token-0123456789", "dropped-token-abcdefgh"
 TURN_MS = 60_000
@@ -200,3 +202,35 @@ def test_sighup_that_drops_a_token_ends_a_served_daemons_subscribe(tmp_path: Pat
             )
     finally:
         proc.stop()
+
+
+async def test_a_revoked_token_ends_its_web_streams_too(tmp_path: Path, token_file: Path) -> None:
+    config = replace(conftest.test_config(), auth_token_file=token_file, web_listen="127.0.0.1:0")
+    daemon = DaemonThread(config).start()
+    try:
+        assert daemon.daemon is not None
+        base = f"http://127.0.0.1:{daemon.daemon.web_port}"
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as http:
+            dropped = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
+            dropped["headers"].update(dict(bearer(DROPPED)))
+            kept = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
+            kept["headers"].update(dict(bearer(KEPT)))
+            async with http.stream(**dropped) as one, http.stream(**kept) as other:
+                cut = Stream(one, event_pb.SubscribeResponse, json_codec=False)
+                going = Stream(other, event_pb.SubscribeResponse, json_codec=False)
+                assert (await cut.read()).events[-1].HasField("synced")
+                assert (await going.read()).events[-1].HasField("synced")
+                await revoke(daemon, token_file)
+                assert await cut.read() is None  # ended in-band, with the status
+                error = cut.error()
+                assert error is not None
+                assert (error.code, error.reason) == ("unauthenticated", "TOKEN_REVOKED")
+                async with grpc.aio.insecure_channel(daemon.address) as channel:
+                    later = await create_agent(Stubs.of(channel), tmp_path, KEPT)
+                while True:  # the kept token's stream goes on
+                    reply = await going.read()
+                    assert reply is not None
+                    if any(e.agent_upserted.agent.id == later for e in reply.events):
+                        break
+    finally:
+        daemon.stop()

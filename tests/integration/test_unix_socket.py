@@ -1,6 +1,7 @@
 """`corral serve --listen unix:PATH`, through the wire: the socket is 0600 from the moment it
 is bound, local like loopback (no token asked), reached by the Python client and the CLI
-(--addr and CORRAL_ADDR), refused to another user (uid 65534), removed at the drain; a
+(--addr and CORRAL_ADDR), refused to another user (uid 65534), removed at the drain, with no
+web port opened on loopback beside it; a
 directory others could write into, or a path another daemon already serves, stops the start.
 
 Sockets live in short directories under /tmp (a Unix socket path holds at most 107 bytes).
@@ -80,8 +81,9 @@ def test_a_unix_socket_is_0600_and_serves_the_python_client_and_the_cli(
         assert other.returncode != 0 and "PermissionError" in other.stderr
         assert proc.proc is not None
         proc.proc.send_signal(signal.SIGTERM)
-        code, _, err = proc.wait()
+        code, out, err = proc.wait()
         assert code == 0, err
+        assert "dashboard" not in out  # no web port unless asked for: nothing on loopback
         assert not path.exists()  # the drain removes its socket
     finally:
         proc.stop()

@@ -25,12 +25,15 @@ from corral_server.domain.agent import (
     Errored,
     Idle,
     Initializing,
+    PendingPermission,
     PermissionResponse,
+    QueuedPrompt,
     Running,
 )
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted, TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
+from corral_server.manager import permissions
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_state import ActorDeps, TurnCounts
 from corral_server.manager.deadlines import deadline, within
@@ -499,6 +502,19 @@ class AgentManager:
         actor = self._actor(agent_id)
         check_id("message_id", message_id, self.limits)
         return await actor.call(lambda: actor.rewind(message_id))
+
+    def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
+        """A queued prompt in full (listings show its summary)."""
+        check_id("client_message_id", client_message_id, self.limits)
+        for queued in self.get(agent_id).queued_prompts:
+            if queued.client_message_id == client_message_id:
+                return queued
+        raise errors.QueuedPromptNotFound(agent_id, client_message_id)
+
+    def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
+        """A pending permission request in full (listings clip its input)."""
+        check_id("request_id", request_id, self.limits)
+        return permissions.find(self.get(agent_id), request_id)
 
     async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
         """Remove a queued prompt before it starts."""

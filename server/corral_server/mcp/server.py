@@ -22,15 +22,11 @@ switched off); log tokens.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context, MCPServer
@@ -41,6 +37,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_server import errors
+from corral_server.asgi_server import AsgiServer
 from corral_server.mcp.sessions import AgentRequests
 from corral_server.mcp.tokens import AgentTokens
 from corral_server.mcp.tools import Json, SubagentTools
@@ -206,12 +203,6 @@ async def _refuse(send: Send, why: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class _Uvicorn(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # the daemon's own handlers stay: it drains on SIGTERM
-
-
 class McpEndpoint:
     """The MCP server on `listen` (loopback), and the per-agent entries given to sessions.
     `admits(agent_id)` says whether an agent may use the tools now (the daemon: while it is
@@ -232,8 +223,7 @@ class McpEndpoint:
         self._host = host
         self._port = int(port)
         self.port = 0
-        self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server: AsgiServer | None = None
 
     @property
     def url(self) -> str:
@@ -246,9 +236,6 @@ class McpEndpoint:
     async def start(self) -> int:
         """Bind and serve; the bound port. OSError when the address cannot be bound."""
         bare = self._host.strip("[]")
-        family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-        sock = socket.create_server((bare, self._port), family=family)
-        self.port = sock.getsockname()[1]
         hosts = [f"{self._host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
         security = TransportSecuritySettings(
             allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts]
@@ -257,16 +244,9 @@ class McpEndpoint:
             streamable_http_path=PATH, transport_security=security, host=bare
         )
         self._requests = requests = AgentRequests(app, PATH)
-        config = uvicorn.Config(
-            _AgentAuth(app, requests, self.tokens, self._admits),
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            ws="none",
-            timeout_graceful_shutdown=int(STOP_GRACE_S),
-        )
-        self._server = server = _Uvicorn(config)
-        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="corral-mcp")
+        auth = _AgentAuth(app, requests, self.tokens, self._admits)
+        self._server = AsgiServer(auth, "corral-mcp", STOP_GRACE_S)
+        self.port = self._server.start(f"{self._host}:{self._port}")
         log.info("MCP tools on %s", self.url)
         return self.port
 
@@ -282,10 +262,9 @@ class McpEndpoint:
             self._requests.end(agent_id, user, f"{self._host}:{self.port}")
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
+        if self._server is None:
             return
         if self._requests is not None:
             await self._requests.stop()
-        self._server.should_exit = True
-        await self._task
-        self._server = self._task = None
+        await self._server.stop()
+        self._server = None

@@ -193,6 +193,13 @@ class TokenFile:
         if revoked:
             log.info("revoked %d open call(s) of removed token(s)", revoked)
 
+    def holds(self, digest: bytes) -> bool:
+        """True when `digest` is the digest of one of the tokens (compared with every one)."""
+        found = False
+        for mine in self._digests:
+            found |= hmac.compare_digest(mine, digest)
+        return found
+
     def accepts(self, presented: bytes) -> bool:
         """True when `presented` is one of the tokens; compares against every one of them."""
         wanted = _digest(presented)
