@@ -237,7 +237,7 @@ class Daemon:
         config = self.config
         self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)
         # The directory's lock is ours: agent processes with its tag are a killed daemon's.
-        if reaped := reaping.reap_leftovers(self.daemon_tag):
+        if reaped := reaping.reap_leftovers(self.daemon_tag, state_dir):
             log.warning(
                 "state directory %s: killed %d leftover agent processes", state_dir, len(reaped)
             )

@@ -23,7 +23,7 @@ from typing import IO
 from corral_server import gc_tuning, logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
-from corral_server.providers import registry
+from corral_server.providers import process_tree, registry
 from corral_server.providers.config import ConfigError
 from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFileError
@@ -218,6 +218,7 @@ def reflection_on(choice: str, listen: str) -> bool:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    process_tree.become_subreaper()  # orphans of agents come back to us, not to init
     state_dir: Path = args.state_dir or default_state_dir()
     refusal = access_error(args)
     if refusal:

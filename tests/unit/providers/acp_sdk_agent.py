@@ -14,7 +14,8 @@ send what the SDK never would: a request id shared by both directions). Run as
   "line": N, "limit": N}` or `{"write": PATH, "content": TEXT}` asked of the client
   (fs/read_text_file, fs/write_text_file); the reply is the JSON list of outcomes, each
   `{"content": TEXT}`, `{"written": true}` or `{"error": MESSAGE}`;
-- `shell`: runs the prompt with /bin/sh, waits for it, and replies with its stdout.
+- `shell`: runs the prompt with /bin/sh, waits for it, and replies with its stdout; like
+  `hang`, it does not exit when stdin closes (SIGTERM ends it).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ async def main() -> None:
     if MODE == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     await acp.run_agent(StubAgent())
-    if MODE == "hang":  # stdin closed: still not exiting
+    if MODE in ("hang", "shell"):  # stdin closed: still not exiting
         await asyncio.Event().wait()
 
 
