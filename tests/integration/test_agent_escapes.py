@@ -21,7 +21,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.providers import process_tree
+from corral_server.providers import process_tree, reaping
 from corral_server.providers.acp import AcpProvider
 from corral_server.providers.reaping import TAG_ENV
 from tests.support.client import Stubs, create_request, text
@@ -125,6 +125,12 @@ def serve(state: Path, config: Path) -> DaemonProcess:
     return DaemonProcess(state, "--config", str(config), "--drain-delay-s", "0").start()
 
 
+def stop(daemon: DaemonProcess) -> None:
+    """SIGKILL the daemon, and kill what its agents left (a failed test leaves no process)."""
+    daemon.stop()
+    reaping.reap_leftovers(reaping.daemon_tag(daemon.state_dir), daemon.state_dir)
+
+
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "providers.toml"
@@ -137,25 +143,22 @@ def config(tmp_path: Path) -> Path:
 async def test_a_restart_kills_what_escaped_the_agents_of_a_sigkilled_daemon(
     tmp_path: Path, config: Path, escaped: list[Key]
 ) -> None:
-    state = tmp_path / "state"
-    first = serve(state, config)
+    first = serve(tmp_path / "state", config)
     try:
         async with grpc.aio.insecure_channel(first.address) as channel:
             stubs = Stubs.of(channel)
             agent = await stubs.agents.CreateAgent(create_request(str(tmp_path), provider="sh"))
             sleeper = await escape(stubs, agent.agent.id, escaped)
-        assert first.proc is not None
-        first.proc.send_signal(signal.SIGKILL)
-        first.wait()
-    finally:
-        first.stop()
-    assert alive(sleeper)  # left behind, with no tag to find it by
+        first.stop()  # SIGKILL: nothing closed its agent
+        assert alive(sleeper)  # left behind, with no tag to find it by
 
-    second = serve(state, config)
-    try:
-        assert await gone(sleeper)
+        second = serve(tmp_path / "state", config)
+        try:
+            assert await gone(sleeper)
+        finally:
+            stop(second)
     finally:
-        second.stop()
+        stop(first)
 
 
 async def test_an_orphan_of_a_dead_agent_process_is_killed_and_reaped_by_corral_serve(
@@ -186,4 +189,4 @@ async def test_an_orphan_of_a_dead_agent_process_is_killed_and_reaped_by_corral_
             await close(stubs, lives.id)
             assert await gone(theirs)
     finally:
-        daemon.stop()
+        stop(daemon)

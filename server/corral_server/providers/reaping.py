@@ -113,16 +113,19 @@ def kill_tagged(tag: str, *, prefix: bool = False, rounds: int = 3) -> list[int]
 
 def reap_leftovers(daemon: str, state_dir: Path | None = None) -> list[int]:
     """Start-up: kill every agent process a previous daemon with tag `daemon` left behind:
-    by the tag, and (with `state_dir`) every process its ledger records that still runs,
-    with its tree. The ledger starts afresh for this daemon. The pids signalled."""
-    killed = dict.fromkeys(kill_tagged(daemon, prefix=True))
+    (with `state_dir`) every process its ledger records that still runs, with its tree, then
+    whatever carries the tag. The ledger starts afresh for this daemon. The pids signalled."""
+    killed: dict[int, None] = {}
     if state_dir is not None:
+        # Before the tags: a recorded agent process killed by its tag first would leave its
+        # tree to init, where parentage finds it no more.
         ledger = Path(state_dir) / LEDGER
         for key in recorded(ledger):
             killed.update(dict.fromkeys(pid for pid, _ in process_tree.kill_tree(key)))
         with contextlib.suppress(OSError):
             ledger.unlink()
         _ledgers[daemon] = _Ledger(ledger)
+    killed.update(dict.fromkeys(kill_tagged(daemon, prefix=True)))
     return list(killed)
 
 
