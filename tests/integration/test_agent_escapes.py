@@ -133,9 +133,15 @@ def stop(daemon: DaemonProcess) -> None:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
+    """Two providers: `sh` (an agent that outlives its stdin) and `sh-exit` (one that exits
+    when its stdin closes, as most do)."""
     path = tmp_path / "providers.toml"
     path.write_text(
-        f'[providers.sh]\nkind = "acp"\ncommand = ["{sys.executable}", "{AGENT}", "shell"]\n'
+        "".join(
+            f'[providers.{mode}]\nkind = "acp"\ncommand = ["{sys.executable}", "{AGENT}", '
+            f'"{"shell" if mode == "sh" else "shell-exit"}"]\n'
+            for mode in ("sh", "sh-exit")
+        )
     )
     return path
 
@@ -159,6 +165,53 @@ async def test_a_restart_kills_what_escaped_the_agents_of_a_sigkilled_daemon(
             stop(second)
     finally:
         stop(first)
+
+
+async def test_a_restart_kills_what_outlived_an_agent_process_that_exited_with_the_daemon(
+    tmp_path: Path, config: Path, escaped: list[Key]
+) -> None:
+    """The agent process exits when the SIGKILLed daemon's pipe closes: its orphan goes to
+    init, out of any tree; the ledger recorded it while the agent ran."""
+    state = tmp_path / "state"
+    first = serve(state, config)
+    try:
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            stubs = Stubs.of(channel)
+            request = create_request(str(tmp_path), provider="sh-exit")
+            agent = await stubs.agents.CreateAgent(request)
+            sleeper = await escape(stubs, agent.agent.id, escaped)
+        await recorded(state, sleeper)
+        leader = process_tree.read(sleeper[0])
+        assert leader is not None
+        first.stop()  # SIGKILL: the agent process reads the end of its stdin and exits
+        assert await out_of_tree(sleeper, leader.ppid)
+
+        second = serve(state, config)
+        try:
+            assert await gone(sleeper)
+        finally:
+            stop(second)
+    finally:
+        stop(first)
+
+
+async def recorded(state: Path, key: Key) -> None:
+    """Until the daemon's ledger records `key` (it looks about once a second)."""
+    for _ in range(500):
+        if key in reaping.recorded(state / reaping.LEDGER):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{key} never recorded")
+
+
+async def out_of_tree(key: Key, leader: int) -> bool:
+    """Until `key` is alive and reparented away from `leader` (its agent process exited)."""
+    for _ in range(500):
+        proc = process_tree.read(key[0])
+        if proc is not None and proc.ppid != leader:
+            return alive(key)
+        await asyncio.sleep(0.02)
+    return False
 
 
 async def test_an_orphan_of_a_dead_agent_process_is_killed_and_reaped_by_corral_serve(

@@ -7,7 +7,8 @@ The child runs in its own process group, so closing it stops whatever it spawned
 an environment tag that finds what left the group (providers/reaping.py), and is a child
 subreaper, so that what it spawned stays in its tree by parentage whatever it does to its
 environment or session (providers/process_tree.py); a daemon with a state directory records it
-in its ledger, found by the next daemon after a SIGKILL. This module knows no
+and what it spawns in its ledger (providers/tracking.py), found by the next daemon after a
+SIGKILL. This module knows no
 protocol: what a line means, request ids, and the wording of every error belong to the wire
 modules. It must never leave a process behind after `close()`.
 """
@@ -23,7 +24,7 @@ import signal
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar
 
-from corral_server.providers import process_tree
+from corral_server.providers import process_tree, tracking
 from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag, record
 
 # Claude Code's first lines carry its whole tool list (tens of kB), codex's notifications whole
@@ -56,6 +57,8 @@ class AgentProcess:
         self._daemon_tag = daemon_tag  # whose ledger records it
         start = process_tree.start_time(proc.pid)
         self._key = None if start is None else (proc.pid, start)
+        # What it spawns, recorded while it runs (tracking.py); None off Linux.
+        self._tree: tracking.TreeRecord | None = None
         self._label = label  # names the reader tasks: "<label> stdout <pid>"
         self._stderr = bytearray()  # the last STDERR_KEEP_BYTES at most
         self._readers: list[asyncio.Task[None]] = []  # canceled and awaited by close()
@@ -82,6 +85,7 @@ class AgentProcess:
         child = cls(proc, tag, label, daemon_tag)
         if child._key is not None:
             await asyncio.to_thread(record, daemon_tag, child._key)
+            child._tree = tracking.watch(child._key, daemon_tag)
         return child
 
     @property
@@ -142,6 +146,8 @@ class AgentProcess:
                 raise LineTooLong() from exc
             if not raw:
                 return None
+            if self._tree is not None:
+                self._tree.active = True  # it may have spawned something: look again
             line = raw.strip()
             if line:
                 return line
@@ -171,14 +177,17 @@ class AgentProcess:
 
     async def close(self, eof_grace_s: float) -> None:
         """Close stdin and give the child `eof_grace_s` to exit, then SIGTERM the process
-        group and SIGKILL it after a grace; then SIGKILL its tree as it was before (and what
-        is below that now), the group and whatever still carries the tag; the tasks end with
-        it. A close cut short by its caller (a deadline) still kills all of them: nothing is
-        left. What came back to the daemon (a subreaper) is reaped."""
-        tree: list[process_tree.Key] = []
+        group and SIGKILL it after a grace; then SIGKILL its tree as it was before and as
+        recorded while it ran (and what is below those now), the group and whatever still
+        carries the tag; the tasks end with it. A close cut short by its caller (a deadline)
+        still kills all of them: nothing is left. What came back to the daemon (a subreaper)
+        is reaped."""
+        tree = [] if self._tree is None else list(self._tree.recorded)
+        if self._tree is not None:
+            tracking.unwatch(self._tree)
         try:
             # Taken while it lives: everything it spawned is below it (it is a subreaper).
-            tree = await asyncio.to_thread(process_tree.tree, self._key)
+            tree += await asyncio.to_thread(process_tree.tree, self._key)
             await self._stop_gracefully(eof_grace_s)
         finally:
             # Its tree, stragglers whose leader exited, a close canceled midway, escapees.
@@ -192,8 +201,8 @@ class AgentProcess:
         if self._proc.returncode is not None:
             process_tree.untrack(self.pid)  # asyncio is done with its pid
         await _reap([*killed, *process_tree.sweep_orphans()])
-        if self._key is not None:
-            await asyncio.to_thread(record, self._daemon_tag, self._key, add=False)
+        if self._tree is not None:
+            await asyncio.to_thread(tracking.strike, self._tree)
         await asyncio.gather(*self._readers, *self._handlers, return_exceptions=True)
 
     async def _stop_gracefully(self, eof_grace_s: float) -> None:

@@ -15,7 +15,8 @@ send what the SDK never would: a request id shared by both directions). Run as
   (fs/read_text_file, fs/write_text_file); the reply is the JSON list of outcomes, each
   `{"content": TEXT}`, `{"written": true}` or `{"error": MESSAGE}`;
 - `shell`: runs the prompt with /bin/sh, waits for it, and replies with its stdout; like
-  `hang`, it does not exit when stdin closes (SIGTERM ends it).
+  `hang`, it does not exit when stdin closes (SIGTERM ends it);
+- `shell-exit`: the same, but it exits when stdin closes, as most agents do.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class StubAgent:
         if MODE == "files":
             await self._say(session_id, json.dumps(await self._files(session_id, text)))
             return acp.PromptResponse(stop_reason="end_turn")
-        if MODE == "shell":
+        if MODE in ("shell", "shell-exit"):
             await self._say(session_id, await shell(text))
             return acp.PromptResponse(stop_reason="end_turn")
         if MODE == "huge":
