@@ -80,7 +80,7 @@ def is_subreaper() -> bool:
 def subreaper_argv(argv: Iterable[str]) -> list[str]:
     """`argv` run through the shim that makes it a subreaper (Linux); `argv` elsewhere."""
     argv = list(argv)
-    if not sys.platform.startswith("linux") or not argv:
+    if not sys.platform.startswith("linux") or not argv or not sys.executable:
         return argv
     return [sys.executable, "-I", "-S", "-c", SHIM, *argv]
 

@@ -123,6 +123,12 @@ async def test_a_stuck_job_times_out_and_holds_only_its_own_slots(cwd: Path) -> 
             with pytest.raises(SandboxError, match=r"did not finish within 0\.2 s"):
                 await stuck._run(hang)
         assert await other.read_text(f"{cwd}/f") == "fine"  # a thread was left for it
+        waiting = asyncio.create_task(other._run(hang))  # as a close cancels its handlers
+        await asyncio.sleep(0)
+        waiting.cancel()
+        async with asyncio.timeout(1):  # the canceled waiter does not wait for its thread
+            await asyncio.gather(waiting, return_exceptions=True)
+        assert waiting.cancelled()
         assert all(t.daemon for t in pool._threads)  # never joined at exit
     finally:
         release.set()
