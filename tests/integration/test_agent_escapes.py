@@ -1,5 +1,5 @@
 """No process escapes an agent, whatever it does to its environment or session: an ACP agent
-(acp_sdk_agent.py's `shell` mode, a real process) starts `setsid env -i sleep` in the
+(acp_stub.py's `shell` mode, a real process) starts `setsid env -i sleep` in the
 background (a new session, no environment: the reaping tag is gone) and the shell that started
 it exits, so the sleeper is an orphan. CloseAgent kills it (and only its own agent's); a
 `corral serve` SIGKILLed with it running leaves it, and the restart kills it; an orphan whose
@@ -27,7 +27,7 @@ from corral_server.providers.reaping import TAG_ENV
 from tests.support.client import Stubs, create_request, text
 from tests.support.daemon import DaemonProcess, DaemonThread
 
-AGENT = Path(__file__).parents[1] / "unit" / "providers" / "acp_sdk_agent.py"
+AGENT = Path(__file__).parents[1] / "unit" / "providers" / "acp_stub.py"
 ESCAPE = "(setsid env -i sleep 1000 >/dev/null 2>&1 & echo $!)"
 Key = tuple[int, int]
 

@@ -13,10 +13,7 @@ send what the SDK never would: a request id shared by both directions). Run as
 - `files`: the prompt is JSON `{"ops": [...], "parallel": bool}`, each op `{"read": PATH,
   "line": N, "limit": N}` or `{"write": PATH, "content": TEXT}` asked of the client
   (fs/read_text_file, fs/write_text_file); the reply is the JSON list of outcomes, each
-  `{"content": TEXT}`, `{"written": true}` or `{"error": MESSAGE}`;
-- `shell`: runs the prompt with /bin/sh, waits for it, and replies with its stdout; like
-  `hang`, it does not exit when stdin closes (SIGTERM ends it);
-- `shell-exit`: the same, but it exits when stdin closes, as most agents do.
+  `{"content": TEXT}`, `{"written": true}` or `{"error": MESSAGE}`.
 """
 
 from __future__ import annotations
@@ -58,9 +55,6 @@ class StubAgent:
             await asyncio.Event().wait()
         if MODE == "files":
             await self._say(session_id, json.dumps(await self._files(session_id, text)))
-            return acp.PromptResponse(stop_reason="end_turn")
-        if MODE in ("shell", "shell-exit"):
-            await self._say(session_id, await shell(text))
             return acp.PromptResponse(stop_reason="end_turn")
         if MODE == "huge":
             raw(b"x" * (17 * 1024 * 1024))
@@ -112,12 +106,6 @@ class StubAgent:
         )
 
 
-async def shell(command: str) -> str:
-    proc = await asyncio.create_subprocess_shell(command, stdout=asyncio.subprocess.PIPE)
-    out, _ = await proc.communicate()
-    return out.decode()
-
-
 def raw(line: bytes) -> None:
     """A line the SDK would never write, straight onto stdout (whole: the SDK's transport made
     the pipe non-blocking)."""
@@ -136,7 +124,7 @@ async def main() -> None:
     if MODE == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     await acp.run_agent(StubAgent())
-    if MODE in ("hang", "shell"):  # stdin closed: still not exiting
+    if MODE == "hang":  # stdin closed: still not exiting
         await asyncio.Event().wait()
 
 
