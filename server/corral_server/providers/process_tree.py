@@ -17,6 +17,8 @@ The rules that keep one agent's close from touching another agent's processes:
   agent process), so `sweep_orphans` kills and reaps it, and only it: pids asyncio waits for
   (the agent processes, and any being spawned) are never touched.
 - Every pid is paired with its start time, so a reused pid is never mistaken for ours.
+- Where prctl is refused (a seccomp policy), the shim's and the daemon's alike (the policy is
+  inherited): the daemon is then no subreaper and sweeps nothing.
 """
 
 from __future__ import annotations

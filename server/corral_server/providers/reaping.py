@@ -13,11 +13,12 @@ command's background child escapes a kill of the agent's process group.
 
 A tag does not survive a process that clears its environment (`setsid env -i ...`), so a
 daemon with a state directory also keeps a ledger there (`agent-processes`): each agent
-process's pid and start time, appended at spawn and struck at close. The next daemon kills
-every recorded process that still runs (the same pid and start time) with its whole tree by
-parentage (process_tree.py: an agent process is a subreaper, so its tree holds all it spawned).
+process's pid and start time, appended at spawn and struck at close, and what it spawns,
+appended while it runs (tracking.py). The next daemon kills every recorded process that still
+runs (the same pid and start time) with its whole tree by parentage (process_tree.py: an agent
+process is a subreaper, so its tree holds all it spawned).
 
-Linux only (`/proc/<pid>/environ`); elsewhere nothing is found. Only processes of the
+Linux only (`/proc/<pid>/environ`); elsewhere nothing is found. By tag, only processes of the
 daemon's own user are ever signalled. This module must not kill anything it did not find by
 an exact tag (or the daemon's exact prefix), or by a recorded pid and start time.
 """
