@@ -287,7 +287,7 @@ class Daemon:
         await asyncio.to_thread(make_private, state_dir, DB_FILE)  # 0700, every file 0600
         self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)
         # The directory's lock is ours: agent processes with its tag are a killed daemon's.
-        if reaped := reaping.reap_leftovers(self.daemon_tag):
+        if reaped := reaping.reap_leftovers(self.daemon_tag, state_dir):
             log.warning(
                 "state directory %s: killed %d leftover agent processes", state_dir, len(reaped)
             )

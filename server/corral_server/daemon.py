@@ -24,7 +24,7 @@ from corral_server import gc_tuning, logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
-from corral_server.providers import registry
+from corral_server.providers import process_tree, registry
 from corral_server.providers.config import ConfigError
 from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFileError
@@ -262,6 +262,7 @@ def reflection_on(choice: str, listen: str) -> bool:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    process_tree.become_subreaper()  # orphans of agents come back to us, not to init
     state_dir: Path = args.state_dir or default_state_dir()
     # Before a standby's wait, which replaces --listen's port 0 with the port it bound; the
     # web port binds only when the daemon runs (a standby has none while it waits).
