@@ -137,7 +137,7 @@ def _add_globals(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     parser.add_argument(
         "--addr",
         default=default(os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR),
-        help=f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})",
+        help=f"daemon address HOST:PORT or unix:PATH (default $CORRAL_ADDR or {DEFAULT_ADDR})",
     )
     parser.add_argument(
         "--json",
