@@ -204,7 +204,8 @@ def report(f: Figures) -> str:
             f"P10 {streams:,} never-reading streams during a burst: peak {f.peak_mb:.0f} MB "
             f"resident (idle {f.idle_mb:.0f} MB, streams open {f.streams_open_mb:.0f} MB; "
             f"goal < 300 MB); a normal subscriber had every event up to the head "
-            f"({f.reader_last:,} of {f.head:,}) {f.caught_up_s:.1f} s after the last turn",
+            f"{f.head:,} (its last {f.reader_last:,}) {f.caught_up_s:.1f} s after the last "
+            "turn",
             f"P10 after {REFUSED} refused 5.4 MB requests: {f.refused_after_mb:.0f} MB at once, "
             f"back under 1.5x idle ({f.refused_idle_mb:.0f} MB) in {back}, "
             f"{f.refused_final_mb:.0f} MB after 10 s (goal: under 1.5x within 5 s)",
