@@ -70,6 +70,7 @@ from corral_server.store.database import DB_FILE, Database
 from corral_server.store.event_log import SqliteEventLog
 from corral_server.store.private import make_private
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
+from corral_server.store.search import Backfill, SearchIndex
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.subagents import (
@@ -217,6 +218,7 @@ class Daemon:
         self.web_port = 0
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
+        self.search: SearchIndex | None = None  # the full-text index, with a state directory
         self._metrics_server: Any = None
         self.metrics_port = 0
         # Read at construction, so a bad token or certificate file stops the start-up with
@@ -337,6 +339,8 @@ class Daemon:
             self.database = None
             raise
         log.info("state directory %s: %d agents restored", state_dir, len(loaded.agents))
+        self.search = SearchIndex(database, Backfill(database, ITEM_CODEC.decode))
+        await self.search.backfill.start()  # a pre-search directory's rows, in the background
 
     async def start(self) -> int:
         """Open the store (with a state directory), bind and serve; returns the bound port.
@@ -433,7 +437,7 @@ class Daemon:
         return {
             "AgentService": AgentService(self.manager),
             "TurnService": TurnService(self.manager, self.hub, self.streams),
-            "TimelineService": TimelineService(self.manager),
+            "TimelineService": TimelineService(self.manager, self.search),
             "SubagentService": SubagentService(self.subagents),
             "EventService": EventServicer(
                 self.hub,
@@ -541,6 +545,8 @@ class Daemon:
         if self._socket is not None:
             remove_socket(*self._socket)
             self._socket = None
+        if self.search is not None:
+            await self.search.backfill.stop()
         if self.database is not None:
             await self.database.close()  # commits what is still queued
             self.database = None

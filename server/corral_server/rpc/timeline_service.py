@@ -11,6 +11,8 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
+from corral_server.rpc.timeline_search import search_timeline
+from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
 
 Ctx = Any
@@ -46,8 +48,9 @@ def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
 
 
 class TimelineService(tl_grpc.TimelineServiceServicer):
-    def __init__(self, manager: AgentManager) -> None:
+    def __init__(self, manager: AgentManager, search: SearchIndex | None = None) -> None:
         self._manager = manager
+        self._search = search  # None: no state directory, no index
 
     def _check_ids(self, agent_id: str, epoch: str, epoch_field: str) -> None:
         max_chars = self._manager.limits.max_id_chars
@@ -91,3 +94,9 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
             msg.start_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.first_seq)))
             msg.end_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.last_seq)))
         return msg
+
+    @unary
+    async def SearchTimeline(
+        self, request: tl_pb.SearchTimelineRequest, context: Ctx
+    ) -> tl_pb.SearchTimelineResponse:
+        return await search_timeline(self._manager, self._search, request)

@@ -39,6 +39,10 @@ client_message_id and part. The agent record keeps only each queued prompt's sum
 prompt is stored once, not again with every rewrite of its agent's record
 (store/queued_prompts.py). A rowid table: a part can be megabytes, too big for a WITHOUT ROWID
 row.
+
+Version 5 adds `timeline_text`, the FTS5 full-text index of the timelines' rows (rowid =
+timeline_id * 2**32 + seq; store/search.py), and the 'search_backfill' cursor in `meta`: the
+rows a database from before v5 holds are indexed in the background after start-up.
 """
 
 from __future__ import annotations
@@ -117,6 +121,11 @@ CREATE TABLE queued_prompts (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+_V5 = """
+CREATE VIRTUAL TABLE timeline_text USING fts5(text, kind UNINDEXED, timestamp_ms UNINDEXED);
+INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 SCHEMA_VERSION = len(MIGRATIONS)

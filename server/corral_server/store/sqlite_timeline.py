@@ -41,7 +41,7 @@ from corral_server.domain.timeline import (
     TimelineRow,
 )
 from corral_server.errors import AgentNotFound
-from corral_server.store import pages
+from corral_server.store import pages, search
 from corral_server.store.commits import GroupCommit, Job
 from corral_server.store.database import Database
 from corral_server.store.errors import StoreError
@@ -298,26 +298,32 @@ def _write(ops: list[_Op], conn: sqlite3.Connection) -> None:
     become one executemany of rows and one of heads; any other write flushes them first, so
     the database sees every write in queue order."""
     rows: list[tuple[Any, ...]] = []
+    texts: list[tuple[Any, ...]] = []  # the appended rows' full-text index entries
     heads: dict[str, tuple[_Head, _Head]] = {}  # agent -> (head before its first append, after)
     for op in ops:
         if op.kind is _Kind.APPEND:
             rows.extend(op.payload)
             assert op.before is not None and op.after is not None
+            texts.extend(search.entries(op.after.timeline_id, op.result))
             earliest = heads[op.agent_id][0] if op.agent_id in heads else op.before
             heads[op.agent_id] = (earliest, op.after)
             continue
-        _write_appends(conn, rows, heads)
-        rows, heads = [], {}
+        _write_appends(conn, rows, texts, heads)
+        rows, texts, heads = [], [], {}
         _write_other(conn, op)
-    _write_appends(conn, rows, heads)
+    _write_appends(conn, rows, texts, heads)
 
 
 def _write_appends(
-    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], heads: dict[str, tuple[_Head, _Head]]
+    conn: sqlite3.Connection,
+    rows: list[tuple[Any, ...]],
+    texts: list[tuple[Any, ...]],
+    heads: dict[str, tuple[_Head, _Head]],
 ) -> None:
     if not rows:
         return
     conn.executemany(_INSERT_ROW, rows)
+    search.insert(conn, texts)  # same transaction: a committed row is findable
     conn.executemany(
         _UPDATE_HEAD, [(after.next_seq, after.first, agent) for agent, (_, after) in heads.items()]
     )
@@ -328,6 +334,7 @@ def _write_appends(
     ]
     if trims:
         conn.executemany(_TRIM_ROWS, trims)
+        search.trim(conn, trims)
 
 
 def _write_other(conn: sqlite3.Connection, op: _Op) -> None:
@@ -342,6 +349,7 @@ def _write_other(conn: sqlite3.Connection, op: _Op) -> None:
         case _Kind.REBASE:
             assert op.before is not None and op.after is not None
             conn.execute(_DELETE_ROWS, (op.before.timeline_id,))
+            search.delete_timeline(conn, op.before.timeline_id)
             conn.execute(
                 "UPDATE timelines SET timeline_id = ?, epoch = ?, next_seq = 1, first_seq = 1"
                 " WHERE agent_id = ?",
@@ -358,6 +366,7 @@ def _write_other(conn: sqlite3.Connection, op: _Op) -> None:
         case _Kind.DROP:
             assert op.before is not None
             conn.execute(_DELETE_ROWS, (op.before.timeline_id,))
+            search.delete_timeline(conn, op.before.timeline_id)
             conn.execute("DELETE FROM timelines WHERE agent_id = ?", (op.agent_id,))
         case _Kind.APPEND:
             raise AssertionError("appends are written in batches")

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from corral.v1 import timeline_pb2 as _timeline_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
@@ -227,3 +228,137 @@ class GetActivityResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetActivityResponse: _TypeAlias = GetActivityResponse  # noqa: Y015
+
+@_typing.final
+class SearchTimelineRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    AGENT_IDS_FIELD_NUMBER: _builtins.int
+    PROVIDERS_FIELD_NUMBER: _builtins.int
+    ITEM_KINDS_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    INCLUDE_ARCHIVED_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """SQLite FTS5 query syntax (docs/api.md): words, "phrases", prefix*, AND / OR / NOT,
+    parentheses. Required; at most 1000 characters.
+    """
+    label_selector: _builtins.str
+    """The agents searched: those matching the label selector (ListAgents' syntax) and, when
+    any are given, among `agent_ids` and `providers`. All empty = every agent.
+    """
+    include_archived: _builtins.bool
+    """Archived agents are searched only when asked."""
+    page_size: _builtins.int
+    """Unset or 0 = 20; at most 100."""
+    page_token: _builtins.str
+    """`next_page_token` of the previous page of the same request."""
+    @_builtins.property
+    def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def providers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def item_kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """TimelineItem kinds by their oneof name ("user_message", "tool_call", ...); empty = all."""
+
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """Rows at or after `start_time` and before `end_time`; unset = unbounded."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        label_selector: _builtins.str = ...,
+        agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+        providers: _abc.Iterable[_builtins.str] | None = ...,
+        item_kinds: _abc.Iterable[_builtins.str] | None = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        include_archived: _builtins.bool = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_ids", b"agent_ids", "end_time", b"end_time", "include_archived", b"include_archived", "item_kinds", b"item_kinds", "label_selector", b"label_selector", "page_size", b"page_size", "page_token", b"page_token", "providers", b"providers", "query", b"query", "start_time", b"start_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchTimelineRequest: _TypeAlias = SearchTimelineRequest  # noqa: Y015
+
+@_typing.final
+class SearchHit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    ITEM_KIND_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    SNIPPET_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    item_kind: _builtins.str
+    snippet: _builtins.str
+    """Up to 16 tokens around the matches, each match between « and »."""
+    score: _builtins.float
+    """bm25 of the row (lower = better); hits come best first."""
+    @_builtins.property
+    def cursor(self) -> _timeline_pb2.Cursor:
+        """The row: FetchTimeline AFTER seq - 1 (or `corral logs`) opens it."""
+
+    @_builtins.property
+    def timestamp(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        cursor: _timeline_pb2.Cursor | None = ...,
+        item_kind: _builtins.str = ...,
+        timestamp: _timestamp_pb2.Timestamp | None = ...,
+        snippet: _builtins.str = ...,
+        score: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "timestamp", b"timestamp"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "cursor", b"cursor", "item_kind", b"item_kind", "score", b"score", "snippet", b"snippet", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
+
+@_typing.final
+class SearchTimelineResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HITS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    INDEXING_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    indexing: _builtins.bool
+    """The rows of a state directory from before search are still being indexed: the answer
+    covers only what is indexed so far.
+    """
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
+    def __init__(
+        self,
+        *,
+        hits: _abc.Iterable[Global___SearchHit] | None = ...,
+        next_page_token: _builtins.str = ...,
+        indexing: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "indexing", b"indexing", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchTimelineResponse: _TypeAlias = SearchTimelineResponse  # noqa: Y015

@@ -45,6 +45,11 @@ class TimelineServiceStub:
                 request_serializer=corral_dot_v1_dot_timeline__service__pb2.GetActivityRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_timeline__service__pb2.GetActivityResponse.FromString,
                 _registered_method=True)
+        self.SearchTimeline = channel.unary_unary(
+                '/corral.v1.TimelineService/SearchTimeline',
+                request_serializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.FromString,
+                _registered_method=True)
 
 
 class TimelineServiceServicer:
@@ -64,6 +69,13 @@ class TimelineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchTimeline(self, request, context):
+        """Full-text search over every agent's timeline (needs a state directory), ranked by bm25.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimelineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +88,11 @@ def add_TimelineServiceServicer_to_server(servicer, server):
                     servicer.GetActivity,
                     request_deserializer=corral_dot_v1_dot_timeline__service__pb2.GetActivityRequest.FromString,
                     response_serializer=corral_dot_v1_dot_timeline__service__pb2.GetActivityResponse.SerializeToString,
+            ),
+            'SearchTimeline': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchTimeline,
+                    request_deserializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +150,33 @@ class TimelineService:
             '/corral.v1.TimelineService/GetActivity',
             corral_dot_v1_dot_timeline__service__pb2.GetActivityRequest.SerializeToString,
             corral_dot_v1_dot_timeline__service__pb2.GetActivityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchTimeline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TimelineService/SearchTimeline',
+            corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.SerializeToString,
+            corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.FromString,
             options,
             channel_credentials,
             insecure,

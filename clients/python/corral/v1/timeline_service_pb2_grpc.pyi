@@ -36,6 +36,8 @@ class TimelineServiceStub:
     FetchTimeline: _grpc.UnaryUnaryMultiCallable[_timeline_service_pb2.FetchTimelineRequest, _timeline_service_pb2.FetchTimelineResponse]
     GetActivity: _grpc.UnaryUnaryMultiCallable[_timeline_service_pb2.GetActivityRequest, _timeline_service_pb2.GetActivityResponse]
     """A plain-text digest of the timeline for humans and other agents."""
+    SearchTimeline: _grpc.UnaryUnaryMultiCallable[_timeline_service_pb2.SearchTimelineRequest, _timeline_service_pb2.SearchTimelineResponse]
+    """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
 
 @_typing.type_check_only
 class TimelineServiceAsyncStub(TimelineServiceStub):
@@ -45,6 +47,8 @@ class TimelineServiceAsyncStub(TimelineServiceStub):
     FetchTimeline: _aio.UnaryUnaryMultiCallable[_timeline_service_pb2.FetchTimelineRequest, _timeline_service_pb2.FetchTimelineResponse]  # type: ignore[assignment]
     GetActivity: _aio.UnaryUnaryMultiCallable[_timeline_service_pb2.GetActivityRequest, _timeline_service_pb2.GetActivityResponse]  # type: ignore[assignment]
     """A plain-text digest of the timeline for humans and other agents."""
+    SearchTimeline: _aio.UnaryUnaryMultiCallable[_timeline_service_pb2.SearchTimelineRequest, _timeline_service_pb2.SearchTimelineResponse]  # type: ignore[assignment]
+    """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
 
 class TimelineServiceServicer(metaclass=_abc_1.ABCMeta):
     """TimelineService pages an agent's timeline with cursors and explicit receipts."""
@@ -63,5 +67,13 @@ class TimelineServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_timeline_service_pb2.GetActivityResponse, _abc.Awaitable[_timeline_service_pb2.GetActivityResponse]]:
         """A plain-text digest of the timeline for humans and other agents."""
+
+    @_abc_1.abstractmethod
+    def SearchTimeline(
+        self,
+        request: _timeline_service_pb2.SearchTimelineRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeline_service_pb2.SearchTimelineResponse, _abc.Awaitable[_timeline_service_pb2.SearchTimelineResponse]]:
+        """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
 
 def add_TimelineServiceServicer_to_server(servicer: TimelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -5,6 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Cursor, TimelineRow } from "./timeline_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file corral/v1/timeline_service.proto.
@@ -214,6 +215,161 @@ export declare type GetActivityResponse = Message<"corral.v1.GetActivityResponse
 export declare const GetActivityResponseSchema: GenMessage<GetActivityResponse>;
 
 /**
+ * @generated from message corral.v1.SearchTimelineRequest
+ */
+export declare type SearchTimelineRequest = Message<"corral.v1.SearchTimelineRequest"> & {
+  /**
+   * SQLite FTS5 query syntax (docs/api.md): words, "phrases", prefix*, AND / OR / NOT,
+   * parentheses. Required; at most 1000 characters.
+   *
+   * @generated from field: string query = 1;
+   */
+  query: string;
+
+  /**
+   * The agents searched: those matching the label selector (ListAgents' syntax) and, when
+   * any are given, among `agent_ids` and `providers`. All empty = every agent.
+   *
+   * @generated from field: string label_selector = 2;
+   */
+  labelSelector: string;
+
+  /**
+   * @generated from field: repeated string agent_ids = 3;
+   */
+  agentIds: string[];
+
+  /**
+   * @generated from field: repeated string providers = 4;
+   */
+  providers: string[];
+
+  /**
+   * TimelineItem kinds by their oneof name ("user_message", "tool_call", ...); empty = all.
+   *
+   * @generated from field: repeated string item_kinds = 5;
+   */
+  itemKinds: string[];
+
+  /**
+   * Rows at or after `start_time` and before `end_time`; unset = unbounded.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 6;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp end_time = 7;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * Archived agents are searched only when asked.
+   *
+   * @generated from field: bool include_archived = 8;
+   */
+  includeArchived: boolean;
+
+  /**
+   * Unset or 0 = 20; at most 100.
+   *
+   * @generated from field: uint32 page_size = 9;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page of the same request.
+   *
+   * @generated from field: string page_token = 10;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message corral.v1.SearchTimelineRequest.
+ * Use `create(SearchTimelineRequestSchema)` to create a new message.
+ */
+export declare const SearchTimelineRequestSchema: GenMessage<SearchTimelineRequest>;
+
+/**
+ * @generated from message corral.v1.SearchHit
+ */
+export declare type SearchHit = Message<"corral.v1.SearchHit"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * The row: FetchTimeline AFTER seq - 1 (or `corral logs`) opens it.
+   *
+   * @generated from field: corral.v1.Cursor cursor = 2;
+   */
+  cursor?: Cursor | undefined;
+
+  /**
+   * @generated from field: string item_kind = 3;
+   */
+  itemKind: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp timestamp = 4;
+   */
+  timestamp?: Timestamp | undefined;
+
+  /**
+   * Up to 16 tokens around the matches, each match between « and ».
+   *
+   * @generated from field: string snippet = 5;
+   */
+  snippet: string;
+
+  /**
+   * bm25 of the row (lower = better); hits come best first.
+   *
+   * @generated from field: double score = 6;
+   */
+  score: number;
+};
+
+/**
+ * Describes the message corral.v1.SearchHit.
+ * Use `create(SearchHitSchema)` to create a new message.
+ */
+export declare const SearchHitSchema: GenMessage<SearchHit>;
+
+/**
+ * @generated from message corral.v1.SearchTimelineResponse
+ */
+export declare type SearchTimelineResponse = Message<"corral.v1.SearchTimelineResponse"> & {
+  /**
+   * @generated from field: repeated corral.v1.SearchHit hits = 1;
+   */
+  hits: SearchHit[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * The rows of a state directory from before search are still being indexed: the answer
+   * covers only what is indexed so far.
+   *
+   * @generated from field: bool indexing = 3;
+   */
+  indexing: boolean;
+};
+
+/**
+ * Describes the message corral.v1.SearchTimelineResponse.
+ * Use `create(SearchTimelineResponseSchema)` to create a new message.
+ */
+export declare const SearchTimelineResponseSchema: GenMessage<SearchTimelineResponse>;
+
+/**
  * @generated from enum corral.v1.TimelineDirection
  */
 export enum TimelineDirection {
@@ -274,6 +430,16 @@ export declare const TimelineService: GenService<{
     methodKind: "unary";
     input: typeof GetActivityRequestSchema;
     output: typeof GetActivityResponseSchema;
+  },
+  /**
+   * Full-text search over every agent's timeline (needs a state directory), ranked by bm25.
+   *
+   * @generated from rpc corral.v1.TimelineService.SearchTimeline
+   */
+  searchTimeline: {
+    methodKind: "unary";
+    input: typeof SearchTimelineRequestSchema;
+    output: typeof SearchTimelineResponseSchema;
   },
 }>;
 

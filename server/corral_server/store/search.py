@@ -1,0 +1,280 @@
+"""Full-text search over every timeline: the FTS5 table `timeline_text` (schema v5).
+
+One index row per timeline row that has text (store/search_text.py says what text), keyed by
+rowid = timeline_id * 2**32 + seq, so a timeline's index rows are one rowid range: a rebase
+(rewind, rehydrate), a drop and a retention trim delete that range in the same transaction
+that deletes the rows (store/sqlite_timeline.py calls the writer-side helpers here), and an
+appended row is indexed in the transaction that appends it. A committed row is findable; a
+dropped one is not.
+
+A database from before v5 has rows that are not indexed yet: the migration leaves a cursor
+in `meta` ('search_backfill' = "timeline_id seq", the last row looked at) and `Backfill`
+indexes the rows after it, a bounded batch per write job (each its own small transaction
+alongside the live writes), until none is left, then deletes the key. Rows appended meanwhile
+are indexed at append; the backfill skips rows already in the index.
+
+Searches run in the reader thread, ranked by bm25, with a snippet whose matches are marked
+with MARK_OPEN / MARK_CLOSE. Must not: import protobuf or grpc, or run SQLite on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, NamedTuple
+
+from corral_server.domain.timeline import Cursor, TimelineItem, TimelineRow
+from corral_server.errors import InvalidArgument
+from corral_server.store.database import Database
+from corral_server.store.search_text import kind_of, text_of
+
+log = logging.getLogger(__name__)
+
+MARK_OPEN = "\u00ab"  # «
+MARK_CLOSE = "\u00bb"  # »
+ELLIPSIS = "\u2026"
+SNIPPET_TOKENS = 16
+MAX_SNIPPET_CHARS = 320
+BACKFILL_KEY = "search_backfill"
+BACKFILL_BATCH = 2000
+
+_SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 1) * _SPAN)
+
+_INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
+_DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
+
+
+class SearchHit(NamedTuple):
+    agent_id: str
+    cursor: Cursor
+    kind: str
+    timestamp_ms: int
+    snippet: str
+    score: float  # bm25: lower is a better match
+
+
+class SearchQuery(NamedTuple):
+    """`agent_ids` None = every agent; `kinds` None = every kind; times in ms, end exclusive."""
+
+    query: str
+    agent_ids: frozenset[str] | None
+    kinds: frozenset[str] | None
+    start_ms: int | None
+    end_ms: int | None
+    offset: int
+    limit: int
+
+
+# --- the writer thread's half (called inside the timeline store's transaction) -----------
+
+
+def entries(timeline_id: int, rows: Sequence[TimelineRow]) -> list[tuple[Any, ...]]:
+    """The index rows of freshly appended `rows` (those with no text have none)."""
+    base = timeline_id * _SPAN
+    out: list[tuple[Any, ...]] = []
+    for row in rows:
+        item = row.item
+        text = text_of(item)
+        if text:
+            out.append((base + row.seq, text, kind_of(item), row.timestamp_ms))
+    return out
+
+
+def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        conn.executemany(_INSERT, rows)
+
+
+def delete_timeline(conn: sqlite3.Connection, timeline_id: int) -> None:
+    conn.execute(_DELETE_RANGE, (timeline_id * _SPAN, (timeline_id + 1) * _SPAN))
+
+
+def trim(conn: sqlite3.Connection, trims: list[tuple[int, int]]) -> None:
+    """(timeline_id, first): drop the index rows of seqs below `first`."""
+    conn.executemany(_DELETE_RANGE, [(tid * _SPAN, tid * _SPAN + first) for tid, first in trims])
+
+
+# --- the reader thread's half --------------------------------------------------------------
+
+_SEARCH = (
+    "SELECT t.agent_id, t.epoch, x.rowid, x.kind, x.timestamp_ms,"
+    " snippet(timeline_text, 0, ?, ?, ?, ?), bm25(timeline_text)"
+    " FROM timeline_text AS x JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
+    " WHERE timeline_text MATCH ?"
+)
+
+# The messages SQLite gives a query it cannot parse (the rest are the store's failures).
+_QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
+
+
+def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
+    """The hits of one page (ranked) and whether more follow."""
+    sql = [_SEARCH]
+    args: list[Any] = [MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS, request.query]
+    if request.agent_ids is not None:
+        sql.append(" AND t.agent_id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(sorted(request.agent_ids)))
+    if request.kinds is not None:
+        sql.append(" AND x.kind IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(sorted(request.kinds)))
+    if request.start_ms is not None:
+        sql.append(" AND x.timestamp_ms >= ?")
+        args.append(request.start_ms)
+    if request.end_ms is not None:
+        sql.append(" AND x.timestamp_ms < ?")
+        args.append(request.end_ms)
+    sql.append(" ORDER BY bm25(timeline_text), x.rowid LIMIT ? OFFSET ?")
+    args += [request.limit + 1, request.offset]
+    try:
+        found = conn.execute("".join(sql), args).fetchall()
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if text.startswith(_QUERY_ERRORS):
+            raise InvalidArgument.field(
+                "query", f"not a valid search query ({text}); see docs/api.md for the syntax"
+            ) from None
+        raise
+    hits = [
+        SearchHit(agent, Cursor(epoch, rowid % _SPAN), kind, ts, _clip(snippet), score)
+        for agent, epoch, rowid, kind, ts, snippet, score in found[: request.limit]
+    ]
+    return hits, len(found) > request.limit
+
+
+def _clip(snippet: str) -> str:
+    if len(snippet) <= MAX_SNIPPET_CHARS:
+        return snippet
+    return snippet[: MAX_SNIPPET_CHARS - 1] + ELLIPSIS
+
+
+# --- indexing a state directory from before v5 ----------------------------------------------
+
+
+class Backfill:
+    """Indexes the rows a pre-v5 database holds, in the background: `start()` once the store
+    is open, `await stop()` before the database closes. `running` says whether rows may still
+    be missing from the index."""
+
+    def __init__(
+        self,
+        database: Database,
+        decode: Callable[[bytes], TimelineItem],
+        batch: int | None = None,
+    ) -> None:
+        self._db = database
+        self._decode = decode
+        self._batch = batch or BACKFILL_BATCH
+        self._task: asyncio.Task[None] | None = None
+        self.running = False
+        self.indexed = 0
+
+    async def start(self) -> None:
+        pending = await self._db.read(_backfill_cursor)
+        if pending is None:
+            return
+        self.running = True
+        self._task = asyncio.create_task(self._run(), name="corral-search-backfill")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        try:
+            total = await self._db.read(_count_rows)
+            log.info("search index: indexing %d stored rows in the background", total)
+            looked = 0
+            while True:
+                seen, added, done = await self._db.write(
+                    partial(_backfill_batch, self._decode, self._batch)
+                )
+                looked += seen
+                self.indexed += added
+                if done:
+                    break
+                log.info("search index: looked at %d of %d stored rows", looked, total)
+            log.info("search index: done (%d rows indexed, %d looked at)", self.indexed, looked)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("search index: the background indexing failed (search misses rows)")
+        finally:
+            self.running = False
+
+
+def _backfill_cursor(conn: sqlite3.Connection) -> str | None:
+    found = conn.execute("SELECT value FROM meta WHERE key = ?", (BACKFILL_KEY,)).fetchone()
+    return None if found is None else str(found[0])
+
+
+def _count_rows(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM timeline_rows").fetchone()[0])
+
+
+def _backfill_batch(
+    decode: Callable[[bytes], TimelineItem], limit: int, conn: sqlite3.Connection
+) -> tuple[int, int, bool]:
+    """In the writer thread: index the next `limit` rows after the cursor. Returns (rows
+    looked at, rows indexed, finished)."""
+    cursor = _backfill_cursor(conn)
+    if cursor is None:
+        return 0, 0, True
+    tid, seq = (int(part) for part in cursor.split())
+    rows = conn.execute(
+        "SELECT timeline_id, seq, timestamp_ms, item FROM timeline_rows"
+        " WHERE (timeline_id, seq) > (?, ?) ORDER BY timeline_id, seq LIMIT ?",
+        (tid, seq, limit),
+    ).fetchall()
+    if len(rows) < limit:
+        conn.execute("DELETE FROM meta WHERE key = ?", (BACKFILL_KEY,))
+    if not rows:
+        return 0, 0, True
+    low = rows[0][0] * _SPAN + rows[0][1]
+    high = rows[-1][0] * _SPAN + rows[-1][1]
+    present = {
+        rowid
+        for (rowid,) in conn.execute(
+            "SELECT rowid FROM timeline_text WHERE rowid >= ? AND rowid <= ?", (low, high)
+        )
+    }
+    new: list[tuple[Any, ...]] = []
+    for row_tid, row_seq, timestamp_ms, blob in rows:
+        rowid = row_tid * _SPAN + row_seq
+        if rowid in present:
+            continue
+        try:
+            item = decode(blob)
+        except Exception:  # a row this corral cannot read is not searchable; the rest are
+            continue
+        text = text_of(item)
+        if text:
+            new.append((rowid, text, kind_of(item), timestamp_ms))
+    insert(conn, new)
+    if len(rows) == limit:
+        last = f"{rows[-1][0]} {rows[-1][1]}"
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (last, BACKFILL_KEY))
+    return len(rows), len(new), len(rows) < limit
+
+
+class SearchIndex:
+    """What the rpc edge searches: the database's index, read in the reader thread."""
+
+    def __init__(self, database: Database, backfill: Backfill) -> None:
+        self._db = database
+        self.backfill = backfill
+
+    @property
+    def indexing(self) -> bool:
+        """Rows from before v5 may still be missing (the answer covers what is indexed)."""
+        return self.backfill.running
+
+    async def search(self, request: SearchQuery) -> tuple[list[SearchHit], bool]:
+        return await self._db.read(partial(search, request))

@@ -1,0 +1,73 @@
+"""What of a timeline item full-text search sees: its kind's name and its text.
+
+Pure and cheap: it runs in the writer thread for every appended row (store/search.py), so it
+only joins strings the item already holds; a tool call's JSON input and output are serialized
+once, compactly. Each row's text is cut at MAX_INDEXED_CHARS: a megabyte of tool output would
+cost the writer more than it is worth to a search, and its start is what a person looks for.
+"""
+
+from __future__ import annotations
+
+import json
+
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    Compaction,
+    ErrorItem,
+    JsonValue,
+    Reasoning,
+    SubagentNotice,
+    TimelineItem,
+    Todo,
+    ToolCall,
+    UserMessage,
+)
+
+MAX_INDEXED_CHARS = 64 * 1024
+
+# The names of item kinds, as the TimelineItem oneof on the wire names them.
+ITEM_KINDS: dict[type, str] = {
+    UserMessage: "user_message",
+    AssistantMessage: "assistant_message",
+    Reasoning: "reasoning",
+    ToolCall: "tool_call",
+    Todo: "todo",
+    ErrorItem: "error",
+    Compaction: "compaction",
+    SubagentNotice: "subagent_notice",
+}
+KIND_NAMES = frozenset(ITEM_KINDS.values())
+
+
+def kind_of(item: TimelineItem) -> str:
+    return ITEM_KINDS[type(item)]
+
+
+def text_of(item: TimelineItem) -> str:
+    """The searchable text of `item` ('' for none), at most MAX_INDEXED_CHARS."""
+    match item:
+        case UserMessage() | AssistantMessage() | Reasoning():
+            text = item.text
+        case ToolCall():
+            text = "\n".join(
+                part
+                for part in (item.name, _json(item.input), _json(item.output), item.error)
+                if part
+            )
+        case ErrorItem():
+            text = f"{item.message}\n{item.code}" if item.code else item.message
+        case Todo():
+            text = "\n".join(entry.text for entry in item.entries)
+        case Compaction():
+            text = item.summary
+        case SubagentNotice():
+            text = item.text
+    return text[:MAX_INDEXED_CHARS]
+
+
+def _json(value: JsonValue) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
