@@ -973,7 +973,7 @@ UNARY_METHODS = {
         "GetQueuedPrompt",
         "GetPendingPermission",
     ),
-    "corral.v1.TimelineService": ("FetchTimeline", "GetActivity"),
+    "corral.v1.TimelineService": ("FetchTimeline", "GetActivity", "SearchTimeline"),
     "corral.v1.SubagentService": (
         "SpawnSubagent",
         "ListSubagentRuns",

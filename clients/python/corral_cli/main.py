@@ -21,6 +21,7 @@ from typing import TypeAlias
 import grpc
 
 from corral_cli import commands, failure, follow, ids, providers, subagents
+from corral_cli import search as search_cli
 from corral_cli.client import (
     DEFAULT_ADDR,
     DEFAULT_TIMEOUT_S,
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listed.set_defaults(func=providers.providers)
     subagents.add_commands(sub, parents)  # spawn, runs, kill-run
+    search_cli.add_command(sub, parents)
     return parser
 
 

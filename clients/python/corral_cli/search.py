@@ -1,0 +1,140 @@
+"""`corral search QUERY`: full-text search over every agent's timeline (SearchTimeline).
+
+Prints each hit (when, which agent, the kind of row, the snippet with its matches between « »)
+and the `corral logs` command that shows the timeline from that row on. Needs a daemon with
+a state directory (an in-memory one answers UNIMPLEMENTED).
+
+Must not: print failures of the RPC itself (main.py does, in one place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from typing import TypeAlias
+
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral_cli import failure, ids
+from corral_cli.client import Client
+from corral_cli.render import Console, local_time, one_line
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+KINDS = (
+    "user_message",
+    "assistant_message",
+    "reasoning",
+    "tool_call",
+    "todo",
+    "error",
+    "compaction",
+    "subagent_notice",
+)
+# Rows shown before the hit by the printed `corral logs` command, for context.
+_CONTEXT_ROWS = 2
+
+
+def add_command(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    cmd = sub.add_parser(
+        "search",
+        parents=parents,
+        help="full-text search over every agent's timeline (needs a state directory)",
+    )
+    cmd.add_argument(
+        "query", nargs="+", help='FTS5 syntax: words, "a phrase", prefix*, AND / OR / NOT'
+    )
+    cmd.add_argument(
+        "--agent",
+        dest="agents",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only this agent (repeatable)",
+    )
+    cmd.add_argument("--label", default="", metavar="SELECTOR", help="only agents matching it")
+    cmd.add_argument("--provider", action="append", default=[], help="only this provider")
+    cmd.add_argument(
+        "--kind", action="append", default=[], choices=KINDS, help="only rows of this kind"
+    )
+    cmd.add_argument("--since", default="", metavar="ISO", help="rows at or after this time")
+    cmd.add_argument("--until", default="", metavar="ISO", help="rows before this time")
+    cmd.add_argument("--archived", action="store_true", help="also archived agents")
+    cmd.add_argument("--limit", type=int, default=20, metavar="N", help="hits (default 20)")
+    cmd.set_defaults(func=search, check=check)
+
+
+def check(args: argparse.Namespace) -> str:
+    if args.limit < 1:
+        return "--limit must be at least 1"
+    for name in ("since", "until"):
+        value = getattr(args, name)
+        if value and _parse_time(value) is None:
+            return f"--{name}: not an ISO date or time: {value!r}"
+    return ""
+
+
+def search(client: Client, console: Console, args: argparse.Namespace) -> int:
+    request = tl_pb.SearchTimelineRequest(
+        query=" ".join(args.query),
+        agent_ids=[ids.resolve(client, agent) for agent in args.agents],
+        label_selector=args.label,
+        providers=args.provider,
+        item_kinds=args.kind,
+        include_archived=args.archived,
+    )
+    for name, field in (("since", request.start_time), ("until", request.end_time)):
+        if at := _parse_time(getattr(args, name)):
+            field.FromDatetime(at)
+    hits: list[tl_pb.SearchHit] = []
+    indexing = False
+    while len(hits) < args.limit:
+        request.page_size = min(100, args.limit - len(hits))
+        reply = client.timeline.SearchTimeline(request, timeout=client.timeout_s)
+        hits += reply.hits
+        indexing = indexing or reply.indexing
+        if not reply.next_page_token:
+            break
+        request.page_token = reply.next_page_token
+    _print(client, console, hits)
+    if indexing:
+        console.note("note: older rows are still being indexed; some hits may be missing")
+    return failure.EXIT_OK
+
+
+def _print(client: Client, console: Console, hits: list[tl_pb.SearchHit]) -> None:
+    if console.json:
+        for hit in hits:
+            console.message(hit)
+        return
+    if not hits:
+        console.note("no hits")
+        return
+    heads: dict[str, tuple[str, int]] = {}
+    for hit in hits:
+        if hit.agent_id not in heads:
+            timeline = client.agents.GetAgent(
+                agent_pb.GetAgentRequest(agent_id=hit.agent_id), timeout=client.timeout_s
+            ).agent.timeline
+            heads[hit.agent_id] = (timeline.epoch, timeline.next_seq)
+        when = local_time(hit.timestamp)
+        console.line(f"{when}  {hit.agent_id[:12]}  #{hit.cursor.seq} {hit.item_kind}")
+        console.line(f"    {one_line(hit.snippet)}")
+        console.line(f"    {_open_command(hit, *heads[hit.agent_id])}")
+
+
+def _open_command(hit: tl_pb.SearchHit, epoch: str, next_seq: int) -> str:
+    if hit.cursor.epoch != epoch:
+        return f"(rewound since: corral logs {hit.agent_id} shows the current timeline)"
+    rows = next_seq - hit.cursor.seq + _CONTEXT_ROWS
+    return f"corral logs {hit.agent_id} --limit {rows}"
+
+
+def _parse_time(text: str) -> datetime.datetime | None:
+    if not text:
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.astimezone()
