@@ -8,6 +8,7 @@
   P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
   P10  resident memory under hostile clients: never-reading streams, refused huge requests
+  search  a query over 1 M rows (p50 / p99); P1' durable with the index against without it
   web  events/s through Connect streaming to 1 and 10 Node subscribers against gRPC Subscribe
 
 Run: .venv/bin/python -m bench.run [--quick]
@@ -26,6 +27,7 @@ from bench import (
     p1,
     p2_pages,
     p2_rpc,
+    search,
     startup,
     web_stream,
     writer,
@@ -47,6 +49,9 @@ async def main(quick: bool) -> None:
         f"P1' with the durable store: {durable:,.0f} rows/s, {durable / rate:.2f}x in memory "
         "(goal >= 80,000 and >= 0.7x)"
     )
+    print()
+    searched = await search.query_latency(history)
+    print(search.report(searched, await search.writer_cost(rows)))
     print()
     store = await p2_pages.measure()
     print(p2_pages.report(store))

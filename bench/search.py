@@ -1,0 +1,167 @@
+"""Full-text search (store/search.py): query latency over a large index, and what indexing
+costs the single writer, in the same run.
+
+  query  100 agents' timelines, N rows in all (1 M in the full run), each an assistant row of
+         about a dozen words drawn from a 20,000-word vocabulary with Zipf frequencies (as
+         words are in text). p50 / p99 of one first page (20 hits, ranked by bm25, snippets)
+         read through SearchIndex in the reader thread, for words of each frequency band
+         (rare: in ~0.01% of rows, medium: ~0.1%, common: ~1%), a two-word phrase, a prefix
+         and an AND NOT. Goal: p99 under 50 ms.
+  P1'    bench/writer.py's durable burst (rows through the single writer into SQLite and out
+         to 10 subscribers) with the index, and without it (indexing switched off in this
+         process), alternated, best of each. Goal: with >= 0.85x without.
+
+Run: .venv/bin/python -m bench.search [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import writer
+from corral_server.domain.timeline import AssistantMessage
+from corral_server.rpc.item_codec import ITEM_CODEC
+from corral_server.store import Database, SqliteTimelineStore
+from corral_server.store import search as search_store
+from corral_server.store.search import Backfill, SearchIndex, SearchQuery
+from corral_server.timeline.store import NewRow
+
+AGENTS = 100
+VOCABULARY = 20_000
+WORDS_PER_ROW = 12
+BATCH = 1_000
+QUERIES_PER_KIND = 100
+
+
+def _words() -> tuple[list[str], list[float]]:
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocabulary = sorted({"".join(rng.choices(letters, k=rng.randint(4, 9))) for _ in range(30_000)})
+    rng.shuffle(vocabulary)
+    vocabulary = vocabulary[:VOCABULARY]
+    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    return vocabulary, weights
+
+
+async def _fill(
+    store: SqliteTimelineStore, rows: int, words: list[str], weights: list[float]
+) -> None:
+    rng = random.Random(11)
+    per_agent = rows // AGENTS
+    for a in range(AGENTS):
+        await store.create(f"agent-{a}")
+    for start in range(0, per_agent, BATCH):
+        for a in range(AGENTS):
+            batch = [
+                NewRow(
+                    AssistantMessage(" ".join(rng.choices(words, weights, k=WORDS_PER_ROW))),
+                    start + i,
+                )
+                for i in range(min(BATCH, per_agent - start))
+            ]
+            await store.append(f"agent-{a}", batch)
+
+
+def _queries(words: list[str], weights: list[float], rows: int) -> dict[str, list[str]]:
+    """Words by the share of rows holding them (a word's expected rows from its weight)."""
+    total = sum(weights)
+    share = [min(1.0, WORDS_PER_ROW * w / total) for w in weights]
+    bands = {"rare word (~0.01%)": 0.0001, "medium word (~0.1%)": 0.001, "common word (~1%)": 0.01}
+    rng = random.Random(3)
+    out: dict[str, list[str]] = {}
+    for name, target in bands.items():
+        near = sorted(range(len(words)), key=lambda i: abs(share[i] - target))[:QUERIES_PER_KIND]
+        out[name] = [words[i] for i in near]
+    medium = out["medium word (~0.1%)"]
+    out["two-word phrase"] = [
+        f'"{rng.choice(words[:200])} {rng.choice(words[:200])}"' for _ in medium
+    ]
+    out["prefix (3 letters*)"] = [f"{w[:3]}*" for w in medium]
+    out["a AND NOT b"] = [f"{w} NOT {rng.choice(words[:50])}" for w in medium]
+    return out
+
+
+async def _time_queries(index: SearchIndex, queries: list[str]) -> tuple[float, float, int]:
+    took: list[float] = []
+    hits = 0
+    for text in queries:
+        started = time.perf_counter()
+        found, _ = await index.search(SearchQuery(text, None, None, None, None, 0, 20))
+        took.append(time.perf_counter() - started)
+        hits += len(found)
+    took.sort()
+    return statistics.median(took) * 1000, took[int(len(took) * 0.99) - 1] * 1000, hits
+
+
+async def query_latency(rows: int) -> dict[str, Any]:
+    words, weights = _words()
+    scratch = Path(__file__).parent.parent / ".bench"  # the checkout's disk, gitignored
+    scratch.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="search-", dir=scratch) as d:
+        database = await Database.open(Path(d), synchronous="NORMAL")
+        store = await SqliteTimelineStore.open(database, ITEM_CODEC)
+        started = time.perf_counter()
+        await _fill(store, rows, words, weights)
+        filled = time.perf_counter() - started
+        index = SearchIndex(database, Backfill(database, ITEM_CODEC.decode))
+        out: dict[str, Any] = {"rows": rows, "fill s": filled}
+        for name, queries in _queries(words, weights, rows).items():
+            out[name] = await _time_queries(index, queries)
+        await database.close()
+    return out
+
+
+async def writer_cost(rows: int, rounds: int = 2) -> tuple[float, float]:
+    """(rows/s with the index, rows/s without), the best of `rounds` each, alternated."""
+    indexed = search_store.entries
+    with_index: list[float] = []
+    without: list[float] = []
+    try:
+        for _ in range(rounds):
+            setattr(search_store, "entries", indexed)  # noqa: B010 (switched for the bench)
+            with_index.append(await writer.measure(rows, durable=True))
+            setattr(search_store, "entries", _no_entries)  # noqa: B010
+            without.append(await writer.measure(rows, durable=True))
+    finally:
+        setattr(search_store, "entries", indexed)  # noqa: B010
+    return max(with_index), max(without)
+
+
+def _no_entries(timeline_id: int, rows: object) -> list[tuple[Any, ...]]:
+    return []
+
+
+def report(latency: dict[str, Any], cost: tuple[float, float]) -> str:
+    lines = [
+        f"search over {latency['rows']:,} rows ({AGENTS} agents;"
+        f" filled in {latency['fill s']:.0f} s), first page of 20 hits, p50 / p99"
+        " (goal p99 < 50 ms):"
+    ]
+    for name, value in latency.items():
+        if isinstance(value, tuple):
+            p50, p99, hits = value
+            per_query = hits / QUERIES_PER_KIND
+            lines.append(f"  {name:<22} {p50:7.1f} ms {p99:7.1f} ms   ({per_query:.0f} hits/query)")
+    indexed, bare = cost
+    lines.append(
+        f"P1' durable with the search index: {indexed:,.0f} rows/s, without: {bare:,.0f} rows/s,"
+        f" {indexed / bare:.2f}x (goal >= 0.85x)"
+    )
+    return "\n".join(lines)
+
+
+async def main(quick: bool) -> None:
+    latency = await query_latency(100_000 if quick else 1_000_000)
+    cost = await writer_cost(50_000 if quick else 200_000)
+    print(report(latency, cost))
+
+
+if __name__ == "__main__":
+    asyncio.run(main("--quick" in sys.argv))

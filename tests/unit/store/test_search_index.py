@@ -1,0 +1,44 @@
+"""The full-text index beside the timeline store: it holds exactly the retained rows with text
+(retention trims, rebases and drops take their entries in the same transaction), and a row
+appended in a batch that retention trims at once is never indexed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from corral_server.domain.timeline import AssistantMessage, Todo
+from corral_server.rpc.item_codec import ITEM_CODEC
+from corral_server.store import DB_FILE, Database, SqliteTimelineStore
+from corral_server.store.search import Backfill, SearchIndex, SearchQuery
+from corral_server.timeline.store import NewRow
+
+
+def row(word: str, n: int) -> NewRow:
+    return NewRow(AssistantMessage(f"{word} number{n}"), timestamp_ms=n)
+
+
+def indexed(state: Path) -> list[tuple[int, int]]:
+    with sqlite3.connect(state / DB_FILE) as conn:
+        found = conn.execute("SELECT rowid FROM timeline_text ORDER BY rowid").fetchall()
+    conn.close()
+    return [(rowid >> 32, rowid & 0xFFFFFFFF) for (rowid,) in found]
+
+
+async def test_the_index_follows_retention_rebase_and_drop(tmp_path: Path) -> None:
+    database = await Database.open(tmp_path)
+    store = await SqliteTimelineStore.open(database, ITEM_CODEC, retain_rows=3)
+    await store.create("a")
+    await store.create("b")
+    await store.append("a", [row("alpha", n) for n in range(1, 6)])  # keeps 3..5
+    await store.append("a", [NewRow(Todo(()), 6)])  # no text: no entry; keeps 4..6
+    await store.append("b", [row("beta", 1)])
+    assert indexed(tmp_path) == [(1, 4), (1, 5), (2, 1)]
+    index = SearchIndex(database, Backfill(database, ITEM_CODEC.decode))
+    hits, more = await index.search(SearchQuery("alpha", None, None, None, None, 0, 10))
+    assert sorted(h.cursor.seq for h in hits) == [4, 5] and not more
+    await store.rebase("a")
+    await store.append("a", [row("gamma", 1)])
+    await store.drop("b")
+    assert indexed(tmp_path) == [(3, 1)]
+    await database.close()
