@@ -101,21 +101,49 @@ def trim(conn: sqlite3.Connection, trims: list[tuple[int, int]]) -> None:
 
 # --- the reader thread's half --------------------------------------------------------------
 
-_SEARCH = (
-    "SELECT t.agent_id, t.epoch, x.rowid, x.kind, x.timestamp_ms,"
-    " snippet(timeline_text, 0, ?, ?, ?, ?), bm25(timeline_text)"
-    " FROM timeline_text AS x JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
-    " WHERE timeline_text MATCH ?"
+# Ranking reads only the index (the rowid, bm25 and, to scope by agent, the timelines
+# table): the content columns and the snippet cost a content read per row, so they are read for
+# the page's hits alone, each by its rowid.
+_RANK = "SELECT x.rowid, bm25(timeline_text) FROM timeline_text AS x"
+_SCOPED = " JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
+_HIT = (
+    "SELECT x.kind, x.timestamp_ms, snippet(timeline_text, 0, ?, ?, ?, ?)"
+    " FROM timeline_text AS x WHERE timeline_text MATCH ? AND x.rowid = ?"
 )
+_TIMELINE = "SELECT agent_id, epoch FROM timelines WHERE timeline_id = ?"
 
 # The messages SQLite gives a query it cannot parse (the rest are the store's failures).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 
 
 def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
-    """The hits of one page (ranked) and whether more follow."""
-    sql = [_SEARCH]
-    args: list[Any] = [MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS, request.query]
+    """The hits of one page (ranked) and whether more follow, from one snapshot."""
+    sql, args = _ranking(request)
+    conn.execute("BEGIN")
+    try:
+        try:
+            ranked = conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if text.startswith(_QUERY_ERRORS):
+                raise InvalidArgument.field(
+                    "query", f"not a valid search query ({text}); see docs/api.md for the syntax"
+                ) from None
+            raise
+        hits = [_hit(conn, request.query, rowid, score) for rowid, score in ranked[: request.limit]]
+    finally:
+        conn.execute("COMMIT")
+    return hits, len(ranked) > request.limit
+
+
+def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
+    # Unscoped, no join: a dropped timeline's entries went in the transaction that dropped it.
+    sql = [_RANK]
+    args: list[Any] = []
+    if request.agent_ids is not None:
+        sql.append(_SCOPED)
+    sql.append(" WHERE timeline_text MATCH ?")
+    args.append(request.query)
     if request.agent_ids is not None:
         sql.append(" AND t.agent_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(sorted(request.agent_ids)))
@@ -130,20 +158,16 @@ def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchH
         args.append(request.end_ms)
     sql.append(" ORDER BY bm25(timeline_text), x.rowid LIMIT ? OFFSET ?")
     args += [request.limit + 1, request.offset]
-    try:
-        found = conn.execute("".join(sql), args).fetchall()
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if text.startswith(_QUERY_ERRORS):
-            raise InvalidArgument.field(
-                "query", f"not a valid search query ({text}); see docs/api.md for the syntax"
-            ) from None
-        raise
-    hits = [
-        SearchHit(agent, Cursor(epoch, rowid % _SPAN), kind, ts, _clip(snippet), score)
-        for agent, epoch, rowid, kind, ts, snippet, score in found[: request.limit]
-    ]
-    return hits, len(found) > request.limit
+    return "".join(sql), args
+
+
+def _hit(conn: sqlite3.Connection, query: str, rowid: int, score: float) -> SearchHit:
+    marks = (MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS)
+    kind, timestamp_ms, snippet = conn.execute(_HIT, (*marks, query, rowid)).fetchone()
+    agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
+    return SearchHit(
+        agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, _clip(snippet), score
+    )
 
 
 def _clip(snippet: str) -> str:
