@@ -177,7 +177,7 @@ async def test_bad_requests_are_invalid_argument_naming_the_field(
     assert details.fields == (field,)
 
 
-async def test_a_token_of_another_query_is_refused(
+async def test_a_token_of_another_query_and_an_unknown_agent_are_refused(
     durable: tuple[DaemonThread, Stubs], tmp_path: Path
 ) -> None:
     _, stubs = durable
@@ -189,6 +189,9 @@ async def test_a_token_of_another_query_is_refused(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await search(stubs, "egret", page_token=token)
     assert error_details(caught.value).fields == ("page_token",)
+    with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        await search(stubs, "heron", agent_ids=["f" * 32])
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
 
 
 async def test_a_rewind_takes_the_dropped_rows_hits_with_it(

@@ -113,7 +113,12 @@ _HIT = (
 _TIMELINE = "SELECT agent_id, epoch FROM timelines WHERE timeline_id = ?"
 
 # The messages SQLite gives a query it cannot parse (the rest are the store's failures).
-_QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
+_QUERY_ERRORS = (
+    "fts5: syntax error",
+    "unterminated string",
+    "no such column",
+    "unknown special query",
+)
 
 
 def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
