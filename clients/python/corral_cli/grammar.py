@@ -18,9 +18,12 @@ import sys
 import textwrap
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn, TypeAlias
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from corral_cli.client import DEFAULT_ADDR, DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 Parents: TypeAlias = "list[Parser]"
@@ -40,6 +43,11 @@ _GLOBALS_NOTE = (
 
 class Parser(argparse.ArgumentParser):
     """argparse with usage errors in the CLI's one form: `error: CODE: message` and a hint."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse would swallow a closed pipe here; main.py ends on one the same way always.
+        if message:
+            (file or sys.stderr).write(message)
 
     def error(self, message: str) -> NoReturn:
         print(f"error: INVALID_ARGUMENT: {message}", file=sys.stderr)
