@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 from corral_cli.arguments import build_parser
 from corral_cli.main import main
 from corral_server.app import Config
-from tests.support.daemon import DaemonThread, running_daemon
+from tests.support.daemon import DaemonProcess, DaemonThread, running_daemon
 
 Capture = pytest.CaptureFixture[str]
 CORRAL = [sys.executable, "-m", "corral_cli.main"]
@@ -233,3 +234,29 @@ def test_json_prints_proto_field_names_and_nothing_else(
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["agent"]["provider_session_id"] and "turn_id" in lines[0]
     assert "turn_completed" in lines[-1]
+
+
+def test_status_tells_a_standby_and_a_draining_daemon_apart(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    state = tmp_path / "state"
+    serving = DaemonProcess(state, "--drain-delay-s", "60").start()
+    standby = DaemonProcess(state, "--standby").start(expect_ready=False)
+    try:
+        assert standby.proc is not None and standby.proc.stdout is not None
+        found = re.search(r"standby on (\S+):(\d+)", standby.proc.stdout.readline())
+        assert found is not None
+        waiting = f"127.0.0.1:{found.group(2)}"
+        assert cli(waiting, "status") == 0
+        assert capsys.readouterr().out.startswith(f"{waiting}: standby (health NOT_SERVING)\n")
+        assert serving.proc is not None
+        serving.proc.send_signal(signal.SIGTERM)
+        serving.wait_for_log("draining")  # health is NOT_SERVING for the drain delay
+        assert cli(serving.address, "status") == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[:2] == [f"{serving.address}: draining (health NOT_SERVING)", "agents: none"]
+        serving.proc.send_signal(signal.SIGTERM)  # a second signal ends the delay
+        assert serving.wait(30)[0] == 0
+    finally:
+        serving.stop()
+        standby.stop()
