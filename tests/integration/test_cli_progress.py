@@ -21,7 +21,9 @@ import pytest
 from corral_cli import progress
 from corral_cli.main import main
 from corral_cli.render import Console
+from corral_server.app import Config
 from tests.support.daemon import DaemonThread
+from tests.support.fakes import FakeProvider
 
 CORRAL = [sys.executable, "-m", "corral_cli.main"]
 DEADLINE_S = 30.0
@@ -121,6 +123,22 @@ def test_spawn_wait_on_a_failing_child_shows_the_error_grace(
     code, out = cli.finish(grpc_server, 1000)
     assert code == 1 and out == "broken\n", cli.seen  # the failed child's error as result
     assert f"run {found.group(1)} ended: error" in cli.seen
+
+
+def test_a_create_whose_session_is_slow_to_start_says_so(tmp_path: Path) -> None:
+    provider = FakeProvider("slow")
+    gate = provider.hold_create()
+    daemon = DaemonThread(Config(extra_providers={"slow": provider})).start()
+    try:
+        cli = OnTerminal(daemon.address, "run", "--provider", "slow", "--cwd", str(tmp_path), "hi")
+        try:
+            cli.read_until(r"⏳ waiting for the slow session to start \(up to 60 s\): 1 s")
+        finally:
+            daemon.loop.call_soon_threadsafe(gate.set)
+            cli.proc.kill()  # the fake turn never ends by itself
+            cli.finish(daemon, 0)
+    finally:
+        daemon.stop()
 
 
 # --- nothing of it off a terminal, or with --json -------------------------------------------
