@@ -34,8 +34,11 @@ def build_parser() -> Parser:
         "serve", add_help=False, help="run the daemon (all arguments go to it; try serve --help)"
     )
     parents = [globals_after]
-    _add_turns(sub, parents)
-    _add_watching(sub, parents)
+    _add_run(sub, parents)
+    _add_send(sub, parents)
+    _add_turn_control(sub, parents)
+    _add_listing(sub, parents)
+    _add_following(sub, parents)
     _add_agents(sub, parents)
     _add_subagents(sub, parents)
     completion = command(
@@ -59,7 +62,7 @@ def _prompt(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_turns(sub: Subparsers, parents: Parents) -> None:
+def _add_run(sub: Subparsers, parents: Parents) -> None:
     run = command(
         sub,
         parents,
@@ -79,6 +82,9 @@ def _add_turns(sub: Subparsers, parents: Parents) -> None:
     run.add_argument("--mode", default="", help="the provider's mode id (see providers)")
     _prompt(run)
     run.set_defaults(func=commands.run)
+
+
+def _add_send(sub: Subparsers, parents: Parents) -> None:
     send = command(
         sub,
         parents,
@@ -106,6 +112,9 @@ def _add_turns(sub: Subparsers, parents: Parents) -> None:
             f"--{mode}", dest="if_running", action="store_const", const=mode, help=what
         )
     send.set_defaults(func=commands.send)
+
+
+def _add_turn_control(sub: Subparsers, parents: Parents) -> None:
     cancel = command(
         sub,
         parents,
@@ -147,7 +156,7 @@ def _add_turns(sub: Subparsers, parents: Parents) -> None:
     permit.set_defaults(func=commands.permit)
 
 
-def _add_watching(sub: Subparsers, parents: Parents) -> None:
+def _add_listing(sub: Subparsers, parents: Parents) -> None:
     ls = command(
         sub,
         parents,
@@ -173,6 +182,26 @@ def _add_watching(sub: Subparsers, parents: Parents) -> None:
     )
     _agent(shown)
     shown.set_defaults(func=show.show)
+    state = command(
+        sub,
+        parents,
+        "status",
+        "Say whether the daemon is serving, draining or on standby, and count its agents.",
+        "Prints the address, the state and the agents by state. A daemon that does not answer\n"
+        "is `not reachable` (exit 1).",
+    )
+    state.set_defaults(func=status.status)
+    listed = command(
+        sub,
+        parents,
+        "providers",
+        "List the providers the daemon can start agents with.",
+        "Columns: NAME, KIND, AVAILABLE (or why not), MODES, MODELS.",
+    )
+    listed.set_defaults(func=providers.providers)
+
+
+def _add_following(sub: Subparsers, parents: Parents) -> None:
     logs = command(
         sub,
         parents,
@@ -202,23 +231,6 @@ def _add_watching(sub: Subparsers, parents: Parents) -> None:
     )
     _agent(attach)
     attach.set_defaults(func=follow.attach)
-    state = command(
-        sub,
-        parents,
-        "status",
-        "Say whether the daemon is serving, draining or on standby, and count its agents.",
-        "Prints the address, the state and the agents by state. A daemon that does not answer\n"
-        "is `not reachable` (exit 1).",
-    )
-    state.set_defaults(func=status.status)
-    listed = command(
-        sub,
-        parents,
-        "providers",
-        "List the providers the daemon can start agents with.",
-        "Columns: NAME, KIND, AVAILABLE (or why not), MODES, MODELS.",
-    )
-    listed.set_defaults(func=providers.providers)
 
 
 def _add_agents(sub: Subparsers, parents: Parents) -> None:

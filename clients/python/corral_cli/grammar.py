@@ -73,7 +73,7 @@ def command(
     return sub.add_parser(
         name,
         parents=parents,
-        help=summary.rstrip("."),
+        help=summary[:1].lower() + summary[1:].rstrip("."),
         description=f"{summary}\n\n{outcomes}",
         epilog=f"{_paragraph(EXIT_CODES)}\n{_paragraph(_GLOBALS_NOTE)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
