@@ -50,6 +50,12 @@ def spawn(client: Client, console: Console, args: argparse.Namespace) -> int:
             ended = _until_ended(stream, run.run_id)
     finally:
         stop(events)
+    if ended is None:  # a drain, say: the run goes on in the daemon that comes back
+        console.error(
+            f"error: UNAVAILABLE: the daemon ended the event stream before run {run.run_id} ended"
+        )
+        console.error(f"hint: see how it ends with: corral runs {args.agent}")
+        return failure.EXIT_FAILED
     if console.json:
         console.message(ended)
     else:
@@ -81,7 +87,8 @@ def _until_synced(stream: Iterator[Any]) -> None:
             return
 
 
-def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun:
+def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun | None:
+    """The run once it has ended; None if the stream ends first."""
     for response in stream:
         for event in response.events:
             if event.WhichOneof("payload") != "subagent_run_updated":
@@ -89,7 +96,7 @@ def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun:
             run: sub_pb.SubagentRun = event.subagent_run_updated.run
             if run.run_id == run_id and run.HasField("ended_at"):
                 return run
-    raise RuntimeError("the event stream ended before the run did")
+    return None
 
 
 def runs(client: Client, console: Console, args: argparse.Namespace) -> int:
