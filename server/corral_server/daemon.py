@@ -69,8 +69,18 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="providers file (TOML, [providers.NAME] tables; docs/providers.md); without "
         "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH",
     )
-    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
-    p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="larger requests get RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=Limits().max_prompt_chars,
+        help="characters of text plus bytes of images per prompt (default %(default)s)",
+    )
     p.add_argument(
         "--drain-delay-s",
         type=float,
@@ -107,7 +117,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         default=Config().max_streams_per_connection,
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the least severe stderr log lines shown (default %(default)s)",
+    )
     p.add_argument(
         "--log-format",
         default="text",

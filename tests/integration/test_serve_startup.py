@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -63,3 +64,12 @@ def test_a_bad_flag_is_one_line_and_exit_two(tmp_path: Path) -> None:
         "corral serve: error: argument --drain-grace-s: invalid float value: 'soon' "
         "(see corral serve --help)"
     ]
+
+
+def test_every_serve_option_has_help_text() -> None:
+    done = subprocess.run([*SERVE, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    for line, after in zip(lines, [*lines[1:], ""], strict=False):
+        bare = re.fullmatch(r"  (-\S+)( \S+)?", line)  # no help on its line: it must follow
+        assert bare is None or after.startswith(" " * 8), f"{line!r} has no help"
