@@ -73,3 +73,18 @@ def test_every_serve_option_has_help_text() -> None:
     for line, after in zip(lines, [*lines[1:], ""], strict=False):
         bare = re.fullmatch(r"  (-\S+)( \S+)?", line)  # no help on its line: it must follow
         assert bare is None or after.startswith(" " * 8), f"{line!r} has no help"
+
+
+def test_a_web_port_in_use_is_refused_the_same_way(tmp_path: Path) -> None:
+    state = tmp_path / "never-made"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        web = f"127.0.0.1:{holder.getsockname()[1]}"
+        code, _, err = refused(
+            "--listen", "127.0.0.1:0", "--web-listen", web, "--state-dir", str(state)
+        )
+    assert code == 2
+    (line,) = err.splitlines()
+    assert f"cannot start: cannot listen on {web}: Address already in use" in line
+    assert not state.exists()

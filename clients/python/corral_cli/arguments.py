@@ -154,6 +154,20 @@ def _add_turn_control(sub: Subparsers, parents: Parents) -> None:
     permit.add_argument("--deny", action="store_true", help="deny instead of allow")
     permit.add_argument("--message", "-m", default="", help="a note for the agent")
     permit.set_defaults(func=commands.permit)
+    queued = command(
+        sub,
+        parents,
+        "queued",
+        "List the agent's queued prompts, or print one of them in full.",
+        "Without PROMPT_ID, a line per prompt: its id, when, by what, its size and the start of\n"
+        "its text (`nothing queued` on stderr when none). With it, that prompt's text, and a\n"
+        "line per image.",
+    )
+    _agent(queued)
+    queued.add_argument(
+        "prompt_id", nargs="?", default="", metavar="PROMPT_ID", help="its client_message_id"
+    )
+    queued.set_defaults(func=commands.queued)
 
 
 def _add_listing(sub: Subparsers, parents: Parents) -> None:

@@ -93,7 +93,9 @@ def add_globals(parser: argparse.ArgumentParser, *, listed: bool) -> None:
     parser.add_argument(
         "--addr",
         default=default(os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR),
-        help=explain(f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})"),
+        help=explain(
+            f"daemon address HOST:PORT or unix:PATH (default $CORRAL_ADDR or {DEFAULT_ADDR})"
+        ),
     )
     parser.add_argument(
         "--json",

@@ -28,6 +28,7 @@ from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 
 _STATE_WIDTH = 20  # of the state column in `ls`
+_PREVIEW_WIDTH = 40  # of a queued prompt's text, on its line
 
 
 @dataclass
@@ -109,6 +110,17 @@ def permission_ended(resolved: turn_pb.PermissionResolved) -> str:
     else:
         how = "denied"
     return f"permission {resolved.request_id} {how}"
+
+
+def queued_line(q: agent_types_pb.QueuedPrompt) -> str:
+    """A queued prompt's summary: id, when, by what, size, and the start of its text."""
+    size = f"{q.chars} chars" + (f", {q.image_count} image(s)" if q.image_count else "")
+    text = one_line(q.preview)
+    preview = _clip(text, _PREVIEW_WIDTH) if len(text) > _PREVIEW_WIDTH else text
+    if q.clipped and not preview.endswith("…"):
+        preview += "…"
+    by = q.queued_by or "client"
+    return f"{q.client_message_id}  {local_time(q.queued_at)}  {by}  {size}  {preview}"
 
 
 def agent_table(agents: Sequence[agent_types_pb.Agent], width: int) -> list[str]:

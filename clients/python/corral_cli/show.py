@@ -12,10 +12,16 @@ from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral_cli import failure
 from corral_cli.client import Client
-from corral_cli.render import Console, local_time, one_line, state_label, state_name
+from corral_cli.render import (
+    Console,
+    local_time,
+    one_line,
+    queued_line,
+    state_label,
+    state_name,
+)
 
 _PAGE_SIZE = 1000
-_PROMPT_CHARS = 60  # of a queued prompt's text, on its line
 
 
 def show(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -59,7 +65,7 @@ def describe(
         ("attention", _attention(agent.attention)),
     ]
     lines += _listed("permissions", [_permission(agent.id, p) for p in agent.pending_permissions])
-    lines += _listed("queued", [_queued(q) for q in agent.queued_prompts])
+    lines += _listed("queued", [queued_line(q) for q in agent.queued_prompts])
     usage = agent.last_usage
     lines.append(
         (
@@ -117,10 +123,3 @@ def _permission(agent_id: str, permission: agent_types_pb.PendingPermission) -> 
         f"{permission.id}  {permission.name}{title} (turn {permission.turn_id or '-'}); "
         f"answer: corral permit {agent_id} [--deny] {permission.id}"
     )
-
-
-def _queued(prompt: agent_types_pb.QueuedPrompt) -> str:
-    text = one_line(" ".join(part.text for part in prompt.content if part.text))
-    if len(text) > _PROMPT_CHARS:
-        text = text[: _PROMPT_CHARS - 1] + "…"
-    return f"{prompt.client_message_id}  queued {local_time(prompt.queued_at)}  {text}"
