@@ -281,7 +281,7 @@ def _access_note(config: Config) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
-def port_taken(listen: str) -> str:
+def port_taken(listen: str, flag: str = "--listen") -> str:
     """Why `listen` cannot be bound (another process listens there), or "". Checked before
     anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
     does, so a port whose old connections linger is not mistaken for a taken one."""
@@ -291,14 +291,17 @@ def port_taken(listen: str) -> str:
     try:
         infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        return f"cannot listen on {listen}: {exc.strerror}"
+        return f"cannot listen on {listen} ({flag}): {exc.strerror}"
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as exc:
-            return f"cannot listen on {listen}: {exc.strerror} (is another corral daemon running?)"
+            return (
+                f"cannot listen on {listen} ({flag}): {exc.strerror} "
+                "(is another corral daemon running?)"
+            )
     return ""
 
 
@@ -325,7 +328,9 @@ async def serve(args: argparse.Namespace) -> int:
     if not is_local(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
     # The web port too, unless a standby: it binds that one only once it takes over.
-    taken = port_taken(args.listen) or (port_taken(web) if web and not args.standby else "")
+    taken = port_taken(args.listen) or (
+        port_taken(web, "--web-listen") if web and not args.standby else ""
+    )
     if taken:
         log.error("cannot start: %s", taken)
         return 2
