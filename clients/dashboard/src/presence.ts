@@ -1,0 +1,91 @@
+// Presence and notifications. The page sends Heartbeat (this tab's client id, whether it is
+// visible, the agent it shows, the last time the person did something) so the daemon's
+// notification plan knows who is watching; an attention the plan routes in-app to this
+// client is shown with the Notification API when allowed, in the page otherwise.
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { events as eventApi, randomId } from "./client";
+import { onAttention } from "./events";
+import { agentName, attentionText } from "./format";
+import { NotificationKind } from "./gen";
+import { store } from "./store";
+
+const BEAT_MS = 30_000;
+let focused = "";
+let lastActivity = Date.now();
+let timer: ReturnType<typeof setTimeout> | undefined;
+
+export const clientId: string = (() => {
+  try {
+    const kept = sessionStorage.getItem("corral.client-id");
+    if (kept) return kept;
+    const id = `web-${randomId(8)}`;
+    sessionStorage.setItem("corral.client-id", id);
+    return id;
+  } catch {
+    return `web-${randomId(8)}`;
+  }
+})();
+
+export function setFocus(agentId: string): void {
+  focused = agentId;
+  beat();
+}
+
+function beat(): void {
+  clearTimeout(timer);
+  timer = setTimeout(beat, BEAT_MS);
+  if (store.connection === "token") return;
+  eventApi
+    .heartbeat({
+      clientId,
+      clientType: "web",
+      focusedAgentId: focused,
+      appVisible: document.visibilityState === "visible",
+      lastActivityAt: timestampFromMs(lastActivity),
+    })
+    .catch(() => undefined);
+}
+
+export function startPresence(): void {
+  document.addEventListener("visibilitychange", beat);
+  let noted = 0;
+  const active = () => {
+    lastActivity = Date.now();
+    // At most one extra heartbeat a minute for activity alone.
+    if (lastActivity - noted > 60_000) {
+      noted = lastActivity;
+      beat();
+    }
+  };
+  for (const type of ["pointerdown", "keydown"]) document.addEventListener(type, active, { passive: true });
+  onAttention((ev) => {
+    if (ev.payload.case !== "attentionRequired") return;
+    const { agentId, notification } = ev.payload.value;
+    if (notification?.kind !== NotificationKind.IN_APP || notification.clientId !== clientId) return;
+    const agent = store.agents.get(agentId);
+    const text = agent ? `${agentName(agent)}: ${attentionText(agent) || "needs attention"}` : "An agent needs attention";
+    show(text, agentId);
+  });
+  beat();
+}
+
+function show(text: string, agentId: string): void {
+  if ("Notification" in window && Notification.permission === "granted" && document.visibilityState !== "visible") {
+    const n = new Notification("corral", { body: text, tag: agentId });
+    n.onclick = () => {
+      window.focus();
+      location.hash = `#/agent/${agentId}`;
+    };
+    return;
+  }
+  store.notify(text, "attention", agentId);
+}
+
+export function canAskNotifications(): boolean {
+  return "Notification" in window && Notification.permission === "default";
+}
+
+export async function askNotifications(): Promise<void> {
+  if ("Notification" in window) await Notification.requestPermission();
+  store.changed();
+}
