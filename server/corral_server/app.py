@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,7 @@ from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import BearerTokens, TokenFile
 from corral_server.rpc.convert import encode_event
-from corral_server.rpc.event_service import event_service_handler
+from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
 from corral_server.rpc.subagent_service import SubagentService
@@ -72,8 +72,22 @@ from corral_server.timeline.store import TimelineStore
 
 if TYPE_CHECKING:
     from corral_server.mcp.server import McpEndpoint
+    from corral_server.web.endpoint import WebEndpoint
 
 log = logging.getLogger(__name__)
+
+_SERVICE_FILES = {
+    "AgentService": agent_svc_pb,
+    "TurnService": turn_pb,
+    "TimelineService": tl_pb,
+    "EventService": event_pb,
+    "SubagentService": sub_svc_pb,
+}
+
+
+def _service_descriptor(name: str) -> Any:
+    return _SERVICE_FILES[name].DESCRIPTOR.services_by_name[name]
+
 
 SERVICE_NAMES = (
     agent_svc_pb.DESCRIPTOR.services_by_name["AgentService"].full_name,
@@ -133,6 +147,15 @@ class Config:
     # Serve the sub-agent tools over MCP (streamable HTTP) on this loopback HOST:PORT, each
     # agent with its own token (mcp/); None: off.
     mcp_listen: str | None = None
+    # Serve corral.v1 over Connect and gRPC-Web, and the dashboard, on this HOST:PORT (web/);
+    # None: off (`corral serve` turns it on, on loopback). Cross-origin pages need their origin
+    # listed; calls open at once are capped per client address and in total.
+    web_listen: str | None = None
+    web_allow_origins: tuple[str, ...] = ()
+    web_max_calls_per_client: int = 64
+    web_max_calls: int = 1_024
+    # The dashboard's files (None: the package's web/static/).
+    web_static_dir: Path | None = None
 
 
 class Daemon:
@@ -162,6 +185,8 @@ class Daemon:
         self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
         self.mcp: McpEndpoint | None = None
+        self.web: WebEndpoint | None = None
+        self.web_port = 0
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
         self._metrics_server: Any = None
@@ -287,18 +312,12 @@ class Daemon:
                 ("grpc.max_concurrent_streams", self.config.max_streams_per_connection),
             ],
         )
-        agent_svc_grpc.add_AgentServiceServicer_to_server(AgentService(self.manager), server)
-        turn_grpc.add_TurnServiceServicer_to_server(TurnService(self.manager, self.hub), server)
-        tl_grpc.add_TimelineServiceServicer_to_server(TimelineService(self.manager), server)
-        sub_svc_grpc.add_SubagentServiceServicer_to_server(SubagentService(self.subagents), server)
-        events = event_service_handler(
-            self.hub,
-            self.manager.snapshot,
-            max_id_chars=self.config.limits.max_id_chars,
-            presence=self.manager.presence,
-            clock=self.clock,
-        )
-        server.add_generic_rpc_handlers((events,))
+        servicers = self._servicers()
+        agent_svc_grpc.add_AgentServiceServicer_to_server(servicers["AgentService"], server)
+        turn_grpc.add_TurnServiceServicer_to_server(servicers["TurnService"], server)
+        tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
+        sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
+        server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         if self.config.reflection:
             reflection.enable_server_reflection(
@@ -315,6 +334,8 @@ class Daemon:
             raise OSError(f"cannot listen on {self.config.listen}: address in use or invalid")
         await server.start()
         self._server = server
+        if self.config.web_listen:
+            self.web_port = self._serve_web(self.config.web_listen, servicers)
         if self.config.mcp_listen:
             # The SDK is imported only by a daemon that serves it (mcp/__init__.py says why).
             from corral_server.mcp.server import McpEndpoint
@@ -328,6 +349,45 @@ class Daemon:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
+
+    def _servicers(self) -> dict[str, Any]:
+        """The service implementations, by service name: the gRPC server and the web port
+        share these objects."""
+        return {
+            "AgentService": AgentService(self.manager),
+            "TurnService": TurnService(self.manager, self.hub),
+            "TimelineService": TimelineService(self.manager),
+            "SubagentService": SubagentService(self.subagents),
+            "EventService": EventServicer(
+                self.hub,
+                self.manager.snapshot,
+                max_id_chars=self.config.limits.max_id_chars,
+                presence=self.manager.presence,
+                clock=self.clock,
+            ),
+        }
+
+    def _serve_web(self, listen: str, servicers: Mapping[str, Any]) -> int:
+        """corral.v1 over Connect and gRPC-Web, and the dashboard (web/)."""
+        from corral_server.asgi_server import Tls
+        from corral_server.web.endpoint import WebEndpoint, WebSettings
+
+        config = self.config
+        tls = Tls(config.tls.cert, config.tls.key, config.tls.client_ca) if config.tls else None
+        settings = WebSettings(
+            listen,
+            config.max_request_bytes,
+            config.web_allow_origins,
+            config.web_max_calls_per_client,
+            config.web_max_calls,
+            tls,
+        )
+        if config.web_static_dir is not None:
+            settings = replace(settings, static_dir=config.web_static_dir)
+        descriptors = {name: _service_descriptor(name) for name in servicers}
+        by_descriptor = {descriptors[name]: servicer for name, servicer in servicers.items()}
+        self.web = WebEndpoint(settings, by_descriptor, self.tokens)
+        return self.web.start()
 
     def _serve_metrics(self, listen: str) -> int:  # on the loop: the collector needs it
         """Prometheus metrics over HTTP on `listen` (a thread of prometheus-client's)."""
@@ -383,6 +443,12 @@ class Daemon:
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
+        if self.web is not None:  # its streams ended with the hub's (step 4)
+            try:
+                await asyncio.wait_for(self.web.stop(), max(0.1, deadline - loop.time()))
+            except TimeoutError:
+                log.warning("the web port did not stop within the %.1fs grace", grace_s)
+            self.web = None
         if self._server is not None:
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None

@@ -34,6 +34,8 @@ from corral_server.store.errors import StoreError
 log = logging.getLogger("corral")
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+# The web port (Connect, gRPC-Web, the dashboard): on by default, on loopback, next to gRPC's.
+DEFAULT_WEB_LISTEN = "127.0.0.1:50052"
 # How often a standby tries the state directory's lock (the takeover's added latency).
 STANDBY_POLL_S = 0.05
 
@@ -85,6 +87,22 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="serve the sub-agent tools to the agents corral runs over MCP (streamable HTTP, "
         "each agent with its own token) on this loopback address (default: off; port 0 picks "
         "one)",
+    )
+    p.add_argument(
+        "--web-listen",
+        default=None,
+        metavar="HOST:PORT|off",
+        help=f"serve corral.v1 over Connect and gRPC-Web, and the dashboard, there (default "
+        f"{DEFAULT_WEB_LISTEN}, or port 0 when --listen's port is 0; 'off' disables it; any "
+        "address but loopback needs --auth-token-file)",
+    )
+    p.add_argument(
+        "--web-allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages of this origin (e.g. https://app.example.com) call the web port "
+        "cross-origin (repeatable; default: only the daemon's own pages)",
     )
     p.add_argument(
         "--standby",
@@ -184,8 +202,24 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
+def web_listen(args: argparse.Namespace) -> str | None:
+    """The web port's address: --web-listen, None for 'off', or the default (port 0 when
+    --listen asks for any port, so test daemons and second daemons do not collide)."""
+    if args.web_listen is not None:
+        return None if args.web_listen == "off" else str(args.web_listen)
+    if args.listen.rpartition(":")[2] == "0":
+        return DEFAULT_WEB_LISTEN.rpartition(":")[0] + ":0"
+    return DEFAULT_WEB_LISTEN
+
+
 def access_error(args: argparse.Namespace) -> str:
     """Why these access flags cannot start a daemon, or "" when they can."""
+    web = web_listen(args)
+    if web is not None and not is_loopback(web) and args.auth_token_file is None:
+        return (
+            f"refusing --web-listen {web}: not a loopback address; any other address needs "
+            "--auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
+        )
     if not is_loopback(args.listen) and args.auth_token_file is None:
         return (
             f"refusing to listen on {args.listen}: not a loopback address; any other address "
@@ -219,6 +253,9 @@ def reflection_on(choice: str, listen: str) -> bool:
 
 async def serve(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir or default_state_dir()
+    # Before a standby's wait, which replaces --listen's port 0 with the port it bound; the
+    # web port binds only when the daemon runs (a standby has none while it waits).
+    web = web_listen(args)
     refusal = access_error(args)
     if refusal:
         log.error("%s", refusal)
@@ -254,6 +291,8 @@ async def serve(args: argparse.Namespace) -> int:
         metrics_listen=args.metrics_listen,
         providers=providers,
         mcp_listen=args.mcp_listen,
+        web_listen=web,
+        web_allow_origins=tuple(args.web_allow_origin),
     )
     try:
         daemon = Daemon(config)
@@ -285,6 +324,8 @@ async def serve(args: argparse.Namespace) -> int:
         f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)}{mcp})",
         flush=True,
     )
+    if daemon.web is not None:
+        print(f"dashboard: {daemon.web.url}", flush=True)
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.skip_drain_delay)

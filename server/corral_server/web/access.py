@@ -1,0 +1,90 @@
+"""Who may call the web port: the page's own origin (or one `--web-allow-origin` names), on a
+host name that is this daemon's, with a bearer token when the daemon has a token file.
+
+Browsers send `Origin` on cross-origin and on every POST; a request whose origin is neither the
+page's own nor allowed is refused before anything runs (403), and CORS preflights are answered
+only for allowed origins. On a loopback listener the Host header must be a loopback name too: a
+page of another site whose name resolves to 127.0.0.1 (DNS rebinding) would otherwise be
+"same-origin" with the daemon. Tokens are checked with rpc/auth.py's constant-time TokenFile.
+Must not: log, echo or keep a presented token (only its digest, see calls.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from corral_server.rpc.auth import TokenFile, check, unauthenticated
+from corral_server.web.calls import token_digest
+from corral_server.web.context import WebStatus
+
+Headers = list[tuple[bytes, bytes]]
+
+# What Connect and gRPC-Web clients send and read (connect-web, grpc-web, Envoy's defaults).
+ALLOW_HEADERS = (
+    "content-type, connect-protocol-version, connect-timeout-ms, authorization, "
+    "x-grpc-web, x-user-agent, grpc-timeout"
+)
+EXPOSE_HEADERS = "grpc-status, grpc-message, grpc-status-details-bin"
+PREFLIGHT_MAX_AGE_S = 7200
+
+
+def _loopback_host(host: str) -> bool:
+    name = host.rpartition(":")[0] if host.rfind(":") > host.rfind("]") else host
+    name = name.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    tokens: TokenFile | None
+    allow_origins: frozenset[str]
+    loopback: bool  # the listener's address is loopback
+
+    def refusal(self, scheme: str, headers: dict[str, str]) -> str:
+        """Why this request is refused outright (403), or ""."""
+        host = headers.get("host", "")
+        if self.loopback and not _loopback_host(host):
+            return f"the web port on loopback answers loopback host names only, not {host!r}"
+        origin = headers.get("origin")
+        if origin is None or self.allowed(origin, scheme, host):
+            return ""
+        return f"cross-origin requests from {origin!r} are refused (see --web-allow-origin)"
+
+    def allowed(self, origin: str, scheme: str, host: str) -> bool:
+        return origin.lower() == f"{scheme}://{host}".lower() or origin in self.allow_origins
+
+    def cors(self, headers: dict[str, str]) -> Headers:
+        """The CORS headers of an answer to an allowed other origin ([] for same-origin)."""
+        origin = headers.get("origin")
+        if origin is None or origin not in self.allow_origins:
+            return []
+        return [
+            (b"access-control-allow-origin", origin.encode()),
+            (b"access-control-expose-headers", EXPOSE_HEADERS.encode()),
+            (b"vary", b"Origin"),
+        ]
+
+    def preflight(self, headers: dict[str, str]) -> Headers:
+        return [
+            *self.cors(headers),
+            (b"access-control-allow-methods", b"POST, GET, OPTIONS"),
+            (b"access-control-allow-headers", ALLOW_HEADERS.encode()),
+            (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
+        ]
+
+    def authenticate(self, authorization: list[str]) -> tuple[WebStatus | None, bytes | None]:
+        """(the UNAUTHENTICATED status, or None; the digest of the accepted token)."""
+        if self.tokens is None:
+            return None, None
+        reason = check(self.tokens, tuple(("authorization", v) for v in authorization))
+        if reason:
+            status = unauthenticated(reason)
+            return WebStatus.from_grpc(status.code, status.details, status.trailing_metadata), None
+        token = authorization[0].strip().partition(" ")[2].strip()
+        return None, token_digest(token.encode())
