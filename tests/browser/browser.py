@@ -69,10 +69,10 @@ class Browser:
         except BrowserError:
             pass
         try:
-            self._proc.wait(15)
+            self._proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             self._proc.kill()
-            self._proc.wait()
+            self._proc.communicate()
 
 
 class Page:
