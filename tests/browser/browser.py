@@ -3,6 +3,7 @@ request at a time over the driver's stdin/stdout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -26,7 +27,9 @@ class Browser:
     def __init__(self) -> None:
         node = shutil.which("node")
         if node is None or not CHROMIUM.exists():
-            raise RuntimeError("the browser tests need node and /usr/bin/chromium (buildscripts/test installs them)")
+            raise RuntimeError(
+                "the browser tests need node and /usr/bin/chromium: buildscripts/test installs both"
+            )
         if not (ROOT / "clients/dashboard/node_modules/playwright-core").exists():
             raise RuntimeError("playwright-core is missing: npm ci --prefix clients/dashboard")
         self._proc = subprocess.Popen(
@@ -64,10 +67,8 @@ class Browser:
         return Page(self, self.call("newPage", width=size[0], height=size[1]))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BrowserError):
             self.call("quit")
-        except BrowserError:
-            pass
         try:
             self._proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
@@ -87,10 +88,8 @@ class Page:
             # What the page showed when it failed, for whoever reads the failure.
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             shot = SCREENSHOTS / f"failed-page{self.id}.png"
-            try:
+            with contextlib.suppress(BrowserError):
                 self.browser.call("screenshot", page=self.id, path=str(shot))
-            except BrowserError:
-                pass
             raise
 
     def goto(self, url: str) -> None:
@@ -111,9 +110,13 @@ class Page:
     def wait_for(self, selector: str, state: str = "visible", timeout_ms: int = TIMEOUT_MS) -> None:
         self._call("waitFor", selector=selector, state=state, timeout=timeout_ms)
 
-    def wait_until(self, js: str, arg: Any = None, timeout_ms: int = TIMEOUT_MS) -> Any:
-        """Polls the page until `js` (a function of `arg`) returns something truthy."""
-        return self._call("waitForFunction", js=js, arg=arg, timeout=timeout_ms)
+    def wait_until(
+        self, js: str, arg: Any = None, timeout_ms: int = TIMEOUT_MS, every_frame: bool = False
+    ) -> Any:
+        """Polls the page (every 50 ms, or every animation frame) until `js` (a function of
+        `arg`) returns something truthy; returns it."""
+        polling = "raf" if every_frame else 50
+        return self._call("waitForFunction", js=js, arg=arg, timeout=timeout_ms, polling=polling)
 
     def evaluate(self, js: str, arg: Any = None) -> Any:
         return self._call("evaluate", js=js, arg=arg)

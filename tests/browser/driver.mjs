@@ -71,8 +71,8 @@ const ops = {
   async waitFor({ page, selector, state, timeout }) {
     await pages.get(page).locator(selector).first().waitFor({ state: state ?? "visible", timeout });
   },
-  async waitForFunction({ page, js, arg, timeout }) {
-    const handle = await pages.get(page).waitForFunction(fn(js), arg, { timeout, polling: 50 });
+  async waitForFunction({ page, js, arg, timeout, polling }) {
+    const handle = await pages.get(page).waitForFunction(fn(js), arg, { timeout, polling: polling ?? 50 });
     return await handle.jsonValue();
   },
   async evaluate({ page, js, arg }) {

@@ -78,7 +78,9 @@ def page_rows(page: Page) -> list[list[Any]]:
     return rows
 
 
-def wait_rows_equal(page: Page, stubs: Stubs, agent_id: str, timeout_ms: int = 15_000) -> list[list[Any]]:
+def wait_rows_equal(
+    page: Page, stubs: Stubs, agent_id: str, timeout_ms: int = 15_000
+) -> list[list[Any]]:
     """Polls until the page holds exactly the daemon's rows; returns them."""
     want = daemon_rows(stubs, agent_id)
     got: list[list[Any]] = page.wait_until(

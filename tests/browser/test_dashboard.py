@@ -26,14 +26,18 @@ def create(web: Web, cwd: Path, *lines: str, provider: str = "scripted", title: 
     return answer.agent.id
 
 
-def open_agent(browser: Browser, web: Web, agent_id: str, size: tuple[int, int] | None = None) -> Page:
+def open_agent(
+    browser: Browser, web: Web, agent_id: str, size: tuple[int, int] | None = None
+) -> Page:
     page = browser.page(size) if size else browser.page()
     page.goto(f"{web.url}#/agent/{agent_id}")
     page.wait_for(".agent-head h1")
     return page
 
 
-def advance_until(web: Web, page: Page, selector: str, step_ms: int = 1000, steps: int = 60) -> None:
+def advance_until(
+    web: Web, page: Page, selector: str, step_ms: int = 1000, steps: int = 60
+) -> None:
     """Moves the daemon's clock on, a step at a time, until `selector` shows on the page."""
     for _ in range(steps):
         if page.count(selector):
@@ -43,7 +47,9 @@ def advance_until(web: Web, page: Page, selector: str, step_ms: int = 1000, step
     page.wait_for(selector, timeout_ms=2000)
 
 
-def test_create_an_agent_and_watch_its_reply_stream(browser: Browser, web: Web, tmp_path: Path) -> None:
+def test_create_an_agent_and_watch_its_reply_stream(
+    browser: Browser, web: Web, tmp_path: Path
+) -> None:
     page = browser.page()
     page.goto(web.url)
     page.click("text=+ New agent")
@@ -89,7 +95,9 @@ def test_answer_a_permission_with_a_note(browser: Browser, web: Web, tmp_path: P
     page.close()
 
 
-def test_queue_steer_and_replace_while_a_turn_runs(browser: Browser, web: Web, tmp_path: Path) -> None:
+def test_queue_steer_and_replace_while_a_turn_runs(
+    browser: Browser, web: Web, tmp_path: Path
+) -> None:
     agent_id = create(web, tmp_path, provider="steerer", title="steering")
     page = open_agent(browser, web, agent_id)
     page.fill("#prompt-text", "/reply started\n/sleep 5000\n/reply first turn done")
@@ -154,7 +162,7 @@ def test_cancel_shows_its_three_outcomes(browser: Browser, web: Web, tmp_path: P
 def test_two_pages_on_one_agent_end_with_the_same_timeline(
     browser: Browser, web: Web, tmp_path: Path
 ) -> None:
-    agent_id = create(web, tmp_path, "/think pondering\n/tool read_file {\"path\": \"a\"}\n/reply one")
+    agent_id = create(web, tmp_path, '/think pondering\n/tool read_file {"path": "a"}\n/reply one')
     phone = open_agent(browser, web, agent_id, PHONE)
     desktop = open_agent(browser, web, agent_id)
     for n in range(3):
@@ -184,7 +192,9 @@ def test_a_10000_row_timeline_pages_back_to_its_first_row(
     rows = daemon_rows(web.stubs, agent_id)
     assert len(rows) > 10_000
     page = open_agent(browser, web, agent_id)
-    page.wait_until("() => window.corralTimeline && !window.corralTimeline.loading && window.corralTimeline.rows.length >= 200")
+    page.wait_until(
+        "() => { const m = window.corralTimeline; return m && !m.loading && m.rows.length >= 200; }"
+    )
     in_dom = page.count("[data-seq]")
     assert 0 < in_dom < 120, in_dom
     last = rows[-1][0]

@@ -61,7 +61,9 @@ def test_kill_9_and_restart_mid_turn_leaves_no_gap_and_no_duplicate(
     browser: Browser, served: Served, tmp_path: Path
 ) -> None:
     stubs = served.start()
-    agent = stubs.agents.CreateAgent(create_request(str(tmp_path), title="survivor"), timeout=30).agent
+    agent = stubs.agents.CreateAgent(
+        create_request(str(tmp_path), title="survivor"), timeout=30
+    ).agent
     page = browser.page()
     page.goto(f"{served.url}#/agent/{agent.id}")
     page.wait_for(".agent-head h1")
@@ -87,7 +89,9 @@ def test_kill_9_and_restart_mid_turn_leaves_no_gap_and_no_duplicate(
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     assert rows[: len(held)] == held  # what the page held before the kill is unchanged
     assert any(r[1] == "error" and r[2].startswith("DAEMON_RESTARTED") for r in rows)
-    seqs = page.evaluate("() => [...document.querySelectorAll('[data-seq]')].map((n) => n.dataset.seq)")
+    seqs = page.evaluate(
+        "() => [...document.querySelectorAll('[data-seq]')].map((n) => n.dataset.seq)"
+    )
     assert len(seqs) == len(set(seqs))
     # Resumed (revision + incarnation of the durable event log), not reloaded.
     assert page.evaluate("() => window.corralTimeline.resetNote") == ""
