@@ -63,8 +63,9 @@ class Browser:
             raise BrowserError(f"{op} {args}: {answer['error']}")
         return answer["value"]
 
-    def page(self, size: tuple[int, int] = DESKTOP) -> Page:
-        return Page(self, self.call("newPage", width=size[0], height=size[1]))
+    def page(self, size: tuple[int, int] = DESKTOP, dark: bool = False) -> Page:
+        scheme = "dark" if dark else "light"
+        return Page(self, self.call("newPage", width=size[0], height=size[1], colorScheme=scheme))
 
     def close(self) -> None:
         with contextlib.suppress(BrowserError):

@@ -48,6 +48,8 @@ const ops = {
     pages.set(id, page);
     errors.set(id, []);
     page.on("pageerror", (err) => errors.get(id).push(String(err)));
+    // The page asks before archiving (confirm()): the tests say yes.
+    page.on("dialog", (dialog) => dialog.accept().catch(() => undefined));
     return id;
   },
   async goto({ page, url }) {

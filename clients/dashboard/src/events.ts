@@ -47,6 +47,16 @@ export function retryNow(): void {
   abort?.abort();
 }
 
+let restarting = false;
+
+/** Drop the stream and resume at once: a stream can stall silently (a laptop lid, a network
+ * that changed) and only a call that fails tells. Resuming is exact, so this is always safe. */
+export function reconnect(): void {
+  if (!abort || store.connection !== "live") return;
+  restarting = true;
+  abort.abort();
+}
+
 export function resumePoint(): { revision: bigint | undefined; incarnation: string } {
   return { revision: lastRevision, incarnation };
 }
@@ -91,8 +101,11 @@ async function subscribeOnce(): Promise<"ended" | "failed" | "token"> {
     return "ended";
   } catch (err) {
     if (isUnauthenticated(err)) return "token";
+    if (isAbort(err) && restarting) return "ended";
     if (!isAbort(err)) store.connectionError = describe(err);
     return "failed";
+  } finally {
+    restarting = false;
   }
 }
 

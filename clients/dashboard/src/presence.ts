@@ -3,8 +3,8 @@
 // notification plan knows who is watching; an attention the plan routes in-app to this
 // client is shown with the Notification API when allowed, in the page otherwise.
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { events as eventApi, randomId } from "./client";
-import { onAttention } from "./events";
+import { events as eventApi, isUnauthenticated, randomId } from "./client";
+import { onAttention, reconnect } from "./events";
 import { agentName, attentionText } from "./format";
 import { NotificationKind } from "./gen";
 import { store } from "./store";
@@ -43,11 +43,15 @@ function beat(): void {
       appVisible: document.visibilityState === "visible",
       lastActivityAt: timestampFromMs(lastActivity),
     })
-    .catch(() => undefined);
+    .catch((err) => {
+      // The daemon cannot be reached although the stream looks open: it may have stalled.
+      if (!isUnauthenticated(err)) reconnect();
+    });
 }
 
 export function startPresence(): void {
   document.addEventListener("visibilitychange", beat);
+  addEventListener("online", reconnect);
   let noted = 0;
   const active = () => {
     lastActivity = Date.now();

@@ -56,16 +56,6 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
         <Permission key={p.id} agentId={id} permission={p} />
       ))}
       <Queued agent={agent} />
-      {model.resetNote && (
-        <div class="notice-inline" role="status">
-          ↻ {model.resetNote}
-        </div>
-      )}
-      {model.error && (
-        <div class="error-text" role="alert">
-          {model.error}
-        </div>
-      )}
       <TimelineList model={model} />
       {state === "running" && (
         <div class="live" role="status">

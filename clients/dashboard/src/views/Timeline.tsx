@@ -126,6 +126,17 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
   };
 
   return (
+    <>
+      {model.resetNote && (
+        <div class="notice-inline" role="status">
+          ↻ {model.resetNote}
+        </div>
+      )}
+      {model.error && (
+        <div class="error-text" role="alert">
+          {model.error}
+        </div>
+      )}
     <div
       class="scroller"
       ref={scroller}
@@ -144,9 +155,11 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
                   Load older rows
                 </button>
               )
-            : rows.length
-              ? "Beginning of the timeline"
-              : ""}
+            : model.loading
+              ? "Loading…"
+              : rows.length
+                ? "Beginning of the timeline"
+                : "Nothing in the timeline yet"}
       </div>
       <div style={{ height: `${offsets[start]}px` }} />
       {rows.slice(start, end).map((row) => (
@@ -156,6 +169,7 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
       ))}
       <div style={{ height: `${offsets[rows.length] - offsets[end]}px` }} />
     </div>
+    </>
   );
 }
 
