@@ -166,12 +166,14 @@ class Session {
     incarnation = inc;
     store.connection = "live";
     store.connectionError = "";
-    if (replaced) {
+    // A snapshot that replaced earlier state: what the views show may be behind it. (The very
+    // first snapshot replaces nothing: views load after it, or catch up once it is in.)
+    if (replaced && hadState) {
       const why =
         reset || this.reset
           ? "The daemon could not replay what this page missed: everything shown was reloaded."
           : "";
-      if (why && hadState) store.notify(why, "info");
+      if (why) store.notify(why, "info");
       for (const fn of [...resyncListeners]) fn(why);
     }
     this.reset = false;

@@ -94,15 +94,23 @@ export class TimelineModel {
   }
 
   private async reload(reason: string): Promise<void> {
-    await waitLive();
     this.loading = true;
     this.changed();
+    // The tail is fetched at once, even before the subscription is live (a page opened cold
+    // shows its rows sooner); rows stored between that answer and the subscription going
+    // live are then fetched AFTER it, and everything later arrives as events.
+    const live = store.connection === "live";
     const page = await this.fetch(TimelineDirection.TAIL, 0n, TAIL_ROWS);
     this.take(page);
     this.resetNote = reason ? `Timeline reloaded: ${reason}.` : "";
     this.loading = false;
     this.error = "";
     this.changed();
+    if (!live) {
+      await waitLive();
+      await this.catchUp(undefined);
+      this.changed();
+    }
   }
 
   private take(page: FetchTimelineResponse): void {
@@ -158,19 +166,19 @@ export class TimelineModel {
     }
   }
 
-  /** Rows next .. until-1 from FetchTimeline AFTER (never expected: the stream has no gaps). */
-  private async catchUp(until: bigint): Promise<void> {
-    while (this.next < until) {
+  /** Rows next .. until-1 (or to the end) from FetchTimeline AFTER. */
+  private async catchUp(until: bigint | undefined): Promise<void> {
+    while (until === undefined || this.next < until) {
       const page = await this.fetch(TimelineDirection.AFTER, this.next - 1n, CATCH_UP_ROWS);
       if (page.staleCursor || page.reset) return; // its timeline_reset is on the way
       const before = this.next;
       for (const row of page.rows) {
-        if (row.seq === this.next && row.seq < until) {
+        if (row.seq === this.next && (until === undefined || row.seq < until)) {
           this.rows.push(row);
           this.next = row.seq + 1n;
         }
       }
-      if (this.next === before) return;
+      if (this.next === before || !page.hasNewer) return;
     }
   }
 }

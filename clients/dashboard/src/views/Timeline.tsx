@@ -22,6 +22,7 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
   const heights = useRef(new Map<bigint, number>());
   const stick = useRef(true);
   const anchor = useRef<Anchor | null>(null);
+  const positioned = useRef(false);
   const [, setTick] = useState(0);
   const rerender = () => setTick((t) => t + 1);
 
@@ -33,15 +34,13 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
     offsets[i + 1] = offsets[i] + (heights.current.get(rows[i].seq) ?? ESTIMATE);
   }
   const el = scroller.current;
-  const top = Math.max(0, (el?.scrollTop ?? 1e9) - HEAD - OVERSCAN);
-  const bottom = (el?.scrollTop ?? 1e9) - HEAD + (el?.clientHeight ?? 1000) + OVERSCAN;
-  let start = Math.max(0, search(offsets, top) - 1);
-  let end = Math.min(rows.length, search(offsets, bottom) + 1);
-  if (!el) {
-    // First render: the newest rows, which is where the view starts.
-    end = rows.length;
-    start = Math.max(0, end - 30);
-  }
+  const total = offsets[rows.length];
+  const height = el?.clientHeight ?? 1000;
+  // Stuck to the bottom (where the view starts), the window is the newest rows whatever the
+  // scroll position says before the layout effect moves it.
+  const y = !el || stick.current ? Math.max(0, total - height) : el.scrollTop - HEAD;
+  const start = Math.max(0, search(offsets, y - OVERSCAN) - 1);
+  const end = Math.min(rows.length, search(offsets, y + height + OVERSCAN) + 1);
 
   const indexOf = (seq: bigint) => Number(seq - (rows[0]?.seq ?? 0n));
 
@@ -71,6 +70,7 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
     }
     if (stick.current) {
       s.scrollTop = s.scrollHeight;
+      if (rows.length && !model.loading) positioned.current = true;
     } else if (anchor.current) {
       const i = indexOf(anchor.current.seq);
       if (i >= 0 && i < rows.length) {
@@ -78,6 +78,8 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
         if (Math.abs(s.scrollTop - want) > 1) s.scrollTop = want;
       }
     }
+    // Still near the top after a page came in (no scroll event will come): the next one.
+    if (positioned.current && s.scrollTop < LOAD_OLDER_AT) model.loadOlder();
   });
 
   // One observer for the viewport and the rendered rows: a row that changes height (a
@@ -121,7 +123,9 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
   const onScroll = () => {
     capture();
     const s = scroller.current;
-    if (s && s.scrollTop < LOAD_OLDER_AT) model.loadOlder();
+    // Older rows only once the view has been placed at the bottom (its first scroll events
+    // come from that placement).
+    if (s && positioned.current && s.scrollTop < LOAD_OLDER_AT) model.loadOlder();
     rerender();
   };
 
