@@ -58,6 +58,7 @@ def test_create_an_agent_and_watch_its_reply_stream(
     page.fill("#cwd", str(tmp_path))
     page.fill("#title", "first agent")
     page.fill("#initial", "/reply **part one**\n/sleep 1000\n/reply part two")
+    page.screenshots("create-form")
     page.click("button:has-text('Create')")
     page.wait_for(".row.user:has-text('part two')")
     state_is(page, "running")

@@ -100,8 +100,7 @@ export class TimelineModel {
     // shows its rows sooner); rows stored between that answer and the subscription going
     // live are then fetched AFTER it, and everything later arrives as events.
     const live = store.connection === "live";
-    const page = await this.fetch(TimelineDirection.TAIL, 0n, TAIL_ROWS);
-    this.take(page);
+    this.take(await this.tail());
     this.resetNote = reason ? `Timeline reloaded: ${reason}.` : "";
     this.loading = false;
     this.error = "";
@@ -110,6 +109,20 @@ export class TimelineModel {
       await waitLive();
       await this.catchUp(undefined);
       this.changed();
+    }
+  }
+
+  /** The newest rows; while the daemon cannot be reached, again once it can. */
+  private async tail(): Promise<FetchTimelineResponse> {
+    for (;;) {
+      try {
+        return await this.fetch(TimelineDirection.TAIL, 0n, TAIL_ROWS);
+      } catch (err) {
+        if (store.connection === "live") throw err;
+        this.error = describe(err);
+        this.changed();
+        await waitLive();
+      }
     }
   }
 
