@@ -99,3 +99,24 @@ def test_kill_9_and_restart_mid_turn_leaves_no_gap_and_no_duplicate(
     assert final.timeline.next_seq == len(rows) + 1
     page.screenshots("after-restart")
     page.close()
+
+
+def test_a_daemon_with_another_event_log_resets_the_page_and_says_so(
+    browser: Browser, served: Served, tmp_path: Path
+) -> None:
+    stubs = served.start()
+    agent = stubs.agents.CreateAgent(create_request(str(tmp_path), title="old"), timeout=30).agent
+    page = browser.page()
+    page.goto(served.url)
+    page.wait_for(f'[data-agent-id="{agent.id}"]')
+    served.kill()
+    page.wait_for(".banner:has-text('Reconnecting')")
+    # Another state directory on the same port: another incarnation of the event log, whose
+    # revisions mean nothing to the page's resume point.
+    served.state_dir = tmp_path / "other-state"
+    served.start()
+    page.wait_for(".notice:has-text('could not replay what this page missed')", timeout_ms=30_000)
+    page.wait_for(f'[data-agent-id="{agent.id}"]', state="detached")
+    page.wait_for("text=No agents yet.")
+    page.screenshots("reset-by-another-daemon")
+    page.close()
