@@ -211,3 +211,20 @@ def test_a_10000_row_timeline_pages_back_to_its_first_row(
     assert page_rows(page) == rows
     page.screenshots("ten-thousand-first-row")
     page.close()
+
+
+def test_agent_text_is_never_markup(browser: Browser, web: Web, tmp_path: Path) -> None:
+    hostile = (
+        '/reply <img src=x onerror="window.owned=1"> <script>window.owned=2</script> '
+        "[click](javascript:window.owned=3) <b>not bold</b> [ok](https://example.com/)"
+    )
+    agent_id = create(web, tmp_path, hostile)
+    page = open_agent(browser, web, agent_id)
+    advance_until(web, page, ".row.assistant:has-text('not bold')", step_ms=100)
+    reply = ".row.assistant .md"
+    assert page.count(f"{reply} img, {reply} script, {reply} b") == 0
+    assert page.count(f'{reply} a[href^="javascript"]') == 0
+    assert page.count(f'{reply} a[href="https://example.com/"]') == 1
+    assert "<img src=x" in page.texts(reply)[0]
+    assert page.evaluate("() => window.owned ?? null") is None
+    page.close()
