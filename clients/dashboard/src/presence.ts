@@ -31,9 +31,18 @@ export function setFocus(agentId: string): void {
   beat();
 }
 
+let soon: ReturnType<typeof setTimeout> | undefined;
+
+/** A heartbeat shortly: changes that come together (a page opening) make one call, and it
+ * stays out of the way of the page's first loads. */
 function beat(): void {
+  if (soon === undefined) soon = setTimeout(send, 300);
+}
+
+function send(): void {
+  soon = undefined;
   clearTimeout(timer);
-  timer = setTimeout(beat, BEAT_MS);
+  timer = setTimeout(send, BEAT_MS);
   if (store.connection === "token") return;
   eventApi
     .heartbeat({

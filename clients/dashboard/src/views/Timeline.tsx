@@ -23,6 +23,8 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
   const stick = useRef(true);
   const anchor = useRef<Anchor | null>(null);
   const positioned = useRef(false);
+  // The scrollTop this component last set (-1: none pending).
+  const placed = useRef(-1);
   const [, setTick] = useState(0);
   const rerender = () => setTick((t) => t + 1);
 
@@ -44,10 +46,10 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
 
   const indexOf = (seq: bigint) => Number(seq - (rows[0]?.seq ?? 0n));
 
+  /** The row at the top of the viewport and how far into it the view is. */
   const capture = () => {
     const s = scroller.current;
     if (!s) return;
-    stick.current = s.scrollTop + s.clientHeight >= s.scrollHeight - 40;
     const i = Math.max(0, search(offsets, s.scrollTop - HEAD) - 1);
     if (rows[i]) anchor.current = { seq: rows[i].seq, delta: s.scrollTop - HEAD - offsets[i] };
   };
@@ -70,12 +72,14 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
     }
     if (stick.current) {
       s.scrollTop = s.scrollHeight;
+      placed.current = s.scrollTop;
       if (rows.length && !model.loading) positioned.current = true;
     } else if (anchor.current) {
       const i = indexOf(anchor.current.seq);
       if (i >= 0 && i < rows.length) {
         const want = HEAD + offsets[i] + anchor.current.delta;
         if (Math.abs(s.scrollTop - want) > 1) s.scrollTop = want;
+        placed.current = s.scrollTop;
       }
     }
     // Still near the top after a page came in (no scroll event will come): the next one.
@@ -121,8 +125,14 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
   });
 
   const onScroll = () => {
-    capture();
     const s = scroller.current;
+    // Only a scroll the person made decides whether the view follows new rows: the event of
+    // a position this component set may come after heights changed again.
+    if (s && Math.abs(s.scrollTop - placed.current) > 1) {
+      stick.current = s.scrollTop + s.clientHeight >= s.scrollHeight - 40;
+      placed.current = -1;
+    }
+    capture();
     // Older rows only once the view has been placed at the bottom (its first scroll events
     // come from that placement).
     if (s && positioned.current && s.scrollTop < LOAD_OLDER_AT) model.loadOlder();
