@@ -124,7 +124,7 @@ def test_a_daemon_with_tokens_gets_a_token_prompt(
     page.screenshots("token-prompt")
     page.fill("#token", "wrong-token")
     page.click("button:has-text('Connect')")
-    page.wait_for("text=Token needed")
+    page.wait_for("text=The daemon refused that token.")
     page.fill("#token", "right-token")
     page.click("button:has-text('Connect')")
     page.wait_for("text=No agents yet.")

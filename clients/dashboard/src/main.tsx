@@ -2,7 +2,7 @@
 // (#/ the agents, #/new a new agent, #/agent/ID an agent's page).
 import { render, type JSX } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { setToken } from "./client";
+import { setToken, token } from "./client";
 import { follow, retryNow } from "./events";
 import { startPresence } from "./presence";
 import { useStore } from "./store";
@@ -72,6 +72,7 @@ function Notices(): JSX.Element {
 
 function TokenPrompt(): JSX.Element {
   const [value, setValue] = useState("");
+  const refused = token() !== "";
   const submit = (e: Event) => {
     e.preventDefault();
     setToken(value.trim());
@@ -85,6 +86,11 @@ function TokenPrompt(): JSX.Element {
           This daemon asks for a token (one line of its <code>--auth-token-file</code>). It is kept only
           for this tab's session.
         </p>
+        {refused && (
+          <p class="error-text" role="alert">
+            ✕ The daemon refused that token.
+          </p>
+        )}
         <label for="token">Token</label>
         <input id="token" type="password" autocomplete="off" value={value} onInput={(e) => setValue((e.target as HTMLInputElement).value)} />
         <button type="submit" class="primary">
