@@ -1,7 +1,8 @@
 """A daemon for the benchmarks: the real `Daemon` plus the `burst` provider, on a free
-loopback port (printed on the first line), in its own process like a deployed daemon.
+loopback port (printed on the first line), in its own process like a deployed daemon. With
+`--web` it serves the web port too, on another free port (printed on the second line).
 
-Run: .venv/bin/python -m bench.burst_daemon [retain_events [state_dir]]
+Run: .venv/bin/python -m bench.burst_daemon [--web] [retain_events [state_dir]]
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from corral_server import gc_tuning
 from corral_server.app import Config, Daemon
 
 
-async def main(retain_events: int, state_dir: Path | None = None) -> None:
+async def main(retain_events: int, state_dir: Path | None = None, web: bool = False) -> None:
     config = Config(
         listen="127.0.0.1:0",
         state_dir=state_dir,
@@ -28,11 +29,14 @@ async def main(retain_events: int, state_dir: Path | None = None) -> None:
         log_retain_events=None,
         log_retain_bytes=None,
         extra_providers={"burst": BurstProvider()},
+        web_listen="127.0.0.1:0" if web else None,
     )
     daemon = Daemon(config)
     port = await daemon.start()
     gc_tuning.tune()  # as `corral serve` does
     print(port, flush=True)
+    if web:
+        print(daemon.web_port, flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
@@ -40,5 +44,6 @@ async def main(retain_events: int, state_dir: Path | None = None) -> None:
 
 
 if __name__ == "__main__":
-    retain = int(sys.argv[1]) if len(sys.argv) > 1 else 1_100_000
-    asyncio.run(main(retain, Path(sys.argv[2]) if len(sys.argv) > 2 else None))
+    args = [a for a in sys.argv[1:] if a != "--web"]
+    retain = int(args[0]) if args else 1_100_000
+    asyncio.run(main(retain, Path(args[1]) if len(args) > 1 else None, "--web" in sys.argv))

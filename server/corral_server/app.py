@@ -444,8 +444,9 @@ class Daemon:
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
         if self.web is not None:  # its streams ended with the hub's (step 4)
+            left = max(0.1, deadline - loop.time())
             try:
-                await asyncio.wait_for(self.web.stop(), max(0.1, deadline - loop.time()))
+                await asyncio.wait_for(self.web.stop(left * 0.9), left)
             except TimeoutError:
                 log.warning("the web port did not stop within the %.1fs grace", grace_s)
             self.web = None

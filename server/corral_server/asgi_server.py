@@ -77,10 +77,13 @@ class AsgiServer:
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name=self._name)
         return self.port
 
-    async def stop(self) -> None:
-        """Stop accepting, let open exchanges end within the grace, then close them."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting, let open exchanges end within the grace (the constructor's unless
+        given), then close them."""
         if self._server is None or self._task is None:
             return
+        if grace_s is not None:  # read by uvicorn's shutdown, which starts after should_exit
+            self._server.config.timeout_graceful_shutdown = max(0, grace_s)  # type: ignore[assignment]
         self._server.should_exit = True
         await self._task
         self._server = self._task = None

@@ -241,3 +241,25 @@ def test_the_web_port_speaks_tls_with_the_grpc_certificate(tmp_path: Path) -> No
             plain.get("/")
     finally:
         daemon.stop()
+
+
+def test_mutual_tls_on_the_web_port_needs_a_client_certificate_of_the_authority(
+    tmp_path: Path,
+) -> None:
+    ca = make_authority(tmp_path, "web-ca")
+    server = issue(ca, tmp_path, "web-daemon", server=True)
+    client = issue(ca, tmp_path, "web-alice", server=False)
+    config = Config(web_listen="127.0.0.1:0", tls=TlsFiles(server.cert, server.key, ca.cert))
+    daemon = DaemonThread(config).start()
+    try:
+        with_cert = ssl.create_default_context(cafile=str(ca.cert))
+        with_cert.load_cert_chain(str(client.cert), str(client.key))
+        url = web_url(daemon, "https")
+        with httpx.Client(base_url=url, verify=with_cert, timeout=30) as http:
+            assert http.get("/").status_code == 200
+        without = ssl.create_default_context(cafile=str(ca.cert))
+        anonymous = httpx.Client(base_url=url, verify=without, timeout=30)
+        with anonymous, pytest.raises(httpx.HTTPError):
+            anonymous.get("/")
+    finally:
+        daemon.stop()

@@ -4,6 +4,8 @@ methods, bad protocol headers and deadlines."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -201,3 +203,44 @@ async def test_a_stream_past_its_deadline_ends_with_deadline_exceeded(
             pass
     error = stream.error()
     assert error is not None and error.code in ("deadline_exceeded", "4")
+
+
+async def test_a_compressed_request_is_unimplemented_and_not_decoded(
+    http: httpx.AsyncClient, tmp_path: Any, unchanged: None
+) -> None:
+    body = create_request(str(tmp_path)).SerializeToString()
+    answer = await http.post(CREATE, content=body, headers={**PROTO, "content-encoding": "gzip"})
+    error = _error(answer, 501)
+    assert error.code == "unimplemented" and "identity" in error.message
+    arguments = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
+    arguments["headers"]["connect-content-encoding"] = "gzip"
+    async with http.stream(**arguments) as response:
+        stream = Stream(response, event_pb.SubscribeResponse, json_codec=False)
+        assert await stream.read() is None
+    refused = stream.error()
+    assert refused is not None and refused.code == "unimplemented"
+
+
+async def test_a_body_that_stops_arriving_is_refused_and_frees_its_slot(
+    http: httpx.AsyncClient, web_daemon: DaemonThread, tmp_path: Any, unchanged: None
+) -> None:
+    assert web_daemon.daemon is not None and web_daemon.daemon.web is not None
+    app = web_daemon.daemon.web.app
+    app.body_timeout_s = 0.2  # wall clock: the body is network input, not daemon time
+    try:
+        body = create_request(str(tmp_path)).SerializeToString()
+        host, port = "127.0.0.1", web_daemon.daemon.web_port
+        reader, writer = await asyncio.open_connection(host, port)
+        head = (
+            f"POST {CREATE} HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/proto\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body[:1])  # and then nothing more
+        head_bytes = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        length = int(re.search(rb"content-length: (\d+)", head_bytes).group(1))  # type: ignore[union-attr]
+        answer = await asyncio.wait_for(reader.readexactly(length), 10)
+        writer.close()
+        assert head_bytes.startswith(b"HTTP/1.1 504 ") and b"deadline_exceeded" in answer
+        assert len(web_daemon.daemon.web.calls) == 0
+    finally:
+        app.body_timeout_s = 30.0

@@ -19,15 +19,11 @@ switched off); log tokens.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-import socket
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
-import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context, MCPServer
@@ -38,6 +34,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_server import errors
+from corral_server.asgi_server import AsgiServer
 from corral_server.mcp.tokens import AgentTokens
 from corral_server.mcp.tools import Json, SubagentTools
 from corral_server.providers.base import McpServer
@@ -188,12 +185,6 @@ async def _refuse(send: Send, why: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class _Uvicorn(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # the daemon's own handlers stay: it drains on SIGTERM
-
-
 class McpEndpoint:
     """The MCP server on `listen` (loopback), and the per-agent entries given to sessions."""
 
@@ -204,8 +195,7 @@ class McpEndpoint:
         self._host = host
         self._port = int(port)
         self.port = 0
-        self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server: AsgiServer | None = None
 
     @property
     def url(self) -> str:
@@ -218,9 +208,6 @@ class McpEndpoint:
     async def start(self) -> int:
         """Bind and serve; the bound port. OSError when the address cannot be bound."""
         bare = self._host.strip("[]")
-        family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-        sock = socket.create_server((bare, self._port), family=family)
-        self.port = sock.getsockname()[1]
         hosts = [f"{self._host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
         security = TransportSecuritySettings(
             allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts]
@@ -228,22 +215,13 @@ class McpEndpoint:
         app = build_server(self._tools).streamable_http_app(
             streamable_http_path=PATH, transport_security=security, host=bare
         )
-        config = uvicorn.Config(
-            _AgentAuth(app, self.tokens),
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            ws="none",
-            timeout_graceful_shutdown=int(STOP_GRACE_S),
-        )
-        self._server = server = _Uvicorn(config)
-        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="corral-mcp")
+        self._server = AsgiServer(_AgentAuth(app, self.tokens), "corral-mcp", STOP_GRACE_S)
+        self.port = self._server.start(f"{self._host}:{self._port}")
         log.info("MCP tools on %s", self.url)
         return self.port
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
+        if self._server is None:
             return
-        self._server.should_exit = True
-        await self._task
-        self._server = self._task = None
+        await self._server.stop()
+        self._server = None

@@ -40,6 +40,9 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 RPC_PREFIX = "/corral.v1."
+# A request body must have arrived within this (wall clock): a client trickling bytes would
+# otherwise hold one of its call slots for ever.
+BODY_TIMEOUT_S = 30.0
 
 
 class TooManyCalls(ResourceExhausted):
@@ -88,6 +91,7 @@ class WebApp:
         self.calls = calls
         self._static = static
         self._max_request_bytes = max_request_bytes
+        self.body_timeout_s = BODY_TIMEOUT_S
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -135,6 +139,11 @@ class WebApp:
         if protocol.kind != "grpc-web" and version not in (None, "1"):
             await out.finish(_invalid(f"connect-protocol-version {version!r} is not 1"))
             return
+        encoding = _compression(headers, protocol)
+        if encoding:
+            text = f"{encoding!r} compressed requests are not accepted (send identity)"
+            await out.finish(WebStatus(grpc.StatusCode.UNIMPLEMENTED, text))
+            return
         refused, digest = self.access.authenticate(authorization)
         if refused is not None:
             await out.finish(refused)
@@ -168,10 +177,15 @@ class WebApp:
         limit = body_limit(protocol, self._max_request_bytes)
         try:
             size = int(declared) if declared is not None and declared.isdigit() else None
-            body = await read_body(receive, size, limit)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await read_body(receive, size, limit)
             request = decode_request(body, protocol, method)
             context = WebContext(_metadata(headers), _peer(scope), deadline(headers, protocol))
         except ClientGone:
+            return
+        except TimeoutError:
+            text = f"the request body did not arrive within {self.body_timeout_s:g} s"
+            await out.finish(WebStatus(grpc.StatusCode.DEADLINE_EXCEEDED, text))
             return
         except WebCallError as refused:
             await out.finish(refused.status)
@@ -190,6 +204,20 @@ class WebApp:
             await out.finish(record.cut_status)
 
 
+# The header naming a request's compression, by protocol.
+_ENCODING_HEADER = {
+    "connect": "content-encoding",
+    "connect-stream": "connect-content-encoding",
+    "grpc-web": "grpc-encoding",
+}
+
+
+def _compression(headers: dict[str, str], protocol: Protocol) -> str:
+    """The request's compression when it is not identity (refused), or ""."""
+    encoding = headers.get(_ENCODING_HEADER[protocol.kind], "identity").strip().lower()
+    return "" if encoding == "identity" else encoding
+
+
 def _metadata(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in headers.items() if k != "authorization")
 
@@ -206,8 +234,9 @@ def _invalid(message: str) -> WebStatus:
 async def _unimplemented(out: Responder, path: str) -> None:
     status = WebStatus(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {path.lstrip('/')}")
     if out.protocol.kind == "connect":  # the protocol answers an unknown route with 404
-        await out.start(404, "application/json")
-        await out.body(json.dumps(connect_error(status)).encode(), more=False)
+        error = json.dumps(connect_error(status)).encode()
+        await out.start(404, "application/json", len(error))
+        await out.body(error, more=False)
         return
     await out.finish(status)
 

@@ -72,9 +72,15 @@ class WebEndpoint:
         return f"{scheme}://{host}:{self.port}/"
 
     def start(self) -> int:
-        self.port = self._server.start(self.settings.listen)
+        """Bind and serve; the bound port. OSError naming the address when it cannot bind."""
+        try:
+            self.port = self._server.start(self.settings.listen)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise OSError(f"cannot listen on {self.settings.listen} (--web-listen): {why}") from exc
         log.info("web (Connect, gRPC-Web, dashboard) on %s", self.url)
         return self.port
 
-    async def stop(self) -> None:
-        await self._server.stop()
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop; open exchanges get `grace_s` to end (streams have ended by then in a drain)."""
+        await self._server.stop(grace_s)

@@ -115,9 +115,12 @@ class Responder:
         self.protocol = protocol
         self._send = send
         self._headers = headers
+        self.finished = False  # the call's end was written: nothing may follow it
 
-    async def start(self, status: int, content_type: str) -> None:
+    async def start(self, status: int, content_type: str, length: int | None = None) -> None:
         headers = [(b"content-type", content_type.encode()), *self._headers]
+        if length is not None:
+            headers.append((b"content-length", str(length).encode()))
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, more: bool) -> None:
@@ -127,6 +130,12 @@ class Responder:
         raise NotImplementedError
 
     async def finish(self, status: WebStatus | None) -> None:
+        """Write the call's end, once (a cut racing the call's own end writes nothing)."""
+        if not self.finished:
+            self.finished = True
+            await self._finish(status)
+
+    async def _finish(self, status: WebStatus | None) -> None:
         raise NotImplementedError
 
 
@@ -140,14 +149,15 @@ class ConnectUnary(Responder):
     async def message(self, data: bytes) -> None:
         self._answer = data
 
-    async def finish(self, status: WebStatus | None) -> None:
+    async def _finish(self, status: WebStatus | None) -> None:
         if status is None:
-            await self.start(200, self.protocol.content_type)
+            await self.start(200, self.protocol.content_type, len(self._answer))
             await self.body(self._answer, more=False)
             return
         _, http_status = framing.CONNECT_CODES.get(status.code, ("unknown", 500))
-        await self.start(http_status, "application/json")
-        await self.body(json.dumps(connect_error(status)).encode(), more=False)
+        error = json.dumps(connect_error(status)).encode()
+        await self.start(http_status, "application/json", len(error))
+        await self.body(error, more=False)
 
 
 class Streamed(Responder):
@@ -175,5 +185,5 @@ class Streamed(Responder):
     async def message(self, data: bytes) -> None:
         await self._write(framing.envelope(0, data), more=True)
 
-    async def finish(self, status: WebStatus | None) -> None:
+    async def _finish(self, status: WebStatus | None) -> None:
         await self._write(self._end(status), more=False)

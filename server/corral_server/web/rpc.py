@@ -140,6 +140,8 @@ async def execute(method: Method, request: Message, context: WebContext, out: Re
                 await out.message(codec.encode(response, method.response_type))
     except WebAbort as abort:
         status = abort.status
+    except errors.CorralError as error:  # a servicer without the rpc edge's error wrapper
+        status = WebStatus.of(error)
     except TimeoutError:
         if not timeout.expired():
             raise
