@@ -29,6 +29,11 @@ def test_an_attention_routed_to_this_tab_shows_as_a_notice(
     page = browser.page(PHONE)
     page.goto(web.url)
     page.wait_for("text=No agents yet.")
+    # Present (its first Heartbeat answered) before the attention, so the plan routes it here.
+    page.wait_until(
+        "() => performance.getEntriesByType('resource')"
+        ".some((e) => e.name.endsWith('/Heartbeat') && e.responseEnd > 0)"
+    )
     request = create_request(str(tmp_path), title="finisher")
     request.initial_prompt.extend(text("/reply all done"))
     agent = web.stubs.agents.CreateAgent(request, timeout=30).agent
