@@ -60,7 +60,7 @@ function send(): void {
 
 export function startPresence(): void {
   document.addEventListener("visibilitychange", beat);
-  addEventListener("online", reconnect);
+  watchForSleep();
   let noted = 0;
   const active = () => {
     lastActivity = Date.now();
@@ -80,6 +80,29 @@ export function startPresence(): void {
     show(text, agentId);
   });
   beat();
+}
+
+/** A stream can die without a word while the machine sleeps (a laptop lid) or the tab is
+ * frozen in the background: after either, and when the browser says it is back online, the
+ * page resumes it (exactly: from its revision). A clock that jumped says the machine slept. */
+function watchForSleep(): void {
+  const TICK_MS = 5_000;
+  let last = Date.now();
+  let hiddenAt = 0;
+  setInterval(() => {
+    const now = Date.now();
+    // Hidden tabs have their timers slowed on purpose: only a visible one counts.
+    if (document.visibilityState === "visible" && now - last > 3 * TICK_MS) reconnect();
+    last = now;
+  }, TICK_MS);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden") hiddenAt = Date.now();
+    else if (hiddenAt && Date.now() - hiddenAt > 20_000) reconnect();
+  });
+  addEventListener("online", reconnect);
+  addEventListener("pageshow", (e) => {
+    if (e.persisted) reconnect();
+  });
 }
 
 function show(text: string, agentId: string): void {
