@@ -61,6 +61,8 @@ def test_a_sub_agent_sits_under_its_parent_and_archive_hides_both(
     page.click(".spawn button:has-text('Spawn')")
     page.wait_for(".actions .status:has-text('Spawned sub-agent')")
     page.wait_for(".agent-head a.child")
+    page.click(".runs summary")
+    page.wait_for(".runs li:has-text('/reply child reporting') .status:has-text('ok')")
     page.screenshots("sub-agent-dark")
     page.click("text=← Agents")
     page.wait_for(f'[data-agent-id="{parent.id}"]')

@@ -10,6 +10,7 @@ import { useStore } from "../store";
 import { TimelineModel } from "../timeline";
 import { Permission } from "./Permissions";
 import { PromptBox } from "./PromptBox";
+import { Runs } from "./Runs";
 import { TimelineList } from "./Timeline";
 
 declare global {
@@ -56,6 +57,7 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
         <Permission key={p.id} agentId={id} permission={p} />
       ))}
       <Queued agent={agent} />
+      <Runs agentId={id} />
       <TimelineList model={model} />
       {state === "running" && (
         <div class="live" role="status">

@@ -103,7 +103,7 @@ export function Row({ row }: { row: TimelineRow }): JSX.Element {
       );
     case "subagentNotice":
       return (
-        <div class="row notice" data-kind="subagent">
+        <div class="row subagent" data-kind="subagent">
           <div class="who">
             ↳ Sub-agent result{" "}
             <a href={`#/agent/${item.value.childAgentId}`}>{item.value.childAgentId.slice(0, 8)}</a>{" "}
