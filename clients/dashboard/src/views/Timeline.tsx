@@ -30,6 +30,15 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
 
   useEffect(() => model.listen(rerender), [model]);
 
+  // A new epoch (the timeline was re-based): its seqs name other rows; start at the bottom.
+  const epoch = useRef(model.epoch);
+  if (epoch.current !== model.epoch) {
+    epoch.current = model.epoch;
+    heights.current.clear();
+    anchor.current = null;
+    stick.current = true;
+  }
+
   const rows = model.rows;
   const offsets = new Float64Array(rows.length + 1);
   for (let i = 0; i < rows.length; i++) {
