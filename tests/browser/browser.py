@@ -135,11 +135,14 @@ class Page:
         return errors
 
     def screenshots(self, name: str) -> None:
-        """The page at phone and at desktop width, into .bench/screenshots/NAME-*.png."""
+        """The page at phone and at desktop width, into .bench/screenshots/NAME-*.png; at
+        both, nothing may be wider than the screen (no sideways scrolling)."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         for label, (width, height) in (("phone", PHONE), ("desktop", DESKTOP)):
             self._call("viewport", width=width, height=height)
             self._call("screenshot", path=str(SCREENSHOTS / f"{name}-{label}.png"))
+            wide = self.evaluate("() => document.documentElement.scrollWidth")
+            assert wide <= width, f"{name} at {label} width is {wide} px wide"
 
     def close(self) -> None:
         self._call("closePage")
