@@ -1,9 +1,10 @@
 """`corral serve`: arguments, the state-directory lock, signals and the drain.
 
 Refuses to start, with a clear message and exit code, when the port is taken (1), another daemon
-holds the state directory (1), a non-loopback address comes without a token file (2), a token,
-certificate or key file is unreadable or empty (2), or the --config providers file cannot be used
-(2). SIGHUP reloads the token file.
+holds the state directory (1), a non-loopback address comes without a token file (2), metrics
+off loopback come without one (2), a unix:PATH socket's directory could let another user
+replace it (2), a token, certificate or key file is unreadable or empty (2), or the --config
+providers file cannot be used (2). SIGHUP reloads the token file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import logging
 import os
 import signal
@@ -22,6 +22,7 @@ from typing import IO
 
 from corral_server import gc_tuning, logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
+from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
 from corral_server.providers import registry
 from corral_server.providers.config import ConfigError
@@ -29,7 +30,9 @@ from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
+from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
+from corral_server.store.private import make_private
 
 log = logging.getLogger("corral")
 
@@ -47,7 +50,12 @@ def default_state_dir() -> Path:
 
 def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run the corral daemon.")
-    p.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help="HOST:PORT, or unix:PATH for a Unix socket only your user can use (0600) "
+        "(default %(default)s)",
+    )
     p.add_argument(
         "--state-dir",
         type=Path,
@@ -78,7 +86,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one)",
+        help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one); "
+        "off loopback it needs --auth-token-file, and scrapers send the bearer token",
     )
     p.add_argument(
         "--mcp-listen",
@@ -130,8 +139,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
 def _add_access(p: argparse.ArgumentParser) -> None:
     access = p.add_argument_group(
         "access",
-        "Loopback needs no token by default; any other --listen address needs "
-        "--auth-token-file (and should use TLS).",
+        "Loopback and unix:PATH need no token by default; any other --listen address "
+        "needs --auth-token-file (and should use TLS).",
     )
     access.add_argument(
         "--auth-token-file",
@@ -173,8 +182,8 @@ class StateDirLocked(RuntimeError):
 
 def lock_state_dir(state_dir: Path) -> IO[str]:
     """Hold an exclusive lock on the state directory for the daemon's lifetime."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    handle = (state_dir / "corral.lock").open("a+")
+    make_private(state_dir, LOCK_FILE)  # 0700, and the lock file made 0600 before it is opened
+    handle = (state_dir / LOCK_FILE).open("a+")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -192,21 +201,13 @@ def lock_state_dir(state_dir: Path) -> IO[str]:
     return handle
 
 
-def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def web_listen(args: argparse.Namespace) -> str | None:
     """The web port's address: --web-listen, None for 'off', or the default (port 0 when
     --listen asks for any port, so test daemons and second daemons do not collide)."""
     if args.web_listen is not None:
         return None if args.web_listen == "off" else str(args.web_listen)
+    if unix_path(args.listen) is not None:
+        return None  # a daemon kept to one user's socket opens no port unless told to
     if args.listen.rpartition(":")[2] == "0":
         return DEFAULT_WEB_LISTEN.rpartition(":")[0] + ":0"
     return DEFAULT_WEB_LISTEN
@@ -220,10 +221,19 @@ def access_error(args: argparse.Namespace) -> str:
             f"refusing --web-listen {web}: not a loopback address; any other address needs "
             "--auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
         )
-    if not is_loopback(args.listen) and args.auth_token_file is None:
+    if not is_local(args.listen) and args.auth_token_file is None:
         return (
             f"refusing to listen on {args.listen}: not a loopback address; any other address "
             "needs --auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
+        )
+    socket_path = unix_path(args.listen)
+    if socket_path is not None and (refusal := socket_dir_problem(socket_path)[0]):
+        return f"refusing --listen {args.listen}: {refusal}"
+    metrics = args.metrics_listen
+    if metrics is not None and not is_loopback(metrics) and args.auth_token_file is None:
+        return (
+            f"refusing --metrics-listen {metrics}: not a loopback address; metrics anywhere "
+            "else need --auth-token-file FILE (scrapers then send 'Authorization: Bearer TOKEN')"
         )
     if args.mcp_listen is not None and not is_loopback(args.mcp_listen):
         return f"refusing --mcp-listen {args.mcp_listen}: the MCP tools are served on loopback only"
@@ -247,8 +257,8 @@ def _access_note(config: Config) -> str:
 
 
 def reflection_on(choice: str, listen: str) -> bool:
-    """`--reflection`: on, off, or auto (on only when listening on loopback)."""
-    return choice == "on" or (choice == "auto" and is_loopback(listen))
+    """`--reflection`: on, off, or auto (on only when listening on loopback or a socket)."""
+    return choice == "on" or (choice == "auto" and is_local(listen))
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -265,7 +275,7 @@ async def serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         log.error("cannot start: %s", exc)
         return 2
-    if not is_loopback(args.listen) and args.tls_cert is None:
+    if not is_local(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
     try:
         lock = lock_state_dir(state_dir)
@@ -289,6 +299,7 @@ async def serve(args: argparse.Namespace) -> int:
         reflection=reflection_on(args.reflection, args.listen),
         lock_state_dir=False,  # held above, with the pid of its holder
         metrics_listen=args.metrics_listen,
+        metrics_token=args.metrics_listen is not None and not is_loopback(args.metrics_listen),
         providers=providers,
         mcp_listen=args.mcp_listen,
         web_listen=web,
@@ -318,10 +329,10 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # Before the "listening" line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
-    host = args.listen.rsplit(":", 1)[0]
     mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
     print(
-        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)}{mcp})",
+        f"corral listening on {_bound(args.listen, port)} "
+        f"(state {state_dir}{_access_note(config)}{mcp})",
         flush=True,
     )
     if daemon.web is not None:
@@ -336,6 +347,11 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bound(listen: str, port: int) -> str:
+    """The address a client uses: unix:PATH as given, or HOST:the bound port."""
+    return listen if unix_path(listen) is not None else f"{listen.rsplit(':', 1)[0]}:{port}"
+
+
 async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[IO[str], str] | None:
     """Serve as a hot standby on `--listen` until the state directory's lock is free: then
     the lock and the address the daemon takes over (the same port, even for port 0). None
@@ -347,8 +363,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    host = args.listen.rsplit(":", 1)[0]
-    print(f"corral standby on {host}:{port} (waiting for {state_dir})", flush=True)
+    print(f"corral standby on {_bound(args.listen, port)} (waiting for {state_dir})", flush=True)
     try:
         while not stop.is_set():
             try:
@@ -358,7 +373,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
                     await asyncio.wait_for(stop.wait(), STANDBY_POLL_S)
                 continue
             log.info("the state directory is free: taking over")
-            return lock, f"{host}:{port}"
+            return lock, _bound(args.listen, port)
         return None
     finally:
         await server.stop(0)

@@ -14,6 +14,10 @@ from the daemon's state when scraped, so nothing is added to the writer's hot pa
                                           start_turn, interrupt, close, steer, ...)
   corral_event_log_pending                events numbered and not yet committed to the log
   corral_event_log_failures_total         event log commits that failed (and were retried)
+  corral_store_writable                   0 while commits fail for lack of space (or an I/O
+                                          error), 1 otherwise: health stays SERVING meanwhile
+  corral_store_write_failures_total       transactions that failed so (store/full_disk.py)
+  corral_store_wal_bytes                  the size of the store's write-ahead log file
 
 The histograms are process-wide (the store's writer threads and the provider deadlines add to
 them, store/database.py and manager/deadlines.py), like the error counts: one daemon per
@@ -35,7 +39,7 @@ from corral_server.hub import EventHub
 from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc.errors import RPC_ERRORS
-from corral_server.store.database import COMMIT_JOBS, COMMIT_SECONDS
+from corral_server.store.database import COMMIT_JOBS, COMMIT_SECONDS, Database
 
 _Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
@@ -60,11 +64,16 @@ class DaemonCollector(Collector):
     only the loop may touch the manager and the hub), then reports it."""
 
     def __init__(
-        self, manager: AgentManager, hub: EventHub, loop: asyncio.AbstractEventLoop
+        self,
+        manager: AgentManager,
+        hub: EventHub,
+        loop: asyncio.AbstractEventLoop,
+        database: Database | None = None,
     ) -> None:
         self._manager = manager
         self._hub = hub
         self._loop = loop
+        self._database = database
 
     async def _read(self) -> _Reading:
         agents = self._manager.agents()
@@ -116,7 +125,20 @@ class DaemonCollector(Collector):
         yield CounterMetricFamily(
             "corral_event_log_failures", "Failed event log commits", value=reading.log_failures
         )
+        yield from self._store()
         yield from _histograms()
+
+    def _store(self) -> Iterator[_Family]:
+        """Read here, on the scrape's thread: two plain attributes and one stat."""
+        disk = None if self._database is None else self._database.full_disk
+        writable = 1 if disk is None or disk.writable else 0
+        yield GaugeMetricFamily("corral_store_writable", "Store commits succeed", value=writable)
+        failures = 0 if disk is None else disk.failures
+        yield CounterMetricFamily(
+            "corral_store_write_failures", "Commits failed for lack of space", value=failures
+        )
+        wal = 0 if disk is None else disk.wal_bytes()
+        yield GaugeMetricFamily("corral_store_wal_bytes", "Write-ahead log bytes", value=wal)
 
 
 def _histograms() -> Iterator[HistogramMetricFamily]:
@@ -143,8 +165,11 @@ def _add(family: HistogramMetricFamily, labels: list[str], histogram: Histogram)
 
 
 def registry_for(
-    manager: AgentManager, hub: EventHub, loop: asyncio.AbstractEventLoop
+    manager: AgentManager,
+    hub: EventHub,
+    loop: asyncio.AbstractEventLoop,
+    database: Database | None = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(DaemonCollector(manager, hub, loop))
+    registry.register(DaemonCollector(manager, hub, loop, database))
     return registry

@@ -970,6 +970,8 @@ UNARY_METHODS = {
         "WaitForIdle",
         "Rewind",
         "RemoveQueuedPrompt",
+        "GetQueuedPrompt",
+        "GetPendingPermission",
     ),
     "corral.v1.TimelineService": ("FetchTimeline", "GetActivity"),
     "corral.v1.SubagentService": (

@@ -21,7 +21,7 @@ from corral_server.rpc.tls import TlsFiles
 from corral_server.web.calls import token_digest
 from tests.support.daemon import DaemonThread
 from tests.support.tls import issue, make_authority
-from tests.support.web import Stream, Web, WebError, stream_request
+from tests.support.web import Stream, Web, WebError, no_open_calls, read_synced, stream_request
 
 TOKEN = "web-token-0123456789"
 ALLOWED = "https://app.example.com"
@@ -88,11 +88,12 @@ async def test_an_open_stream_records_the_digest_of_its_token_only(
 ) -> None:
     assert guarded.daemon is not None and guarded.daemon.web is not None
     calls = guarded.daemon.web.calls
+    await no_open_calls(guarded)
     arguments = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
     arguments["headers"].update(BEARER)
     async with web.http.stream(**arguments) as response:
         stream = Stream(response, event_pb.SubscribeResponse, json_codec=False)
-        assert (await stream.read()).events[-1].HasField("synced")
+        await read_synced(stream)
         digests = [call.token_digest for call in calls._open.values()]
         assert digests == [token_digest(TOKEN.encode())]
         cut = guarded.run(_cut_all(guarded))
@@ -108,6 +109,7 @@ async def _cut_all(daemon: DaemonThread) -> int:
 
 
 async def test_the_streams_of_one_client_are_capped(web: Web, guarded: DaemonThread) -> None:
+    await no_open_calls(guarded)
     arguments = stream_request("EventService/Subscribe", event_pb.SubscribeRequest())
     arguments["headers"].update(BEARER)
     async with contextlib.AsyncExitStack() as stack:
@@ -115,7 +117,7 @@ async def test_the_streams_of_one_client_are_capped(web: Web, guarded: DaemonThr
         for _ in range(3):
             response = await stack.enter_async_context(web.http.stream(**arguments))
             held.append(Stream(response, event_pb.SubscribeResponse, json_codec=False))
-            assert (await held[-1].read()).events[-1].HasField("synced")
+            await read_synced(held[-1])
         async with web.http.stream(**arguments) as response:
             refused = Stream(response, event_pb.SubscribeResponse, json_codec=False)
             assert await refused.read() is None

@@ -19,7 +19,15 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread
-from tests.support.web import Stream, Web, WebError, stream_request
+from tests.support.web import (
+    Stream,
+    Web,
+    WebError,
+    grpc_synced,
+    read_synced,
+    stream_request,
+    through_turn,
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,28 +116,20 @@ async def test_connect_unary_error_carries_the_grpc_code_message_and_error_info(
 
 async def _read_until(stream: Stream, turn_id: str) -> list[event_pb.Event]:
     events: list[event_pb.Event] = []
-    while True:
+    while (through := through_turn(events, turn_id)) is None:
         message = await stream.read()
         assert message is not None, f"the stream ended early: {stream.end}"
         events.extend(message.events)
-        if any(
-            e.WhichOneof("payload") == "turn_completed" and e.turn_completed.turn_id == turn_id
-            for e in message.events
-        ):
-            return events
+    return through
 
 
 async def _grpc_until(call: Any, turn_id: str) -> list[event_pb.Event]:
     events: list[event_pb.Event] = []
-    while True:
+    while (through := through_turn(events, turn_id)) is None:
         response = await call.read()
         assert response is not grpc.aio.EOF
         events.extend(response.events)
-        if any(
-            e.WhichOneof("payload") == "turn_completed" and e.turn_completed.turn_id == turn_id
-            for e in response.events
-        ):
-            return events
+    return through
 
 
 async def test_connect_subscribe_in_proto_and_json_gets_exactly_the_grpc_events(
@@ -151,10 +151,8 @@ async def test_connect_subscribe_in_proto_and_json_gets_exactly_the_grpc_events(
             assert response.headers["content-type"] == f"application/connect+{kind}"
             streams.append(Stream(response, event_pb.SubscribeResponse, json_codec))
         for stream in streams:  # subscribed before the turn: each sees it whole
-            first = await stream.read()
-            assert any(e.WhichOneof("payload") == "synced" for e in first.events)
-        first = await grpc_call.read()
-        assert any(e.WhichOneof("payload") == "synced" for e in first.events)
+            await read_synced(stream)
+        await grpc_synced(grpc_call)
         started = await stubs.turns.SendPrompt(prompt_request(agent.id, "hello there"))
         over_grpc = await _grpc_until(grpc_call, started.turn_id)
         for stream in streams:

@@ -13,7 +13,7 @@ import pytest
 from corral.v1 import event_service_pb2 as event_pb
 from corral_server.app import Config
 from tests.support.daemon import DaemonThread
-from tests.support.web import Stream, stream_request
+from tests.support.web import Stream, read_synced, stream_request
 
 
 @pytest.mark.parametrize("protocol", ["connect", "grpc-web"])
@@ -34,8 +34,8 @@ async def test_a_drain_ends_each_web_stream_with_stream_ending_then_a_clean_end(
             )
             async with http.stream(**arguments) as response:
                 stream = Stream(response, event_pb.SubscribeResponse, json_codec)
-                first = await stream.read()
-                incarnation = first.events[-1].synced.incarnation
+                synced = [e for e in await read_synced(stream) if e.HasField("synced")]
+                incarnation = synced[0].synced.incarnation
                 drained = asyncio.run_coroutine_threadsafe(
                     daemon.daemon.drain(grace_s=5.0), daemon.loop
                 )
@@ -49,8 +49,9 @@ async def test_a_drain_ends_each_web_stream_with_stream_ending_then_a_clean_end(
                 assert ending.reason == "server draining"
                 assert stream.error() is None  # a clean end: no error in-band
             await asyncio.wait_for(asyncio.wrap_future(drained), 10)
-            with pytest.raises(httpx.ConnectError):
-                await http.get("/")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as fresh:
+            with pytest.raises(httpx.ConnectError):  # the port is closed
+                await fresh.get("/")
     finally:
         daemon.stop()
 

@@ -4,6 +4,7 @@ with struct, JSON with protobuf's json_format."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -17,6 +18,25 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 M = TypeVar("M", bound=Message)
+
+
+async def no_open_calls(daemon: Any) -> None:
+    """Until the daemon's web port has let go of every call (it does so just after a call's
+    last byte, so a client may be a moment ahead of it). `daemon` is a DaemonThread."""
+    web = daemon.daemon.web
+    deadline = asyncio.get_running_loop().time() + 10
+    while len(web.calls):
+        assert asyncio.get_running_loop().time() < deadline, "web calls stay open"
+        await asyncio.sleep(0.01)
+
+
+def through_turn(events: list[Any], turn_id: str) -> list[Any] | None:
+    """`events` up to and including `turn_id`'s turn_completed, or None before it came. Streams
+    cut the same events into batches differently, so two streams are compared to this point."""
+    for index, event in enumerate(events):
+        if event.HasField("turn_completed") and event.turn_completed.turn_id == turn_id:
+            return events[: index + 1]
+    return None
 
 
 def envelope(payload: bytes, flags: int = 0) -> bytes:
@@ -207,6 +227,25 @@ class Stream:
             return connect_error(self.end["error"]) if "error" in self.end else None
         assert self.trailers is not None
         return None if self.trailers["grpc-status"] == "0" else grpc_web_error(self.trailers)
+
+
+async def read_synced(stream: Stream) -> list[Any]:
+    """The events of a Subscribe stream through its `synced` (the snapshot may take several
+    messages)."""
+    events: list[Any] = []
+    while not any(e.HasField("synced") for e in events):
+        message = await stream.read()
+        assert message is not None, f"the stream ended before synced: {stream.error()}"
+        events.extend(message.events)
+    return events
+
+
+async def grpc_synced(call: Any) -> list[Any]:
+    """The same for a gRPC Subscribe call."""
+    events: list[Any] = []
+    while not any(e.HasField("synced") for e in events):
+        events.extend((await call.read()).events)
+    return events
 
 
 def stream_request(

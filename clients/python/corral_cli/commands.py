@@ -1,5 +1,5 @@
 """The one-shot commands: run, send, ls, cancel, wait, close, reload, permit, archive,
-rewind. Each takes the connected client, the
+rewind, queued. Each takes the connected client, the
 console and the parsed arguments, and returns the exit code; RPC errors propagate to main.
 
 Must not: print failures of the RPC itself (main.py does, in one place).
@@ -16,7 +16,7 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, parse_labels, prompt_content
 from corral_cli.first_turn import follow_first_turn, head_revision
-from corral_cli.render import Console, agent_table, local_time, state_label
+from corral_cli.render import Console, agent_table, local_time, queued_line, state_label
 from corral_cli.turn import cancel_outcome, stream_turn
 
 IF_RUNNING = {
@@ -250,4 +250,36 @@ def rewind(client: Client, console: Console, args: argparse.Namespace) -> int:
             f"{agent.id} rewound to before message {args.message_id}: "
             f"{kept} row{'' if kept == 1 else 's'} kept, epoch {agent.timeline.epoch}"
         )
+    return failure.EXIT_OK
+
+
+def queued(client: Client, console: Console, args: argparse.Namespace) -> int:
+    """The agent's queued prompts, one line each (Agent.queued_prompts holds summaries), or
+    with PROMPT_ID that prompt in full (GetQueuedPrompt): its text, and a line per image."""
+    if args.prompt_id:
+        prompt = client.turns.GetQueuedPrompt(
+            turn_pb.GetQueuedPromptRequest(agent_id=args.agent, client_message_id=args.prompt_id),
+            timeout=client.timeout_s,
+        ).prompt
+        if console.json:
+            console.message(prompt)
+            return failure.EXIT_OK
+        for part in prompt.content:
+            if part.WhichOneof("part") == "image":
+                console.line(f"[image {part.image.mime_type}, {len(part.image.data)} bytes]")
+            else:
+                console.line(part.text)
+        return failure.EXIT_OK
+    agent = client.agents.GetAgent(
+        agent_pb.GetAgentRequest(agent_id=args.agent), timeout=client.timeout_s
+    ).agent
+    for summary in agent.queued_prompts:
+        if console.json:
+            console.message(summary)
+        else:
+            console.line(queued_line(summary))
+    if not agent.queued_prompts:
+        console.note("nothing queued")
+    elif any(q.clipped for q in agent.queued_prompts):
+        console.note(f"the whole prompt: corral queued {agent.id} PROMPT_ID")
     return failure.EXIT_OK

@@ -95,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     permit.add_argument("--deny", action="store_true", help="deny instead of allow")
     permit.add_argument("--message", "-m", default="", help="a note for the agent")
     permit.set_defaults(func=commands.permit)
+    queued = sub.add_parser(
+        "queued", parents=parents, help="list the agent's queued prompts, or print one in full"
+    )
+    _add_agent(queued)
+    queued.add_argument(
+        "prompt_id", nargs="?", default="", metavar="PROMPT_ID", help="its client_message_id"
+    )
+    queued.set_defaults(func=commands.queued)
     rewind = sub.add_parser(
         "rewind",
         parents=parents,
@@ -129,7 +137,7 @@ def _add_globals(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     parser.add_argument(
         "--addr",
         default=default(os.environ.get("CORRAL_ADDR") or DEFAULT_ADDR),
-        help=f"daemon address HOST:PORT (default $CORRAL_ADDR or {DEFAULT_ADDR})",
+        help=f"daemon address HOST:PORT or unix:PATH (default $CORRAL_ADDR or {DEFAULT_ADDR})",
     )
     parser.add_argument(
         "--json",

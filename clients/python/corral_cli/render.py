@@ -108,6 +108,17 @@ def permission_ended(resolved: turn_pb.PermissionResolved) -> str:
     return f"permission {resolved.request_id} {how}"
 
 
+def queued_line(q: agent_types_pb.QueuedPrompt) -> str:
+    """A queued prompt's summary: id, when, by what, size, and the start of its text."""
+    size = f"{q.chars} chars" + (f", {q.image_count} image(s)" if q.image_count else "")
+    text = one_line(q.preview)
+    preview = _clip(text, _TITLE_WIDTH) if len(text) > _TITLE_WIDTH else text
+    if q.clipped and not preview.endswith("…"):
+        preview += "…"
+    by = q.queued_by or "client"
+    return f"{q.client_message_id}  {local_time(q.queued_at)}  {by}  {size}  {preview}"
+
+
 def agent_table(agents: Sequence[agent_types_pb.Agent]) -> list[str]:
     header = ("ID", "PROVIDER", "STATE", "TITLE", "UPDATED")
     rows = [

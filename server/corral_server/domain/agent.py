@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NewType, TypeAlias
 
-from corral_server.domain.content import Prompt
+from corral_server.domain.content import Prompt, PromptSummary
 from corral_server.domain.timeline import JsonValue
 
 AgentId = NewType("AgentId", str)
@@ -92,6 +92,10 @@ class PendingPermission:
     input: Mapping[str, JsonValue] = field(default_factory=dict)
     actions: tuple[PermissionAction, ...] = ()
     turn_id: str = ""  # the turn that asked: the request ends with it
+    # Size of the input the provider gave (timeline/size.py's measure), before any cut.
+    input_bytes: int = 0
+    # `input` as a listing shows it when it is too long to show whole (None: shown whole).
+    input_preview: Mapping[str, JsonValue] | None = None
 
 
 class PermissionBehavior(enum.Enum):
@@ -109,11 +113,33 @@ class PermissionResponse:
     updated_input: Mapping[str, JsonValue] | None = None
 
 
+class QueuedBy(enum.Enum):
+    """What queued a prompt."""
+
+    CLIENT = "client"  # SendPrompt or StreamTurn
+    FOLLOW_UP = "follow-up"  # a permission's answer asked for it
+    SUBAGENT = "subagent"  # a child's result waking the agent that spawned it
+
+
+_NO_SUMMARY = PromptSummary(0, 0, 0, "", False)
+
+
 @dataclass(frozen=True, slots=True)
 class QueuedPrompt:
+    """A prompt waiting for the running turn to end. Listings show its `summary`; the
+    content is fetched on its own. `content` is () only while a stored record waits for its
+    prompt's text (store/agent_records.py joins them at load)."""
+
     client_message_id: str
     content: Prompt
     queued_at_ms: int
+    queued_by: QueuedBy = QueuedBy.CLIENT
+    # Computed from `content` when not given (once: listings read it on every change).
+    summary: PromptSummary = _NO_SUMMARY
+
+    def __post_init__(self) -> None:
+        if self.summary is _NO_SUMMARY:
+            object.__setattr__(self, "summary", PromptSummary.of(self.content))
 
 
 @dataclass(frozen=True, slots=True)

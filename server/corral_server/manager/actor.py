@@ -42,6 +42,7 @@ from corral_server.domain.agent import (
     Errored,
     Idle,
     Lifecycle,
+    QueuedBy,
     QueuedPrompt,
     Running,
 )
@@ -352,7 +353,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         turn_id = self._active.turn_id if self._active is not None else ""
         await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
         if wake is not None:
-            await self.start_turn(wake, client_message_id, IfRunning.QUEUE)
+            await self.start_turn(wake, client_message_id, IfRunning.QUEUE, QueuedBy.SUBAGENT)
 
     async def barrier(self) -> None:
         """Until every row handed to the store so far is stored and published."""
@@ -372,7 +373,11 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
     # --- turns ---------------------------------------------------------------------------
 
     async def start_turn(
-        self, prompt: Prompt, client_message_id: str, if_running: IfRunning
+        self,
+        prompt: Prompt,
+        client_message_id: str,
+        if_running: IfRunning,
+        queued_by: QueuedBy = QueuedBy.CLIENT,
     ) -> StartedTurn:
         """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
         none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
@@ -389,9 +394,9 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
                     busy = self._active.turn_id if self._active is not None else ""
                     raise errors.AgentBusy(self.agent.id, busy)
                 case IfRunning.QUEUE:
-                    return await self.enqueue(prompt, client_message_id)
+                    return await self.enqueue(prompt, client_message_id, queued_by)
                 case IfRunning.STEER:
-                    return await self._steer_or_queue(prompt, client_message_id)
+                    return await self._steer_or_queue(prompt, client_message_id, queued_by)
                 case _:
                     assert_never(if_running)
         await self._check_session()

@@ -22,6 +22,7 @@ from corral_server.domain.agent import (
     PendingPermission,
     PermissionBehavior,
     PermissionResponse,
+    QueuedBy,
 )
 from corral_server.domain.content import Prompt
 from corral_server.manager import permissions
@@ -32,6 +33,8 @@ from corral_server.manager.actor_state import (
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning
 from corral_server.providers.base import InterruptResult, ProviderSession
+
+FOLLOW_UP = QueuedBy.FOLLOW_UP
 
 
 class PermissionsPart(ActorState):
@@ -153,10 +156,14 @@ class PermissionsPart(ActorState):
             else:
                 if_running = IfRunning.REPLACE
             try:
-                await self.call(lambda: self.start_turn(prompt, client_message_id, if_running))
+                await self.call(
+                    lambda: self.start_turn(prompt, client_message_id, if_running, FOLLOW_UP)
+                )
             except errors.AgentBusy:
                 # Another replacement took the slot meanwhile: the follow-up runs after it.
-                await self.call(lambda: self.start_turn(prompt, client_message_id, IfRunning.QUEUE))
+                await self.call(
+                    lambda: self.start_turn(prompt, client_message_id, IfRunning.QUEUE, FOLLOW_UP)
+                )
         except errors.CorralError as exc:
             log.warning("agent %s: the follow-up prompt did not start: %s", agent_id, exc.message)
 

@@ -12,6 +12,7 @@ from corral_server.domain.agent import (
     AgentError,
     Closed,
     Errored,
+    QueuedBy,
     QueuedPrompt,
     Running,
 )
@@ -32,7 +33,9 @@ from corral_server.timeline.store import NewRow
 
 
 class PromptsPart(ActorState):
-    def _enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+    def _enqueue(
+        self, prompt: Prompt, client_message_id: str, queued_by: QueuedBy = QueuedBy.CLIENT
+    ) -> StartedTurn:
         """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
         turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
         self._deps.provider.validate_prompt(prompt)
@@ -49,17 +52,21 @@ class PromptsPart(ActorState):
                 f"a prompt with client_message_id {client_message_id!r} is already queued",
                 metadata={"client_message_id": client_message_id},
             )
-        entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms())
+        entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms(), queued_by)
         self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
         return StartedTurn(Disposition.QUEUED, "", client_message_id)
 
-    async def enqueue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+    async def enqueue(
+        self, prompt: Prompt, client_message_id: str, queued_by: QueuedBy = QueuedBy.CLIENT
+    ) -> StartedTurn:
         """QUEUE, acknowledged once the queue holding the prompt is stored."""
-        started = self._enqueue(prompt, client_message_id)
+        started = self._enqueue(prompt, client_message_id, queued_by)
         await self._record_durable()
         return started
 
-    async def _steer_or_queue(self, prompt: Prompt, client_message_id: str) -> StartedTurn:
+    async def _steer_or_queue(
+        self, prompt: Prompt, client_message_id: str, queued_by: QueuedBy = QueuedBy.CLIENT
+    ) -> StartedTurn:
         """STEER: into the running turn when the provider takes it (the prompt's row joins
         that turn), else the prompt is queued and the answer says QUEUED."""
         active, session, deps = self._active, self._session, self._deps
@@ -78,7 +85,7 @@ class PromptsPart(ActorState):
                 self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
                 await self._writer.append([row])
                 return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
-        return await self.enqueue(prompt, client_message_id)
+        return await self.enqueue(prompt, client_message_id, queued_by)
 
     def remove_queued(self, client_message_id: str) -> Agent:
         queued = self._snapshot.queued_prompts

@@ -18,6 +18,7 @@ from corral_server.domain.agent import (
     Agent,
     AttentionReason,
     Lifecycle,
+    QueuedBy,
     QueuedPrompt,
 )
 from corral_server.domain.content import Prompt
@@ -132,7 +133,11 @@ class ActorState(ABC):
 
     @abstractmethod
     async def start_turn(
-        self, prompt: Prompt, client_message_id: str, if_running: IfRunning
+        self,
+        prompt: Prompt,
+        client_message_id: str,
+        if_running: IfRunning,
+        queued_by: QueuedBy = QueuedBy.CLIENT,
     ) -> StartedTurn: ...
 
     @abstractmethod

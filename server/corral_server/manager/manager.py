@@ -25,12 +25,15 @@ from corral_server.domain.agent import (
     Errored,
     Idle,
     Initializing,
+    PendingPermission,
     PermissionResponse,
+    QueuedPrompt,
     Running,
 )
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted, TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
+from corral_server.manager import permissions
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_state import ActorDeps, TurnCounts
 from corral_server.manager.deadlines import deadline, within
@@ -120,6 +123,9 @@ class AgentManager:
         # `on_archive` runs before an archive cascade closes its agents (ids, agent first).
         self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
         self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
+        # Told (on the loop) of each agent a close or an archive leaves closed (app.py: the MCP
+        # endpoint ends what that agent has open).
+        self.on_closed: Callable[[str], None] | None = None
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -497,6 +503,19 @@ class AgentManager:
         check_id("message_id", message_id, self.limits)
         return await actor.call(lambda: actor.rewind(message_id))
 
+    def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
+        """A queued prompt in full (listings show its summary)."""
+        check_id("client_message_id", client_message_id, self.limits)
+        for queued in self.get(agent_id).queued_prompts:
+            if queued.client_message_id == client_message_id:
+                return queued
+        raise errors.QueuedPromptNotFound(agent_id, client_message_id)
+
+    def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
+        """A pending permission request in full (listings clip its input)."""
+        check_id("request_id", request_id, self.limits)
+        return permissions.find(self.get(agent_id), request_id)
+
     async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
         """Remove a queued prompt before it starts."""
         actor = self._actor(agent_id)
@@ -616,6 +635,7 @@ class AgentManager:
                     await actor.call(actor.archive)
                 except errors.AgentClosed:
                     actor.archive_closed()  # closed meanwhile
+            self._told_closed(actor)
             archived.append(member)
         return archived
 
@@ -652,6 +672,11 @@ class AgentManager:
             return actor.agent
         finally:
             self._closes.pop(actor.agent.id, None)
+            self._told_closed(actor)
+
+    def _told_closed(self, actor: AgentActor) -> None:
+        if self.on_closed is not None and actor.agent.is_closed:
+            self.on_closed(actor.agent.id)
 
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,

@@ -106,7 +106,7 @@ def _fit_fields(item: Any, size: int, max_bytes: int) -> TimelineItem:
         if isinstance(value, str):
             changes[name] = cut_text(value, cap - _FIELD)
         else:
-            changes[name] = _cut_json(value, cap - 2 * _FIELD)
+            changes[name] = cut_json(value, cap - 2 * _FIELD)
     fitted: TimelineItem = replace(item, **changes)
     return fitted
 
@@ -122,7 +122,8 @@ def _water_level(sizes: Sequence[int], budget: int) -> int:
     return sizes[-1] if sizes else 0
 
 
-def _cut_json(value: JsonValue, max_bytes: int) -> str:
+def cut_json(value: JsonValue, max_bytes: int) -> str:
+    """The beginning of `value`'s compact JSON text and a marker, `max_bytes` in all."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (RecursionError, ValueError, TypeError):

@@ -48,6 +48,9 @@ MAX_HISTORY_ITEMS = 10_000
 # `/permissions N` asks at most this many at once: past corral's limit of pending requests
 # (manager/permissions.py's 64), so a test can drive a provider that breaks it.
 MAX_PERMISSIONS = 100
+# `/permissions N BYTES` gives each request an input of at most this size: past corral's cut
+# of a request's input (manager/permissions.py's 1 MiB).
+MAX_INPUT_BYTES = 16 << 20
 
 _FIELD = "content"
 _DIRECTIVE = re.compile(r"/(\S*)(?:\s+(.*))?", re.DOTALL)
@@ -125,9 +128,11 @@ class FollowUp:
 @dataclass(frozen=True, slots=True)
 class Permissions:
     """`count` permission requests at once (named `permission-1` ...); the turn goes on when
-    every one is answered."""
+    every one is answered. With `input_bytes`, each request's tool input is
+    {"content": that many "x"}: a provider asking with large inputs."""
 
     count: int
+    input_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +299,9 @@ def _parse_directive(line: str) -> Step:
             _no_argument(name, argument)
             return Echo()
         case "/permissions":
-            return Permissions(_parse_count(argument, name, MAX_PERMISSIONS, "requests"))
+            count, _, size = argument.partition(" ")
+            input_bytes = _parse_size(size.strip(), name) if size.strip() else 0
+            return Permissions(_parse_count(count, name, MAX_PERMISSIONS, "requests"), input_bytes)
         case "/hang-interrupt":
             _no_argument(name, argument)
             return HangInterrupt()
@@ -387,6 +394,15 @@ def _parse_follow_up(argument: str) -> str:
     except InvalidArgument as bad:
         raise _BadLine(f"/follow-up: its prompt is invalid: {bad.message}") from bad
     return text
+
+
+def _parse_size(argument: str, directive: str) -> int:
+    if not argument.isdigit() or int(argument) > MAX_INPUT_BYTES:
+        raise _BadLine(
+            f"{directive}: an input size is a number of bytes from 0 to {MAX_INPUT_BYTES}, "
+            f"got {argument!r}"
+        )
+    return int(argument)
 
 
 def _parse_count(argument: str, directive: str, most: int, what: str) -> int:

@@ -368,8 +368,9 @@ class ScriptedSession:
                 run.replays.append(turn_id)
             case Permission(name=name):
                 await self._ask(run, index, (name,))
-            case Permissions(count=count):
-                await self._ask(run, index, tuple(f"permission-{n}" for n in range(1, count + 1)))
+            case Permissions(count=count, input_bytes=size):
+                names = tuple(f"permission-{n}" for n in range(1, count + 1))
+                await self._ask(run, index, names, input_bytes=size)
             case FollowUp(text=text):
                 await self._ask(run, index, ("follow-up",), follow_up=text)
             case Echo():
@@ -420,19 +421,25 @@ class ScriptedSession:
         self._emit(ProviderItem(run.turn_id, done))
 
     async def _ask(
-        self, run: _Run, index: int, names: tuple[str, ...], follow_up: str = ""
+        self,
+        run: _Run,
+        index: int,
+        names: tuple[str, ...],
+        follow_up: str = "",
+        input_bytes: int = 0,
     ) -> None:
         """`/permission NAME`: a tool call that waits for a permission; allowed, it
         completes; denied, it fails with the answer's message. `/permissions N` asks N at
         once (the turn goes on when all are answered). `/follow-up TEXT` is one request,
         whose ALLOW answer also asks for TEXT as a follow-up prompt."""
         asked: list[tuple[str, str, str, asyncio.Future[PermissionResponse]]] = []
+        given: dict[str, JsonValue] = {"content": "x" * input_bytes} if input_bytes else {}
         try:
             for number, name in enumerate(names, start=1):
                 suffix = f"{index}" if len(names) == 1 else f"{index}-{number}"
                 call_id = f"{run.tag}-call-{suffix}"
                 request_id = f"{run.tag}-permission-{suffix}"
-                answer = self._request(run, name, call_id, request_id, follow_up)
+                answer = self._request(run, name, call_id, request_id, follow_up, given)
                 asked.append((name, call_id, request_id, answer))
             for name, call_id, request_id, answer in asked:
                 self._settled(run, name, call_id, request_id, await answer)
@@ -441,7 +448,13 @@ class ScriptedSession:
                 run.asking.pop(request_id, None)
 
     def _request(
-        self, run: _Run, name: str, call_id: str, request_id: str, follow_up: str
+        self,
+        run: _Run,
+        name: str,
+        call_id: str,
+        request_id: str,
+        follow_up: str,
+        given: dict[str, JsonValue] | None = None,
     ) -> asyncio.Future[PermissionResponse]:
         """Report a pending tool call and its permission request; the answer's future."""
         self._emit(ProviderItem(run.turn_id, ToolCall(call_id, name, ToolCallStatus.PENDING)))
@@ -450,6 +463,7 @@ class ScriptedSession:
             name=name,
             kind="tool",
             title=f"Allow {name}?",
+            input=given or {},
             actions=(
                 PermissionAction("allow", "Allow", "allow_once"),
                 PermissionAction("deny", "Deny", "reject_once"),

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral_server.domain import agent as da
+from corral_server.domain.content import PromptSummary
 from corral_server.rpc.convert import (
     agent_to_pb,
     json_from_value,
@@ -75,6 +76,28 @@ def _permission(msg: agent_pb.PendingPermission) -> da.PendingPermission:
         input=fields,
         actions=tuple(da.PermissionAction(a.id, a.label, a.kind) for a in msg.actions),
         turn_id=msg.turn_id,
+        input_bytes=msg.input_bytes,
+        # A stored request was stored as listed: its input is the preview when clipped.
+        input_preview=fields if msg.input_clipped else None,
+    )
+
+
+_QUEUED_BY = {by.value: by for by in da.QueuedBy}
+
+
+def _queued(msg: agent_pb.QueuedPrompt) -> da.QueuedPrompt:
+    """A stored queued prompt: its summary, and its content only when the record holds it
+    whole (a short prompt, or a record written before prompts had a table of their own: its
+    summary fields are all unset). Otherwise the content is () and the store joins it."""
+    old = msg.chars == 0 and not msg.clipped
+    summary = PromptSummary(msg.text_bytes, msg.chars, msg.image_count, msg.preview, msg.clipped)
+    content = prompt_from_pb(list(msg.content)) if old or not msg.clipped else ()
+    return da.QueuedPrompt(
+        msg.client_message_id,
+        content,
+        timestamp_ms(msg.queued_at),
+        _QUEUED_BY.get(msg.queued_by, da.QueuedBy.CLIENT),
+        **({} if old else {"summary": summary}),
     )
 
 
@@ -101,12 +124,7 @@ def agent_from_pb(msg: agent_pb.Agent) -> da.Agent:
             timestamp_ms(attention.at) if attention.HasField("at") else 0,
         ),
         pending_permissions=tuple(_permission(p) for p in msg.pending_permissions),
-        queued_prompts=tuple(
-            da.QueuedPrompt(
-                q.client_message_id, prompt_from_pb(list(q.content)), timestamp_ms(q.queued_at)
-            )
-            for q in msg.queued_prompts
-        ),
+        queued_prompts=tuple(_queued(q) for q in msg.queued_prompts),
         provider_session_id=msg.provider_session_id,
         archived_at_ms=timestamp_ms(msg.archived_at) if msg.HasField("archived_at") else None,
         last_error=_error(msg.last_error) if msg.HasField("last_error") else None,

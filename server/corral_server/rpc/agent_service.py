@@ -18,6 +18,10 @@ Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 _UPDATABLE = ("title", "labels", "mode", "model")
 # A selector is at most max_labels terms of a key and a value: 64 * (256 + 256 + 2) < 64 K.
 _MAX_SELECTOR_CHARS = 65_536
+# A ListAgents page ends early, before this many bytes of agents: 100 agents with every label
+# at its limit are 13 MB, past a default client's 4 MiB receive limit. One agent alone is far
+# below it (queued prompts and pending permissions are summaries), so a page holds one at least.
+MAX_PAGE_BYTES = 3 << 20
 
 
 class AgentService(svc_grpc.AgentServiceServicer):
@@ -70,9 +74,16 @@ class AgentService(svc_grpc.AgentServiceServicer):
             include_archived=request.include_archived,
             parent_agent_id=request.parent_agent_id,
         )
-        return svc_pb.ListAgentsResponse(
-            agents=[convert.agent_to_pb(a) for a in agents], next_page_token=token
-        )
+        page: list[agent_pb.Agent] = []
+        size = 0
+        for agent in agents:
+            msg = convert.agent_to_pb(agent)
+            size += msg.ByteSize() + 8  # the repeated field's tag and length
+            if page and size > MAX_PAGE_BYTES:
+                token = page[-1].id  # the rest is the next page's
+                break
+            page.append(msg)
+        return svc_pb.ListAgentsResponse(agents=page, next_page_token=token)
 
     @unary
     async def UpdateAgent(

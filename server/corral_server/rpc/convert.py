@@ -18,6 +18,7 @@ from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.domain.notification import NotifyKind
+from corral_server.manager.permissions import MAX_INPUT_BYTES
 from corral_server.rpc.items import cursor_from_pb as cursor_from_pb
 from corral_server.rpc.items import cursor_to_pb as cursor_to_pb
 from corral_server.rpc.items import item_from_pb as item_from_pb
@@ -108,7 +109,11 @@ def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, dt.JsonValue]:
     return {key: json_from_value(value) for key, value in msg.fields.items()}
 
 
-def permission_to_pb(p: da.PendingPermission) -> agent_pb.PendingPermission:
+def permission_to_pb(p: da.PendingPermission, listed: bool = False) -> agent_pb.PendingPermission:
+    """The request in full, or (`listed`) as Agent.pending_permissions shows it: a long
+    input clipped to its preview."""
+    preview = listed and p.input_preview is not None
+    shown = p.input_preview if preview and p.input_preview is not None else p.input
     msg = agent_pb.PendingPermission(
         id=p.id,
         name=p.name,
@@ -116,12 +121,38 @@ def permission_to_pb(p: da.PendingPermission) -> agent_pb.PendingPermission:
         title=p.title,
         actions=[agent_pb.PermissionAction(id=a.id, label=a.label, kind=a.kind) for a in p.actions],
         turn_id=p.turn_id,
+        input_clipped=preview or p.input_bytes > MAX_INPUT_BYTES,
+        input_bytes=p.input_bytes,
     )
-    json_format.ParseDict(dict(p.input), msg.input)
+    json_format.ParseDict(dict(shown), msg.input)
     return msg
 
 
+def queued_prompt_to_pb(q: da.QueuedPrompt, whole: bool = False) -> agent_pb.QueuedPrompt:
+    """A queued prompt as Agent.queued_prompts lists it (its summary, the content at most its
+    preview), or `whole` (GetQueuedPrompt)."""
+    summary = q.summary
+    if whole or not summary.clipped:
+        content = prompt_to_pb(q.content)
+    else:
+        content = [content_pb.ContentPart(text=summary.preview)] if summary.preview else []
+    return agent_pb.QueuedPrompt(
+        client_message_id=q.client_message_id,
+        content=content,
+        queued_at=timestamp(q.queued_at_ms),
+        text_bytes=summary.text_bytes,
+        chars=summary.chars,
+        image_count=summary.image_count,
+        preview=summary.preview,
+        clipped=summary.clipped and not whole,
+        queued_by=q.queued_by.value,
+    )
+
+
 def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
+    """The agent as every listing shows it: queued prompts and pending permissions as
+    summaries, so that no agent outgrows a client's message limit (each prompt and request
+    in full is TurnService's GetQueuedPrompt and GetPendingPermission)."""
     msg = agent_pb.Agent(
         id=agent.id,
         provider=agent.provider,
@@ -136,15 +167,8 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
             reason=attention_reason(agent.attention.reason),
             at=timestamp(agent.attention.at_ms) if agent.attention.at_ms else None,
         ),
-        pending_permissions=[permission_to_pb(p) for p in agent.pending_permissions],
-        queued_prompts=[
-            agent_pb.QueuedPrompt(
-                client_message_id=q.client_message_id,
-                content=prompt_to_pb(q.content),
-                queued_at=timestamp(q.queued_at_ms),
-            )
-            for q in agent.queued_prompts
-        ],
+        pending_permissions=[permission_to_pb(p, listed=True) for p in agent.pending_permissions],
+        queued_prompts=[queued_prompt_to_pb(q) for q in agent.queued_prompts],
         provider_session_id=agent.provider_session_id,
         parent_agent_id=agent.parent_agent_id,
         created_at=timestamp(agent.created_at_ms),

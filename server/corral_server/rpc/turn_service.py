@@ -85,6 +85,22 @@ class TurnService(turn_grpc.TurnServiceServicer):
         agent = await self._manager.remove_queued(request.agent_id, request.client_message_id)
         return turn_pb.RemoveQueuedPromptResponse(agent=convert.agent_to_pb(agent))
 
+    @unary
+    async def GetQueuedPrompt(
+        self, request: turn_pb.GetQueuedPromptRequest, context: Ctx
+    ) -> turn_pb.GetQueuedPromptResponse:
+        queued = self._manager.queued_prompt(request.agent_id, request.client_message_id)
+        return turn_pb.GetQueuedPromptResponse(
+            prompt=convert.queued_prompt_to_pb(queued, whole=True)
+        )
+
+    @unary
+    async def GetPendingPermission(
+        self, request: turn_pb.GetPendingPermissionRequest, context: Ctx
+    ) -> turn_pb.GetPendingPermissionResponse:
+        permission = self._manager.pending_permission(request.agent_id, request.request_id)
+        return turn_pb.GetPendingPermissionResponse(permission=convert.permission_to_pb(permission))
+
     @streaming
     async def StreamTurn(
         self, request: turn_pb.StreamTurnRequest, context: Ctx

@@ -1,9 +1,11 @@
 """The SQLite agent records: `AgentRecords` (records/store.py) in the `agents` table.
 
 A record is the agent's FULL snapshot, encoded by the injected codec (the rpc edge's
-corral.v1.Agent bytes), upserted whole: the last put of an agent wins, nothing is merged, so
-no write can erase a field it did not carry. The queue, its coalescing and `created_order`
-(schema v2: start-up lists agents in creation order) are store/keyed.py's.
+corral.v1.Agent bytes, its queued prompts as summaries: their content is stored once, in
+store/queued_prompts.py's table, in the same transaction), upserted whole: the last put of an
+agent wins, nothing is merged, so no write can erase a field it did not carry. The queue, its
+coalescing and `created_order` (schema v2: start-up lists agents in creation order) are
+store/keyed.py's.
 
 Start-up (`load_headers`) reads every record in the reader thread and decodes it there; a
 record that does not decode is reported with its error and the others load.
@@ -23,6 +25,7 @@ from corral_server.domain.agent import Agent
 from corral_server.records.store import BadRecord, LoadedAgents
 from corral_server.store.database import Database
 from corral_server.store.keyed import KeyedRecords, KeyedWrite
+from corral_server.store.queued_prompts import QueuedContent, Written
 
 if TYPE_CHECKING:
     from corral_server.records.store import AgentRecords
@@ -37,7 +40,10 @@ class SqliteAgentRecords:
     def __init__(self, database: Database, encode: Encode, decode: Decode) -> None:
         self._db = database
         self._decode = decode
-        self._records = KeyedRecords(database, encode, _write)
+        self._prompts = QueuedContent()
+        self._records = KeyedRecords(
+            database, encode, partial(_write, self._prompts), self._prompts.committed
+        )
 
     @classmethod
     async def open(cls, database: Database, encode: Encode, decode: Decode) -> SqliteAgentRecords:
@@ -57,7 +63,7 @@ class SqliteAgentRecords:
         return self._records.put(agent_id, None)
 
     async def load_headers(self) -> LoadedAgents:
-        return await self._db.read(partial(_load, self._decode))
+        return await self._db.read(partial(_load, self._decode, self._prompts))
 
 
 # --- the threads' halves ---------------------------------------------------------------------
@@ -69,8 +75,11 @@ _UPSERT = (
 )
 
 
-def _write(writes: list[KeyedWrite[Agent]], conn: sqlite3.Connection) -> None:
-    """In the writer thread: one row write per agent (the queue coalesced the rest)."""
+def _write(
+    prompts: QueuedContent, writes: list[KeyedWrite[Agent]], conn: sqlite3.Connection
+) -> Written:
+    """In the writer thread: one row write per agent (the queue coalesced the rest), and the
+    queued prompts' content it holds; what the queued-prompt table holds once committed."""
     upserts = [
         (w.key, w.record, w.value.updated_at_ms, w.order) for w in writes if w.value is not None
     ]
@@ -79,9 +88,13 @@ def _write(writes: list[KeyedWrite[Agent]], conn: sqlite3.Connection) -> None:
         conn.executemany(_UPSERT, upserts)
     if deletes:
         conn.executemany("DELETE FROM agents WHERE agent_id = ?", deletes)
+    return {
+        w.key: prompts.delete(conn, w.key) if w.value is None else prompts.sync(conn, w.value)
+        for w in writes
+    }
 
 
-def _load(decode: Decode, conn: sqlite3.Connection) -> LoadedAgents:
+def _load(decode: Decode, prompts: QueuedContent, conn: sqlite3.Connection) -> LoadedAgents:
     """In the reader thread: every record, decoded, in creation order."""
     agents: list[Agent] = []
     bad: list[BadRecord] = []
@@ -97,7 +110,7 @@ def _load(decode: Decode, conn: sqlite3.Connection) -> LoadedAgents:
             bad.append(BadRecord(agent_id, f"the record holds agent {agent.id!r}"))
             continue
         agents.append(agent)
-    return LoadedAgents(agents, bad)
+    return LoadedAgents(prompts.load(conn, agents), bad)
 
 
 if TYPE_CHECKING:

@@ -21,6 +21,10 @@ Durability (synchronous=FULL, the default). In WAL mode a commit appends to the 
 corral promises that nothing a client was told is lost, so FULL; group commit pays one fsync
 per batch, not per row (BENCHMARKS.md has both). NORMAL stays available for tests and benches.
 
+A commit that fails for lack of space fails its whole batch; the writer then empties the
+write-ahead log before it tries another, so it writes again once space is freed, without a
+restart (store/full_disk.py).
+
 Must not: know tables other than through the schema module and its callers' jobs, or import
 protobuf or grpc. Only one daemon opens a state directory at a time (a lock file says so).
 """
@@ -46,6 +50,8 @@ from corral_server.store.errors import (
     StoreUnavailable,
     StoreWriteFailed,
 )
+from corral_server.store.full_disk import PRAGMAS as _WAL_PRAGMAS
+from corral_server.store.full_disk import FullDisk
 from corral_server.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -107,6 +113,8 @@ class Database:
         # Transactions committed by the writer thread (written there, read anywhere): how
         # many commits a burst cost, for tests and benches.
         self.commits = 0
+        # Whether commits fail for lack of space, and the way back (the writer thread's).
+        self.full_disk = FullDisk(self.path)
 
     @classmethod
     async def open(
@@ -226,6 +234,8 @@ class Database:
                 return
 
     def _commit(self, conn: sqlite3.Connection, batch: list[_WriteJob]) -> list[_Outcome]:
+        if (refused := self.full_disk.refusal(conn)) is not None:
+            return [_Outcome(False, refused)] * len(batch)
         started = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -238,10 +248,13 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+            if self.full_disk.failed(exc):  # nobody's fault: the whole batch fails alike
+                return [_Outcome(False, StoreWriteFailed(self.path, str(exc)))] * len(batch)
             if len(batch) > 1:  # find the culprit: every job alone, in its own transaction
                 return [self._commit(conn, [job])[0] for job in batch]
             error = StoreWriteFailed(self.path, str(exc)) if _is_sqlite(exc) else exc
             return [_Outcome(False, error)]
+        self.full_disk.committed()
         return [_Outcome(True, result) for result in results]
 
     def _open_writer(self) -> sqlite3.Connection:
@@ -255,6 +268,8 @@ class Database:
                 raise StoreUnavailable(self.path, f"cannot switch to WAL mode (got {mode!r})")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            for pragma in _WAL_PRAGMAS:
+                conn.execute(pragma)
             self._migrate(conn)
         except BaseException as exc:
             if conn is not None:

@@ -23,6 +23,7 @@ from corral_server.store.commits import GroupCommit, Job, settle_all
 from corral_server.store.database import Database
 
 V = TypeVar("V")
+W = TypeVar("W")  # what a write leaves for `committed`
 
 
 class KeyedWrite(NamedTuple, Generic[V]):
@@ -45,16 +46,20 @@ class _Pending(Generic[V]):
         self.futures: list[asyncio.Future[None]] = []
 
 
-class KeyedRecords(Generic[V]):
+class KeyedRecords(Generic[V, W]):
     def __init__(
         self,
         database: Database,
         encode: Callable[[V], bytes],
-        write: Callable[[list[KeyedWrite[V]], sqlite3.Connection], None],
+        write: Callable[[list[KeyedWrite[V]], sqlite3.Connection], W],
+        committed: Callable[[W], None] | None = None,
     ) -> None:
-        """`write(writes, conn)` runs in the writer thread, inside the transaction."""
+        """`write(writes, conn)` runs in the writer thread, inside the transaction (and may
+        run again, alone, when its batch failed); `committed(what write returned)` on the
+        loop once that transaction committed, before any later write runs."""
         self._encode = encode
         self._write = write
+        self._committed = committed
         self._pending: dict[str, _Pending[V]] = {}
         # The created_order the next row write takes; the store sets it at open.
         self.next_order = 1
@@ -92,6 +97,11 @@ class KeyedRecords(Generic[V]):
             return None
         return Job(
             partial(self._write, writes),
-            partial(settle_all, futures, True),
+            partial(self._commit, futures),
             partial(settle_all, futures, False),
         )
+
+    def _commit(self, futures: list[asyncio.Future[None]], outcome: W) -> None:
+        if self._committed is not None:
+            self._committed(outcome)
+        settle_all(futures, True, outcome)

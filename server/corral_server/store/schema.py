@@ -32,6 +32,13 @@ within a millisecond, and agent ids are random). A record written again keeps it
 
 Version 3 adds `subagent_runs`: run_id -> the run's record (JSON, subagents/codec.py, opaque
 here) and the order of its first write, so start-up restores runs in spawn order.
+
+Version 4 adds `queued_prompts`: the content of each prompt an agent holds queued, one row per
+content part (a text part's UTF-8 in `text`, an image's type and bytes), keyed by agent,
+client_message_id and part. The agent record keeps only each queued prompt's summary, so a
+prompt is stored once, not again with every rewrite of its agent's record
+(store/queued_prompts.py). A rowid table: a part can be megabytes, too big for a WITHOUT ROWID
+row.
 """
 
 from __future__ import annotations
@@ -98,6 +105,18 @@ CREATE TABLE subagent_runs (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+_V4 = """
+CREATE TABLE queued_prompts (
+    agent_id TEXT NOT NULL,
+    client_message_id TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    text BLOB,
+    mime_type TEXT,
+    data BLOB,
+    PRIMARY KEY (agent_id, client_message_id, part)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 
 SCHEMA_VERSION = len(MIGRATIONS)

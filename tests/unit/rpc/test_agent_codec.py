@@ -1,14 +1,17 @@
-"""Agent snapshots survive encode/decode exactly (what the durable store relies on), and a
-record that cannot be an agent is refused with a reason, never half-loaded."""
+"""Agent snapshots survive encode/decode exactly (what the durable store relies on), except the
+content of queued prompts too long for their summary (the store keeps it in a table of its
+own), and a record that cannot be an agent is refused with a reason, never half-loaded."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corral_server.domain import agent as da
-from corral_server.domain.content import ImagePart, TextPart
+from corral_server.domain.content import ImagePart, PromptSummary, TextPart
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 
 texts = st.text(max_size=12)
@@ -70,7 +73,45 @@ agents = st.builds(
 
 @given(agents)
 def test_an_agent_survives_encode_and_decode(agent: da.Agent) -> None:
-    assert decode_agent(encode_agent(agent)) == agent
+    summarised = tuple(
+        replace(q, content=()) if q.summary.clipped else q for q in agent.queued_prompts
+    )
+    assert decode_agent(encode_agent(agent)) == replace(agent, queued_prompts=summarised)
+
+
+def test_a_record_keeps_a_long_queued_prompt_as_its_summary_only() -> None:
+    prompt = (TextPart("x" * 100_000), ImagePart("image/png", b"\x89PNG"))
+    agent = da.Agent(
+        da.AgentId("a1"),
+        "scripted",
+        "/",
+        da.Idle(),
+        1,
+        2,
+        "e1",
+        1,
+        queued_prompts=(da.QueuedPrompt("cm-1", prompt, 3, da.QueuedBy.FOLLOW_UP),),
+    )
+    record = encode_agent(agent)
+    assert len(record) < 1_000
+    [queued] = decode_agent(record).queued_prompts
+    assert queued.content == ()
+    assert queued.queued_by is da.QueuedBy.FOLLOW_UP
+    assert queued.summary == PromptSummary(100_000, 100_004, 1, "x" * 256, True)
+
+
+def test_a_record_from_before_summaries_keeps_its_queued_prompts_whole() -> None:
+    from corral.v1 import agent_pb2 as agent_pb
+    from corral.v1 import content_pb2 as content_pb
+
+    old = agent_pb.Agent(id="a1")
+    old.lifecycle.idle.SetInParent()
+    old.queued_prompts.add(
+        client_message_id="cm-1", content=[content_pb.ContentPart(text="y" * 5_000)]
+    )
+    [queued] = decode_agent(old.SerializeToString()).queued_prompts
+    assert queued.content == (TextPart("y" * 5_000),)
+    assert queued.summary.text_bytes == 5_000 and queued.summary.clipped
 
 
 def test_bytes_that_are_not_an_agent_are_refused() -> None:

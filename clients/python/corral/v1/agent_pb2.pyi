@@ -102,9 +102,15 @@ class Agent(_message.Message):
     @_builtins.property
     def attention(self) -> Global___Attention: ...
     @_builtins.property
-    def pending_permissions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingPermission]: ...
+    def pending_permissions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingPermission]:
+        """Each request with its input clipped (`input_clipped`); TurnService.GetPendingPermission
+        answers one in full.
+        """
+
     @_builtins.property
-    def queued_prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPrompt]: ...
+    def queued_prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPrompt]:
+        """Summaries, in the order they will run; TurnService.GetQueuedPrompt answers one whole."""
+
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -371,12 +377,21 @@ class PendingPermission(_message.Message):
     INPUT_FIELD_NUMBER: _builtins.int
     ACTIONS_FIELD_NUMBER: _builtins.int
     TURN_ID_FIELD_NUMBER: _builtins.int
+    INPUT_CLIPPED_FIELD_NUMBER: _builtins.int
+    INPUT_BYTES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     kind: _builtins.str
     title: _builtins.str
     turn_id: _builtins.str
     """The turn that asked; the request ends with it."""
+    input_clipped: _builtins.bool
+    """True when `input` is clipped: in Agent.pending_permissions, an input of more than about
+    4 KiB of JSON keeps its first entries with long strings cut short. The request in full is
+    TurnService.GetPendingPermission's (and permission_requested's).
+    """
+    input_bytes: _builtins.int
+    """UTF-8 bytes of the full input as compact JSON."""
     @_builtins.property
     def input(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -391,10 +406,12 @@ class PendingPermission(_message.Message):
         input: _struct_pb2.Struct | None = ...,
         actions: _abc.Iterable[Global___PermissionAction] | None = ...,
         turn_id: _builtins.str = ...,
+        input_clipped: _builtins.bool = ...,
+        input_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "input", b"input", "kind", b"kind", "name", b"name", "title", b"title", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "id", b"id", "input", b"input", "input_bytes", b"input_bytes", "input_clipped", b"input_clipped", "kind", b"kind", "name", b"name", "title", b"title", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -402,14 +419,44 @@ Global___PendingPermission: _TypeAlias = PendingPermission  # noqa: Y015
 
 @_typing.final
 class QueuedPrompt(_message.Message):
+    """QueuedPrompt is the summary of a prompt waiting in Agent.queued_prompts; its full content is
+    TurnService.GetQueuedPrompt's.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CLIENT_MESSAGE_ID_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     QUEUED_AT_FIELD_NUMBER: _builtins.int
+    TEXT_BYTES_FIELD_NUMBER: _builtins.int
+    CHARS_FIELD_NUMBER: _builtins.int
+    IMAGE_COUNT_FIELD_NUMBER: _builtins.int
+    PREVIEW_FIELD_NUMBER: _builtins.int
+    CLIPPED_FIELD_NUMBER: _builtins.int
+    QUEUED_BY_FIELD_NUMBER: _builtins.int
     client_message_id: _builtins.str
+    text_bytes: _builtins.int
+    """UTF-8 bytes of the full prompt's text (its text parts joined by newlines)."""
+    chars: _builtins.int
+    """The full prompt's size as max_prompt_chars counts it: characters of text plus bytes of
+    images.
+    """
+    image_count: _builtins.int
+    preview: _builtins.str
+    """The first 256 characters of the prompt's text."""
+    clipped: _builtins.bool
+    """True when `content` holds less than the prompt."""
+    queued_by: _builtins.str
+    """What queued it: "client" (SendPrompt or StreamTurn), "follow-up" (a permission's answer
+    asked for it), "subagent" (a child's result waking the agent that spawned it).
+    """
     @_builtins.property
-    def content(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.ContentPart]: ...
+    def content(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.ContentPart]:
+        """The prompt itself when it is text of at most 256 characters in all; otherwise one text
+        part holding `preview` (images left out) and `clipped` is true. GetQueuedPrompt answers
+        the prompt in full.
+        """
+
     @_builtins.property
     def queued_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -418,10 +465,16 @@ class QueuedPrompt(_message.Message):
         client_message_id: _builtins.str = ...,
         content: _abc.Iterable[_content_pb2.ContentPart] | None = ...,
         queued_at: _timestamp_pb2.Timestamp | None = ...,
+        text_bytes: _builtins.int = ...,
+        chars: _builtins.int = ...,
+        image_count: _builtins.int = ...,
+        preview: _builtins.str = ...,
+        clipped: _builtins.bool = ...,
+        queued_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["queued_at", b"queued_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_message_id", b"client_message_id", "content", b"content", "queued_at", b"queued_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chars", b"chars", "client_message_id", b"client_message_id", "clipped", b"clipped", "content", b"content", "image_count", b"image_count", "preview", b"preview", "queued_at", b"queued_at", "queued_by", b"queued_by", "text_bytes", b"text_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -29,23 +29,23 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63orral/v1/turn_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x17\x63orral/v1/content.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x93\x01\n\x11SendPromptRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\x12(\n\nif_running\x18\x04 \x01(\x0e\x32\x14.corral.v1.IfRunning\"s\n\x12SendPromptResponse\x12\x31\n\x0b\x64isposition\x18\x01 \x01(\x0e\x32\x1c.corral.v1.PromptDisposition\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\"H\n\x19RemoveQueuedPromptRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x02 \x01(\t\"=\n\x1aRemoveQueuedPromptResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\"\x93\x01\n\x11StreamTurnRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\x12(\n\nif_running\x18\x04 \x01(\x0e\x32\x14.corral.v1.IfRunning\"0\n\x0bTurnStarted\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"S\n\rTurnCompleted\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x1f\n\x05usage\x18\x03 \x01(\x0b\x32\x10.corral.v1.Usage\"U\n\nTurnFailed\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.corral.v1.AgentError\"A\n\x0cTurnCanceled\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"j\n\x13PermissionRequested\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x30\n\npermission\x18\x03 \x01(\x0b\x32\x1c.corral.v1.PendingPermission\"\x8e\x01\n\x12PermissionResolved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12/\n\x08\x62\x65havior\x18\x04 \x01(\x0e\x32\x1d.corral.v1.PermissionBehavior\x12\x10\n\x08\x63\x61nceled\x18\x05 \x01(\x08\"\xa9\x03\n\x12StreamTurnResponse\x12.\n\x0cturn_started\x18\x01 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12%\n\x03row\x18\x02 \x01(\x0b\x32\x16.corral.v1.TimelineRowH\x00\x12>\n\x14permission_requested\x18\x03 \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x04 \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12!\n\x05usage\x18\x05 \x01(\x0b\x32\x10.corral.v1.UsageH\x00\x12\x32\n\x0eturn_completed\x18\x06 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x07 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\x08 \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x42\x07\n\x05\x65vent\"%\n\x11\x43\x61ncelTurnRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"`\n\x12\x43\x61ncelTurnResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.corral.v1.CancelOutcome\x12\x1f\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x10.corral.v1.Agent\"\xd0\x01\n\x1aRespondToPermissionRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12/\n\x08\x62\x65havior\x18\x03 \x01(\x0e\x32\x1d.corral.v1.PermissionBehavior\x12\x1a\n\x12selected_action_id\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\rupdated_input\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\">\n\x1bRespondToPermissionResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\"R\n\x12WaitForIdleRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"]\n\x13WaitForIdleResponse\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.corral.v1.WaitStatus\x12\x1f\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x10.corral.v1.Agent\"5\n\rRewindRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"1\n\x0eRewindResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent*\x82\x01\n\tIfRunning\x12\x1a\n\x16IF_RUNNING_UNSPECIFIED\x10\x00\x12\x15\n\x11IF_RUNNING_REJECT\x10\x01\x12\x14\n\x10IF_RUNNING_QUEUE\x10\x02\x12\x14\n\x10IF_RUNNING_STEER\x10\x03\x12\x16\n\x12IF_RUNNING_REPLACE\x10\x04*\xb7\x01\n\x11PromptDisposition\x12\"\n\x1ePROMPT_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMPT_DISPOSITION_STARTED\x10\x01\x12\x1d\n\x19PROMPT_DISPOSITION_QUEUED\x10\x02\x12\x1e\n\x1aPROMPT_DISPOSITION_STEERED\x10\x03\x12\x1f\n\x1bPROMPT_DISPOSITION_REPLACED\x10\x04*\x87\x01\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_NOT_RUNNING\x10\x01\x12\x1a\n\x16\x43\x41NCEL_OUTCOME_SETTLED\x10\x02\x12\x1a\n\x16\x43\x41NCEL_OUTCOME_REFUSED\x10\x03*v\n\x12PermissionBehavior\x12#\n\x1fPERMISSION_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x1d\n\x19PERMISSION_BEHAVIOR_ALLOW\x10\x01\x12\x1c\n\x18PERMISSION_BEHAVIOR_DENY\x10\x02*\x8b\x01\n\nWaitStatus\x12\x1b\n\x17WAIT_STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10WAIT_STATUS_IDLE\x10\x01\x12\x15\n\x11WAIT_STATUS_ERROR\x10\x02\x12\x1a\n\x16WAIT_STATUS_PERMISSION\x10\x03\x12\x17\n\x13WAIT_STATUS_TIMEOUT\x10\x04\x32\xc6\x04\n\x0bTurnService\x12I\n\nSendPrompt\x12\x1c.corral.v1.SendPromptRequest\x1a\x1d.corral.v1.SendPromptResponse\x12K\n\nStreamTurn\x12\x1c.corral.v1.StreamTurnRequest\x1a\x1d.corral.v1.StreamTurnResponse0\x01\x12I\n\nCancelTurn\x12\x1c.corral.v1.CancelTurnRequest\x1a\x1d.corral.v1.CancelTurnResponse\x12\x64\n\x13RespondToPermission\x12%.corral.v1.RespondToPermissionRequest\x1a&.corral.v1.RespondToPermissionResponse\x12L\n\x0bWaitForIdle\x12\x1d.corral.v1.WaitForIdleRequest\x1a\x1e.corral.v1.WaitForIdleResponse\x12=\n\x06Rewind\x12\x18.corral.v1.RewindRequest\x1a\x19.corral.v1.RewindResponse\x12\x61\n\x12RemoveQueuedPrompt\x12$.corral.v1.RemoveQueuedPromptRequest\x1a%.corral.v1.RemoveQueuedPromptResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63orral/v1/turn_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x17\x63orral/v1/content.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x93\x01\n\x11SendPromptRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\x12(\n\nif_running\x18\x04 \x01(\x0e\x32\x14.corral.v1.IfRunning\"s\n\x12SendPromptResponse\x12\x31\n\x0b\x64isposition\x18\x01 \x01(\x0e\x32\x1c.corral.v1.PromptDisposition\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\"H\n\x19RemoveQueuedPromptRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x02 \x01(\t\"=\n\x1aRemoveQueuedPromptResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\"E\n\x16GetQueuedPromptRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x02 \x01(\t\"B\n\x17GetQueuedPromptResponse\x12\'\n\x06prompt\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueuedPrompt\"C\n\x1bGetPendingPermissionRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"P\n\x1cGetPendingPermissionResponse\x12\x30\n\npermission\x18\x01 \x01(\x0b\x32\x1c.corral.v1.PendingPermission\"\x93\x01\n\x11StreamTurnRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\x12(\n\nif_running\x18\x04 \x01(\x0e\x32\x14.corral.v1.IfRunning\"0\n\x0bTurnStarted\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\"S\n\rTurnCompleted\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x1f\n\x05usage\x18\x03 \x01(\x0b\x32\x10.corral.v1.Usage\"U\n\nTurnFailed\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.corral.v1.AgentError\"A\n\x0cTurnCanceled\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"j\n\x13PermissionRequested\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x30\n\npermission\x18\x03 \x01(\x0b\x32\x1c.corral.v1.PendingPermission\"\x8e\x01\n\x12PermissionResolved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12/\n\x08\x62\x65havior\x18\x04 \x01(\x0e\x32\x1d.corral.v1.PermissionBehavior\x12\x10\n\x08\x63\x61nceled\x18\x05 \x01(\x08\"\xa9\x03\n\x12StreamTurnResponse\x12.\n\x0cturn_started\x18\x01 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12%\n\x03row\x18\x02 \x01(\x0b\x32\x16.corral.v1.TimelineRowH\x00\x12>\n\x14permission_requested\x18\x03 \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x04 \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12!\n\x05usage\x18\x05 \x01(\x0b\x32\x10.corral.v1.UsageH\x00\x12\x32\n\x0eturn_completed\x18\x06 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x07 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\x08 \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x42\x07\n\x05\x65vent\"%\n\x11\x43\x61ncelTurnRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"`\n\x12\x43\x61ncelTurnResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.corral.v1.CancelOutcome\x12\x1f\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x10.corral.v1.Agent\"\xd0\x01\n\x1aRespondToPermissionRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12/\n\x08\x62\x65havior\x18\x03 \x01(\x0e\x32\x1d.corral.v1.PermissionBehavior\x12\x1a\n\x12selected_action_id\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\rupdated_input\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\">\n\x1bRespondToPermissionResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\"R\n\x12WaitForIdleRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"]\n\x13WaitForIdleResponse\x12%\n\x06status\x18\x01 \x01(\x0e\x32\x15.corral.v1.WaitStatus\x12\x1f\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x10.corral.v1.Agent\"5\n\rRewindRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"1\n\x0eRewindResponse\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent*\x82\x01\n\tIfRunning\x12\x1a\n\x16IF_RUNNING_UNSPECIFIED\x10\x00\x12\x15\n\x11IF_RUNNING_REJECT\x10\x01\x12\x14\n\x10IF_RUNNING_QUEUE\x10\x02\x12\x14\n\x10IF_RUNNING_STEER\x10\x03\x12\x16\n\x12IF_RUNNING_REPLACE\x10\x04*\xb7\x01\n\x11PromptDisposition\x12\"\n\x1ePROMPT_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROMPT_DISPOSITION_STARTED\x10\x01\x12\x1d\n\x19PROMPT_DISPOSITION_QUEUED\x10\x02\x12\x1e\n\x1aPROMPT_DISPOSITION_STEERED\x10\x03\x12\x1f\n\x1bPROMPT_DISPOSITION_REPLACED\x10\x04*\x87\x01\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_NOT_RUNNING\x10\x01\x12\x1a\n\x16\x43\x41NCEL_OUTCOME_SETTLED\x10\x02\x12\x1a\n\x16\x43\x41NCEL_OUTCOME_REFUSED\x10\x03*v\n\x12PermissionBehavior\x12#\n\x1fPERMISSION_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x1d\n\x19PERMISSION_BEHAVIOR_ALLOW\x10\x01\x12\x1c\n\x18PERMISSION_BEHAVIOR_DENY\x10\x02*\x8b\x01\n\nWaitStatus\x12\x1b\n\x17WAIT_STATUS_UNSPECIFIED\x10\x00\x12\x14\n\x10WAIT_STATUS_IDLE\x10\x01\x12\x15\n\x11WAIT_STATUS_ERROR\x10\x02\x12\x1a\n\x16WAIT_STATUS_PERMISSION\x10\x03\x12\x17\n\x13WAIT_STATUS_TIMEOUT\x10\x04\x32\x89\x06\n\x0bTurnService\x12I\n\nSendPrompt\x12\x1c.corral.v1.SendPromptRequest\x1a\x1d.corral.v1.SendPromptResponse\x12K\n\nStreamTurn\x12\x1c.corral.v1.StreamTurnRequest\x1a\x1d.corral.v1.StreamTurnResponse0\x01\x12I\n\nCancelTurn\x12\x1c.corral.v1.CancelTurnRequest\x1a\x1d.corral.v1.CancelTurnResponse\x12\x64\n\x13RespondToPermission\x12%.corral.v1.RespondToPermissionRequest\x1a&.corral.v1.RespondToPermissionResponse\x12L\n\x0bWaitForIdle\x12\x1d.corral.v1.WaitForIdleRequest\x1a\x1e.corral.v1.WaitForIdleResponse\x12=\n\x06Rewind\x12\x18.corral.v1.RewindRequest\x1a\x19.corral.v1.RewindResponse\x12\x61\n\x12RemoveQueuedPrompt\x12$.corral.v1.RemoveQueuedPromptRequest\x1a%.corral.v1.RemoveQueuedPromptResponse\x12X\n\x0fGetQueuedPrompt\x12!.corral.v1.GetQueuedPromptRequest\x1a\".corral.v1.GetQueuedPromptResponse\x12g\n\x14GetPendingPermission\x12&.corral.v1.GetPendingPermissionRequest\x1a\'.corral.v1.GetPendingPermissionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.turn_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_IFRUNNING']._serialized_start=2401
-  _globals['_IFRUNNING']._serialized_end=2531
-  _globals['_PROMPTDISPOSITION']._serialized_start=2534
-  _globals['_PROMPTDISPOSITION']._serialized_end=2717
-  _globals['_CANCELOUTCOME']._serialized_start=2720
-  _globals['_CANCELOUTCOME']._serialized_end=2855
-  _globals['_PERMISSIONBEHAVIOR']._serialized_start=2857
-  _globals['_PERMISSIONBEHAVIOR']._serialized_end=2975
-  _globals['_WAITSTATUS']._serialized_start=2978
-  _globals['_WAITSTATUS']._serialized_end=3117
+  _globals['_IFRUNNING']._serialized_start=2691
+  _globals['_IFRUNNING']._serialized_end=2821
+  _globals['_PROMPTDISPOSITION']._serialized_start=2824
+  _globals['_PROMPTDISPOSITION']._serialized_end=3007
+  _globals['_CANCELOUTCOME']._serialized_start=3010
+  _globals['_CANCELOUTCOME']._serialized_end=3145
+  _globals['_PERMISSIONBEHAVIOR']._serialized_start=3147
+  _globals['_PERMISSIONBEHAVIOR']._serialized_end=3265
+  _globals['_WAITSTATUS']._serialized_start=3268
+  _globals['_WAITSTATUS']._serialized_end=3407
   _globals['_SENDPROMPTREQUEST']._serialized_start=180
   _globals['_SENDPROMPTREQUEST']._serialized_end=327
   _globals['_SENDPROMPTRESPONSE']._serialized_start=329
@@ -54,38 +54,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REMOVEQUEUEDPROMPTREQUEST']._serialized_end=518
   _globals['_REMOVEQUEUEDPROMPTRESPONSE']._serialized_start=520
   _globals['_REMOVEQUEUEDPROMPTRESPONSE']._serialized_end=581
-  _globals['_STREAMTURNREQUEST']._serialized_start=584
-  _globals['_STREAMTURNREQUEST']._serialized_end=731
-  _globals['_TURNSTARTED']._serialized_start=733
-  _globals['_TURNSTARTED']._serialized_end=781
-  _globals['_TURNCOMPLETED']._serialized_start=783
-  _globals['_TURNCOMPLETED']._serialized_end=866
-  _globals['_TURNFAILED']._serialized_start=868
-  _globals['_TURNFAILED']._serialized_end=953
-  _globals['_TURNCANCELED']._serialized_start=955
-  _globals['_TURNCANCELED']._serialized_end=1020
-  _globals['_PERMISSIONREQUESTED']._serialized_start=1022
-  _globals['_PERMISSIONREQUESTED']._serialized_end=1128
-  _globals['_PERMISSIONRESOLVED']._serialized_start=1131
-  _globals['_PERMISSIONRESOLVED']._serialized_end=1273
-  _globals['_STREAMTURNRESPONSE']._serialized_start=1276
-  _globals['_STREAMTURNRESPONSE']._serialized_end=1701
-  _globals['_CANCELTURNREQUEST']._serialized_start=1703
-  _globals['_CANCELTURNREQUEST']._serialized_end=1740
-  _globals['_CANCELTURNRESPONSE']._serialized_start=1742
-  _globals['_CANCELTURNRESPONSE']._serialized_end=1838
-  _globals['_RESPONDTOPERMISSIONREQUEST']._serialized_start=1841
-  _globals['_RESPONDTOPERMISSIONREQUEST']._serialized_end=2049
-  _globals['_RESPONDTOPERMISSIONRESPONSE']._serialized_start=2051
-  _globals['_RESPONDTOPERMISSIONRESPONSE']._serialized_end=2113
-  _globals['_WAITFORIDLEREQUEST']._serialized_start=2115
-  _globals['_WAITFORIDLEREQUEST']._serialized_end=2197
-  _globals['_WAITFORIDLERESPONSE']._serialized_start=2199
-  _globals['_WAITFORIDLERESPONSE']._serialized_end=2292
-  _globals['_REWINDREQUEST']._serialized_start=2294
-  _globals['_REWINDREQUEST']._serialized_end=2347
-  _globals['_REWINDRESPONSE']._serialized_start=2349
-  _globals['_REWINDRESPONSE']._serialized_end=2398
-  _globals['_TURNSERVICE']._serialized_start=3120
-  _globals['_TURNSERVICE']._serialized_end=3702
+  _globals['_GETQUEUEDPROMPTREQUEST']._serialized_start=583
+  _globals['_GETQUEUEDPROMPTREQUEST']._serialized_end=652
+  _globals['_GETQUEUEDPROMPTRESPONSE']._serialized_start=654
+  _globals['_GETQUEUEDPROMPTRESPONSE']._serialized_end=720
+  _globals['_GETPENDINGPERMISSIONREQUEST']._serialized_start=722
+  _globals['_GETPENDINGPERMISSIONREQUEST']._serialized_end=789
+  _globals['_GETPENDINGPERMISSIONRESPONSE']._serialized_start=791
+  _globals['_GETPENDINGPERMISSIONRESPONSE']._serialized_end=871
+  _globals['_STREAMTURNREQUEST']._serialized_start=874
+  _globals['_STREAMTURNREQUEST']._serialized_end=1021
+  _globals['_TURNSTARTED']._serialized_start=1023
+  _globals['_TURNSTARTED']._serialized_end=1071
+  _globals['_TURNCOMPLETED']._serialized_start=1073
+  _globals['_TURNCOMPLETED']._serialized_end=1156
+  _globals['_TURNFAILED']._serialized_start=1158
+  _globals['_TURNFAILED']._serialized_end=1243
+  _globals['_TURNCANCELED']._serialized_start=1245
+  _globals['_TURNCANCELED']._serialized_end=1310
+  _globals['_PERMISSIONREQUESTED']._serialized_start=1312
+  _globals['_PERMISSIONREQUESTED']._serialized_end=1418
+  _globals['_PERMISSIONRESOLVED']._serialized_start=1421
+  _globals['_PERMISSIONRESOLVED']._serialized_end=1563
+  _globals['_STREAMTURNRESPONSE']._serialized_start=1566
+  _globals['_STREAMTURNRESPONSE']._serialized_end=1991
+  _globals['_CANCELTURNREQUEST']._serialized_start=1993
+  _globals['_CANCELTURNREQUEST']._serialized_end=2030
+  _globals['_CANCELTURNRESPONSE']._serialized_start=2032
+  _globals['_CANCELTURNRESPONSE']._serialized_end=2128
+  _globals['_RESPONDTOPERMISSIONREQUEST']._serialized_start=2131
+  _globals['_RESPONDTOPERMISSIONREQUEST']._serialized_end=2339
+  _globals['_RESPONDTOPERMISSIONRESPONSE']._serialized_start=2341
+  _globals['_RESPONDTOPERMISSIONRESPONSE']._serialized_end=2403
+  _globals['_WAITFORIDLEREQUEST']._serialized_start=2405
+  _globals['_WAITFORIDLEREQUEST']._serialized_end=2487
+  _globals['_WAITFORIDLERESPONSE']._serialized_start=2489
+  _globals['_WAITFORIDLERESPONSE']._serialized_end=2582
+  _globals['_REWINDREQUEST']._serialized_start=2584
+  _globals['_REWINDREQUEST']._serialized_end=2637
+  _globals['_REWINDRESPONSE']._serialized_start=2639
+  _globals['_REWINDRESPONSE']._serialized_end=2688
+  _globals['_TURNSERVICE']._serialized_start=3410
+  _globals['_TURNSERVICE']._serialized_end=4187
 # @@protoc_insertion_point(module_scope)

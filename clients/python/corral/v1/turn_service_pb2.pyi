@@ -245,6 +245,95 @@ class RemoveQueuedPromptResponse(_message.Message):
 Global___RemoveQueuedPromptResponse: _TypeAlias = RemoveQueuedPromptResponse  # noqa: Y015
 
 @_typing.final
+class GetQueuedPromptRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    client_message_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        client_message_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "client_message_id", b"client_message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueuedPromptRequest: _TypeAlias = GetQueuedPromptRequest  # noqa: Y015
+
+@_typing.final
+class GetQueuedPromptResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROMPT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def prompt(self) -> _agent_pb2.QueuedPrompt:
+        """`content` in full and `clipped` false; the other fields as in Agent.queued_prompts."""
+
+    def __init__(
+        self,
+        *,
+        prompt: _agent_pb2.QueuedPrompt | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetQueuedPromptResponse: _TypeAlias = GetQueuedPromptResponse  # noqa: Y015
+
+@_typing.final
+class GetPendingPermissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    request_id: _builtins.str
+    """The `id` of an entry in Agent.pending_permissions."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPendingPermissionRequest: _TypeAlias = GetPendingPermissionRequest  # noqa: Y015
+
+@_typing.final
+class GetPendingPermissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def permission(self) -> _agent_pb2.PendingPermission:
+        """`input` in full and `input_clipped` false."""
+
+    def __init__(
+        self,
+        *,
+        permission: _agent_pb2.PendingPermission | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["permission", b"permission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPendingPermissionResponse: _TypeAlias = GetPendingPermissionResponse  # noqa: Y015
+
+@_typing.final
 class StreamTurnRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

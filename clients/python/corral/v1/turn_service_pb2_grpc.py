@@ -70,6 +70,16 @@ class TurnServiceStub:
                 request_serializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.FromString,
                 _registered_method=True)
+        self.GetQueuedPrompt = channel.unary_unary(
+                '/corral.v1.TurnService/GetQueuedPrompt',
+                request_serializer=corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptResponse.FromString,
+                _registered_method=True)
+        self.GetPendingPermission = channel.unary_unary(
+                '/corral.v1.TurnService/GetPendingPermission',
+                request_serializer=corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionResponse.FromString,
+                _registered_method=True)
 
 
 class TurnServiceServicer:
@@ -121,6 +131,20 @@ class TurnServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetQueuedPrompt(self, request, context):
+        """One queued prompt in full (Agent.queued_prompts carries summaries).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPendingPermission(self, request, context):
+        """One pending permission request in full (Agent.pending_permissions clips long inputs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TurnServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +182,16 @@ def add_TurnServiceServicer_to_server(servicer, server):
                     servicer.RemoveQueuedPrompt,
                     request_deserializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.FromString,
                     response_serializer=corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.SerializeToString,
+            ),
+            'GetQueuedPrompt': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueuedPrompt,
+                    request_deserializer=corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptResponse.SerializeToString,
+            ),
+            'GetPendingPermission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPendingPermission,
+                    request_deserializer=corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +384,60 @@ class TurnService:
             '/corral.v1.TurnService/RemoveQueuedPrompt',
             corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptRequest.SerializeToString,
             corral_dot_v1_dot_turn__service__pb2.RemoveQueuedPromptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueuedPrompt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TurnService/GetQueuedPrompt',
+            corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptRequest.SerializeToString,
+            corral_dot_v1_dot_turn__service__pb2.GetQueuedPromptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPendingPermission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TurnService/GetPendingPermission',
+            corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionRequest.SerializeToString,
+            corral_dot_v1_dot_turn__service__pb2.GetPendingPermissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

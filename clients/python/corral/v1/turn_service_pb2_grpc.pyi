@@ -43,6 +43,10 @@ class TurnServiceStub:
     Rewind: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.RewindRequest, _turn_service_pb2.RewindResponse]
     RemoveQueuedPrompt: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.RemoveQueuedPromptRequest, _turn_service_pb2.RemoveQueuedPromptResponse]
     """Removes a queued prompt (Agent.queued_prompts) before it starts."""
+    GetQueuedPrompt: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.GetQueuedPromptRequest, _turn_service_pb2.GetQueuedPromptResponse]
+    """One queued prompt in full (Agent.queued_prompts carries summaries)."""
+    GetPendingPermission: _grpc.UnaryUnaryMultiCallable[_turn_service_pb2.GetPendingPermissionRequest, _turn_service_pb2.GetPendingPermissionResponse]
+    """One pending permission request in full (Agent.pending_permissions clips long inputs)."""
 
 @_typing.type_check_only
 class TurnServiceAsyncStub(TurnServiceStub):
@@ -59,6 +63,10 @@ class TurnServiceAsyncStub(TurnServiceStub):
     Rewind: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.RewindRequest, _turn_service_pb2.RewindResponse]  # type: ignore[assignment]
     RemoveQueuedPrompt: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.RemoveQueuedPromptRequest, _turn_service_pb2.RemoveQueuedPromptResponse]  # type: ignore[assignment]
     """Removes a queued prompt (Agent.queued_prompts) before it starts."""
+    GetQueuedPrompt: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.GetQueuedPromptRequest, _turn_service_pb2.GetQueuedPromptResponse]  # type: ignore[assignment]
+    """One queued prompt in full (Agent.queued_prompts carries summaries)."""
+    GetPendingPermission: _aio.UnaryUnaryMultiCallable[_turn_service_pb2.GetPendingPermissionRequest, _turn_service_pb2.GetPendingPermissionResponse]  # type: ignore[assignment]
+    """One pending permission request in full (Agent.pending_permissions clips long inputs)."""
 
 class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
     """TurnService runs turns: prompts, cancels, permissions."""
@@ -114,5 +122,21 @@ class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_turn_service_pb2.RemoveQueuedPromptResponse, _abc.Awaitable[_turn_service_pb2.RemoveQueuedPromptResponse]]:
         """Removes a queued prompt (Agent.queued_prompts) before it starts."""
+
+    @_abc_1.abstractmethod
+    def GetQueuedPrompt(
+        self,
+        request: _turn_service_pb2.GetQueuedPromptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_turn_service_pb2.GetQueuedPromptResponse, _abc.Awaitable[_turn_service_pb2.GetQueuedPromptResponse]]:
+        """One queued prompt in full (Agent.queued_prompts carries summaries)."""
+
+    @_abc_1.abstractmethod
+    def GetPendingPermission(
+        self,
+        request: _turn_service_pb2.GetPendingPermissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_turn_service_pb2.GetPendingPermissionResponse, _abc.Awaitable[_turn_service_pb2.GetPendingPermissionResponse]]:
+        """One pending permission request in full (Agent.pending_permissions clips long inputs)."""
 
 def add_TurnServiceServicer_to_server(servicer: TurnServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

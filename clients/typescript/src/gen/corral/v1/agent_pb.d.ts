@@ -64,11 +64,16 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
   attention?: Attention | undefined;
 
   /**
+   * Each request with its input clipped (`input_clipped`); TurnService.GetPendingPermission
+   * answers one in full.
+   *
    * @generated from field: repeated corral.v1.PendingPermission pending_permissions = 10;
    */
   pendingPermissions: PendingPermission[];
 
   /**
+   * Summaries, in the order they will run; TurnService.GetQueuedPrompt answers one whole.
+   *
    * @generated from field: repeated corral.v1.QueuedPrompt queued_prompts = 11;
    */
   queuedPrompts: QueuedPrompt[];
@@ -373,6 +378,22 @@ export declare type PendingPermission = Message<"corral.v1.PendingPermission"> &
    * @generated from field: string turn_id = 7;
    */
   turnId: string;
+
+  /**
+   * True when `input` is clipped: in Agent.pending_permissions, an input of more than about
+   * 4 KiB of JSON keeps its first entries with long strings cut short. The request in full is
+   * TurnService.GetPendingPermission's (and permission_requested's).
+   *
+   * @generated from field: bool input_clipped = 8;
+   */
+  inputClipped: boolean;
+
+  /**
+   * UTF-8 bytes of the full input as compact JSON.
+   *
+   * @generated from field: uint64 input_bytes = 9;
+   */
+  inputBytes: bigint;
 };
 
 /**
@@ -382,6 +403,9 @@ export declare type PendingPermission = Message<"corral.v1.PendingPermission"> &
 export declare const PendingPermissionSchema: GenMessage<PendingPermission>;
 
 /**
+ * QueuedPrompt is the summary of a prompt waiting in Agent.queued_prompts; its full content is
+ * TurnService.GetQueuedPrompt's.
+ *
  * @generated from message corral.v1.QueuedPrompt
  */
 export declare type QueuedPrompt = Message<"corral.v1.QueuedPrompt"> & {
@@ -391,6 +415,10 @@ export declare type QueuedPrompt = Message<"corral.v1.QueuedPrompt"> & {
   clientMessageId: string;
 
   /**
+   * The prompt itself when it is text of at most 256 characters in all; otherwise one text
+   * part holding `preview` (images left out) and `clipped` is true. GetQueuedPrompt answers
+   * the prompt in full.
+   *
    * @generated from field: repeated corral.v1.ContentPart content = 2;
    */
   content: ContentPart[];
@@ -399,6 +427,48 @@ export declare type QueuedPrompt = Message<"corral.v1.QueuedPrompt"> & {
    * @generated from field: google.protobuf.Timestamp queued_at = 3;
    */
   queuedAt?: Timestamp | undefined;
+
+  /**
+   * UTF-8 bytes of the full prompt's text (its text parts joined by newlines).
+   *
+   * @generated from field: uint64 text_bytes = 4;
+   */
+  textBytes: bigint;
+
+  /**
+   * The full prompt's size as max_prompt_chars counts it: characters of text plus bytes of
+   * images.
+   *
+   * @generated from field: uint64 chars = 5;
+   */
+  chars: bigint;
+
+  /**
+   * @generated from field: uint32 image_count = 6;
+   */
+  imageCount: number;
+
+  /**
+   * The first 256 characters of the prompt's text.
+   *
+   * @generated from field: string preview = 7;
+   */
+  preview: string;
+
+  /**
+   * True when `content` holds less than the prompt.
+   *
+   * @generated from field: bool clipped = 8;
+   */
+  clipped: boolean;
+
+  /**
+   * What queued it: "client" (SendPrompt or StreamTurn), "follow-up" (a permission's answer
+   * asked for it), "subagent" (a child's result waking the agent that spawned it).
+   *
+   * @generated from field: string queued_by = 9;
+   */
+  queuedBy: string;
 };
 
 /**

@@ -5,7 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { ContentPart } from "./content_pb.js";
-import type { Agent, AgentError, PendingPermission, Usage } from "./agent_pb.js";
+import type { Agent, AgentError, PendingPermission, QueuedPrompt, Usage } from "./agent_pb.js";
 import type { TimelineRow } from "./timeline_pb.js";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 
@@ -112,6 +112,86 @@ export declare type RemoveQueuedPromptResponse = Message<"corral.v1.RemoveQueued
  * Use `create(RemoveQueuedPromptResponseSchema)` to create a new message.
  */
 export declare const RemoveQueuedPromptResponseSchema: GenMessage<RemoveQueuedPromptResponse>;
+
+/**
+ * @generated from message corral.v1.GetQueuedPromptRequest
+ */
+export declare type GetQueuedPromptRequest = Message<"corral.v1.GetQueuedPromptRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string client_message_id = 2;
+   */
+  clientMessageId: string;
+};
+
+/**
+ * Describes the message corral.v1.GetQueuedPromptRequest.
+ * Use `create(GetQueuedPromptRequestSchema)` to create a new message.
+ */
+export declare const GetQueuedPromptRequestSchema: GenMessage<GetQueuedPromptRequest>;
+
+/**
+ * @generated from message corral.v1.GetQueuedPromptResponse
+ */
+export declare type GetQueuedPromptResponse = Message<"corral.v1.GetQueuedPromptResponse"> & {
+  /**
+   * `content` in full and `clipped` false; the other fields as in Agent.queued_prompts.
+   *
+   * @generated from field: corral.v1.QueuedPrompt prompt = 1;
+   */
+  prompt?: QueuedPrompt | undefined;
+};
+
+/**
+ * Describes the message corral.v1.GetQueuedPromptResponse.
+ * Use `create(GetQueuedPromptResponseSchema)` to create a new message.
+ */
+export declare const GetQueuedPromptResponseSchema: GenMessage<GetQueuedPromptResponse>;
+
+/**
+ * @generated from message corral.v1.GetPendingPermissionRequest
+ */
+export declare type GetPendingPermissionRequest = Message<"corral.v1.GetPendingPermissionRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * The `id` of an entry in Agent.pending_permissions.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message corral.v1.GetPendingPermissionRequest.
+ * Use `create(GetPendingPermissionRequestSchema)` to create a new message.
+ */
+export declare const GetPendingPermissionRequestSchema: GenMessage<GetPendingPermissionRequest>;
+
+/**
+ * @generated from message corral.v1.GetPendingPermissionResponse
+ */
+export declare type GetPendingPermissionResponse = Message<"corral.v1.GetPendingPermissionResponse"> & {
+  /**
+   * `input` in full and `input_clipped` false.
+   *
+   * @generated from field: corral.v1.PendingPermission permission = 1;
+   */
+  permission?: PendingPermission | undefined;
+};
+
+/**
+ * Describes the message corral.v1.GetPendingPermissionResponse.
+ * Use `create(GetPendingPermissionResponseSchema)` to create a new message.
+ */
+export declare const GetPendingPermissionResponseSchema: GenMessage<GetPendingPermissionResponse>;
 
 /**
  * @generated from message corral.v1.StreamTurnRequest
@@ -788,6 +868,26 @@ export declare const TurnService: GenService<{
     methodKind: "unary";
     input: typeof RemoveQueuedPromptRequestSchema;
     output: typeof RemoveQueuedPromptResponseSchema;
+  },
+  /**
+   * One queued prompt in full (Agent.queued_prompts carries summaries).
+   *
+   * @generated from rpc corral.v1.TurnService.GetQueuedPrompt
+   */
+  getQueuedPrompt: {
+    methodKind: "unary";
+    input: typeof GetQueuedPromptRequestSchema;
+    output: typeof GetQueuedPromptResponseSchema;
+  },
+  /**
+   * One pending permission request in full (Agent.pending_permissions clips long inputs).
+   *
+   * @generated from rpc corral.v1.TurnService.GetPendingPermission
+   */
+  getPendingPermission: {
+    methodKind: "unary";
+    input: typeof GetPendingPermissionRequestSchema;
+    output: typeof GetPendingPermissionResponseSchema;
   },
 }>;
 
