@@ -205,10 +205,13 @@ function Queued({ agent }: { agent: Agent }): JSX.Element | null {
       <div class="label">Queued prompts ({agent.queuedPrompts.length})</div>
       <ol>
         {agent.queuedPrompts.map((q) => {
-          const text = q.content.map((c) => (c.part.case === "text" ? c.part.value : "[image]")).join(" ");
+          const text =
+            q.content.map((c) => (c.part.case === "text" ? c.part.value : "[image]")).join(" ") +
+            (q.clipped ? "…" : "");
           return (
             <li key={q.clientMessageId}>
               <span class="queued-text">{text}</span>{" "}
+              {q.queuedBy && q.queuedBy !== "client" && <span class="meta">(queued by {q.queuedBy}) </span>}
               <button type="button" class="small" onClick={() => remove(q.clientMessageId)} aria-label={`Remove queued prompt: ${text}`}>
                 Remove
               </button>

@@ -43,7 +43,17 @@ export function Permission({
         { id: "", label: "Allow", kind: "allow" },
         { id: "", label: "Deny", kind: "deny" },
       ];
-  const input = permission.input ? json(permission.input) : "";
+  const [full, setFull] = useState<PendingPermission | null>(null);
+  const shown = full ?? permission;
+  const input = shown.input ? json(shown.input) : "";
+  const showAll = async () => {
+    try {
+      const answer = await turns.getPendingPermission({ agentId, requestId: permission.id });
+      setFull(answer.permission ?? null);
+    } catch (err) {
+      setError(describe(err));
+    }
+  };
   const noteId = `note-${permission.id}`;
   return (
     <section class="permission" aria-label={`Permission: ${permission.title || permission.name}`}>
@@ -53,6 +63,11 @@ export function Permission({
         {permission.kind && <span class="meta"> ({permission.kind})</span>}
       </div>
       {input && input !== "{}" && <pre>{input}</pre>}
+      {shown.inputClipped && (
+        <button type="button" class="link" onClick={showAll}>
+          The input is clipped ({String(shown.inputBytes)} bytes): show all
+        </button>
+      )}
       <label for={noteId} class="label">
         Note to the agent (optional)
       </label>
