@@ -19,6 +19,11 @@ DESKTOP = (1280, 800)
 TIMEOUT_MS = 15_000
 
 
+# The page's requests so far (name, start, end in ms; end 0 while in flight).
+_CALLS_JS = """() => performance.getEntriesByType("resource").map(
+  (e) => [e.name.split("/").pop(), Math.round(e.startTime), Math.round(e.responseEnd)])"""
+
+
 class BrowserError(AssertionError):
     pass
 
@@ -85,13 +90,15 @@ class Page:
     def _call(self, op: str, **args: Any) -> Any:
         try:
             return self.browser.call(op, page=self.id, **args)
-        except BrowserError:
-            # What the page showed when it failed, for whoever reads the failure.
+        except BrowserError as exc:
+            # What the page showed and asked when it failed, for whoever reads the failure.
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             shot = SCREENSHOTS / f"failed-page{self.id}.png"
+            calls: Any = None
             with contextlib.suppress(BrowserError):
                 self.browser.call("screenshot", page=self.id, path=str(shot))
-            raise
+                calls = self.browser.call("evaluate", page=self.id, js=_CALLS_JS, arg=None)
+            raise BrowserError(f"{exc}\nscreenshot: {shot}\nthe page's calls: {calls}") from None
 
     def goto(self, url: str) -> None:
         self._call("goto", url=url)

@@ -27,7 +27,16 @@ function App(): JSX.Element {
   const agent = /^#\/agent\/([\w-]+)/.exec(route);
   let page: JSX.Element;
   if (store.connection === "token") page = <TokenPrompt />;
-  else if (agent) page = <AgentPage key={agent[1]} id={agent[1]} />;
+  else if (agent)
+    page = (
+      <div class="split">
+        {/* On a wide screen the agents stay in view beside the one open (hidden on a phone). */}
+        <aside class="sidebar" aria-label="Agents">
+          <AgentList current={agent[1]} />
+        </aside>
+        <AgentPage key={agent[1]} id={agent[1]} />
+      </div>
+    );
   else if (route === "#/new") page = <CreateAgent />;
   else page = <AgentList />;
   return (

@@ -10,7 +10,8 @@ function created(a: Agent): number {
   return a.createdAt ? Number(a.createdAt.seconds) * 1e3 + a.createdAt.nanos / 1e6 : 0;
 }
 
-export function AgentList(): JSX.Element {
+/** The agents; `current` marks the open one (the list beside an agent's page). */
+export function AgentList({ current = "" }: { current?: string }): JSX.Element {
   const store = useStore();
   const [archived, setArchived] = useState(false);
   const all = [...store.agents.values()]
@@ -25,7 +26,7 @@ export function AgentList(): JSX.Element {
   }
   const archivedCount = [...store.agents.values()].filter((a) => a.archivedAt).length;
   return (
-    <main class="page">
+    <main class={current ? "list-side" : "page"}>
       <div class="list-head">
         <h1>Agents</h1>
         <a href="#/new" class="button primary">
@@ -46,33 +47,47 @@ export function AgentList(): JSX.Element {
       {all.length === 0 ? (
         <p class="empty">{store.connection === "live" ? "No agents yet." : "Loading…"}</p>
       ) : (
-        <Tree byParent={byParent} parent="" depth={0} />
+        <Tree byParent={byParent} parent="" depth={0} current={current} />
       )}
     </main>
   );
 }
 
-function Tree({ byParent, parent, depth }: { byParent: Map<string, Agent[]>; parent: string; depth: number }): JSX.Element {
+interface TreeProps {
+  byParent: Map<string, Agent[]>;
+  parent: string;
+  depth: number;
+  current: string;
+}
+
+function Tree({ byParent, parent, depth, current }: TreeProps): JSX.Element {
   const agents = byParent.get(parent) ?? [];
   return (
     <ul class={depth ? "tree children" : "tree"} role={depth ? "group" : "list"}>
       {agents.map((agent) => (
         <li key={agent.id}>
-          <AgentItem agent={agent} />
-          {byParent.has(agent.id) && <Tree byParent={byParent} parent={agent.id} depth={depth + 1} />}
+          <AgentItem agent={agent} current={agent.id === current} />
+          {byParent.has(agent.id) && (
+            <Tree byParent={byParent} parent={agent.id} depth={depth + 1} current={current} />
+          )}
         </li>
       ))}
     </ul>
   );
 }
 
-function AgentItem({ agent }: { agent: Agent }): JSX.Element {
+function AgentItem({ agent, current }: { agent: Agent; current: boolean }): JSX.Element {
   const state = stateOf(agent);
   const attention = attentionText(agent);
   const permissions = agent.pendingPermissions.length;
   const queued = agent.queuedPrompts.length;
   return (
-    <a href={`#/agent/${agent.id}`} class={`agent-item${attention ? " wants" : ""}`} data-agent-id={agent.id}>
+    <a
+      href={`#/agent/${agent.id}`}
+      class={`agent-item${attention ? " wants" : ""}`}
+      data-agent-id={agent.id}
+      aria-current={current ? "page" : undefined}
+    >
       <div class="line1">
         <span class={`state state-${state}`} data-state={state}>
           {STATE_SYMBOL[state]} {state}
