@@ -7,6 +7,7 @@
   P6   resident memory per idle agent
   P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
+  P10  resident memory under hostile clients: never-reading streams, refused huge requests
   web  events/s through Connect streaming to 1 and 10 Node subscribers against gRPC Subscribe
   page the dashboard: gzip size; a 10,000-row agent page in headless Chromium
 
@@ -23,6 +24,7 @@ from bench import (
     fanout,
     latency,
     memory,
+    memory_hostile,
     p1,
     p2_pages,
     p2_rpc,
@@ -57,6 +59,7 @@ async def main(quick: bool) -> None:
     print(latency.report(await latency.measure(turns)))
     print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
     print(memory.report(await memory.measure()))
+    print(memory_hostile.report(await asyncio.to_thread(memory_hostile.measure)))
     await startup.main(*((1_000, 100) if quick else (10_000, 1_000)))
     print()
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
