@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import IO, NoReturn
 
-from corral_server import gc_tuning, logs
+from corral_server import gc_tuning, logs, reclaim
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
@@ -145,6 +145,7 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         default=Config().max_streams_per_connection,
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
+    _add_stream_bounds(p)
     p.add_argument(
         "--log-level",
         default="INFO",
@@ -159,6 +160,37 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     )
     _add_access(p)
     return p
+
+
+def _add_stream_bounds(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="client connections with calls open at once; a call on one more answers "
+        "RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=int,
+        default=defaults.max_streams,
+        help="Subscribe and StreamTurn calls open at once (default %(default)s)",
+    )
+    p.add_argument(
+        "--streams-total-bytes",
+        type=int,
+        default=defaults.streams_total_bytes,
+        help="bytes all streams may have handed to the transport and not yet written; "
+        "past it, writes wait (default %(default)s)",
+    )
+    p.add_argument(
+        "--stream-stall-s",
+        type=float,
+        default=defaults.stream_stall_s,
+        help="a stream whose client has not read for this long is ended with its resume "
+        "point (default %(default)s)",
+    )
 
 
 def _add_access(p: argparse.ArgumentParser) -> None:
@@ -353,6 +385,10 @@ async def serve(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
         limits=Limits(max_prompt_chars=args.max_prompt_chars),
         max_streams_per_connection=args.max_streams_per_connection,
+        max_connections=args.max_connections,
+        max_streams=args.max_streams,
+        streams_total_bytes=args.streams_total_bytes,
+        stream_stall_s=args.stream_stall_s,
         drain_delay_s=args.drain_delay_s,
         auth_token_file=args.auth_token_file,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
@@ -367,7 +403,7 @@ async def serve(args: argparse.Namespace) -> int:
     )
     try:
         daemon = Daemon(config)
-    except (TokenFileError, TlsFileError) as exc:
+    except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
         log.error("cannot start: %s", exc)
         lock.close()
         return 2
@@ -387,6 +423,7 @@ async def serve(args: argparse.Namespace) -> int:
         lock.close()
         return 2
     gc_tuning.tune()
+    reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
