@@ -366,6 +366,7 @@ async def serve(args: argparse.Namespace) -> int:
     if taken:
         log.error("cannot start: %s", taken)
         return 2
+    made = not _exists(state_dir)  # so a refused start can leave nothing behind
     try:
         lock = lock_state_dir(state_dir)
     except OSError as exc:  # not StateDirLocked: the directory cannot be made or read
@@ -406,6 +407,7 @@ async def serve(args: argparse.Namespace) -> int:
     except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
         log.error("cannot start: %s", exc)
         lock.close()
+        _unmake(state_dir, made)
         return 2
     try:
         port = await daemon.start()
@@ -446,6 +448,18 @@ async def serve(args: argparse.Namespace) -> int:
     lock.close()
     log.info("stopped")
     return 0
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()  # before the daemon serves: nothing waits on this loop yet
+
+
+def _unmake(state_dir: Path, made: bool) -> None:
+    """Remove the state directory this start made, if nothing but its lock is in it."""
+    if made:
+        with contextlib.suppress(OSError):
+            (state_dir / LOCK_FILE).unlink()
+            state_dir.rmdir()
 
 
 def _bound(listen: str, port: int) -> str:

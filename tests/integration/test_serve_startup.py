@@ -88,3 +88,14 @@ def test_a_web_port_in_use_is_refused_the_same_way(tmp_path: Path) -> None:
     (line,) = err.splitlines()
     assert f"cannot start: cannot listen on {web} (--web-listen): Address already in use" in line
     assert not state.exists()
+
+
+def test_a_bad_file_found_after_the_lock_leaves_no_state_directory(tmp_path: Path) -> None:
+    state = tmp_path / "never-kept"
+    missing = tmp_path / "no-such-tokens"
+    code, _, err = refused(
+        "--listen", "127.0.0.1:0", "--state-dir", str(state), "--auth-token-file", str(missing)
+    )
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cannot start" in err
+    assert not state.exists()
