@@ -376,7 +376,11 @@ async def serve(args: argparse.Namespace) -> int:
         if not args.standby:
             log.error("%s", exc)
             return 1
-        waited = await _wait_as_standby(state_dir, args)
+        try:
+            waited = await _wait_as_standby(state_dir, args)
+        except OSError as exc:  # its address: taken since the check above, or a unix socket's
+            log.error("cannot start: %s", exc)
+            return 2
         if waited is None:
             return 0  # stopped while waiting
         lock, args.listen = waited
@@ -473,7 +477,8 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
     when a signal stopped the wait."""
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     credentials = server_credentials(tls) if tls else None
-    server, port = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    waiting = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    port = waiting.port
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -491,7 +496,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
             return lock, _bound(args.listen, port)
         return None
     finally:
-        await server.stop(0)
+        await waiting.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
 
