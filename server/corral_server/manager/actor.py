@@ -1,7 +1,8 @@
 """One agent's actor: the single writer of its state and timeline (seed 000, section 6.1).
 
-Every change to the agent goes through `_queue`, processed by one task in order: RPC commands
-(`call`), provider events (the session's sink posts them), coalescer timers, and shutdown. So
+Every change to the agent goes through `_jobs` (a `jobs.JobQueue`), processed by one task in
+order: RPC commands (`call`), provider events (the session's sink posts them), coalescer
+timers, and shutdown. So
 seqs are assigned in one order, and provider events that arrive while a command awaits the
 provider (for example before `start_turn` returns a turn id) wait behind it: staging for free
 (seed 000, section 5.2).
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import assert_never
 
 from corral_server import errors
 from corral_server.domain import events as ev
@@ -49,6 +50,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import ErrorItem, SubagentNotice, UserMessage
 from corral_server.hub import Prepared
+from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
 from corral_server.manager.actor_ending import EndingPart
 from corral_server.manager.actor_history import HistoryPart
@@ -94,8 +96,6 @@ from corral_server.providers.base import (
 )
 from corral_server.timeline.store import NewRow
 
-_Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
-
 
 class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
@@ -109,7 +109,6 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._inbox: list[ProviderEvent] = []
         self._inbox_queued = False
         self._session: ProviderSession | None = None
-        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
         # Invariant: set exactly while the lifecycle is Running, except during a handoff.
         self._active: ActiveTurn | None = None
         # A handoff: the running turn has ended (or is being canceled for a replacement) and
@@ -124,15 +123,18 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         # The most recent RECENT_FINISHED, in finish order; older ones are in `deps.finished`
         # (when durable), asked only where a turn would otherwise (re)start.
         self._finished: dict[str, None] = {}
-        # Set once the queue accepts nothing more (closed, or shut down).
-        self._stopped = False
         self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
         self._changed = asyncio.Event()
         # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
         self._record_put: asyncio.Future[None] | None = None
-        # Started by a job (`_put_job`) and ended when the queue runs empty (`_run`): an idle
-        # agent costs no task (start-up time with many agents, memory per idle agent).
-        self._task: asyncio.Task[None] | None = None
+        # The serial queue every change goes through (jobs.py). Its task starts with a job
+        # and ends when the queue runs empty: an idle agent costs no task (start-up time with
+        # many agents, memory per idle agent). Stopped once closed or shut down.
+        self._jobs = JobQueue(
+            f"agent-actor:{agent.id}",
+            refusal=lambda: errors.AgentClosed(self._snapshot.id),
+            on_error=self._job_failed,
+        )
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -150,60 +152,19 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run `op` on the actor, after everything queued before it, and return its result."""
-        if self._stopped:
-            raise errors.AgentClosed(self.agent.id)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._put_job((op, future))
-        return await future
+        return await self._jobs.call(op)
 
     def post(self, op: Callable[[], Awaitable[object]]) -> None:
-        if not self._stopped:
-            self._put_job((op, None))
+        self._jobs.post(op)
 
-    def _put_job(self, job: _Job | None) -> None:
-        self._queue.put_nowait(job)
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"agent-actor:{self._snapshot.id}")
-
-    async def _run(self) -> None:
-        """The actor's task: runs queued jobs in order, and ends when the queue is empty (the
-        next job starts a new one: an idle agent holds no task) or at the stop job (None)."""
-        future: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                if self._queue.empty():
-                    self._task = None  # no await since the check: no job can slip in
-                    return
-                job = self._queue.get_nowait()
-                if job is None:
-                    break
-                op, future = job
-                try:
-                    result = await op()
-                except errors.CorralError as exc:
-                    # A refusal (busy, closed, shutting down, a provider deadline): the step
-                    # decided it before changing anything, or recorded the failure itself.
-                    if future is None:
-                        log.warning("agent %s: %s", self._snapshot.id, exc.message)
-                    elif not future.done():
-                        future.set_exception(exc)
-                except Exception as exc:
-                    await self._writer_failed(exc)
-                    if future is not None and not future.done():
-                        future.set_exception(exc)
-                else:
-                    if future is not None and not future.done():
-                        future.set_result(result)
-                future = None
-        finally:
-            # Stopped (or killed mid-step): whatever did not run never will; fail its
-            # callers, never hang them.
-            if future is not None and not future.done():
-                future.set_exception(errors.AgentClosed(self._snapshot.id))
-            while not self._queue.empty():
-                job = self._queue.get_nowait()
-                if job is not None and job[1] is not None and not job[1].done():
-                    job[1].set_exception(errors.AgentClosed(self._snapshot.id))
+    async def _job_failed(self, exc: Exception, awaited: bool) -> None:
+        if isinstance(exc, errors.CorralError):
+            # A refusal (busy, closed, shutting down, a provider deadline): the step decided
+            # it before changing anything, or recorded the failure itself.
+            if not awaited:
+                log.warning("agent %s: %s", self._snapshot.id, exc.message)
+        else:
+            await self._writer_failed(exc)
 
     @property
     def agent(self) -> Agent:
@@ -241,12 +202,12 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self.agent
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
-        if self._stopped:
+        if self._jobs.stopped:
             return
         self._inbox.append(event)
         if not self._inbox_queued:
             self._inbox_queued = True
-            self._put_job((self._drain_inbox, None))
+            self._jobs.post(self._drain_inbox)
 
     async def _drain_inbox(self) -> None:
         """Handle every waiting provider event in order; rows that are ready together are
@@ -259,7 +220,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             if isinstance(event, ProviderItem):
                 if event.from_history:
                     # The history gate (seed 000, 6.3), before any judging of turns.
-                    if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
+                    if self._jobs.stopped or isinstance(self._snapshot.lifecycle, Closed):
                         continue
                     if not replaying:
                         # What arrived before goes first, the pending fragment included.
@@ -271,7 +232,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
                     continue
                 replaying = False
                 if type(event.item) is not UserMessage:
-                    if not self._stopped and self._accepts(event.turn_id):
+                    if not self._jobs.stopped and self._accepts(event.turn_id):
                         ready.extend(self._offer(event))
                     continue
             replaying = False
@@ -460,7 +421,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return started
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
-        if self._stopped or isinstance(self.agent.lifecycle, Closed):
+        if self._jobs.stopped or isinstance(self.agent.lifecycle, Closed):
             return
         match event:
             case ProviderTurnStarted(turn_id=turn_id):

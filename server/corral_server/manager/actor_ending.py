@@ -103,25 +103,23 @@ class EndingPart(ActorState):
         await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
 
     def _stop(self) -> None:
-        self._stopped = True
+        self._jobs.stop()
         self._writer.cancel_timer()
         self._cancel_follow_ups()
-        if self._task is not None:  # else nothing ever ran, and nothing will
-            self._put_job(None)
 
     async def shutdown(self) -> None:
         """Daemon shutdown, through the queue like every other change: what was queued
         before runs first (a queued prompt is refused: the manager refuses new work before
         it shuts actors down), then the session closes under its deadline and the actor
         stops. The state stays as it is."""
-        if self._task is None and self._session is None:
+        if not self._jobs.running and self._session is None:
             self._stop()  # never ran a job: no session to close, no task to stop
-        elif not self._stopped:
-            self._put_job((self._shutdown_step, None))
+        else:
+            self._jobs.post(self._shutdown_step)
         await self.stopped()
 
     async def _shutdown_step(self) -> None:
-        if self._stopped:
+        if self._jobs.stopped:
             return
         try:
             if self._session is not None:
@@ -143,7 +141,7 @@ class EndingPart(ActorState):
     def archive_closed(self) -> Agent:
         """ArchiveAgent of an agent closed before: its queue has stopped, so nothing else can
         write it; the mark is set here, on the loop, at once."""
-        assert self._stopped, "an open agent is archived through its queue"
+        assert self._jobs.stopped, "an open agent is archived through its queue"
         if self._snapshot.archived_at_ms is None:
             self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
         return self.agent
@@ -154,12 +152,9 @@ class EndingPart(ActorState):
 
     def kill(self) -> None:
         """Stop at once, whatever is running (shutdown's deadline passed)."""
-        self._stopped = True
+        self._jobs.kill()
         self._cancel_follow_ups()
-        if self._task is not None:
-            self._task.cancel()
 
     async def stopped(self) -> None:
         """Until the actor's task has ended (at once when it never started)."""
-        if self._task is not None:
-            await asyncio.wait([self._task])
+        await self._jobs.stopped_running()

@@ -121,7 +121,7 @@ class PromptsPart(ActorState):
             self._set(replace(self._snapshot, lifecycle=self._ended))
 
     async def _start_next_queued(self) -> None:
-        if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
+        if self._jobs.stopped or isinstance(self._snapshot.lifecycle, Closed):
             self._handoff = False
             return
         if self._active is not None:

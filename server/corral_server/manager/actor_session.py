@@ -124,7 +124,7 @@ class SessionPart(ActorState):
 
     async def _session_died(self, opened: _Opened, reason: str) -> None:
         session = opened.session
-        if session is None or session is not self._session or self._stopped:
+        if session is None or session is not self._session or self._jobs.stopped:
             return  # replaced (a reload) or closed since: not this agent's session any more
         self._session = None
         agent_id = self._snapshot.id

@@ -9,7 +9,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -22,6 +22,7 @@ from corral_server.domain.agent import (
     QueuedPrompt,
 )
 from corral_server.domain.content import Prompt
+from corral_server.jobs import JobQueue
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turns import (
@@ -65,7 +66,7 @@ TURN_CANCELED = "TURN_CANCELED"
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ActorDeps:
     provider: Provider
     timeline: TimelineStore
@@ -107,13 +108,11 @@ class ActorState(ABC):
     _deps: ActorDeps
     _writer: TimelineWriter
     _session: ProviderSession | None
-    _queue: asyncio.Queue[Any]
-    _task: asyncio.Task[None] | None
+    _jobs: JobQueue
     _active: ActiveTurn | None
     _handoff: bool
     _ended: Lifecycle
     _prompt_rows: dict[str, int]
-    _stopped: bool
     # Follow-up prompts on their way to replace the running turn (actor_permissions.py).
     _follow_ups: set[asyncio.Task[None]]
 
@@ -123,10 +122,6 @@ class ActorState(ABC):
 
     @abstractmethod
     def post(self, op: Callable[[], Awaitable[object]]) -> None: ...
-
-    @abstractmethod
-    def _put_job(self, job: Any) -> None:
-        """Queue a job (None: stop) and start the actor's task if it has not started."""
 
     @abstractmethod
     async def call(self, op: Callable[[], Awaitable[T]]) -> T: ...

@@ -33,6 +33,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import AgentRemoved, AgentUpserted, TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
+from corral_server.jobs import done_with
 from corral_server.manager import permissions
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_state import ActorDeps, TurnCounts
@@ -427,7 +428,7 @@ class AgentManager:
             _check_choice(provider, "model", change.model)
         if change == AgentUpdate():
             raise errors.InvalidArgument.field("update_mask", "nothing to update")
-        return await actor.call(lambda: _async(actor.update(change)))
+        return await actor.call(lambda: done_with(actor.update(change)))
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -451,7 +452,7 @@ class AgentManager:
         """REPLACE (seed 000, 5.1): open a handoff (the agent keeps reporting Running), then
         cancel the running turn; a refused cancel closes the handoff and abandons the
         replace: the running turn goes on."""
-        turn_id = await actor.call(lambda: _async(actor.open_handoff()))
+        turn_id = await actor.call(lambda: done_with(actor.open_handoff()))
         if turn_id is None:
             return
         outcome, _ = await self.cancel(actor.agent.id)
@@ -517,7 +518,7 @@ class AgentManager:
         """Remove a queued prompt before it starts."""
         actor = self._actor(agent_id)
         check_id("client_message_id", client_message_id, self.limits)
-        return await actor.call(lambda: _async(actor.remove_queued(client_message_id)))
+        return await actor.call(lambda: done_with(actor.remove_queued(client_message_id)))
 
     async def cancel(self, agent_id: str) -> tuple[CancelOutcome, Agent]:
         """Seed 000, section 5.4: never invent a cancel the provider did not confirm.
@@ -531,7 +532,7 @@ class AgentManager:
            confirmed -> REFUSED (the turn goes on).
         """
         actor = self._actor(agent_id)
-        active = await actor.call(lambda: _async(actor.active_turn))
+        active = await actor.call(lambda: done_with(actor.active_turn))
         if active is None:
             return CancelOutcome.NOT_RUNNING, actor.agent
         outcome = await actor.stop_turn(active)  # steps 2 and 3
@@ -592,7 +593,7 @@ class AgentManager:
     async def detach(self, agent_id: str) -> Agent:
         """No longer a child: drop the parent label, so cascades never reach it again."""
         actor = self._actor(agent_id)
-        return await actor.call(lambda: _async(actor.detach()))
+        return await actor.call(lambda: done_with(actor.detach()))
 
     async def reload(self, agent_id: str, rehydrate: bool) -> Agent:
         """Restart the agent's provider session (seed 000, section 4.2): the running turn is
@@ -691,18 +692,18 @@ class AgentManager:
 
     def _deps(self, provider: Provider) -> ActorDeps:
         return ActorDeps(
-            provider,
-            self._timeline,
-            self._publisher,
-            self._clock,
-            lambda: self._shutting_down,
-            self._timeouts,
-            self._records,
-            self._finished,
-            self.presence,
-            self.turn_counts,
-            self._settled,
-            self._daemon_tag,
+            provider=provider,
+            timeline=self._timeline,
+            publisher=self._publisher,
+            clock=self._clock,
+            is_shutting_down=lambda: self._shutting_down,
+            timeouts=self._timeouts,
+            records=self._records,
+            finished=self._finished,
+            presence=self.presence,
+            counts=self.turn_counts,
+            settled=self._settled,
+            daemon_tag=self._daemon_tag,
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
@@ -759,15 +760,11 @@ def _check_choice(provider: Provider, field: str, value: str) -> None:
 
 async def _clear_attention(actor: AgentActor) -> Agent:
     try:
-        return await actor.call(lambda: _async(actor.clear_attention()))
+        return await actor.call(lambda: done_with(actor.clear_attention()))
     except errors.AgentClosed:
         # Closed after the request was checked: its record cannot change any more, and
         # failing now would leave the agents before it cleared: answer it as it is.
         return actor.agent
-
-
-async def _async(value: T) -> T:
-    return value
 
 
 async def _true_after(wait: Awaitable[object]) -> bool:
