@@ -69,6 +69,7 @@ from corral_server.manager.actor_state import (
     log,
 )
 from corral_server.manager.deadlines import deadline
+from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
@@ -105,9 +106,6 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         # read (`agent`).
         self._deps = deps
         self._writer = self._new_writer(agent.epoch, agent.next_seq)
-        # Provider events wait here; one queued job drains them in order, in one batch.
-        self._inbox: list[ProviderEvent] = []
-        self._inbox_queued = False
         self._session: ProviderSession | None = None
         # Invariant: set exactly while the lifecycle is Running, except during a handoff.
         self._active: ActiveTurn | None = None
@@ -135,6 +133,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             refusal=lambda: errors.AgentClosed(self._snapshot.id),
             on_error=self._job_failed,
         )
+        # Provider events wait here; one queued job drains them in order, in one batch.
+        self._inbox = ProviderInbox(self, self._jobs.post)
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -202,46 +202,28 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self.agent
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
-        if self._jobs.stopped:
-            return
-        self._inbox.append(event)
-        if not self._inbox_queued:
-            self._inbox_queued = True
-            self._jobs.post(self._drain_inbox)
+        if not self._jobs.stopped:
+            self._inbox.add(event)
 
-    async def _drain_inbox(self) -> None:
-        """Handle every waiting provider event in order; rows that are ready together are
-        appended in one batch (one store write, then one publish per row)."""
-        self._inbox_queued = False
-        events, self._inbox = self._inbox, []
-        ready: list[NewRow] = []
-        replaying = False  # the previous event was history too: its rows batch with these
-        for event in events:
-            if isinstance(event, ProviderItem):
-                if event.from_history:
-                    # The history gate (seed 000, 6.3), before any judging of turns.
-                    if self._jobs.stopped or isinstance(self._snapshot.lifecycle, Closed):
-                        continue
-                    if not replaying:
-                        # What arrived before goes first, the pending fragment included.
-                        self._writer.append_nowait(ready)
-                        ready = []
-                        await self._writer.flush()
-                        replaying = True
-                    ready.append(self._history_row(event))
-                    continue
-                replaying = False
-                if type(event.item) is not UserMessage:
-                    if not self._jobs.stopped and self._accepts(event.turn_id):
-                        ready.extend(self._offer(event))
-                    continue
-            replaying = False
-            self._writer.append_nowait(ready)
-            ready = []
-            await self._handle_provider_event(event)
-        # Not awaited: the next rows are coalesced while these commit (published after their
-        # commit, in order); a failed commit surfaces at the writer's next step.
-        self._writer.append_nowait(ready)
+    # --- what the inbox asks (inbox.InboxHandler), on the queue ----------------------------
+
+    @property
+    def writer(self) -> TimelineWriter:
+        return self._writer
+
+    def takes_rows(self) -> bool:
+        return not self._jobs.stopped and not isinstance(self._snapshot.lifecycle, Closed)
+
+    def history_row(self, event: ProviderItem) -> NewRow:
+        return self._history_row(event)
+
+    def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
+        if not self._jobs.stopped and self._accepts(event.turn_id):
+            return self._offer(event)
+        return ()
+
+    async def handle(self, event: ProviderEvent) -> None:
+        await self._handle_provider_event(event)
 
     # --- state ---------------------------------------------------------------------------
 
