@@ -42,7 +42,6 @@ from corral_server.domain.agent import (
     Closed,
     Errored,
     Idle,
-    Lifecycle,
     QueuedBy,
     QueuedPrompt,
     Running,
@@ -60,7 +59,6 @@ from corral_server.manager.actor_session import SessionPart
 from corral_server.manager.actor_state import (
     MAX_CODE_BYTES,
     MAX_ERROR_BYTES,
-    RECENT_FINISHED,
     TURN_CANCELED,
     WRITER_FAILED,
     ActorDeps,
@@ -73,6 +71,7 @@ from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
+from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
     ActiveTurn,
     AutonomousRun,
@@ -80,7 +79,6 @@ from corral_server.manager.turns import (
     ForegroundRun,
     IfRunning,
     StartedTurn,
-    owns,
 )
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
@@ -107,20 +105,11 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._deps = deps
         self._writer = self._new_writer(agent.epoch, agent.next_seq)
         self._session: ProviderSession | None = None
-        # Invariant: set exactly while the lifecycle is Running, except during a handoff.
-        self._active: ActiveTurn | None = None
-        # A handoff: the running turn has ended (or is being canceled for a replacement) and
-        # its successor is about to start; readers still see Running, REJECT prompts are
-        # busy. `_ended` is the lifecycle the last turn ended in, shown if nothing follows.
-        self._handoff = False
-        self._ended: Lifecycle = Idle()
+        # The active turn, the handoff, the ended lifecycle, the finished turns.
+        self._turns = TurnBook(agent.id, deps.finished)
         # Echo reconciliation: the running turn's prompt rows (by client_message_id, and by
         # _TEXT + text).
         self._prompt_rows: dict[str, int] = {}
-        # Turns that ended: their late events are dropped (dedupe by turn state, no window).
-        # The most recent RECENT_FINISHED, in finish order; older ones are in `deps.finished`
-        # (when durable), asked only where a turn would otherwise (re)start.
-        self._finished: dict[str, None] = {}
         self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
         self._changed = asyncio.Event()
         # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
@@ -176,7 +165,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
 
     @property
     def active_turn(self) -> ActiveTurn | None:
-        return self._active
+        return self._turns.active
 
     # --- registration (seed 000, section 4.1) -------------------------------------------
 
@@ -218,7 +207,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self._history_row(event)
 
     def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        if not self._jobs.stopped and self._accepts(event.turn_id):
+        if not self._jobs.stopped and self._turns.accepts(event.turn_id):
             return self._offer(event)
         return ()
 
@@ -293,7 +282,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         so the row and the wake are never split by another change of this agent."""
         self._ensure_open()
         await self._writer.flush()
-        turn_id = self._active.turn_id if self._active is not None else ""
+        turn_id = self._turns.active.turn_id if self._turns.active is not None else ""
         await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
         if wake is not None:
             await self.start_turn(wake, client_message_id, IfRunning.QUEUE, QueuedBy.SUBAGENT)
@@ -330,12 +319,12 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._ensure_open()
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
-        replacing = if_running is IfRunning.REPLACE and self._handoff and self._active is None
-        if (self._active is not None or self._handoff) and not replacing:
+        turns = self._turns
+        replacing = if_running is IfRunning.REPLACE and turns.handoff and turns.active is None
+        if turns.busy and not replacing:
             match if_running:
                 case IfRunning.REJECT | IfRunning.REPLACE:
-                    busy = self._active.turn_id if self._active is not None else ""
-                    raise errors.AgentBusy(self.agent.id, busy)
+                    raise errors.AgentBusy(self.agent.id, turns.busy_turn_id)
                 case IfRunning.QUEUE:
                     return await self.enqueue(prompt, client_message_id, queued_by)
                 case IfRunning.STEER:
@@ -355,7 +344,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         deps = self._deps
         session = self._session
         assert session is not None
-        handoff, self._handoff = self._handoff, False
+        handoff, self._turns.handoff = self._turns.handoff, False
         try:
             deps.provider.validate_prompt(prompt)
             start = session.start_turn(prompt)
@@ -394,7 +383,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         runs from here; the caller publishes the returned event (a foreground turn, right
         before its prompt's row, once that row is committed: the stream's ack is durable)."""
         started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
-        self._active = active
+        self._turns.active = active
         if self._deps.counts is not None:
             self._deps.counts.started += 1
         agent = self._snapshot
@@ -407,14 +396,14 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             return
         match event:
             case ProviderTurnStarted(turn_id=turn_id):
-                if self._active is None and not await self._is_finished(turn_id):
+                if self._turns.active is None and not await self._turns.is_finished(turn_id):
                     # A turn the provider started by itself: an autonomous run.
                     settled = asyncio.get_running_loop().create_future()
                     autonomous = AutonomousRun(turn_id, settled)
                     self._writer.publish((self._begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
-                if self._accepts(event.turn_id) and not await self._reconciled(event):
+                if self._turns.accepts(event.turn_id) and not await self._reconciled(event):
                     await self._writer.append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
@@ -425,8 +414,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
                 reason = _bounded(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
-                active = self._active
-                if active is not None and self._accepts(turn_id):
+                active = self._turns.active
+                if active is not None and self._turns.accepts(turn_id):
                     await self._request_permission(permissions.admitted(permission, active.turn_id))
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
@@ -439,45 +428,16 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             case _:
                 assert_never(event)
 
-    def _remember_finished(self, turn_id: str) -> None:
-        finished = self._finished
-        finished[turn_id] = None
-        if len(finished) > RECENT_FINISHED:
-            del finished[next(iter(finished))]  # the oldest: the durable set still has it
-        store = self._deps.finished
-        if store is not None:
-            store.add(self._snapshot.id, turn_id).add_done_callback(self._record_written)
-
-    async def _is_finished(self, turn_id: str) -> bool:
-        if turn_id in self._finished:
-            return True
-        store = self._deps.finished
-        return (
-            store is not None and bool(turn_id) and await store.contains(self._snapshot.id, turn_id)
-        )
-
-    def _accepts(self, turn_id: str) -> bool:
-        active = self._active
-        if active is not None:
-            return owns(active, turn_id)
-        return turn_id not in self._finished
-
     def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
         """Admit a provider fragment (the provider boundary) and give it to the coalescer;
         returns the rows to append now."""
-        active = self._active
+        active = self._turns.active
         turn_id = active.turn_id if active is not None else None
         return self._writer.offer(self._writer.admit(event, turn_id))
 
     async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
-        active = self._active
-        if active is None or turn_id in self._finished:
-            return  # a late or duplicate terminal event: that turn is already settled
-        if not owns(active, turn_id):
-            return  # the end of another turn, never of this one
-        if turn_id and turn_id != active.turn_id and await self._is_finished(turn_id):
-            # An id-less autonomous run owns every id, but not the end of a turn that
-            # finished before it (older than the recent ones: after a restart, say).
+        active = await self._turns.ended_by(turn_id)
+        if active is None:
             return
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
         # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
@@ -522,16 +482,14 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         asked = {p.id for p in self._snapshot.pending_permissions if p.turn_id == active.turn_id}
         self._resolve_permissions(asked, None)
         ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
-        self._active = None
+        self._turns.finish(active)
         self._count_end(terminal)
-        if active.turn_id:  # an id-less autonomous turn must not block the next one
-            self._remember_finished(active.turn_id)
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
         # A successor (a replacement, the next queued prompt) follows at once: readers keep
         # seeing Running, with no idle moment between, and nobody is told "finished".
-        self._ended = ended.lifecycle
-        successor = self._handoff or bool(agent.queued_prompts)
+        self._turns.ended = ended.lifecycle
+        successor = self._turns.handoff or bool(agent.queued_prompts)
         if successor:
             ended = replace(ended, lifecycle=agent.lifecycle)
             if reason is AttentionReason.FINISHED:
@@ -548,7 +506,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             active.settled.set_result(terminal)
         if not successor and self._deps.settled is not None:
             self._deps.settled(self._snapshot, terminal)
-        if successor and not self._handoff:
+        if successor and not self._turns.handoff:
             self._after_turn()
 
     def _count_end(self, terminal: ev.TurnTerminal) -> None:
@@ -576,7 +534,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             WRITER_FAILED,
         )
         try:
-            active = self._active
+            active = self._turns.active
             if active is not None:
                 await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
             elif not isinstance(self._snapshot.lifecycle, Closed):

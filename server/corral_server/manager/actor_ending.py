@@ -30,7 +30,7 @@ class EndingPart(ActorState):
         to answer must not stall the writer), under the interrupt deadline, and fenced twice:
         here, and by the provider, which ignores an interrupt for a turn it is not running.
         A deadline or an error counts as "not confirmed" (REFUSED)."""
-        active, session = self._active, self._session
+        active, session = self._turns.active, self._session
         if active is None or active.turn_id != turn_id or session is None:
             return InterruptResult.NOT_RUNNING
         try:
@@ -66,7 +66,7 @@ class EndingPart(ActorState):
     async def force_cancel(self, turn_id: str, reason: str) -> None:
         """The provider confirmed the interrupt but never ended the turn: end it ourselves
         (seed 000, section 5.4 — only after a confirmed interrupt)."""
-        active = self._active
+        active = self._turns.active
         if active is not None and active.turn_id == turn_id:
             await self._finish(active, ev.TurnCanceled(self.agent.id, turn_id, reason))
 
@@ -76,8 +76,8 @@ class EndingPart(ActorState):
         if isinstance(self.agent.lifecycle, Closed):
             return self.agent
         failure: Exception | None = None
-        if self._active is not None:
-            active = self._active
+        if self._turns.active is not None:
+            active = self._turns.active
             await self._finish(
                 active, ev.TurnCanceled(self.agent.id, active.turn_id, "agent closed")
             )

@@ -80,10 +80,10 @@ class HistoryPart(ActorState):
             return
         settled = asyncio.get_running_loop().create_future()
         active = AutonomousRun(lifecycle.active_turn_id, settled)
-        self._active = active
+        self._turns.active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
         await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
-        if not self._handoff:  # else the next queued prompt is on its way: Running goes on
+        if not self._turns.handoff:  # else the next queued prompt is on its way: Running goes on
             self._set(replace(self._snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
@@ -95,8 +95,8 @@ class HistoryPart(ActorState):
         self._ensure_open()
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()
-        if self._active is not None:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id)
+        if self._turns.active is not None:
+            raise errors.AgentBusy(self.agent.id, self._turns.active.turn_id)
         await self._writer.flush()
         old, self._session = self._session, None
         if old is not None:
@@ -125,8 +125,8 @@ class HistoryPart(ActorState):
         1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
         message the provider never confirmed is FAILED_PRECONDITION."""
         self._ensure_open()
-        if self._active is not None or self._handoff:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id if self._active else "")
+        if self._turns.busy:
+            raise errors.AgentBusy(self.agent.id, self._turns.busy_turn_id)
         await self._writer.flush()
         await self._writer.barrier()
         agent_id = self._snapshot.id
@@ -165,7 +165,7 @@ class HistoryPart(ActorState):
         running turn) is not stored twice; the provider's message id is written into the
         stored row (its only in-place change) and subscribers learn it by RowUpdated."""
         item = event.item
-        if type(item) is not UserMessage or self._active is None:
+        if type(item) is not UserMessage or self._turns.active is None:
             return False
         prompts = self._prompt_rows
         seq = prompts.get(item.client_message_id) if item.client_message_id else None

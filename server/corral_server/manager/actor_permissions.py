@@ -65,7 +65,7 @@ class PermissionsPart(ActorState):
         turn fails (its pending requests end with it, canceled) and the provider is asked to
         stop it, so the session takes the next prompt; events of the turn that follow are
         dropped as late ones, the rest of the batch is handled as usual."""
-        active = self._active
+        active = self._turns.active
         if active is None:
             return
         log.warning("agent %s: turn %s failed: %s", self._snapshot.id, active.turn_id, message)
@@ -133,7 +133,7 @@ class PermissionsPart(ActorState):
         as a turn replacing the running one, as SendPrompt with REPLACE does. The handoff
         opens here, before the RPC's receipt (the agent keeps reporting Running, with no
         idle moment); the cancel and the start follow off the queue."""
-        active = self._active
+        active = self._turns.active
         if active is not None:
             self.open_handoff()
         task = asyncio.create_task(

@@ -69,7 +69,7 @@ class PromptsPart(ActorState):
     ) -> StartedTurn:
         """STEER: into the running turn when the provider takes it (the prompt's row joins
         that turn), else the prompt is queued and the answer says QUEUED."""
-        active, session, deps = self._active, self._session, self._deps
+        active, session, deps = self._turns.active, self._session, self._deps
         if active is not None and session is not None and deps.provider.info().can_steer:
             deps.provider.validate_prompt(prompt)
             try:
@@ -99,37 +99,34 @@ class PromptsPart(ActorState):
         """REPLACE, step 1 (on the queue, before the cancel): from now until the successor
         starts, the agent keeps reporting Running (no idle moment any subscriber could see)
         and REJECT prompts stay busy. Returns the running turn's id (None: nothing runs)."""
-        if self._active is None:
-            return None
-        self._handoff = True
-        return self._active.turn_id
+        return self._turns.open_handoff()
 
     async def close_handoff(self) -> None:
         """REPLACE abandoned (the provider refused to stop the turn): the handoff ends; if
         the turn ended meanwhile, what follows a turn follows now."""
-        self._handoff = False
-        if self._active is None and isinstance(self._snapshot.lifecycle, Running):
+        self._turns.handoff = False
+        if self._turns.active is None and isinstance(self._snapshot.lifecycle, Running):
             self._after_turn()
 
     def _after_turn(self) -> None:
         """No turn runs and none is handed over: start the next queued prompt, else show
         the lifecycle the last turn ended in."""
         if self._snapshot.queued_prompts and not self._deps.is_shutting_down():
-            self._handoff = True
+            self._turns.handoff = True
             self.post(self._start_next_queued)
         elif isinstance(self._snapshot.lifecycle, Running):
-            self._set(replace(self._snapshot, lifecycle=self._ended))
+            self._set(replace(self._snapshot, lifecycle=self._turns.ended))
 
     async def _start_next_queued(self) -> None:
         if self._jobs.stopped or isinstance(self._snapshot.lifecycle, Closed):
-            self._handoff = False
+            self._turns.handoff = False
             return
-        if self._active is not None:
-            self._handoff = False  # an autonomous turn took the slot: its end goes on
+        if self._turns.active is not None:
+            self._turns.handoff = False  # an autonomous turn took the slot: its end goes on
             return
         queued = self._snapshot.queued_prompts
         if not queued or self._deps.is_shutting_down():
-            self._handoff = False
+            self._turns.handoff = False
             self._after_turn()
             return
         if self._session is None and not await self._opened_for_queue():
@@ -144,7 +141,7 @@ class PromptsPart(ActorState):
         try:
             await self._check_session()
         except Exception as exc:
-            self._handoff = False
+            self._turns.handoff = False
             why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
             code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
             error = AgentError(

@@ -131,7 +131,7 @@ class SessionPart(ActorState):
         log.warning("agent %s: its agent process ended: %s", agent_id, reason)
         text = cut_text(sanitize_text(f"the agent process ended: {reason}"), MAX_ERROR_BYTES)
         error = AgentError(text, AGENT_EXITED)
-        active = self._active
+        active = self._turns.active
         if active is not None:  # the provider did not end its turn: it ends here
             await self._finish(active, ev.TurnFailed(agent_id, active.turn_id, error))
         elif not isinstance(self._snapshot.lifecycle, Errored):  # else a turn's row says it

@@ -17,7 +17,6 @@ from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     Agent,
     AttentionReason,
-    Lifecycle,
     QueuedBy,
     QueuedPrompt,
 )
@@ -25,6 +24,7 @@ from corral_server.domain.content import Prompt
 from corral_server.jobs import JobQueue
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
+from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
     ActiveTurn,
     CancelOutcome,
@@ -54,9 +54,6 @@ MAX_CODE_BYTES = 256
 _TEXT = "\x00text:"
 # Rows copied per append when a rewind re-bases a timeline.
 REWIND_BATCH = 1_000
-# Finished turn ids an actor keeps in memory (the durable set keeps them all): late events of
-# a turn this old are very unlikely, and the durable set still stops a restart of one.
-RECENT_FINISHED = 256
 # The error code of a turn a daemon restart cut short.
 DAEMON_RESTARTED = "DAEMON_RESTARTED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
@@ -109,9 +106,7 @@ class ActorState(ABC):
     _writer: TimelineWriter
     _session: ProviderSession | None
     _jobs: JobQueue
-    _active: ActiveTurn | None
-    _handoff: bool
-    _ended: Lifecycle
+    _turns: TurnBook
     _prompt_rows: dict[str, int]
     # Follow-up prompts on their way to replace the running turn (actor_permissions.py).
     _follow_ups: set[asyncio.Task[None]]

@@ -371,8 +371,8 @@ async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_
 async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a_restart(
     tmp_path: Any,
 ) -> None:
-    from corral_server.manager.actor_state import RECENT_FINISHED
     from corral_server.manager.manager import AgentManager
+    from corral_server.manager.turn_book import RECENT_FINISHED
     from corral_server.providers.base import ProviderTurnStarted
     from corral_server.records.memory import InMemoryFinishedTurns
 
@@ -393,8 +393,10 @@ async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a
             session.emit(ProviderTurnStarted(f"auto-{n}"), ProviderTurnCompleted(f"auto-{n}"))
         await world.drained(agent.id)
         actor = world.manager._actors[agent.id]
-        assert len(actor._finished) == RECENT_FINISHED
-        assert "auto-1" not in actor._finished and await finished.contains(agent.id, "auto-1")
+        assert len(actor._turns.recent_finished) == RECENT_FINISHED
+        assert "auto-1" not in actor._turns.recent_finished and await finished.contains(
+            agent.id, "auto-1"
+        )
         mark = world.publisher.mark()
         session.emit(ProviderTurnStarted("auto-1"))  # a very late duplicate of an old turn
         snapshot = await world.drained(agent.id)
