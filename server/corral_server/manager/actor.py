@@ -47,7 +47,7 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, SubagentNotice, UserMessage
+from corral_server.domain.timeline import SubagentNotice, UserMessage
 from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
@@ -59,7 +59,6 @@ from corral_server.manager.actor_session import SessionPart
 from corral_server.manager.actor_state import (
     MAX_CODE_BYTES,
     MAX_ERROR_BYTES,
-    TURN_CANCELED,
     WRITER_FAILED,
     ActorDeps,
     ActorState,
@@ -72,6 +71,7 @@ from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turn_book import TurnBook
+from corral_server.manager.turn_end import end_turn
 from corral_server.manager.turns import (
     ActiveTurn,
     AutonomousRun,
@@ -444,64 +444,32 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         await self._finish(active, replace(terminal, turn_id=active.turn_id))
 
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None:
-        """End `active` with `terminal`: its pending row, a row saying how it ended (failed or
-        canceled), the terminal event, the new lifecycle, attention. Always ends the turn:
-        a pending row that cannot be stored turns the end into a WRITER_FAILED failure."""
-        try:
-            await self._writer.flush()
-        except Exception:
-            log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
-            self._writer.discard_pending()
-            error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
-            terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
-        clock = self._deps.clock
-        agent = self._snapshot
-        reason: AttentionReason | None = None
-        last_row: ErrorItem | None = None
-        match terminal:
-            case ev.TurnCompleted(usage=usage):
-                ended = replace(agent, lifecycle=Idle(), last_usage=usage or agent.last_usage)
-                reason = AttentionReason.FINISHED
-            case ev.TurnFailed(error=error):
-                last_row = ErrorItem(error.message, error.code)
-                ended = replace(agent, lifecycle=Errored(error), last_error=error)
-                reason = AttentionReason.ERROR
-            case ev.TurnCanceled(reason=why):
-                # The timeline keeps a trace of the cancel and why, like a failure's error row.
-                text = f"turn canceled: {why}" if why else "turn canceled"
-                last_row = ErrorItem(text, TURN_CANCELED)
-                ended = replace(agent, lifecycle=Idle())
-            case _:
-                assert_never(terminal)
-        if last_row is not None:
+        """End `active` with `terminal` (turn_end.py decides the values): its pending row, a
+        row saying how it ended (failed or canceled), its unanswered requests, the terminal
+        event, the new snapshot, attention. Always ends the turn: a pending row that cannot
+        be stored turns the end into a WRITER_FAILED failure."""
+        terminal = await self._flushed(active, terminal)
+        now = self._deps.clock.now_ms()
+        successor = self._turns.handoff or bool(self._snapshot.queued_prompts)
+        end = end_turn(self._snapshot, terminal, successor, now)
+        if end.closing_row is not None:
             try:
-                await self._writer.append([NewRow(last_row, clock.now_ms(), active.turn_id)])
+                await self._writer.append([NewRow(end.closing_row, now, active.turn_id)])
             except Exception:
                 log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
         # A turn's unanswered requests end with it (seed 000, section 10).
         asked = {p.id for p in self._snapshot.pending_permissions if p.turn_id == active.turn_id}
         self._resolve_permissions(asked, None)
-        ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
         self._turns.finish(active)
-        self._count_end(terminal)
+        self._turns.ended = end.ended
+        if self._deps.counts is not None:
+            self._deps.counts.count_end(terminal)
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
-        # A successor (a replacement, the next queued prompt) follows at once: readers keep
-        # seeing Running, with no idle moment between, and nobody is told "finished".
-        self._turns.ended = ended.lifecycle
-        successor = self._turns.handoff or bool(agent.queued_prompts)
-        if successor:
-            ended = replace(ended, lifecycle=agent.lifecycle)
-            if reason is AttentionReason.FINISHED:
-                reason = None
-        # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).
-        raise_attention = reason is not None and not self.agent.attention.required
-        if raise_attention and reason is not None:
-            ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
-        self._set(self._with_session_id(ended))
-        if raise_attention and reason is not None:
-            attention = self._attention(reason)
-            self._writer.publish((publisher.prepare(attention),))
+        pending = self._snapshot.pending_permissions
+        self._set(self._with_session_id(replace(end.snapshot, pending_permissions=pending)))
+        if end.attention is not None:
+            self._writer.publish((publisher.prepare(self._attention(end.attention)),))
         if not active.settled.done():
             active.settled.set_result(terminal)
         if not successor and self._deps.settled is not None:
@@ -509,19 +477,17 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         if successor and not self._turns.handoff:
             self._after_turn()
 
-    def _count_end(self, terminal: ev.TurnTerminal) -> None:
-        counts = self._deps.counts
-        if counts is None:
-            return
-        match terminal:
-            case ev.TurnCompleted():
-                counts.completed += 1
-            case ev.TurnFailed():
-                counts.failed += 1
-            case ev.TurnCanceled():
-                counts.canceled += 1
-            case _:
-                assert_never(terminal)
+    async def _flushed(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> ev.TurnTerminal:
+        """The turn's pending row stored: `terminal`, or a WRITER_FAILED failure if it could
+        not be (the row is dropped; the turn ends either way)."""
+        try:
+            await self._writer.flush()
+        except Exception:
+            log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
+            self._writer.discard_pending()
+            error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
+            return ev.TurnFailed(self.agent.id, active.turn_id, error)
+        return terminal
 
     async def _writer_failed(self, exc: Exception) -> None:
         """A writer step failed unexpectedly: end the running turn as failed (with an error

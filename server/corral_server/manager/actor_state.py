@@ -25,6 +25,7 @@ from corral_server.jobs import JobQueue
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turn_book import TurnBook
+from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import (
     ActiveTurn,
     CancelOutcome,
@@ -58,8 +59,6 @@ REWIND_BATCH = 1_000
 DAEMON_RESTARTED = "DAEMON_RESTARTED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
 MAX_QUEUED_PROMPTS = 32
-# The code of the row that records a canceled turn in the timeline.
-TURN_CANCELED = "TURN_CANCELED"
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
 
 
@@ -84,17 +83,6 @@ class ActorDeps:
     settled: Callable[[Agent, ev.TurnTerminal], None] | None = None
     # The daemon's process tag (providers/reaping.py), given to every session it opens.
     daemon_tag: str = ""
-
-
-@dataclass(slots=True)
-class TurnCounts:
-    """Turns since the daemon started, by what happened to them: plain counters the
-    metrics endpoint reads (the actor adds one per turn start and end)."""
-
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    canceled: int = 0
 
 
 class ActorState(ABC):

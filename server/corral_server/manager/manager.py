@@ -36,12 +36,13 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult, Subage
 from corral_server.jobs import done_with
 from corral_server.manager import permissions
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_state import ActorDeps, TurnCounts
+from corral_server.manager.actor_state import ActorDeps
 from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.importing import check_import
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.selector import parse_selector
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
+from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.validate import (
     Limits,
