@@ -79,7 +79,7 @@ async def test_an_interrupt_for_a_turn_that_already_ended_never_reaches_the_prov
     world: World,
 ) -> None:
     agent, session = await world.started()
-    actor = world.manager._actors[agent.id]
+    actor = world.manager._agents.actors[agent.id]
     session.emit(ProviderTurnCompleted("turn-1"))
     await world.drained(agent.id)
     await world.manager.send_prompt(agent.id, PROMPT, "cm-2", IfRunning.REJECT)
@@ -392,7 +392,7 @@ async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a
         for n in range(1, RECENT_FINISHED + 6):
             session.emit(ProviderTurnStarted(f"auto-{n}"), ProviderTurnCompleted(f"auto-{n}"))
         await world.drained(agent.id)
-        actor = world.manager._actors[agent.id]
+        actor = world.manager._agents.actors[agent.id]
         assert len(actor._turns.recent_finished) == RECENT_FINISHED
         assert "auto-1" not in actor._turns.recent_finished and await finished.contains(
             agent.id, "auto-1"
