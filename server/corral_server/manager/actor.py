@@ -1,11 +1,10 @@
 """One agent's actor: the single writer of its state and timeline (seed 000, section 6.1).
 
 Every change to the agent goes through `_jobs` (a `jobs.JobQueue`), processed by one task in
-order: RPC commands (`call`), provider events (the session's sink posts them), coalescer
-timers, and shutdown. So
-seqs are assigned in one order, and provider events that arrive while a command awaits the
-provider (for example before `start_turn` returns a turn id) wait behind it: staging for free
-(seed 000, section 5.2).
+order: RPC commands (`call`), provider events (the session's sink adds them to the inbox,
+whose one drain is a job), coalescer timers, and shutdown. So seqs are assigned in one order,
+and provider events that arrive while a command awaits the provider (for example before
+`start_turn` returns a turn id) wait behind it: staging for free (seed 000, section 5.2).
 
 A writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
 the provider boundary, encode, store, publish). Any step that still fails ends the running
@@ -16,12 +15,15 @@ meant for, so a late interrupt can never stop the next turn.
 
 Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
 
-The class is assembled from parts, one job each, sharing the state `actor_state.ActorState`
-declares: this module (the queue, registration, provider events, starting and ending turns),
-actor_prompts.py (QUEUE / STEER / REPLACE and what follows a turn), actor_permissions.py,
-actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart), actor_ending.py
-(interrupt, close, archive, shutdown) and actor_session.py (opening, resuming and losing the
-provider session).
+Parts that own their state and are called: the queue (jobs.py), the provider-event inbox
+(inbox.py), the turn book (turn_book.py: active turn, handoff, finished turns, ownership),
+the snapshot and its one setter (agent_state.py), the end of a turn as a pure function
+(turn_end.py) and the timeline writer (writer.py). The commands are still spread over mixins
+on `actor_state.ActorState`: this module (registration, provider events, ending turns),
+actor_prompts.py (starting turns; QUEUE / STEER / REPLACE and what follows a turn),
+actor_permissions.py, actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart),
+actor_ending.py (interrupt, close, archive, shutdown) and actor_session.py (opening, resuming
+and losing the provider session).
 """
 
 from __future__ import annotations
@@ -38,19 +40,16 @@ from corral_server.domain.agent import (
     Agent,
     AgentError,
     Attention,
-    AttentionReason,
     Closed,
     Errored,
     Idle,
     QueuedBy,
-    QueuedPrompt,
-    Running,
 )
-from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import SubagentNotice, UserMessage
-from corral_server.hub import Prepared
+from corral_server.domain.content import Prompt
+from corral_server.domain.timeline import SubagentNotice
 from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
+from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import EndingPart
 from corral_server.manager.actor_history import HistoryPart
 from corral_server.manager.actor_permissions import PermissionsPart
@@ -60,12 +59,11 @@ from corral_server.manager.actor_state import (
     MAX_CODE_BYTES,
     MAX_ERROR_BYTES,
     WRITER_FAILED,
-    ActorDeps,
     ActorState,
     T,
     log,
 )
-from corral_server.manager.deadlines import deadline
+from corral_server.manager.agent_state import AgentState
 from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
@@ -75,10 +73,7 @@ from corral_server.manager.turn_end import end_turn
 from corral_server.manager.turns import (
     ActiveTurn,
     AutonomousRun,
-    Disposition,
-    ForegroundRun,
     IfRunning,
-    StartedTurn,
 )
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
@@ -98,12 +93,11 @@ from corral_server.timeline.store import NewRow
 
 class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
-        self._snapshot = agent  # replaced whole, only by this actor's task
-        # The timeline's writer. Its next_seq moves with every append; folding it into the
-        # snapshot on every row would cost more than the row, so readers get it folded in on
-        # read (`agent`).
+        self._agent_id = agent.id
         self._deps = deps
         self._writer = self._new_writer(agent.epoch, agent.next_seq)
+        # The snapshot and the one way it changes (agent_state.py).
+        self._state = AgentState(agent, deps, lambda: self._writer)
         self._session: ProviderSession | None = None
         # The active turn, the handoff, the ended lifecycle, the finished turns.
         self._turns = TurnBook(agent.id, deps.finished)
@@ -111,15 +105,12 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         # _TEXT + text).
         self._prompt_rows: dict[str, int] = {}
         self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
-        self._changed = asyncio.Event()
-        # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
-        self._record_put: asyncio.Future[None] | None = None
         # The serial queue every change goes through (jobs.py). Its task starts with a job
         # and ends when the queue runs empty: an idle agent costs no task (start-up time with
         # many agents, memory per idle agent). Stopped once closed or shut down.
         self._jobs = JobQueue(
             f"agent-actor:{agent.id}",
-            refusal=lambda: errors.AgentClosed(self._snapshot.id),
+            refusal=lambda: errors.AgentClosed(self._agent_id),
             on_error=self._job_failed,
         )
         # Provider events wait here; one queued job drains them in order, in one batch.
@@ -128,7 +119,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
         return TimelineWriter(
-            self._snapshot.id,
+            self.agent_id,
             epoch,
             next_seq,
             timeline=deps.timeline,
@@ -151,17 +142,18 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             # A refusal (busy, closed, shutting down, a provider deadline): the step decided
             # it before changing anything, or recorded the failure itself.
             if not awaited:
-                log.warning("agent %s: %s", self._snapshot.id, exc.message)
+                log.warning("agent %s: %s", self._agent_id, exc.message)
         else:
             await self._writer_failed(exc)
 
     @property
     def agent(self) -> Agent:
         """The current snapshot, for readers."""
-        next_seq = self._writer.next_seq
-        if self._snapshot.next_seq != next_seq:
-            self._snapshot = replace(self._snapshot, next_seq=next_seq)
-        return self._snapshot
+        return self._state.agent
+
+    @property
+    def agent_id(self) -> str:
+        return self._agent_id
 
     @property
     def active_turn(self) -> ActiveTurn | None:
@@ -179,9 +171,9 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             raise errors.ShuttingDown()
         self._session = session
         info = deps.provider.info()
-        self._set(
+        self._state.set(
             replace(
-                self._snapshot,
+                self._state.snapshot,
                 lifecycle=Idle(),
                 provider_session_id=session.session_id,
                 model=model or (info.models[0].id if info.models else ""),
@@ -201,7 +193,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self._writer
 
     def takes_rows(self) -> bool:
-        return not self._jobs.stopped and not isinstance(self._snapshot.lifecycle, Closed)
+        return not self._jobs.stopped and not isinstance(self._state.snapshot.lifecycle, Closed)
 
     def history_row(self, event: ProviderItem) -> NewRow:
         return self._history_row(event)
@@ -216,49 +208,15 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
 
     # --- state ---------------------------------------------------------------------------
 
-    def _set(self, changed: Agent) -> None:
-        """Make `changed` (a `replace` of the snapshot: its fields are type-checked) the
-        snapshot, with `updated_at` bumped strictly, and publish the upsert."""
-        now = self._deps.clock.now_ms()
-        updated = max(now, self._snapshot.updated_at_ms + 1)
-        snapshot = replace(changed, updated_at_ms=updated, next_seq=self._writer.next_seq)
-        prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
-        self._snapshot = snapshot
-        records = self._deps.records
-        if records is not None:
-            # The whole snapshot, last write wins (seed 000, 7.3: nothing it lacks is erased);
-            # puts of one agent between commits coalesce into one row write.
-            put = records.put(snapshot)
-            put.add_done_callback(self._record_written)
-            self._record_put = put
-        self._writer.publish((prepared,))
-        # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def _attention(self, reason: AttentionReason) -> ev.AttentionRequired:
-        """The event, with whom to notify by the clients' presence (seed 000, section 9)."""
-        presence = self._deps.presence
-        if presence is None:
-            return ev.AttentionRequired(self._snapshot.id, reason)
-        plan = presence.plan(self._snapshot, reason, self._deps.clock.now_ms())
-        return ev.AttentionRequired(self._snapshot.id, reason, plan)
-
-    def _record_written(self, done: asyncio.Future[None]) -> None:
-        if not done.cancelled() and done.exception() is not None:
-            log.error(
-                "agent %s: its record was not stored", self._snapshot.id, exc_info=done.exception()
-            )
-
     @property
     def changed(self) -> asyncio.Event:
         """Set at the next change of the snapshot (a fresh event per change)."""
-        return self._changed
+        return self._state.changed
 
     def update(self, change: AgentUpdate) -> Agent:
         self._ensure_open()
-        agent = self._snapshot
-        self._set(
+        agent = self._state.snapshot
+        self._state.set(
             replace(
                 agent,
                 title=agent.title if change.title is None else change.title,
@@ -270,8 +228,8 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self.agent
 
     def clear_attention(self) -> Agent:
-        if self._snapshot.attention.required:
-            self._set(replace(self._snapshot, attention=Attention()))
+        if self._state.snapshot.attention.required:
+            self._state.set(replace(self._state.snapshot, attention=Attention()))
         return self.agent
 
     async def add_notice(
@@ -292,104 +250,17 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         await self._writer.barrier()
 
     def detach(self) -> Agent:
-        labels = self._snapshot.labels
+        labels = self._state.snapshot.labels
         if PARENT_AGENT_ID_LABEL in labels:
             kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
-            self._set(replace(self._snapshot, labels=kept))
+            self._state.set(replace(self._state.snapshot, labels=kept))
         return self.agent
 
     def _ensure_open(self) -> None:
         if isinstance(self.agent.lifecycle, Closed):
             raise errors.AgentClosed(self.agent.id)
 
-    # --- turns ---------------------------------------------------------------------------
-
-    async def start_turn(
-        self,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        queued_by: QueuedBy = QueuedBy.CLIENT,
-    ) -> StartedTurn:
-        """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
-        none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
-        STEER (into the running turn when the provider can, else queued), or REPLACE (the
-        manager canceled the running turn and opened a handoff: start now, as its
-        successor)."""
-        self._ensure_open()
-        if self._deps.is_shutting_down():
-            raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
-        turns = self._turns
-        replacing = if_running is IfRunning.REPLACE and turns.handoff and turns.active is None
-        if turns.busy and not replacing:
-            match if_running:
-                case IfRunning.REJECT | IfRunning.REPLACE:
-                    raise errors.AgentBusy(self.agent.id, turns.busy_turn_id)
-                case IfRunning.QUEUE:
-                    return await self.enqueue(prompt, client_message_id, queued_by)
-                case IfRunning.STEER:
-                    return await self._steer_or_queue(prompt, client_message_id, queued_by)
-                case _:
-                    assert_never(if_running)
-        await self._check_session()
-        turn_id = await self._start(prompt, client_message_id, self._snapshot.queued_prompts)
-        disposition = Disposition.REPLACED if replacing else Disposition.STARTED
-        return StartedTurn(disposition, turn_id, client_message_id)
-
-    async def _start(
-        self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
-    ) -> str:
-        """Start a turn now: the provider names it, then TurnStarted, Running (with the queue
-        left behind), the prompt's row. Ends a handoff either way."""
-        deps = self._deps
-        session = self._session
-        assert session is not None
-        handoff, self._turns.handoff = self._turns.handoff, False
-        try:
-            deps.provider.validate_prompt(prompt)
-            start = session.start_turn(prompt)
-            turn_id = await deadline(deps.clock, deps.timeouts.start_turn_s, start, "start_turn")
-        except Exception as exc:
-            if handoff or isinstance(exc, errors.ProviderTimeout):
-                # A hung provider, or a successor that could not start: the agent says so
-                # instead of looking busy (or idle) for ever.
-                code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
-                why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
-                error = AgentError(sanitize_text(why)[:500], code)
-                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
-            raise
-        settled = asyncio.get_running_loop().create_future()
-        started = self._begin(ForegroundRun(turn_id, settled), queued_after)
-        text = prompt_text(prompt)
-        message = UserMessage(text, client_message_id, client_message_id)
-        row = NewRow(message, deps.clock.now_ms(), turn_id)
-        self._prompt_rows = {}
-        self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
-        await self._writer.append([row], lead=(started,))
-        await self._record_durable()
-        return turn_id
-
-    async def _record_durable(self) -> None:
-        """Durable first: an acknowledged prompt's row is committed (the append awaited it),
-        and so is the snapshot that says its turn runs."""
-        put = self._record_put
-        if put is not None and not put.done():
-            await asyncio.shield(put)
-
-    def _begin(
-        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
-    ) -> Prepared:
-        """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
-        runs from here; the caller publishes the returned event (a foreground turn, right
-        before its prompt's row, once that row is committed: the stream's ack is durable)."""
-        started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
-        self._turns.active = active
-        if self._deps.counts is not None:
-            self._deps.counts.started += 1
-        agent = self._snapshot
-        queue = agent.queued_prompts if queued is None else queued
-        self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
-        return started
+    # --- provider events ---------------------------------------------------------------
 
     async def _handle_provider_event(self, event: ProviderEvent) -> None:
         if self._jobs.stopped or isinstance(self.agent.lifecycle, Closed):
@@ -420,7 +291,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
                 # pending and is dropped (seed 000, section 10: the receipt comes first).
-                pending = self._snapshot.pending_permissions
+                pending = self._state.snapshot.pending_permissions
                 if any(p.id == request_id for p in pending):
                     self._resolve_permissions({request_id}, behavior)
             case ProviderSessionDied():
@@ -450,15 +321,17 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         be stored turns the end into a WRITER_FAILED failure."""
         terminal = await self._flushed(active, terminal)
         now = self._deps.clock.now_ms()
-        successor = self._turns.handoff or bool(self._snapshot.queued_prompts)
-        end = end_turn(self._snapshot, terminal, successor, now)
+        successor = self._turns.handoff or bool(self._state.snapshot.queued_prompts)
+        end = end_turn(self._state.snapshot, terminal, successor, now)
         if end.closing_row is not None:
             try:
                 await self._writer.append([NewRow(end.closing_row, now, active.turn_id)])
             except Exception:
                 log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
         # A turn's unanswered requests end with it (seed 000, section 10).
-        asked = {p.id for p in self._snapshot.pending_permissions if p.turn_id == active.turn_id}
+        asked = {
+            p.id for p in self._state.snapshot.pending_permissions if p.turn_id == active.turn_id
+        }
         self._resolve_permissions(asked, None)
         self._turns.finish(active)
         self._turns.ended = end.ended
@@ -466,14 +339,14 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             self._deps.counts.count_end(terminal)
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
-        pending = self._snapshot.pending_permissions
-        self._set(self._with_session_id(replace(end.snapshot, pending_permissions=pending)))
+        pending = self._state.snapshot.pending_permissions
+        self._state.set(self._with_session_id(replace(end.snapshot, pending_permissions=pending)))
         if end.attention is not None:
-            self._writer.publish((publisher.prepare(self._attention(end.attention)),))
+            self._writer.publish((publisher.prepare(self._state.attention(end.attention)),))
         if not active.settled.done():
             active.settled.set_result(terminal)
         if not successor and self._deps.settled is not None:
-            self._deps.settled(self._snapshot, terminal)
+            self._deps.settled(self._state.snapshot, terminal)
         if successor and not self._turns.handoff:
             self._after_turn()
 
@@ -492,7 +365,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
     async def _writer_failed(self, exc: Exception) -> None:
         """A writer step failed unexpectedly: end the running turn as failed (with an error
         row, when one can be stored) and leave the agent errored, never stuck in running."""
-        log.error("agent %s: a writer step failed", self._snapshot.id, exc_info=exc)
+        log.error("agent %s: a writer step failed", self._agent_id, exc_info=exc)
         error = AgentError(
             sanitize_text(
                 f"corral could not record the agent's output: {type(exc).__name__}: {exc}"
@@ -503,10 +376,12 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             active = self._turns.active
             if active is not None:
                 await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
-            elif not isinstance(self._snapshot.lifecycle, Closed):
-                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            elif not isinstance(self._state.snapshot.lifecycle, Closed):
+                self._state.set(
+                    replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
+                )
         except Exception:
-            log.exception("agent %s: could not record a writer failure", self._snapshot.id)
+            log.exception("agent %s: could not record a writer failure", self._agent_id)
 
 
 def _bounded(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:

@@ -88,7 +88,7 @@ class EndingPart(ActorState):
             except Exception as exc:
                 failure = exc
         closed = Closed(self._deps.clock.now_ms())
-        self._set(replace(self._snapshot, lifecycle=closed, queued_prompts=()))
+        self._state.set(replace(self._state.snapshot, lifecycle=closed, queued_prompts=()))
         self._stop()
         if isinstance(failure, errors.CorralError):
             raise failure
@@ -134,16 +134,16 @@ class EndingPart(ActorState):
     async def archive(self) -> Agent:
         """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
         like CloseAgent (a running turn canceled, the session closed)."""
-        if self._snapshot.archived_at_ms is None:
-            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        if self._state.snapshot.archived_at_ms is None:
+            self._state.set(replace(self._state.snapshot, archived_at_ms=self._deps.clock.now_ms()))
         return await self.close()
 
     def archive_closed(self) -> Agent:
         """ArchiveAgent of an agent closed before: its queue has stopped, so nothing else can
         write it; the mark is set here, on the loop, at once."""
         assert self._jobs.stopped, "an open agent is archived through its queue"
-        if self._snapshot.archived_at_ms is None:
-            self._set(replace(self._snapshot, archived_at_ms=self._deps.clock.now_ms()))
+        if self._state.snapshot.archived_at_ms is None:
+            self._state.set(replace(self._state.snapshot, archived_at_ms=self._deps.clock.now_ms()))
         return self.agent
 
     def retire(self) -> None:

@@ -59,9 +59,9 @@ class HistoryPart(ActorState):
         for start in range(0, len(rows), REWIND_BATCH):
             await self._writer.append(rows[start : start + REWIND_BATCH])
         info = self._deps.provider.info()
-        self._set(
+        self._state.set(
             replace(
-                self._snapshot,
+                self._state.snapshot,
                 lifecycle=Idle(),
                 provider_session_id=provider_session_id,
                 model=info.models[0].id if info.models else "",
@@ -75,16 +75,16 @@ class HistoryPart(ActorState):
         It ends with a clear error row and turn_failed, and the agent is idle again, or runs
         its next queued prompt (a provider that can resume turns comes with the providers
         issue)."""
-        lifecycle = self._snapshot.lifecycle
+        lifecycle = self._state.snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
         settled = asyncio.get_running_loop().create_future()
         active = AutonomousRun(lifecycle.active_turn_id, settled)
         self._turns.active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
-        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
+        await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
         if not self._turns.handoff:  # else the next queued prompt is on its way: Running goes on
-            self._set(replace(self._snapshot, lifecycle=Idle()))
+            self._state.set(replace(self._state.snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
         """Restart the provider session under the same agent id. The caller settled the
@@ -104,19 +104,21 @@ class HistoryPart(ActorState):
                 await self._close_session(old)
             except Exception:
                 log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
-        agent = self._snapshot
+        agent = self._state.snapshot
         if rehydrate:
             head = await self._deps.timeline.rebase(agent.id)
             self._writer = self._new_writer(head.epoch, head.next_seq)
             reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
             self._writer.publish((self._deps.publisher.prepare(reset),))
             agent = replace(agent, epoch=head.epoch)
-        self._set(replace(agent, lifecycle=Initializing()))
+        self._state.set(replace(agent, lifecycle=Initializing()))
         try:
             return await self.register(agent.model, agent.mode)
         except errors.CorralError as exc:
             error = AgentError(f"reload failed: {exc.message}", exc.reason)
-            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            self._state.set(
+                replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
+            )
             raise
 
     async def rewind(self, message_id: str) -> Agent:
@@ -129,13 +131,13 @@ class HistoryPart(ActorState):
             raise errors.AgentBusy(self.agent.id, self._turns.busy_turn_id)
         await self._writer.flush()
         await self._writer.barrier()
-        agent_id = self._snapshot.id
+        agent_id = self._agent_id
         kept = await self._rows_before(message_id)
         head = await self._deps.timeline.rebase(agent_id)
         self._writer = self._new_writer(head.epoch, head.next_seq)
         reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
         self._writer.publish((self._deps.publisher.prepare(reset),))
-        self._set(replace(self._snapshot, epoch=head.epoch))
+        self._state.set(replace(self._state.snapshot, epoch=head.epoch))
         rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
         for start in range(0, len(rows), REWIND_BATCH):
             await self._writer.append(rows[start : start + REWIND_BATCH])
@@ -144,8 +146,8 @@ class HistoryPart(ActorState):
 
     async def _rows_before(self, message_id: str) -> list[TimelineRow]:
         """The retained rows before the row the provider confirmed as `message_id`."""
-        timeline, agent_id = self._deps.timeline, self._snapshot.id
-        epoch = self._snapshot.epoch
+        timeline, agent_id = self._deps.timeline, self._agent_id
+        epoch = self._state.snapshot.epoch
         seen: list[TimelineRow] = []
         cursor = Cursor(epoch, 0)
         while True:
@@ -157,7 +159,7 @@ class HistoryPart(ActorState):
             if not page.has_newer or not page.rows:
                 break
             cursor = Cursor(epoch, page.rows[-1].seq)
-        raise errors.MessageNotConfirmed(self._snapshot.id, message_id)
+        raise errors.MessageNotConfirmed(self._agent_id, message_id)
 
     async def _reconciled(self, event: ProviderItem) -> bool:
         """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
@@ -175,10 +177,10 @@ class HistoryPart(ActorState):
             return False
         provider_id = sanitize_text(event.provider_message_id or item.message_id)
         if provider_id:
-            agent_id = self._snapshot.id
+            agent_id = self._agent_id
             await self._writer.barrier()  # the prompt's row is committed before it changes
             await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
-            updated = ev.RowUpdated(agent_id, self._snapshot.epoch, seq, provider_id)
+            updated = ev.RowUpdated(agent_id, self._state.snapshot.epoch, seq, provider_id)
             self._writer.publish((self._deps.publisher.prepare(updated),))
         return True
 

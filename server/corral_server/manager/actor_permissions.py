@@ -40,7 +40,7 @@ FOLLOW_UP = QueuedBy.FOLLOW_UP
 class PermissionsPart(ActorState):
     async def _request_permission(self, permission: PendingPermission) -> None:
         try:
-            agent = permissions.with_request(self._snapshot, permission)
+            agent = permissions.with_request(self._state.snapshot, permission)
         except errors.ResourceExhausted as exc:
             await self._fail_for_requests(exc.message)
             return
@@ -50,14 +50,14 @@ class PermissionsPart(ActorState):
         publisher = self._deps.publisher
         requested = publisher.prepare(event)
         # Attention is edge-triggered: none pending -> one, and only if not already set.
-        first = not self._snapshot.pending_permissions and not agent.attention.required
+        first = not self._state.snapshot.pending_permissions and not agent.attention.required
         if first:
             now = self._deps.clock.now_ms()
             agent = replace(agent, attention=Attention(True, AttentionReason.PERMISSION, now))
-        self._set(agent)
+        self._state.set(agent)
         self._writer.publish((requested,))
         if first:
-            attention = self._attention(AttentionReason.PERMISSION)
+            attention = self._state.attention(AttentionReason.PERMISSION)
             self._writer.publish((publisher.prepare(attention),))
 
     async def _fail_for_requests(self, message: str) -> None:
@@ -68,14 +68,14 @@ class PermissionsPart(ActorState):
         active = self._turns.active
         if active is None:
             return
-        log.warning("agent %s: turn %s failed: %s", self._snapshot.id, active.turn_id, message)
+        log.warning("agent %s: turn %s failed: %s", self._agent_id, active.turn_id, message)
         error = AgentError(message, permissions.TOO_MANY_PERMISSIONS)
-        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
+        await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
         session = self._session
         if session is not None:
             task = asyncio.create_task(
                 self._stop_failed_turn(session, active.turn_id),
-                name=f"stop-failed-turn:{self._snapshot.id}",
+                name=f"stop-failed-turn:{self._agent_id}",
             )
             self._follow_ups.add(task)  # canceled if the actor stops first
             task.add_done_callback(self._follow_ups.discard)
@@ -86,18 +86,20 @@ class PermissionsPart(ActorState):
             interrupt = session.interrupt(turn_id)
             result = await deadline(deps.clock, deps.timeouts.interrupt_s, interrupt, "interrupt")
         except Exception:
-            log.warning("agent %s: interrupt of failed turn %s failed", self._snapshot.id, turn_id)
+            log.warning("agent %s: interrupt of failed turn %s failed", self._agent_id, turn_id)
             return
         if result is InterruptResult.REFUSED:
             log.warning(
-                "agent %s: the provider goes on with failed turn %s", self._snapshot.id, turn_id
+                "agent %s: the provider goes on with failed turn %s",
+                self._agent_id,
+                turn_id,
             )
 
     def _resolve_permissions(
         self, request_ids: set[str], behavior: PermissionBehavior | None
     ) -> None:
         """Take requests out of the pending list and say how each ended."""
-        ended = [p for p in self._snapshot.pending_permissions if p.id in request_ids]
+        ended = [p for p in self._state.snapshot.pending_permissions if p.id in request_ids]
         if not ended:
             return
         publisher = self._deps.publisher
@@ -105,7 +107,7 @@ class PermissionsPart(ActorState):
             publisher.prepare(ev.PermissionResolved(self.agent.id, p.turn_id, p.id, behavior))
             for p in ended
         ]
-        self._set(permissions.without(self._snapshot, request_ids))
+        self._state.set(permissions.without(self._state.snapshot, request_ids))
         self._writer.publish(resolved)
 
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
@@ -114,7 +116,7 @@ class PermissionsPart(ActorState):
         provider reports meanwhile queues behind this step, so no client sees it before the
         RPC's own receipt."""
         self._ensure_open()
-        permission = permissions.find(self._snapshot, request_id)
+        permission = permissions.find(self._state.snapshot, request_id)
         permissions.check_answer(permission, response)
         session, deps = self._session, self._deps
         if session is None:
@@ -137,7 +139,7 @@ class PermissionsPart(ActorState):
         if active is not None:
             self.open_handoff()
         task = asyncio.create_task(
-            self._replace_with(prompt, active), name=f"follow-up:{self._snapshot.id}"
+            self._replace_with(prompt, active), name=f"follow-up:{self._agent_id}"
         )
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
@@ -147,7 +149,7 @@ class PermissionsPart(ActorState):
         it (seed 000, 4.4: no new turn while the old one may still write); the follow-up then
         waits in the queue instead of being lost (nobody is left to be told it was)."""
         client_message_id = f"follow-up-{uuid.uuid4().hex}"
-        agent_id = self._snapshot.id
+        agent_id = self._agent_id
         try:
             if active is not None and await self.stop_turn(active) is CancelOutcome.REFUSED:
                 await self.call(self.close_handoff)

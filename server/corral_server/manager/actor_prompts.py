@@ -1,12 +1,16 @@
-"""The actor's part for prompts sent while a turn runs (seed 000, 5.1; seed 003, 5.8):
-QUEUE, STEER, REPLACE's handoff, and what follows a turn. Runs on the actor's queue only."""
+"""The actor's part for prompts (seed 000, 5.1; seed 003, 5.8): starting a turn, and for
+prompts sent while one runs QUEUE, STEER, REPLACE's handoff, and what follows a turn. Runs on
+the actor's queue only."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import replace
+from typing import assert_never
 
 from corral_server import errors
+from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     Agent,
     AgentError,
@@ -18,6 +22,7 @@ from corral_server.domain.agent import (
 )
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import UserMessage
+from corral_server.hub import Prepared
 from corral_server.manager.actor_state import (
     MAX_QUEUED_PROMPTS,
     ActorState,
@@ -26,20 +31,105 @@ from corral_server.manager.actor_state import (
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.turns import (
+    ActiveTurn,
     Disposition,
+    ForegroundRun,
+    IfRunning,
     StartedTurn,
 )
 from corral_server.timeline.store import NewRow
 
 
 class PromptsPart(ActorState):
+    async def start_turn(
+        self,
+        prompt: Prompt,
+        client_message_id: str,
+        if_running: IfRunning,
+        queued_by: QueuedBy = QueuedBy.CLIENT,
+    ) -> StartedTurn:
+        """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
+        none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
+        STEER (into the running turn when the provider can, else queued), or REPLACE (the
+        manager canceled the running turn and opened a handoff: start now, as its
+        successor)."""
+        self._ensure_open()
+        if self._deps.is_shutting_down():
+            raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
+        turns = self._turns
+        replacing = if_running is IfRunning.REPLACE and turns.handoff and turns.active is None
+        if turns.busy and not replacing:
+            match if_running:
+                case IfRunning.REJECT | IfRunning.REPLACE:
+                    raise errors.AgentBusy(self.agent.id, turns.busy_turn_id)
+                case IfRunning.QUEUE:
+                    return await self.enqueue(prompt, client_message_id, queued_by)
+                case IfRunning.STEER:
+                    return await self._steer_or_queue(prompt, client_message_id, queued_by)
+                case _:
+                    assert_never(if_running)
+        await self._check_session()
+        turn_id = await self._start(prompt, client_message_id, self._state.snapshot.queued_prompts)
+        disposition = Disposition.REPLACED if replacing else Disposition.STARTED
+        return StartedTurn(disposition, turn_id, client_message_id)
+
+    async def _start(
+        self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
+    ) -> str:
+        """Start a turn now: the provider names it, then TurnStarted, Running (with the queue
+        left behind), the prompt's row. Ends a handoff either way."""
+        deps = self._deps
+        session = self._session
+        assert session is not None
+        handoff, self._turns.handoff = self._turns.handoff, False
+        try:
+            deps.provider.validate_prompt(prompt)
+            start = session.start_turn(prompt)
+            turn_id = await deadline(deps.clock, deps.timeouts.start_turn_s, start, "start_turn")
+        except Exception as exc:
+            if handoff or isinstance(exc, errors.ProviderTimeout):
+                # A hung provider, or a successor that could not start: the agent says so
+                # instead of looking busy (or idle) for ever.
+                code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
+                why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
+                error = AgentError(sanitize_text(why)[:500], code)
+                self._state.set(
+                    replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
+                )
+            raise
+        settled = asyncio.get_running_loop().create_future()
+        started = self._begin(ForegroundRun(turn_id, settled), queued_after)
+        text = prompt_text(prompt)
+        message = UserMessage(text, client_message_id, client_message_id)
+        row = NewRow(message, deps.clock.now_ms(), turn_id)
+        self._prompt_rows = {}
+        self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
+        await self._writer.append([row], lead=(started,))
+        await self._state.durable()
+        return turn_id
+
+    def _begin(
+        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
+    ) -> Prepared:
+        """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
+        runs from here; the caller publishes the returned event (a foreground turn, right
+        before its prompt's row, once that row is committed: the stream's ack is durable)."""
+        started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
+        self._turns.active = active
+        if self._deps.counts is not None:
+            self._deps.counts.started += 1
+        agent = self._state.snapshot
+        queue = agent.queued_prompts if queued is None else queued
+        self._state.set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
+        return started
+
     def _enqueue(
         self, prompt: Prompt, client_message_id: str, queued_by: QueuedBy = QueuedBy.CLIENT
     ) -> StartedTurn:
         """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
         turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
         self._deps.provider.validate_prompt(prompt)
-        queued = self._snapshot.queued_prompts
+        queued = self._state.snapshot.queued_prompts
         if len(queued) >= MAX_QUEUED_PROMPTS:
             raise errors.ResourceExhausted(
                 f"agent {self.agent.id!r} already has {len(queued)} queued prompts "
@@ -53,7 +143,7 @@ class PromptsPart(ActorState):
                 metadata={"client_message_id": client_message_id},
             )
         entry = QueuedPrompt(client_message_id, prompt, self._deps.clock.now_ms(), queued_by)
-        self._set(replace(self._snapshot, queued_prompts=(*queued, entry)))
+        self._state.set(replace(self._state.snapshot, queued_prompts=(*queued, entry)))
         return StartedTurn(Disposition.QUEUED, "", client_message_id)
 
     async def enqueue(
@@ -61,7 +151,7 @@ class PromptsPart(ActorState):
     ) -> StartedTurn:
         """QUEUE, acknowledged once the queue holding the prompt is stored."""
         started = self._enqueue(prompt, client_message_id, queued_by)
-        await self._record_durable()
+        await self._state.durable()
         return started
 
     async def _steer_or_queue(
@@ -88,11 +178,11 @@ class PromptsPart(ActorState):
         return await self.enqueue(prompt, client_message_id, queued_by)
 
     def remove_queued(self, client_message_id: str) -> Agent:
-        queued = self._snapshot.queued_prompts
+        queued = self._state.snapshot.queued_prompts
         kept = tuple(q for q in queued if q.client_message_id != client_message_id)
         if len(kept) == len(queued):
             raise errors.QueuedPromptNotFound(self.agent.id, client_message_id)
-        self._set(replace(self._snapshot, queued_prompts=kept))
+        self._state.set(replace(self._state.snapshot, queued_prompts=kept))
         return self.agent
 
     def open_handoff(self) -> str | None:
@@ -105,26 +195,26 @@ class PromptsPart(ActorState):
         """REPLACE abandoned (the provider refused to stop the turn): the handoff ends; if
         the turn ended meanwhile, what follows a turn follows now."""
         self._turns.handoff = False
-        if self._turns.active is None and isinstance(self._snapshot.lifecycle, Running):
+        if self._turns.active is None and isinstance(self._state.snapshot.lifecycle, Running):
             self._after_turn()
 
     def _after_turn(self) -> None:
         """No turn runs and none is handed over: start the next queued prompt, else show
         the lifecycle the last turn ended in."""
-        if self._snapshot.queued_prompts and not self._deps.is_shutting_down():
+        if self._state.snapshot.queued_prompts and not self._deps.is_shutting_down():
             self._turns.handoff = True
             self.post(self._start_next_queued)
-        elif isinstance(self._snapshot.lifecycle, Running):
-            self._set(replace(self._snapshot, lifecycle=self._turns.ended))
+        elif isinstance(self._state.snapshot.lifecycle, Running):
+            self._state.set(replace(self._state.snapshot, lifecycle=self._turns.ended))
 
     async def _start_next_queued(self) -> None:
-        if self._jobs.stopped or isinstance(self._snapshot.lifecycle, Closed):
+        if self._jobs.stopped or isinstance(self._state.snapshot.lifecycle, Closed):
             self._turns.handoff = False
             return
         if self._turns.active is not None:
             self._turns.handoff = False  # an autonomous turn took the slot: its end goes on
             return
-        queued = self._snapshot.queued_prompts
+        queued = self._state.snapshot.queued_prompts
         if not queued or self._deps.is_shutting_down():
             self._turns.handoff = False
             self._after_turn()
@@ -147,7 +237,9 @@ class PromptsPart(ActorState):
             error = AgentError(
                 sanitize_text(f"the queued prompt could not start: {why}")[:500], code
             )
-            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            self._state.set(
+                replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
+            )
             log.warning("agent %s: %s", self.agent.id, error.message)
             return False
         return True

@@ -62,7 +62,7 @@ class SessionPart(ActorState):
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} is still initializing")
         if self._session is not None:
             return
-        agent = self._snapshot
+        agent = self._state.snapshot
         # A timeline without rows has no conversation to continue (and a provider may not
         # have kept a session that never ran a turn).
         resume_id = agent.provider_session_id if self._writer.next_seq > 1 else ""
@@ -76,12 +76,12 @@ class SessionPart(ActorState):
             await self._resume_failed(resume_id, exc)
             session = await self._create_session(agent.model, agent.mode, "")
         self._session = session
-        self._set(replace(self._snapshot, provider_session_id=session.session_id))
+        self._state.set(replace(self._state.snapshot, provider_session_id=session.session_id))
 
     async def _create_session(self, model: str, mode: str, resume_id: str) -> ProviderSession:
         """Ask the provider for a session (under the create deadline), reporting through a
         sink of its own."""
-        deps, agent = self._deps, self._snapshot
+        deps, agent = self._deps, self._state.snapshot
         config = SessionConfig(
             agent.id,
             agent.cwd,
@@ -111,7 +111,7 @@ class SessionPart(ActorState):
 
     async def _resume_failed(self, resume_id: str, exc: Exception) -> None:
         why = exc.message if isinstance(exc, errors.CorralError) else f"{type(exc).__name__}: {exc}"
-        log.warning("agent %s: resuming session %s failed: %s", self._snapshot.id, resume_id, why)
+        log.warning("agent %s: resuming session %s failed: %s", self._agent_id, resume_id, why)
         text = (
             f"could not resume the provider session {resume_id}: {why}; a new session starts"
             " without the earlier conversation"
@@ -120,25 +120,25 @@ class SessionPart(ActorState):
         await self._writer.flush()
         now = self._deps.clock.now_ms()
         await self._writer.append([NewRow(ErrorItem(error.message, error.code), now, "")])
-        self._set(replace(self._snapshot, last_error=error))
+        self._state.set(replace(self._state.snapshot, last_error=error))
 
     async def _session_died(self, opened: _Opened, reason: str) -> None:
         session = opened.session
         if session is None or session is not self._session or self._jobs.stopped:
             return  # replaced (a reload) or closed since: not this agent's session any more
         self._session = None
-        agent_id = self._snapshot.id
+        agent_id = self._agent_id
         log.warning("agent %s: its agent process ended: %s", agent_id, reason)
         text = cut_text(sanitize_text(f"the agent process ended: {reason}"), MAX_ERROR_BYTES)
         error = AgentError(text, AGENT_EXITED)
         active = self._turns.active
         if active is not None:  # the provider did not end its turn: it ends here
             await self._finish(active, ev.TurnFailed(agent_id, active.turn_id, error))
-        elif not isinstance(self._snapshot.lifecycle, Errored):  # else a turn's row says it
+        elif not isinstance(self._state.snapshot.lifecycle, Errored):  # else a turn's row says it
             await self._writer.flush()
             now = self._deps.clock.now_ms()
             await self._writer.append([NewRow(ErrorItem(error.message, error.code), now, "")])
-            self._set(replace(self._snapshot, last_error=error))
+            self._state.set(replace(self._state.snapshot, last_error=error))
         try:
             await self._close_session(session)  # its readers, and whatever it left behind
         except Exception:

@@ -8,38 +8,32 @@ import asyncio
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from corral_server import errors
-from corral_server.clock import Clock
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     Agent,
-    AttentionReason,
     QueuedBy,
     QueuedPrompt,
 )
 from corral_server.domain.content import Prompt
+from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
-from corral_server.manager.presence import PresenceBook
-from corral_server.manager.specs import Timeouts
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.agent_state import AgentState
 from corral_server.manager.turn_book import TurnBook
-from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import (
     ActiveTurn,
     CancelOutcome,
     IfRunning,
     StartedTurn,
 )
-from corral_server.manager.writer import Publisher, TimelineWriter
+from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
-    Provider,
     ProviderEvent,
     ProviderSession,
 )
-from corral_server.records.store import AgentRecords, FinishedTurns
-from corral_server.timeline.store import TimelineStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,34 +56,12 @@ MAX_QUEUED_PROMPTS = 32
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActorDeps:
-    provider: Provider
-    timeline: TimelineStore
-    publisher: Publisher
-    clock: Clock
-    is_shutting_down: Callable[[], bool]
-    timeouts: Timeouts
-    # Where snapshots are kept across restarts (None: in memory only).
-    records: AgentRecords | None = None
-    # Where every finished turn id is kept (None: only the recent ones, in memory).
-    finished: FinishedTurns | None = None
-    # Clients' presence, for the notification plan of attention events.
-    presence: PresenceBook | None = None
-    # Turns started and ended, by outcome (for metrics).
-    counts: TurnCounts | None = None
-    # Told (on the actor's task; must not block) when the agent settles: a turn ended and no
-    # successor follows (the sub-agent registry ends a child's run here).
-    settled: Callable[[Agent, ev.TurnTerminal], None] | None = None
-    # The daemon's process tag (providers/reaping.py), given to every session it opens.
-    daemon_tag: str = ""
-
-
 class ActorState(ABC):
     """The single writer's state (see actor.py for each field's invariant) and the steps
     shared between the actor's parts; `AgentActor` implements every one of them."""
 
-    _snapshot: Agent
+    _agent_id: str
+    _state: AgentState
     _deps: ActorDeps
     _writer: TimelineWriter
     _session: ProviderSession | None
@@ -131,9 +103,6 @@ class ActorState(ABC):
     def _cancel_follow_ups(self) -> None: ...
 
     @abstractmethod
-    def _set(self, changed: Agent) -> None: ...
-
-    @abstractmethod
     def _on_provider_event(self, event: ProviderEvent) -> None: ...
 
     @abstractmethod
@@ -143,18 +112,17 @@ class ActorState(ABC):
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter: ...
 
     @abstractmethod
-    def _attention(self, reason: AttentionReason) -> ev.AttentionRequired: ...
+    async def register(self, model: str, mode: str) -> Agent: ...
 
     @abstractmethod
-    async def register(self, model: str, mode: str) -> Agent: ...
+    def _begin(
+        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
+    ) -> Prepared: ...
 
     @abstractmethod
     async def _start(
         self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
     ) -> str: ...
-
-    @abstractmethod
-    async def _record_durable(self) -> None: ...
 
     @abstractmethod
     async def _check_session(self) -> None: ...

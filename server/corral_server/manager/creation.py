@@ -18,7 +18,7 @@ from corral_server.clock import Clock
 from corral_server.domain.agent import Agent, AgentId, Initializing
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_state import ActorDeps
+from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.importing import check_import

@@ -29,7 +29,7 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult, Subage
 from corral_server.jobs import done_with
 from corral_server.manager import permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_state import ActorDeps
+from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, check_choice
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.presence import PresenceBook

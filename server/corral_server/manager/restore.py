@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from corral_server.domain.agent import Agent, Idle, Initializing, Running
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_state import ActorDeps
+from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.directory import AgentDirectory
 from corral_server.providers.base import Provider
 from corral_server.records.store import LoadedAgents
