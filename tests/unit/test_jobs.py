@@ -39,7 +39,7 @@ async def test_jobs_run_one_at_a_time_in_the_order_they_were_queued() -> None:
     await entered.wait()
     assert order == ["first starts"]  # the second waits behind the first's await
     gate.set()
-    assert await calls == ["a", "b"]
+    assert list(await calls) == ["a", "b"]
     assert order == ["first starts", "first ends", "second"]
 
 
