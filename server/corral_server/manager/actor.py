@@ -64,6 +64,8 @@ from corral_server.manager.actor_state import (
     log,
 )
 from corral_server.manager.agent_state import AgentState
+from corral_server.manager.background import Background
+from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import cut_text
 from corral_server.manager.sanitize import sanitize_text
@@ -101,10 +103,10 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         self._session: ProviderSession | None = None
         # The active turn, the handoff, the ended lifecycle, the finished turns.
         self._turns = TurnBook(agent.id, deps.finished)
-        # Echo reconciliation: the running turn's prompt rows (by client_message_id, and by
-        # _TEXT + text).
-        self._prompt_rows: dict[str, int] = {}
-        self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
+        # Echo reconciliation: the running turn's prompt rows.
+        self._echoes = EchoBook()
+        # Follow-ups and interrupts on their way, off the queue (actor_permissions.py).
+        self._follow_ups = Background()
         # The serial queue every change goes through (jobs.py). Its task starts with a job
         # and ends when the queue runs empty: an idle agent costs no task (start-up time with
         # many agents, memory per idle agent). Stopped once closed or shut down.
@@ -125,7 +127,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             timeline=deps.timeline,
             publisher=deps.publisher,
             clock=deps.clock,
-            on_window=lambda: self.post(self._writer.flush),
+            on_window=lambda: self._jobs.post(self._writer.flush),
         )
 
     # --- the serial queue ---------------------------------------------------------------
@@ -214,7 +216,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         return self._state.changed
 
     def update(self, change: AgentUpdate) -> Agent:
-        self._ensure_open()
+        self._state.ensure_open()
         agent = self._state.snapshot
         self._state.set(
             replace(
@@ -238,7 +240,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         """A sub-agent's result (subagents/announce.py): its notice row, then, when `wake`
         is given, a turn carrying it (queued behind a running one). One step on the queue,
         so the row and the wake are never split by another change of this agent."""
-        self._ensure_open()
+        self._state.ensure_open()
         await self._writer.flush()
         turn_id = self._turns.active.turn_id if self._turns.active is not None else ""
         await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
@@ -255,10 +257,6 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
             kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
             self._state.set(replace(self._state.snapshot, labels=kept))
         return self.agent
-
-    def _ensure_open(self) -> None:
-        if isinstance(self.agent.lifecycle, Closed):
-            raise errors.AgentClosed(self.agent.id)
 
     # --- provider events ---------------------------------------------------------------
 

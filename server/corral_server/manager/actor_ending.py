@@ -60,7 +60,7 @@ class EndingPart(ActorState):
         if result is not InterruptResult.CONFIRMED:
             return CancelOutcome.REFUSED
         reason = "interrupt confirmed, turn did not end"
-        await self.call(lambda: self.force_cancel(active.turn_id, reason))
+        await self._jobs.call(lambda: self.force_cancel(active.turn_id, reason))
         return CancelOutcome.SETTLED
 
     async def force_cancel(self, turn_id: str, reason: str) -> None:
@@ -105,7 +105,7 @@ class EndingPart(ActorState):
     def _stop(self) -> None:
         self._jobs.stop()
         self._writer.cancel_timer()
-        self._cancel_follow_ups()
+        self._follow_ups.cancel()
 
     async def shutdown(self) -> None:
         """Daemon shutdown, through the queue like every other change: what was queued
@@ -153,7 +153,7 @@ class EndingPart(ActorState):
     def kill(self) -> None:
         """Stop at once, whatever is running (shutdown's deadline passed)."""
         self._jobs.kill()
-        self._cancel_follow_ups()
+        self._follow_ups.cancel()
 
     async def stopped(self) -> None:
         """Until the actor's task has ended (at once when it never started)."""

@@ -21,7 +21,6 @@ from corral_server.domain.agent import (
 )
 from corral_server.domain.timeline import Cursor, Direction, TimelineRow, UserMessage
 from corral_server.manager.actor_state import (
-    _TEXT,
     DAEMON_RESTARTED,
     REWIND_BATCH,
     ActorState,
@@ -92,7 +91,7 @@ class HistoryPart(ActorState):
         epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
         announced by TimelineReset (clients holding old cursors get stale_cursor), to be
         primed again from the provider's history (the scripted provider keeps none)."""
-        self._ensure_open()
+        self._state.ensure_open()
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()
         if self._turns.active is not None:
@@ -126,7 +125,7 @@ class HistoryPart(ActorState):
         timeline is re-based under a new epoch holding the rows before it (renumbered from
         1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
         message the provider never confirmed is FAILED_PRECONDITION."""
-        self._ensure_open()
+        self._state.ensure_open()
         if self._turns.busy:
             raise errors.AgentBusy(self.agent.id, self._turns.busy_turn_id)
         await self._writer.flush()
@@ -141,7 +140,7 @@ class HistoryPart(ActorState):
         rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
         for start in range(0, len(rows), REWIND_BATCH):
             await self._writer.append(rows[start : start + REWIND_BATCH])
-        self._prompt_rows = {}
+        self._echoes.clear()
         return self.agent
 
     async def _rows_before(self, message_id: str) -> list[TimelineRow]:
@@ -169,10 +168,7 @@ class HistoryPart(ActorState):
         item = event.item
         if type(item) is not UserMessage or self._turns.active is None:
             return False
-        prompts = self._prompt_rows
-        seq = prompts.get(item.client_message_id) if item.client_message_id else None
-        if seq is None:
-            seq = prompts.get(_TEXT + sanitize_text(item.text))
+        seq = self._echoes.find(item)
         if seq is None:
             return False
         provider_id = sanitize_text(event.provider_message_id or item.message_id)
@@ -183,9 +179,3 @@ class HistoryPart(ActorState):
             updated = ev.RowUpdated(agent_id, self._state.snapshot.epoch, seq, provider_id)
             self._writer.publish((self._deps.publisher.prepare(updated),))
         return True
-
-    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None:
-        """The running turn's prompt rows, for echo reconciliation (cleared at each start)."""
-        if client_message_id:
-            self._prompt_rows[client_message_id] = seq
-        self._prompt_rows[_TEXT + text] = seq

@@ -8,7 +8,6 @@ and the rest of the batch must still be handled."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import replace
 
@@ -73,12 +72,10 @@ class PermissionsPart(ActorState):
         await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
         session = self._session
         if session is not None:
-            task = asyncio.create_task(
+            self._follow_ups.spawn(  # canceled if the actor stops first
                 self._stop_failed_turn(session, active.turn_id),
-                name=f"stop-failed-turn:{self._agent_id}",
+                f"stop-failed-turn:{self._agent_id}",
             )
-            self._follow_ups.add(task)  # canceled if the actor stops first
-            task.add_done_callback(self._follow_ups.discard)
 
     async def _stop_failed_turn(self, session: ProviderSession, turn_id: str) -> None:
         deps = self._deps
@@ -115,7 +112,7 @@ class PermissionsPart(ActorState):
         request leaves the pending list and PermissionResolved is published. A resolution the
         provider reports meanwhile queues behind this step, so no client sees it before the
         RPC's own receipt."""
-        self._ensure_open()
+        self._state.ensure_open()
         permission = permissions.find(self._state.snapshot, request_id)
         permissions.check_answer(permission, response)
         session, deps = self._session, self._deps
@@ -138,11 +135,7 @@ class PermissionsPart(ActorState):
         active = self._turns.active
         if active is not None:
             self.open_handoff()
-        task = asyncio.create_task(
-            self._replace_with(prompt, active), name=f"follow-up:{self._agent_id}"
-        )
-        self._follow_ups.add(task)
-        task.add_done_callback(self._follow_ups.discard)
+        self._follow_ups.spawn(self._replace_with(prompt, active), f"follow-up:{self._agent_id}")
 
     async def _replace_with(self, prompt: Prompt, active: ActiveTurn | None) -> None:
         """REPLACE with the follow-up. A provider that refuses to stop the running turn keeps
@@ -152,24 +145,19 @@ class PermissionsPart(ActorState):
         agent_id = self._agent_id
         try:
             if active is not None and await self.stop_turn(active) is CancelOutcome.REFUSED:
-                await self.call(self.close_handoff)
+                await self._jobs.call(self.close_handoff)
                 log.warning("agent %s: turn %s goes on; follow-up queued", agent_id, active.turn_id)
                 if_running = IfRunning.QUEUE
             else:
                 if_running = IfRunning.REPLACE
             try:
-                await self.call(
+                await self._jobs.call(
                     lambda: self.start_turn(prompt, client_message_id, if_running, FOLLOW_UP)
                 )
             except errors.AgentBusy:
                 # Another replacement took the slot meanwhile: the follow-up runs after it.
-                await self.call(
+                await self._jobs.call(
                     lambda: self.start_turn(prompt, client_message_id, IfRunning.QUEUE, FOLLOW_UP)
                 )
         except errors.CorralError as exc:
             log.warning("agent %s: the follow-up prompt did not start: %s", agent_id, exc.message)
-
-    def _cancel_follow_ups(self) -> None:
-        """The actor stops: a follow-up still on its way never starts."""
-        for task in list(self._follow_ups):
-            task.cancel()

@@ -53,7 +53,7 @@ class PromptsPart(ActorState):
         STEER (into the running turn when the provider can, else queued), or REPLACE (the
         manager canceled the running turn and opened a handoff: start now, as its
         successor)."""
-        self._ensure_open()
+        self._state.ensure_open()
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
         turns = self._turns
@@ -102,8 +102,8 @@ class PromptsPart(ActorState):
         text = prompt_text(prompt)
         message = UserMessage(text, client_message_id, client_message_id)
         row = NewRow(message, deps.clock.now_ms(), turn_id)
-        self._prompt_rows = {}
-        self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
+        self._echoes.clear()
+        self._echoes.remember(client_message_id, text, self._writer.reserved_seq)
         await self._writer.append([row], lead=(started,))
         await self._state.durable()
         return turn_id
@@ -172,7 +172,7 @@ class PromptsPart(ActorState):
                 text = prompt_text(prompt)
                 message = UserMessage(text, client_message_id, client_message_id)
                 row = NewRow(message, deps.clock.now_ms(), active.turn_id)
-                self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
+                self._echoes.remember(client_message_id, text, self._writer.reserved_seq)
                 await self._writer.append([row])
                 return StartedTurn(Disposition.STEERED, active.turn_id, client_message_id)
         return await self.enqueue(prompt, client_message_id, queued_by)
@@ -203,7 +203,7 @@ class PromptsPart(ActorState):
         the lifecycle the last turn ended in."""
         if self._state.snapshot.queued_prompts and not self._deps.is_shutting_down():
             self._turns.handoff = True
-            self.post(self._start_next_queued)
+            self._jobs.post(self._start_next_queued)
         elif isinstance(self._state.snapshot.lifecycle, Running):
             self._state.set(replace(self._state.snapshot, lifecycle=self._turns.ended))
 

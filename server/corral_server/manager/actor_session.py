@@ -103,7 +103,7 @@ class SessionPart(ActorState):
             if isinstance(event, ProviderSessionDied):
                 # After the events the session reported before it (already in the inbox,
                 # whose drain is queued ahead of this), and only for this session.
-                self.post(lambda: self._session_died(opened, event.reason))
+                self._jobs.post(lambda: self._session_died(opened, event.reason))
             else:
                 self._on_provider_event(event)
 

@@ -4,10 +4,8 @@ writer owns and the steps the parts call each other through. Nothing here runs o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from corral_server import errors
@@ -22,6 +20,8 @@ from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.agent_state import AgentState
+from corral_server.manager.background import Background
+from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
     ActiveTurn,
@@ -45,8 +45,6 @@ WRITER_FAILED = "WRITER_FAILED"
 # error code up to MAX_CODE_BYTES.
 MAX_ERROR_BYTES = 16 * 1024
 MAX_CODE_BYTES = 256
-# The key prefix of a prompt row remembered by its text (client_message_ids never start so).
-_TEXT = "\x00text:"
 # Rows copied per append when a rewind re-bases a timeline.
 REWIND_BATCH = 1_000
 # The error code of a turn a daemon restart cut short.
@@ -67,19 +65,13 @@ class ActorState(ABC):
     _session: ProviderSession | None
     _jobs: JobQueue
     _turns: TurnBook
-    _prompt_rows: dict[str, int]
+    _echoes: EchoBook
     # Follow-up prompts on their way to replace the running turn (actor_permissions.py).
-    _follow_ups: set[asyncio.Task[None]]
+    _follow_ups: Background
 
     @property
     @abstractmethod
     def agent(self) -> Agent: ...
-
-    @abstractmethod
-    def post(self, op: Callable[[], Awaitable[object]]) -> None: ...
-
-    @abstractmethod
-    async def call(self, op: Callable[[], Awaitable[T]]) -> T: ...
 
     @abstractmethod
     async def start_turn(
@@ -100,13 +92,7 @@ class ActorState(ABC):
     async def stop_turn(self, active: ActiveTurn) -> CancelOutcome: ...
 
     @abstractmethod
-    def _cancel_follow_ups(self) -> None: ...
-
-    @abstractmethod
     def _on_provider_event(self, event: ProviderEvent) -> None: ...
-
-    @abstractmethod
-    def _ensure_open(self) -> None: ...
 
     @abstractmethod
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter: ...
@@ -131,13 +117,4 @@ class ActorState(ABC):
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None: ...
 
     @abstractmethod
-    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None: ...
-
-    @abstractmethod
     async def _close_session(self, session: ProviderSession) -> None: ...
-
-    @abstractmethod
-    async def close(self) -> Agent: ...
-
-    @abstractmethod
-    async def stopped(self) -> None: ...

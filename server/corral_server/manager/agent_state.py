@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
+from corral_server import errors
 from corral_server.domain import events as ev
-from corral_server.domain.agent import Agent, AgentError, AttentionReason, Errored
+from corral_server.domain.agent import Agent, AgentError, AttentionReason, Closed, Errored
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.writer import TimelineWriter
 
@@ -66,6 +67,11 @@ class AgentState:
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def ensure_open(self) -> None:
+        """A command on a closed agent is AGENT_CLOSED, and changes nothing."""
+        if isinstance(self.snapshot.lifecycle, Closed):
+            raise errors.AgentClosed(self.snapshot.id)
 
     def errored(self, error: AgentError) -> None:
         """The agent says what went wrong instead of looking busy (or idle) for ever."""
