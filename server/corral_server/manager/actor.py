@@ -54,10 +54,8 @@ from corral_server.manager.actor_ending import EndingPart
 from corral_server.manager.actor_history import HistoryPart
 from corral_server.manager.actor_permissions import PermissionsPart
 from corral_server.manager.actor_prompts import PromptsPart
-from corral_server.manager.actor_session import SessionPart
+from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.actor_state import (
-    MAX_CODE_BYTES,
-    MAX_ERROR_BYTES,
     WRITER_FAILED,
     ActorState,
     T,
@@ -67,7 +65,7 @@ from corral_server.manager.agent_state import AgentState
 from corral_server.manager.background import Background
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
-from corral_server.manager.oversize import cut_text
+from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES, cut_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turn_book import TurnBook
@@ -83,7 +81,6 @@ from corral_server.providers.base import (
     ProviderItem,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
-    ProviderSession,
     ProviderSessionDied,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
@@ -93,14 +90,13 @@ from corral_server.providers.base import (
 from corral_server.timeline.store import NewRow
 
 
-class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionPart, ActorState):
+class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
         self._writer = self._new_writer(agent.epoch, agent.next_seq)
         # The snapshot and the one way it changes (agent_state.py).
         self._state = AgentState(agent, deps, lambda: self._writer)
-        self._session: ProviderSession | None = None
         # The active turn, the handoff, the ended lifecycle, the finished turns.
         self._turns = TurnBook(agent.id, deps.finished)
         # Echo reconciliation: the running turn's prompt rows.
@@ -117,6 +113,16 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         )
         # Provider events wait here; one queued job drains them in order, in one batch.
         self._inbox = ProviderInbox(self, self._jobs.post)
+        # The provider session, opened, resumed, lost and closed (actor_session.py).
+        self._sessions = SessionKeeper(
+            deps,
+            self._state,
+            writer=lambda: self._writer,
+            jobs=self._jobs,
+            turns=self._turns,
+            on_event=self._on_provider_event,
+            finish=self._finish,
+        )
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -167,11 +173,11 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         """Ask the provider for a session, then go idle. Events the session reports queue
         behind this step, so none reaches a half-built agent."""
         deps = self._deps
-        session = await self._create_session(model, mode, "")
+        session = await self._sessions.create(model, mode, "")
         if deps.is_shutting_down():
-            await self._close_session(session)  # leave no orphan session behind
+            await self._sessions.close(session)  # leave no orphan session behind
             raise errors.ShuttingDown()
-        self._session = session
+        self._sessions.current = session
         info = deps.provider.info()
         self._state.set(
             replace(
@@ -338,7 +344,9 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
         pending = self._state.snapshot.pending_permissions
-        self._state.set(self._with_session_id(replace(end.snapshot, pending_permissions=pending)))
+        self._state.set(
+            self._sessions.with_session_id(replace(end.snapshot, pending_permissions=pending))
+        )
         if end.attention is not None:
             self._writer.publish((publisher.prepare(self._state.attention(end.attention)),))
         if not active.settled.done():

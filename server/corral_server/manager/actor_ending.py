@@ -20,7 +20,6 @@ from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.turns import ActiveTurn, CancelOutcome
 from corral_server.providers.base import (
     InterruptResult,
-    ProviderSession,
 )
 
 
@@ -30,7 +29,7 @@ class EndingPart(ActorState):
         to answer must not stall the writer), under the interrupt deadline, and fenced twice:
         here, and by the provider, which ignores an interrupt for a turn it is not running.
         A deadline or an error counts as "not confirmed" (REFUSED)."""
-        active, session = self._turns.active, self._session
+        active, session = self._turns.active, self._sessions.current
         if active is None or active.turn_id != turn_id or session is None:
             return InterruptResult.NOT_RUNNING
         try:
@@ -82,9 +81,9 @@ class EndingPart(ActorState):
                 active, ev.TurnCanceled(self.agent.id, active.turn_id, "agent closed")
             )
         await self._writer.flush()
-        if self._session is not None:
+        if self._sessions.current is not None:
             try:
-                await self._close_session(self._session)
+                await self._sessions.close(self._sessions.current)
             except Exception as exc:
                 failure = exc
         closed = Closed(self._deps.clock.now_ms())
@@ -98,10 +97,6 @@ class EndingPart(ActorState):
             ) from failure
         return self.agent
 
-    async def _close_session(self, session: ProviderSession) -> None:
-        deps = self._deps
-        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
-
     def _stop(self) -> None:
         self._jobs.stop()
         self._writer.cancel_timer()
@@ -112,7 +107,7 @@ class EndingPart(ActorState):
         before runs first (a queued prompt is refused: the manager refuses new work before
         it shuts actors down), then the session closes under its deadline and the actor
         stops. The state stays as it is."""
-        if not self._jobs.running and self._session is None:
+        if not self._jobs.running and self._sessions.current is None:
             self._stop()  # never ran a job: no session to close, no task to stop
         else:
             self._jobs.post(self._shutdown_step)
@@ -122,8 +117,8 @@ class EndingPart(ActorState):
         if self._jobs.stopped:
             return
         try:
-            if self._session is not None:
-                await self._close_session(self._session)
+            if self._sessions.current is not None:
+                await self._sessions.close(self._sessions.current)
         except Exception:
             log.warning(
                 "agent %s: session close failed during shutdown", self.agent.id, exc_info=True

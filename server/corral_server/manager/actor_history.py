@@ -97,10 +97,10 @@ class HistoryPart(ActorState):
         if self._turns.active is not None:
             raise errors.AgentBusy(self.agent.id, self._turns.active.turn_id)
         await self._writer.flush()
-        old, self._session = self._session, None
+        old, self._sessions.current = self._sessions.current, None
         if old is not None:
             try:
-                await self._close_session(old)
+                await self._sessions.close(old)
             except Exception:
                 log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
         agent = self._state.snapshot

@@ -70,7 +70,7 @@ class PermissionsPart(ActorState):
         log.warning("agent %s: turn %s failed: %s", self._agent_id, active.turn_id, message)
         error = AgentError(message, permissions.TOO_MANY_PERMISSIONS)
         await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
-        session = self._session
+        session = self._sessions.current
         if session is not None:
             self._follow_ups.spawn(  # canceled if the actor stops first
                 self._stop_failed_turn(session, active.turn_id),
@@ -115,7 +115,7 @@ class PermissionsPart(ActorState):
         self._state.ensure_open()
         permission = permissions.find(self._state.snapshot, request_id)
         permissions.check_answer(permission, response)
-        session, deps = self._session, self._deps
+        session, deps = self._sessions.current, self._deps
         if session is None:
             raise errors.FailedPrecondition(f"agent {self.agent.id!r} has no provider session")
         answer = session.respond_permission(permission.turn_id, request_id, response)

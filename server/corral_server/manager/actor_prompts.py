@@ -68,7 +68,7 @@ class PromptsPart(ActorState):
                     return await self._steer_or_queue(prompt, client_message_id, queued_by)
                 case _:
                     assert_never(if_running)
-        await self._check_session()
+        await self._sessions.ensure()
         turn_id = await self._start(prompt, client_message_id, self._state.snapshot.queued_prompts)
         disposition = Disposition.REPLACED if replacing else Disposition.STARTED
         return StartedTurn(disposition, turn_id, client_message_id)
@@ -79,7 +79,7 @@ class PromptsPart(ActorState):
         """Start a turn now: the provider names it, then TurnStarted, Running (with the queue
         left behind), the prompt's row. Ends a handoff either way."""
         deps = self._deps
-        session = self._session
+        session = self._sessions.current
         assert session is not None
         handoff, self._turns.handoff = self._turns.handoff, False
         try:
@@ -159,7 +159,7 @@ class PromptsPart(ActorState):
     ) -> StartedTurn:
         """STEER: into the running turn when the provider takes it (the prompt's row joins
         that turn), else the prompt is queued and the answer says QUEUED."""
-        active, session, deps = self._turns.active, self._session, self._deps
+        active, session, deps = self._turns.active, self._sessions.current, self._deps
         if active is not None and session is not None and deps.provider.info().can_steer:
             deps.provider.validate_prompt(prompt)
             try:
@@ -219,7 +219,7 @@ class PromptsPart(ActorState):
             self._turns.handoff = False
             self._after_turn()
             return
-        if self._session is None and not await self._opened_for_queue():
+        if self._sessions.current is None and not await self._opened_for_queue():
             return
         first = queued[0]
         await self._start(first.content, first.client_message_id, queued[1:])
@@ -229,7 +229,7 @@ class PromptsPart(ActorState):
         its queue, as a prompt would. One that cannot is errored with the queue kept: never
         retried in a loop (a job that posts itself again never lets the event loop run)."""
         try:
-            await self._check_session()
+            await self._sessions.ensure()
         except Exception as exc:
             self._turns.handoff = False
             why = exc.message if isinstance(exc, errors.CorralError) else str(exc)

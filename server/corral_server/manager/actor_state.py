@@ -19,6 +19,7 @@ from corral_server.domain.content import Prompt
 from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
 from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.agent_state import AgentState
 from corral_server.manager.background import Background
 from corral_server.manager.echo_book import EchoBook
@@ -32,7 +33,6 @@ from corral_server.manager.turns import (
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     ProviderEvent,
-    ProviderSession,
 )
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,6 @@ T = TypeVar("T")
 
 # The error code of a turn that corral itself could not record (a failed writer step).
 WRITER_FAILED = "WRITER_FAILED"
-# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
-# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
-# error code up to MAX_CODE_BYTES.
-MAX_ERROR_BYTES = 16 * 1024
-MAX_CODE_BYTES = 256
 # Rows copied per append when a rewind re-bases a timeline.
 REWIND_BATCH = 1_000
 # The error code of a turn a daemon restart cut short.
@@ -62,7 +57,7 @@ class ActorState(ABC):
     _state: AgentState
     _deps: ActorDeps
     _writer: TimelineWriter
-    _session: ProviderSession | None
+    _sessions: SessionKeeper
     _jobs: JobQueue
     _turns: TurnBook
     _echoes: EchoBook
@@ -111,10 +106,4 @@ class ActorState(ABC):
     ) -> str: ...
 
     @abstractmethod
-    async def _check_session(self) -> None: ...
-
-    @abstractmethod
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None: ...
-
-    @abstractmethod
-    async def _close_session(self, session: ProviderSession) -> None: ...

@@ -41,6 +41,12 @@ _FIELD = 6
 # Room kept for a marker: "… [cut by corral: 99999999999 bytes of JSON]" is 45 bytes.
 _MARKER_ROOM = 64
 
+# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
+# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
+# error code up to MAX_CODE_BYTES.
+MAX_ERROR_BYTES = 16 * 1024
+MAX_CODE_BYTES = 256
+
 
 def text_pieces(text: str, max_bytes: int) -> list[str]:
     """`text` cut into consecutive pieces of at most `max_bytes` UTF-8 bytes each, each as

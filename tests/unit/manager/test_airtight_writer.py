@@ -23,8 +23,8 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
-from corral_server.manager.actor_state import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
 from corral_server.providers.base import (
