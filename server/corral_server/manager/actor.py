@@ -43,6 +43,7 @@ from corral_server.domain.agent import (
     Closed,
     Errored,
     Idle,
+    PermissionResponse,
     QueuedBy,
 )
 from corral_server.domain.content import Prompt
@@ -52,7 +53,7 @@ from corral_server.manager import permissions
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import EndingPart
 from corral_server.manager.actor_history import HistoryPart
-from corral_server.manager.actor_permissions import PermissionsPart
+from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_prompts import PromptsPart
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.actor_state import (
@@ -62,7 +63,6 @@ from corral_server.manager.actor_state import (
     log,
 )
 from corral_server.manager.agent_state import AgentState
-from corral_server.manager.background import Background
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES, cut_text
@@ -90,7 +90,7 @@ from corral_server.providers.base import (
 from corral_server.timeline.store import NewRow
 
 
-class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorState):
+class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
@@ -101,8 +101,6 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         self._turns = TurnBook(agent.id, deps.finished)
         # Echo reconciliation: the running turn's prompt rows.
         self._echoes = EchoBook()
-        # Follow-ups and interrupts on their way, off the queue (actor_permissions.py).
-        self._follow_ups = Background()
         # The serial queue every change goes through (jobs.py). Its task starts with a job
         # and ends when the queue runs empty: an idle agent costs no task (start-up time with
         # many agents, memory per idle agent). Stopped once closed or shut down.
@@ -121,6 +119,17 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             jobs=self._jobs,
             turns=self._turns,
             on_event=self._on_provider_event,
+            finish=self._finish,
+        )
+        # Pending permissions, answers and follow-ups (actor_permissions.py).
+        self._permissions = PermissionDesk(
+            deps,
+            self._state,
+            writer=lambda: self._writer,
+            jobs=self._jobs,
+            turns=self._turns,
+            sessions=self._sessions,
+            control=self,
             finish=self._finish,
         )
 
@@ -240,6 +249,10 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             self._state.set(replace(self._state.snapshot, attention=Attention()))
         return self.agent
 
+    async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
+        """RespondToPermission (actor_permissions.py), on the queue."""
+        return await self._permissions.respond(request_id, response)
+
     async def add_notice(
         self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
     ) -> None:
@@ -291,13 +304,15 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
                 active = self._turns.active
                 if active is not None and self._turns.accepts(turn_id):
-                    await self._request_permission(permissions.admitted(permission, active.turn_id))
+                    await self._permissions.request(
+                        permissions.admitted(permission, active.turn_id)
+                    )
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
                 # pending and is dropped (seed 000, section 10: the receipt comes first).
                 pending = self._state.snapshot.pending_permissions
                 if any(p.id == request_id for p in pending):
-                    self._resolve_permissions({request_id}, behavior)
+                    self._permissions.resolve({request_id}, behavior)
             case ProviderSessionDied():
                 pass  # each session's own sink posts its death (actor_session.py)
             case _:
@@ -336,7 +351,7 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, ActorSta
         asked = {
             p.id for p in self._state.snapshot.pending_permissions if p.turn_id == active.turn_id
         }
-        self._resolve_permissions(asked, None)
+        self._permissions.resolve(asked, None)
         self._turns.finish(active)
         self._turns.ended = end.ended
         if self._deps.counts is not None:

@@ -100,7 +100,7 @@ class EndingPart(ActorState):
     def _stop(self) -> None:
         self._jobs.stop()
         self._writer.cancel_timer()
-        self._follow_ups.cancel()
+        self._permissions.follow_ups.cancel()
 
     async def shutdown(self) -> None:
         """Daemon shutdown, through the queue like every other change: what was queued
@@ -148,7 +148,7 @@ class EndingPart(ActorState):
     def kill(self) -> None:
         """Stop at once, whatever is running (shutdown's deadline passed)."""
         self._jobs.kill()
-        self._follow_ups.cancel()
+        self._permissions.follow_ups.cancel()
 
     async def stopped(self) -> None:
         """Until the actor's task has ended (at once when it never started)."""

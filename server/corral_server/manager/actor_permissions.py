@@ -1,5 +1,5 @@
-"""The actor's part for pending permissions (seed 000, section 10): requests, answers, and
-the follow-up prompt a provider may ask for with an answer. On the queue, except the
+"""The part of an agent's actor for pending permissions (seed 000, section 10): requests,
+answers, and the follow-up prompt a provider may ask for with an answer. On the queue, except the
 follow-up's replace, which waits for a cancel (off the queue, like SendPrompt's REPLACE), and
 the interrupt of a turn failed for asking too much (off the queue, like every interrupt).
 
@@ -8,8 +8,11 @@ and the rest of the batch must still be handled."""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Protocol
 
 from corral_server import errors
 from corral_server.domain import events as ev
@@ -24,20 +27,69 @@ from corral_server.domain.agent import (
     QueuedBy,
 )
 from corral_server.domain.content import Prompt
+from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
-from corral_server.manager.actor_state import (
-    ActorState,
-    log,
-)
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.agent_state import AgentState
+from corral_server.manager.background import Background
 from corral_server.manager.deadlines import deadline
-from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning
+from corral_server.manager.turn_book import TurnBook
+from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning, StartedTurn
+from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import InterruptResult, ProviderSession
+
+log = logging.getLogger(__name__)
 
 FOLLOW_UP = QueuedBy.FOLLOW_UP
 
 
-class PermissionsPart(ActorState):
-    async def _request_permission(self, permission: PendingPermission) -> None:
+class TurnControl(Protocol):
+    """What a follow-up asks of the actor: the steps SendPrompt's REPLACE takes."""
+
+    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome: ...
+
+    async def close_handoff(self) -> None: ...
+
+    async def start_turn(
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
+    ) -> StartedTurn: ...
+
+
+class PermissionDesk:
+    def __init__(
+        self,
+        deps: ActorDeps,
+        state: AgentState,
+        *,
+        writer: Callable[[], TimelineWriter],
+        jobs: JobQueue,
+        turns: TurnBook,
+        sessions: SessionKeeper,
+        control: TurnControl,
+        finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
+    ) -> None:
+        self._deps = deps
+        self._state = state
+        self._writer_of = writer  # the actor's current timeline writer
+        self._jobs = jobs
+        self._turns = turns
+        self._sessions = sessions
+        self._control = control
+        self._finish = finish
+        # Follow-ups and interrupts on their way, off the queue: canceled at the actor's stop.
+        self.follow_ups = Background()
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._writer_of()
+
+    @property
+    def _agent_id(self) -> str:
+        return self._state.snapshot.id
+
+    async def request(self, permission: PendingPermission) -> None:
+        """A provider's request: pending, published, attention raised for the first one."""
         try:
             agent = permissions.with_request(self._state.snapshot, permission)
         except errors.ResourceExhausted as exc:
@@ -72,7 +124,7 @@ class PermissionsPart(ActorState):
         await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
         session = self._sessions.current
         if session is not None:
-            self._follow_ups.spawn(  # canceled if the actor stops first
+            self.follow_ups.spawn(  # canceled if the actor stops first
                 self._stop_failed_turn(session, active.turn_id),
                 f"stop-failed-turn:{self._agent_id}",
             )
@@ -92,22 +144,20 @@ class PermissionsPart(ActorState):
                 turn_id,
             )
 
-    def _resolve_permissions(
-        self, request_ids: set[str], behavior: PermissionBehavior | None
-    ) -> None:
+    def resolve(self, request_ids: set[str], behavior: PermissionBehavior | None) -> None:
         """Take requests out of the pending list and say how each ended."""
         ended = [p for p in self._state.snapshot.pending_permissions if p.id in request_ids]
         if not ended:
             return
         publisher = self._deps.publisher
         resolved = [
-            publisher.prepare(ev.PermissionResolved(self.agent.id, p.turn_id, p.id, behavior))
+            publisher.prepare(ev.PermissionResolved(self._agent_id, p.turn_id, p.id, behavior))
             for p in ended
         ]
         self._state.set(permissions.without(self._state.snapshot, request_ids))
         self._writer.publish(resolved)
 
-    async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
+    async def respond(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission: the answer goes to the provider (under a deadline), then the
         request leaves the pending list and PermissionResolved is published. A resolution the
         provider reports meanwhile queues behind this step, so no client sees it before the
@@ -117,15 +167,15 @@ class PermissionsPart(ActorState):
         permissions.check_answer(permission, response)
         session, deps = self._sessions.current, self._deps
         if session is None:
-            raise errors.FailedPrecondition(f"agent {self.agent.id!r} has no provider session")
+            raise errors.FailedPrecondition(f"agent {self._agent_id!r} has no provider session")
         answer = session.respond_permission(permission.turn_id, request_id, response)
         follow_up = await deadline(
             deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission"
         )
-        self._resolve_permissions({request_id}, response.behavior)
+        self.resolve({request_id}, response.behavior)
         if follow_up is not None:
             self._follow_up(follow_up)
-        return self.agent
+        return self._state.agent
 
     def _follow_up(self, prompt: Prompt) -> None:
         """The provider answered with a follow-up prompt (seed 000, section 10): it starts
@@ -134,8 +184,8 @@ class PermissionsPart(ActorState):
         idle moment); the cancel and the start follow off the queue."""
         active = self._turns.active
         if active is not None:
-            self.open_handoff()
-        self._follow_ups.spawn(self._replace_with(prompt, active), f"follow-up:{self._agent_id}")
+            self._turns.open_handoff()
+        self.follow_ups.spawn(self._replace_with(prompt, active), f"follow-up:{self._agent_id}")
 
     async def _replace_with(self, prompt: Prompt, active: ActiveTurn | None) -> None:
         """REPLACE with the follow-up. A provider that refuses to stop the running turn keeps
@@ -144,20 +194,27 @@ class PermissionsPart(ActorState):
         client_message_id = f"follow-up-{uuid.uuid4().hex}"
         agent_id = self._agent_id
         try:
-            if active is not None and await self.stop_turn(active) is CancelOutcome.REFUSED:
-                await self._jobs.call(self.close_handoff)
+            if (
+                active is not None
+                and await self._control.stop_turn(active) is CancelOutcome.REFUSED
+            ):
+                await self._jobs.call(self._control.close_handoff)
                 log.warning("agent %s: turn %s goes on; follow-up queued", agent_id, active.turn_id)
                 if_running = IfRunning.QUEUE
             else:
                 if_running = IfRunning.REPLACE
             try:
                 await self._jobs.call(
-                    lambda: self.start_turn(prompt, client_message_id, if_running, FOLLOW_UP)
+                    lambda: self._control.start_turn(
+                        prompt, client_message_id, if_running, FOLLOW_UP
+                    )
                 )
             except errors.AgentBusy:
                 # Another replacement took the slot meanwhile: the follow-up runs after it.
                 await self._jobs.call(
-                    lambda: self.start_turn(prompt, client_message_id, IfRunning.QUEUE, FOLLOW_UP)
+                    lambda: self._control.start_turn(
+                        prompt, client_message_id, IfRunning.QUEUE, FOLLOW_UP
+                    )
                 )
         except errors.CorralError as exc:
             log.warning("agent %s: the follow-up prompt did not start: %s", agent_id, exc.message)

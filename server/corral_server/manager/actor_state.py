@@ -19,9 +19,9 @@ from corral_server.domain.content import Prompt
 from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
 from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.agent_state import AgentState
-from corral_server.manager.background import Background
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
@@ -61,8 +61,7 @@ class ActorState(ABC):
     _jobs: JobQueue
     _turns: TurnBook
     _echoes: EchoBook
-    # Follow-up prompts on their way to replace the running turn (actor_permissions.py).
-    _follow_ups: Background
+    _permissions: PermissionDesk
 
     @property
     @abstractmethod
