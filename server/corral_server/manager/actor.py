@@ -36,10 +36,8 @@ from typing import assert_never
 from corral_server import errors
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
-    PARENT_AGENT_ID_LABEL,
     Agent,
     AgentError,
-    Attention,
     Closed,
     Errored,
     Idle,
@@ -231,23 +229,13 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
         return self._state.changed
 
     def update(self, change: AgentUpdate) -> Agent:
-        self._state.ensure_open()
-        agent = self._state.snapshot
-        self._state.set(
-            replace(
-                agent,
-                title=agent.title if change.title is None else change.title,
-                labels=agent.labels if change.labels is None else dict(change.labels),
-                mode=agent.mode if change.mode is None else change.mode,
-                model=agent.model if change.model is None else change.model,
-            )
-        )
-        return self.agent
+        return self._state.update(change)
 
     def clear_attention(self) -> Agent:
-        if self._state.snapshot.attention.required:
-            self._state.set(replace(self._state.snapshot, attention=Attention()))
-        return self.agent
+        return self._state.clear_attention()
+
+    def detach(self) -> Agent:
+        return self._state.detach()
 
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission (actor_permissions.py), on the queue."""
@@ -269,13 +257,6 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
     async def barrier(self) -> None:
         """Until every row handed to the store so far is stored and published."""
         await self._writer.barrier()
-
-    def detach(self) -> Agent:
-        labels = self._state.snapshot.labels
-        if PARENT_AGENT_ID_LABEL in labels:
-            kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
-            self._state.set(replace(self._state.snapshot, labels=kept))
-        return self.agent
 
     # --- provider events ---------------------------------------------------------------
 

@@ -15,8 +15,17 @@ from dataclasses import replace
 
 from corral_server import errors
 from corral_server.domain import events as ev
-from corral_server.domain.agent import Agent, AgentError, AttentionReason, Closed, Errored
+from corral_server.domain.agent import (
+    PARENT_AGENT_ID_LABEL,
+    Agent,
+    AgentError,
+    Attention,
+    AttentionReason,
+    Closed,
+    Errored,
+)
 from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
@@ -67,6 +76,34 @@ class AgentState:
         # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def update(self, change: AgentUpdate) -> Agent:
+        """UpdateAgent: the fields it names, the others kept."""
+        self.ensure_open()
+        agent = self.snapshot
+        self.set(
+            replace(
+                agent,
+                title=agent.title if change.title is None else change.title,
+                labels=agent.labels if change.labels is None else dict(change.labels),
+                mode=agent.mode if change.mode is None else change.mode,
+                model=agent.model if change.model is None else change.model,
+            )
+        )
+        return self.agent
+
+    def clear_attention(self) -> Agent:
+        if self.snapshot.attention.required:
+            self.set(replace(self.snapshot, attention=Attention()))
+        return self.agent
+
+    def detach(self) -> Agent:
+        """No longer a child: the parent label goes."""
+        labels = self.snapshot.labels
+        if PARENT_AGENT_ID_LABEL in labels:
+            kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
+            self.set(replace(self.snapshot, labels=kept))
+        return self.agent
 
     def ensure_open(self) -> None:
         """A command on a closed agent is AGENT_CLOSED, and changes nothing."""
