@@ -29,7 +29,7 @@ and losing the provider session).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import assert_never
 
@@ -40,7 +40,6 @@ from corral_server.domain.agent import (
     AgentError,
     Closed,
     Errored,
-    Idle,
     PermissionResponse,
     QueuedBy,
 )
@@ -50,7 +49,7 @@ from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import EndingPart
-from corral_server.manager.actor_history import HistoryPart
+from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_prompts import PromptsPart
 from corral_server.manager.actor_session import SessionKeeper
@@ -63,7 +62,7 @@ from corral_server.manager.actor_state import (
 from corral_server.manager.agent_state import AgentState
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
-from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES, cut_text
+from corral_server.manager.oversize import MAX_CODE_BYTES, bounded_text
 from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turn_book import TurnBook
@@ -88,7 +87,7 @@ from corral_server.providers.base import (
 from corral_server.timeline.store import NewRow
 
 
-class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
+class AgentActor(PromptsPart, EndingPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
@@ -130,6 +129,18 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
             control=self,
             finish=self._finish,
         )
+        # History replay, imports, echoes, rewind, reload, restart (actor_history.py).
+        self._history = HistoryKeeper(
+            deps,
+            self._state,
+            writer=lambda: self._writer,
+            new_writer=self._install_writer,
+            turns=self._turns,
+            sessions=self._sessions,
+            echoes=self._echoes,
+            register=self.register,
+            finish=self._finish,
+        )
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -142,6 +153,11 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
             clock=deps.clock,
             on_window=lambda: self._jobs.post(self._writer.flush),
         )
+
+    def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
+        """A re-based timeline (rewind, rehydrating reload) gets a writer of its own."""
+        self._writer = self._new_writer(epoch, next_seq)
+        return self._writer
 
     # --- the serial queue ---------------------------------------------------------------
 
@@ -177,25 +193,8 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
     # --- registration (seed 000, section 4.1) -------------------------------------------
 
     async def register(self, model: str, mode: str) -> Agent:
-        """Ask the provider for a session, then go idle. Events the session reports queue
-        behind this step, so none reaches a half-built agent."""
-        deps = self._deps
-        session = await self._sessions.create(model, mode, "")
-        if deps.is_shutting_down():
-            await self._sessions.close(session)  # leave no orphan session behind
-            raise errors.ShuttingDown()
-        self._sessions.current = session
-        info = deps.provider.info()
-        self._state.set(
-            replace(
-                self._state.snapshot,
-                lifecycle=Idle(),
-                provider_session_id=session.session_id,
-                model=model or (info.models[0].id if info.models else ""),
-                mode=mode or (info.modes[0].id if info.modes else ""),
-            )
-        )
-        return self.agent
+        """Open the agent's first provider session, then go idle (actor_session.py)."""
+        return await self._sessions.register(model, mode)
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
         if not self._jobs.stopped:
@@ -211,7 +210,7 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
         return not self._jobs.stopped and not isinstance(self._state.snapshot.lifecycle, Closed)
 
     def history_row(self, event: ProviderItem) -> NewRow:
-        return self._history_row(event)
+        return self._history.history_row(event)
 
     def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
         if not self._jobs.stopped and self._turns.accepts(event.turn_id):
@@ -240,6 +239,18 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission (actor_permissions.py), on the queue."""
         return await self._permissions.respond(request_id, response)
+
+    async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
+        return await self._history.prime(items, provider_session_id)
+
+    async def end_interrupted_turn(self) -> None:
+        await self._history.end_interrupted_turn()
+
+    async def reload(self, rehydrate: bool) -> Agent:
+        return await self._history.reload(rehydrate)
+
+    async def rewind(self, message_id: str) -> Agent:
+        return await self._history.rewind(message_id)
 
     async def add_notice(
         self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
@@ -272,15 +283,17 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
                     self._writer.publish((self._begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
-                if self._turns.accepts(event.turn_id) and not await self._reconciled(event):
+                if self._turns.accepts(event.turn_id) and not await self._history.reconciled(event):
                     await self._writer.append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
-                error = AgentError(_bounded(error.message), _bounded(error.code, MAX_CODE_BYTES))
+                error = AgentError(
+                    bounded_text(error.message), bounded_text(error.code, MAX_CODE_BYTES)
+                )
                 await self._terminal(turn_id, ev.TurnFailed(self.agent.id, turn_id, error))
             case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
-                reason = _bounded(reason)
+                reason = bounded_text(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
                 active = self._turns.active
@@ -384,8 +397,3 @@ class AgentActor(PromptsPart, HistoryPart, EndingPart, ActorState):
                 )
         except Exception:
             log.exception("agent %s: could not record a writer failure", self._agent_id)
-
-
-def _bounded(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
-    """Provider text for an error or a reason: encodable, and cut (with a marker) to size."""
-    return cut_text(sanitize_text(text), max_bytes)

@@ -1,12 +1,12 @@
-"""The actor's part for what came before: history replay (seed 000, 6.3), an import's
-history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and ending a
-turn a restart interrupted.
-On the queue only."""
+"""The part of an agent's actor for what came before: history replay (seed 000, 6.3), an
+import's history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and
+ending a turn a restart interrupted. On the queue only."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from corral_server import errors
@@ -20,24 +20,60 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.timeline import Cursor, Direction, TimelineRow, UserMessage
-from corral_server.manager.actor_state import (
-    DAEMON_RESTARTED,
-    REWIND_BATCH,
-    ActorState,
-    log,
-)
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.agent_state import AgentState
+from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.sanitize import sanitize_text
-from corral_server.manager.turns import (
-    AutonomousRun,
-)
+from corral_server.manager.turn_book import TurnBook
+from corral_server.manager.turns import ActiveTurn, AutonomousRun
+from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     ProviderItem,
 )
 from corral_server.timeline.store import NewRow
 
+log = logging.getLogger(__name__)
 
-class HistoryPart(ActorState):
-    def _history_row(self, event: ProviderItem) -> NewRow:
+# Rows copied per append when a rewind re-bases a timeline (and per batch of an import).
+REWIND_BATCH = 1_000
+# The error code of a turn a daemon restart cut short.
+DAEMON_RESTARTED = "DAEMON_RESTARTED"
+
+
+class HistoryKeeper:
+    def __init__(
+        self,
+        deps: ActorDeps,
+        state: AgentState,
+        *,
+        writer: Callable[[], TimelineWriter],
+        new_writer: Callable[[str, int], TimelineWriter],
+        turns: TurnBook,
+        sessions: SessionKeeper,
+        echoes: EchoBook,
+        register: Callable[[str, str], Awaitable[Agent]],
+        finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
+    ) -> None:
+        self._deps = deps
+        self._state = state
+        self._writer_of = writer  # the actor's current timeline writer
+        self._new_writer = new_writer  # installs a writer for a re-based timeline
+        self._turns = turns
+        self._sessions = sessions
+        self._echoes = echoes
+        self._register = register
+        self._finish = finish
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._writer_of()
+
+    @property
+    def _agent_id(self) -> str:
+        return self._state.snapshot.id
+
+    def history_row(self, event: ProviderItem) -> NewRow:
         """The history gate (seed 000, 6.3): an item the provider replays from its history
         (`from_history`) becomes a row as it is, with no turn id, whatever turn runs or
         ended: it is not judged by the turn gates, not coalesced, never reconciled as an
@@ -51,10 +87,10 @@ class HistoryPart(ActorState):
 
     async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
         """ImportAgent: a new agent's timeline primed with a provider session's conversation,
-        each item through the history gate (`_history_row`), in bounded batches; then the
+        each item through the history gate (`history_row`), in bounded batches; then the
         agent is idle with that provider session, which its first turn resumes (no session
-        opens here: SessionPart opens it lazily, resuming by id)."""
-        rows = [self._history_row(item) for item in items]
+        opens here: the SessionKeeper opens it lazily, resuming by id)."""
+        rows = [self.history_row(item) for item in items]
         for start in range(0, len(rows), REWIND_BATCH):
             await self._writer.append(rows[start : start + REWIND_BATCH])
         info = self._deps.provider.info()
@@ -67,7 +103,7 @@ class HistoryPart(ActorState):
                 mode=info.modes[0].id if info.modes else "",
             )
         )
-        return self.agent
+        return self._state.agent
 
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
@@ -95,24 +131,24 @@ class HistoryPart(ActorState):
         if self._deps.is_shutting_down():
             raise errors.ShuttingDown()
         if self._turns.active is not None:
-            raise errors.AgentBusy(self.agent.id, self._turns.active.turn_id)
+            raise errors.AgentBusy(self._agent_id, self._turns.active.turn_id)
         await self._writer.flush()
         old, self._sessions.current = self._sessions.current, None
         if old is not None:
             try:
                 await self._sessions.close(old)
             except Exception:
-                log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
+                log.warning("agent %s: old session close failed", self._agent_id, exc_info=True)
         agent = self._state.snapshot
         if rehydrate:
             head = await self._deps.timeline.rebase(agent.id)
-            self._writer = self._new_writer(head.epoch, head.next_seq)
+            self._new_writer(head.epoch, head.next_seq)
             reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
             self._writer.publish((self._deps.publisher.prepare(reset),))
             agent = replace(agent, epoch=head.epoch)
         self._state.set(replace(agent, lifecycle=Initializing()))
         try:
-            return await self.register(agent.model, agent.mode)
+            return await self._register(agent.model, agent.mode)
         except errors.CorralError as exc:
             error = AgentError(f"reload failed: {exc.message}", exc.reason)
             self._state.set(
@@ -127,13 +163,13 @@ class HistoryPart(ActorState):
         message the provider never confirmed is FAILED_PRECONDITION."""
         self._state.ensure_open()
         if self._turns.busy:
-            raise errors.AgentBusy(self.agent.id, self._turns.busy_turn_id)
+            raise errors.AgentBusy(self._agent_id, self._turns.busy_turn_id)
         await self._writer.flush()
         await self._writer.barrier()
         agent_id = self._agent_id
         kept = await self._rows_before(message_id)
         head = await self._deps.timeline.rebase(agent_id)
-        self._writer = self._new_writer(head.epoch, head.next_seq)
+        self._new_writer(head.epoch, head.next_seq)
         reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
         self._writer.publish((self._deps.publisher.prepare(reset),))
         self._state.set(replace(self._state.snapshot, epoch=head.epoch))
@@ -141,7 +177,7 @@ class HistoryPart(ActorState):
         for start in range(0, len(rows), REWIND_BATCH):
             await self._writer.append(rows[start : start + REWIND_BATCH])
         self._echoes.clear()
-        return self.agent
+        return self._state.agent
 
     async def _rows_before(self, message_id: str) -> list[TimelineRow]:
         """The retained rows before the row the provider confirmed as `message_id`."""
@@ -160,7 +196,7 @@ class HistoryPart(ActorState):
             cursor = Cursor(epoch, page.rows[-1].seq)
         raise errors.MessageNotConfirmed(self._agent_id, message_id)
 
-    async def _reconciled(self, event: ProviderItem) -> bool:
+    async def reconciled(self, event: ProviderItem) -> bool:
         """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
         the echo of a prompt corral stored (same client_message_id, or the same text in the
         running turn) is not stored twice; the provider's message id is written into the

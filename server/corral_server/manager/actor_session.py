@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from corral_server import errors
 from corral_server.domain import events as ev
-from corral_server.domain.agent import Agent, AgentError, Errored, Initializing
+from corral_server.domain.agent import Agent, AgentError, Errored, Idle, Initializing
 from corral_server.domain.timeline import ErrorItem
 from corral_server.jobs import JobQueue
 from corral_server.manager.actor_deps import ActorDeps
@@ -84,6 +84,27 @@ class SessionKeeper:
         self._finish = finish  # ends a turn the provider did not end
         # The open session (None: none yet, closed, dead, or being replaced by a reload).
         self.current: ProviderSession | None = None
+
+    async def register(self, model: str, mode: str) -> Agent:
+        """Registration: ask the provider for a session, then go idle. Events the session
+        reports queue behind this step, so none reaches a half-built agent."""
+        deps = self._deps
+        session = await self.create(model, mode, "")
+        if deps.is_shutting_down():
+            await self.close(session)  # leave no orphan session behind
+            raise errors.ShuttingDown()
+        self.current = session
+        info = deps.provider.info()
+        self._state.set(
+            replace(
+                self._state.snapshot,
+                lifecycle=Idle(),
+                provider_session_id=session.session_id,
+                model=model or (info.models[0].id if info.models else ""),
+                mode=mode or (info.modes[0].id if info.modes else ""),
+            )
+        )
+        return self._state.agent
 
     async def ensure(self) -> None:
         """A turn needs a session: an agent restored after a restart, whose session died, or

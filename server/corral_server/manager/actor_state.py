@@ -19,6 +19,7 @@ from corral_server.domain.content import Prompt
 from corral_server.hub import Prepared
 from corral_server.jobs import JobQueue
 from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.agent_state import AgentState
@@ -40,10 +41,6 @@ T = TypeVar("T")
 
 # The error code of a turn that corral itself could not record (a failed writer step).
 WRITER_FAILED = "WRITER_FAILED"
-# Rows copied per append when a rewind re-bases a timeline.
-REWIND_BATCH = 1_000
-# The error code of a turn a daemon restart cut short.
-DAEMON_RESTARTED = "DAEMON_RESTARTED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
 MAX_QUEUED_PROMPTS = 32
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
@@ -62,6 +59,7 @@ class ActorState(ABC):
     _turns: TurnBook
     _echoes: EchoBook
     _permissions: PermissionDesk
+    _history: HistoryKeeper
 
     @property
     @abstractmethod
@@ -87,9 +85,6 @@ class ActorState(ABC):
 
     @abstractmethod
     def _on_provider_event(self, event: ProviderEvent) -> None: ...
-
-    @abstractmethod
-    def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter: ...
 
     @abstractmethod
     async def register(self, model: str, mode: str) -> Agent: ...

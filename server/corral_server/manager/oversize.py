@@ -34,6 +34,7 @@ from corral_server.domain.timeline import (
     Todo,
     TodoEntry,
 )
+from corral_server.manager.sanitize import sanitize_text
 from corral_server.timeline.size import item_bytes, json_bytes, text_bytes
 
 # A string field costs its bytes plus at most this much (tag and length), see size.py.
@@ -151,3 +152,8 @@ def _fit_todo(todo: Todo, max_bytes: int) -> Todo:
         budget -= cost
         kept.append(entry if text is entry.text else TodoEntry(text, entry.completed))
     return Todo(tuple(kept))
+
+
+def bounded_text(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
+    """Provider text for an error or a reason: encodable, and cut (with a marker) to size."""
+    return cut_text(sanitize_text(text), max_bytes)
