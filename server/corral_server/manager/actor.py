@@ -39,7 +39,6 @@ from corral_server.domain.agent import (
     Agent,
     AgentError,
     Closed,
-    Errored,
     PermissionResponse,
     QueuedBy,
 )
@@ -48,13 +47,12 @@ from corral_server.domain.timeline import SubagentNotice
 from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.actor_ending import EndingPart
+from corral_server.manager.actor_ending import WRITER_FAILED, Ending
 from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_prompts import PromptsPart
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.actor_state import (
-    WRITER_FAILED,
     ActorState,
     T,
     log,
@@ -63,17 +61,18 @@ from corral_server.manager.agent_state import AgentState
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
 from corral_server.manager.oversize import MAX_CODE_BYTES, bounded_text
-from corral_server.manager.sanitize import sanitize_text
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turn_end import end_turn
 from corral_server.manager.turns import (
     ActiveTurn,
     AutonomousRun,
+    CancelOutcome,
     IfRunning,
 )
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
+    InterruptResult,
     ProviderEvent,
     ProviderItem,
     ProviderPermissionRequested,
@@ -87,7 +86,7 @@ from corral_server.providers.base import (
 from corral_server.timeline.store import NewRow
 
 
-class AgentActor(PromptsPart, EndingPart, ActorState):
+class AgentActor(PromptsPart, ActorState):
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
@@ -104,7 +103,7 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
         self._jobs = JobQueue(
             f"agent-actor:{agent.id}",
             refusal=lambda: errors.AgentClosed(self._agent_id),
-            on_error=self._job_failed,
+            on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
         )
         # Provider events wait here; one queued job drains them in order, in one batch.
         self._inbox = ProviderInbox(self, self._jobs.post)
@@ -129,6 +128,17 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
             control=self,
             finish=self._finish,
         )
+        # Interrupts, close, archive, shutdown, kill; failed jobs (actor_ending.py).
+        self._ending = Ending(
+            deps,
+            self._state,
+            writer=lambda: self._writer,
+            jobs=self._jobs,
+            turns=self._turns,
+            sessions=self._sessions,
+            permissions=self._permissions,
+            finish=self._finish,
+        )
         # History replay, imports, echoes, rewind, reload, restart (actor_history.py).
         self._history = HistoryKeeper(
             deps,
@@ -145,7 +155,7 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
         return TimelineWriter(
-            self.agent_id,
+            self._agent_id,
             epoch,
             next_seq,
             timeline=deps.timeline,
@@ -165,32 +175,14 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
         """Run `op` on the actor, after everything queued before it, and return its result."""
         return await self._jobs.call(op)
 
-    def post(self, op: Callable[[], Awaitable[object]]) -> None:
-        self._jobs.post(op)
-
-    async def _job_failed(self, exc: Exception, awaited: bool) -> None:
-        if isinstance(exc, errors.CorralError):
-            # A refusal (busy, closed, shutting down, a provider deadline): the step decided
-            # it before changing anything, or recorded the failure itself.
-            if not awaited:
-                log.warning("agent %s: %s", self._agent_id, exc.message)
-        else:
-            await self._writer_failed(exc)
-
     @property
     def agent(self) -> Agent:
         """The current snapshot, for readers."""
         return self._state.agent
 
     @property
-    def agent_id(self) -> str:
-        return self._agent_id
-
-    @property
     def active_turn(self) -> ActiveTurn | None:
         return self._turns.active
-
-    # --- registration (seed 000, section 4.1) -------------------------------------------
 
     async def register(self, model: str, mode: str) -> Agent:
         """Open the agent's first provider session, then go idle (actor_session.py)."""
@@ -251,6 +243,35 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
 
     async def rewind(self, message_id: str) -> Agent:
         return await self._history.rewind(message_id)
+
+    # --- stopping (actor_ending.py) --------------------------------------------------------
+
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        return await self._ending.interrupt(turn_id)
+
+    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome:
+        return await self._ending.stop_turn(active)
+
+    async def close(self) -> Agent:
+        return await self._ending.close()
+
+    async def archive(self) -> Agent:
+        return await self._ending.archive()
+
+    def archive_closed(self) -> Agent:
+        return self._ending.archive_closed()
+
+    async def shutdown(self) -> None:
+        await self._ending.shutdown()
+
+    def retire(self) -> None:
+        self._ending.retire()
+
+    def kill(self) -> None:
+        self._ending.kill()
+
+    async def stopped(self) -> None:
+        await self._ending.stopped()
 
     async def add_notice(
         self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
@@ -376,24 +397,3 @@ class AgentActor(PromptsPart, EndingPart, ActorState):
             error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
             return ev.TurnFailed(self.agent.id, active.turn_id, error)
         return terminal
-
-    async def _writer_failed(self, exc: Exception) -> None:
-        """A writer step failed unexpectedly: end the running turn as failed (with an error
-        row, when one can be stored) and leave the agent errored, never stuck in running."""
-        log.error("agent %s: a writer step failed", self._agent_id, exc_info=exc)
-        error = AgentError(
-            sanitize_text(
-                f"corral could not record the agent's output: {type(exc).__name__}: {exc}"
-            )[:500],
-            WRITER_FAILED,
-        )
-        try:
-            active = self._turns.active
-            if active is not None:
-                await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
-            elif not isinstance(self._state.snapshot.lifecycle, Closed):
-                self._state.set(
-                    replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
-                )
-        except Exception:
-            log.exception("agent %s: could not record a writer failure", self._agent_id)

@@ -1,29 +1,66 @@
-"""The actor's part that stops things: interrupts (off the queue, fenced by turn id),
-close, archive, daemon shutdown (through the queue), kill. See actor.py for the rules."""
+"""The part of an agent's actor that stops things: interrupts (off the queue, fenced by turn
+id), close, archive, daemon shutdown (through the queue), kill; and what a job that fails
+unexpectedly means (the running turn ends failed, the agent errored). See actor.py for the
+rules."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from corral_server import errors
 from corral_server.domain import events as ev
-from corral_server.domain.agent import (
-    Agent,
-    Closed,
-)
-from corral_server.manager.actor_state import (
-    ActorState,
-    log,
-)
+from corral_server.domain.agent import Agent, AgentError, Closed
+from corral_server.jobs import JobQueue
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_permissions import PermissionDesk
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.agent_state import AgentState
 from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.sanitize import sanitize_text
+from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import ActiveTurn, CancelOutcome
-from corral_server.providers.base import (
-    InterruptResult,
-)
+from corral_server.manager.writer import TimelineWriter
+from corral_server.providers.base import InterruptResult
+
+log = logging.getLogger(__name__)
+
+# The error code of a turn that corral itself could not record (a failed writer step).
+WRITER_FAILED = "WRITER_FAILED"
 
 
-class EndingPart(ActorState):
+class Ending:
+    def __init__(
+        self,
+        deps: ActorDeps,
+        state: AgentState,
+        *,
+        writer: Callable[[], TimelineWriter],
+        jobs: JobQueue,
+        turns: TurnBook,
+        sessions: SessionKeeper,
+        permissions: PermissionDesk,
+        finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
+    ) -> None:
+        self._deps = deps
+        self._state = state
+        self._writer_of = writer  # the actor's current timeline writer
+        self._jobs = jobs
+        self._turns = turns
+        self._sessions = sessions
+        self._permissions = permissions  # its follow-ups stop with the actor
+        self._finish = finish
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._writer_of()
+
+    @property
+    def agent(self) -> Agent:
+        return self._state.agent
+
     async def interrupt(self, turn_id: str) -> InterruptResult:
         """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
         to answer must not stall the writer), under the interrupt deadline, and fenced twice:
@@ -130,7 +167,8 @@ class EndingPart(ActorState):
         """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
         like CloseAgent (a running turn canceled, the session closed)."""
         if self._state.snapshot.archived_at_ms is None:
-            self._state.set(replace(self._state.snapshot, archived_at_ms=self._deps.clock.now_ms()))
+            now = self._deps.clock.now_ms()
+            self._state.set(replace(self._state.snapshot, archived_at_ms=now))
         return await self.close()
 
     def archive_closed(self) -> Agent:
@@ -138,7 +176,8 @@ class EndingPart(ActorState):
         write it; the mark is set here, on the loop, at once."""
         assert self._jobs.stopped, "an open agent is archived through its queue"
         if self._state.snapshot.archived_at_ms is None:
-            self._state.set(replace(self._state.snapshot, archived_at_ms=self._deps.clock.now_ms()))
+            now = self._deps.clock.now_ms()
+            self._state.set(replace(self._state.snapshot, archived_at_ms=now))
         return self.agent
 
     def retire(self) -> None:
@@ -153,3 +192,33 @@ class EndingPart(ActorState):
     async def stopped(self) -> None:
         """Until the actor's task has ended (at once when it never started)."""
         await self._jobs.stopped_running()
+
+    async def job_failed(self, exc: Exception, awaited: bool) -> None:
+        """What a job's exception means (the queue's `on_error`)."""
+        if isinstance(exc, errors.CorralError):
+            # A refusal (busy, closed, shutting down, a provider deadline): the step decided
+            # it before changing anything, or recorded the failure itself.
+            if not awaited:
+                log.warning("agent %s: %s", self._state.snapshot.id, exc.message)
+        else:
+            await self._writer_failed(exc)
+
+    async def _writer_failed(self, exc: Exception) -> None:
+        """A writer step failed unexpectedly: end the running turn as failed (with an error
+        row, when one can be stored) and leave the agent errored, never stuck in running."""
+        agent_id = self._state.snapshot.id
+        log.error("agent %s: a writer step failed", agent_id, exc_info=exc)
+        error = AgentError(
+            sanitize_text(
+                f"corral could not record the agent's output: {type(exc).__name__}: {exc}"
+            )[:500],
+            WRITER_FAILED,
+        )
+        try:
+            active = self._turns.active
+            if active is not None:
+                await self._finish(active, ev.TurnFailed(agent_id, active.turn_id, error))
+            elif not isinstance(self._state.snapshot.lifecycle, Closed):
+                self._state.errored(error)
+        except Exception:
+            log.exception("agent %s: could not record a writer failure", agent_id)

@@ -27,7 +27,6 @@ from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
     ActiveTurn,
-    CancelOutcome,
     IfRunning,
     StartedTurn,
 )
@@ -39,8 +38,6 @@ from corral_server.providers.base import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# The error code of a turn that corral itself could not record (a failed writer step).
-WRITER_FAILED = "WRITER_FAILED"
 # Prompts one agent may hold queued (each up to a prompt's size limit).
 MAX_QUEUED_PROMPTS = 32
 PROVIDER_TIMEOUT = errors.ProviderTimeout.reason
@@ -79,9 +76,6 @@ class ActorState(ABC):
 
     @abstractmethod
     async def close_handoff(self) -> None: ...
-
-    @abstractmethod
-    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome: ...
 
     @abstractmethod
     def _on_provider_event(self, event: ProviderEvent) -> None: ...
