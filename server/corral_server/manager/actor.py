@@ -15,78 +15,68 @@ meant for, so a late interrupt can never stop the next turn.
 
 Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
 
-Parts that own their state and are called: the queue (jobs.py), the provider-event inbox
-(inbox.py), the turn book (turn_book.py: active turn, handoff, finished turns, ownership),
-the snapshot and its one setter (agent_state.py), the end of a turn as a pure function
-(turn_end.py) and the timeline writer (writer.py). The commands are still spread over mixins
-on `actor_state.ActorState`: this module (registration, provider events, ending turns),
-actor_prompts.py (starting turns; QUEUE / STEER / REPLACE and what follows a turn),
-actor_permissions.py, actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart),
-actor_ending.py (interrupt, close, archive, shutdown) and actor_session.py (opening, resuming
-and losing the provider session).
+Built from parts that own their state and are called, never inherited: the queue
+(jobs.py), the provider-event inbox (inbox.py), the turn book (turn_book.py: active turn,
+handoff, finished turns, ownership), the snapshot and its one setter (agent_state.py), echo
+reconciliation's memory (echo_book.py), the provider session (actor_session.py), prompts and
+the queue of them (actor_prompts.py), permissions and follow-ups (actor_permissions.py), what
+came before (actor_history.py: history replay, imports, Rewind, ReloadAgent, restart),
+stopping (actor_ending.py), the end of a turn as a pure function (turn_end.py) and the
+timeline writer (writer.py). This module wires them, routes provider events, and ends turns
+with what turn_end.py decides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import assert_never
+from typing import TypeVar
 
 from corral_server import errors
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
     Agent,
     AgentError,
-    Closed,
     PermissionResponse,
     QueuedBy,
 )
 from corral_server.domain.content import Prompt
 from corral_server.domain.timeline import SubagentNotice
 from corral_server.jobs import JobQueue
-from corral_server.manager import permissions
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import WRITER_FAILED, Ending
 from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
-from corral_server.manager.actor_prompts import PromptsPart
+from corral_server.manager.actor_prompts import Prompts
 from corral_server.manager.actor_session import SessionKeeper
-from corral_server.manager.actor_state import (
-    ActorState,
-    T,
-    log,
-)
 from corral_server.manager.agent_state import AgentState
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.inbox import ProviderInbox
-from corral_server.manager.oversize import MAX_CODE_BYTES, bounded_text
+from corral_server.manager.provider_events import ProviderEvents
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turn_end import end_turn
 from corral_server.manager.turns import (
     ActiveTurn,
-    AutonomousRun,
     CancelOutcome,
     IfRunning,
+    StartedTurn,
 )
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     InterruptResult,
     ProviderEvent,
     ProviderItem,
-    ProviderPermissionRequested,
-    ProviderPermissionResolved,
-    ProviderSessionDied,
-    ProviderTurnCanceled,
-    ProviderTurnCompleted,
-    ProviderTurnFailed,
-    ProviderTurnStarted,
 )
 from corral_server.timeline.store import NewRow
 
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-class AgentActor(PromptsPart, ActorState):
+
+class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
@@ -106,7 +96,6 @@ class AgentActor(PromptsPart, ActorState):
             on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
         )
         # Provider events wait here; one queued job drains them in order, in one batch.
-        self._inbox = ProviderInbox(self, self._jobs.post)
         # The provider session, opened, resumed, lost and closed (actor_session.py).
         self._sessions = SessionKeeper(
             deps,
@@ -116,6 +105,16 @@ class AgentActor(PromptsPart, ActorState):
             turns=self._turns,
             on_event=self._on_provider_event,
             finish=self._finish,
+        )
+        # Starting turns, the prompt queue, steer, REPLACE's handoff (actor_prompts.py).
+        self._prompts = Prompts(
+            deps,
+            self._state,
+            writer=lambda: self._writer,
+            jobs=self._jobs,
+            turns=self._turns,
+            sessions=self._sessions,
+            echoes=self._echoes,
         )
         # Pending permissions, answers and follow-ups (actor_permissions.py).
         self._permissions = PermissionDesk(
@@ -151,6 +150,19 @@ class AgentActor(PromptsPart, ActorState):
             register=self.register,
             finish=self._finish,
         )
+        # What each provider event changes (provider_events.py); they wait in the inbox,
+        # and one queued job drains them in order, in one batch.
+        events = ProviderEvents(
+            self._state,
+            writer=lambda: self._writer,
+            jobs=self._jobs,
+            turns=self._turns,
+            prompts=self._prompts,
+            history=self._history,
+            permissions=self._permissions,
+            finish=self._finish,
+        )
+        self._inbox = ProviderInbox(events, self._jobs.post)
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -191,26 +203,6 @@ class AgentActor(PromptsPart, ActorState):
     def _on_provider_event(self, event: ProviderEvent) -> None:
         if not self._jobs.stopped:
             self._inbox.add(event)
-
-    # --- what the inbox asks (inbox.InboxHandler), on the queue ----------------------------
-
-    @property
-    def writer(self) -> TimelineWriter:
-        return self._writer
-
-    def takes_rows(self) -> bool:
-        return not self._jobs.stopped and not isinstance(self._state.snapshot.lifecycle, Closed)
-
-    def history_row(self, event: ProviderItem) -> NewRow:
-        return self._history.history_row(event)
-
-    def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        if not self._jobs.stopped and self._turns.accepts(event.turn_id):
-            return self._offer(event)
-        return ()
-
-    async def handle(self, event: ProviderEvent) -> None:
-        await self._handle_provider_event(event)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -273,80 +265,36 @@ class AgentActor(PromptsPart, ActorState):
     async def stopped(self) -> None:
         await self._ending.stopped()
 
+    # --- prompts (actor_prompts.py) --------------------------------------------------------
+
+    async def start_turn(
+        self,
+        prompt: Prompt,
+        client_message_id: str,
+        if_running: IfRunning,
+        queued_by: QueuedBy = QueuedBy.CLIENT,
+    ) -> StartedTurn:
+        return await self._prompts.start_turn(prompt, client_message_id, if_running, queued_by)
+
+    def remove_queued(self, client_message_id: str) -> Agent:
+        return self._prompts.remove_queued(client_message_id)
+
+    def open_handoff(self) -> str | None:
+        return self._turns.open_handoff()
+
+    async def close_handoff(self) -> None:
+        await self._prompts.close_handoff()
+
     async def add_notice(
         self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
     ) -> None:
-        """A sub-agent's result (subagents/announce.py): its notice row, then, when `wake`
-        is given, a turn carrying it (queued behind a running one). One step on the queue,
-        so the row and the wake are never split by another change of this agent."""
-        self._state.ensure_open()
-        await self._writer.flush()
-        turn_id = self._turns.active.turn_id if self._turns.active is not None else ""
-        await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
-        if wake is not None:
-            await self.start_turn(wake, client_message_id, IfRunning.QUEUE, QueuedBy.SUBAGENT)
+        await self._prompts.add_notice(notice, wake, client_message_id)
 
     async def barrier(self) -> None:
         """Until every row handed to the store so far is stored and published."""
         await self._writer.barrier()
 
-    # --- provider events ---------------------------------------------------------------
-
-    async def _handle_provider_event(self, event: ProviderEvent) -> None:
-        if self._jobs.stopped or isinstance(self.agent.lifecycle, Closed):
-            return
-        match event:
-            case ProviderTurnStarted(turn_id=turn_id):
-                if self._turns.active is None and not await self._turns.is_finished(turn_id):
-                    # A turn the provider started by itself: an autonomous run.
-                    settled = asyncio.get_running_loop().create_future()
-                    autonomous = AutonomousRun(turn_id, settled)
-                    self._writer.publish((self._begin(autonomous),))
-                # else: a duplicate of the turn_started we already published
-            case ProviderItem():
-                if self._turns.accepts(event.turn_id) and not await self._history.reconciled(event):
-                    await self._writer.append(self._offer(event))
-            case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
-                await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
-            case ProviderTurnFailed(turn_id=turn_id, error=error):
-                error = AgentError(
-                    bounded_text(error.message), bounded_text(error.code, MAX_CODE_BYTES)
-                )
-                await self._terminal(turn_id, ev.TurnFailed(self.agent.id, turn_id, error))
-            case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
-                reason = bounded_text(reason)
-                await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
-            case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
-                active = self._turns.active
-                if active is not None and self._turns.accepts(turn_id):
-                    await self._permissions.request(
-                        permissions.admitted(permission, active.turn_id)
-                    )
-            case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
-                # The provider settled it itself; an echo of corral's own answer finds nothing
-                # pending and is dropped (seed 000, section 10: the receipt comes first).
-                pending = self._state.snapshot.pending_permissions
-                if any(p.id == request_id for p in pending):
-                    self._permissions.resolve({request_id}, behavior)
-            case ProviderSessionDied():
-                pass  # each session's own sink posts its death (actor_session.py)
-            case _:
-                assert_never(event)
-
-    def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        """Admit a provider fragment (the provider boundary) and give it to the coalescer;
-        returns the rows to append now."""
-        active = self._turns.active
-        turn_id = active.turn_id if active is not None else None
-        return self._writer.offer(self._writer.admit(event, turn_id))
-
-    async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
-        active = await self._turns.ended_by(turn_id)
-        if active is None:
-            return
-        # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
-        # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
-        await self._finish(active, replace(terminal, turn_id=active.turn_id))
+    # --- ending turns ----------------------------------------------------------------------
 
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None:
         """End `active` with `terminal` (turn_end.py decides the values): its pending row, a
@@ -384,7 +332,7 @@ class AgentActor(PromptsPart, ActorState):
         if not successor and self._deps.settled is not None:
             self._deps.settled(self._state.snapshot, terminal)
         if successor and not self._turns.handoff:
-            self._after_turn()
+            self._prompts.after_turn()
 
     async def _flushed(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> ev.TurnTerminal:
         """The turn's pending row stored: `terminal`, or a WRITER_FAILED failure if it could

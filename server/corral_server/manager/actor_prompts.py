@@ -1,11 +1,13 @@
-"""The actor's part for prompts (seed 000, 5.1; seed 003, 5.8): starting a turn, and for
-prompts sent while one runs QUEUE, STEER, REPLACE's handoff, and what follows a turn. Runs on
-the actor's queue only."""
+"""The part of an agent's actor for prompts (seed 000, 5.1; seed 003, 5.8): starting a turn,
+and for prompts sent while one runs QUEUE, STEER, REPLACE's handoff, and what follows a turn;
+a sub-agent's notice and its wake. Runs on the actor's queue only."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import assert_never
 
@@ -21,15 +23,16 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import UserMessage
+from corral_server.domain.timeline import SubagentNotice, UserMessage
 from corral_server.hub import Prepared
-from corral_server.manager.actor_state import (
-    MAX_QUEUED_PROMPTS,
-    ActorState,
-    log,
-)
+from corral_server.jobs import JobQueue
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.agent_state import AgentState
 from corral_server.manager.deadlines import deadline
+from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.sanitize import sanitize_text
+from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import (
     ActiveTurn,
     Disposition,
@@ -37,10 +40,43 @@ from corral_server.manager.turns import (
     IfRunning,
     StartedTurn,
 )
+from corral_server.manager.writer import TimelineWriter
 from corral_server.timeline.store import NewRow
 
+log = logging.getLogger(__name__)
 
-class PromptsPart(ActorState):
+# Prompts one agent may hold queued (each up to a prompt's size limit).
+MAX_QUEUED_PROMPTS = 32
+
+
+class Prompts:
+    def __init__(
+        self,
+        deps: ActorDeps,
+        state: AgentState,
+        *,
+        writer: Callable[[], TimelineWriter],
+        jobs: JobQueue,
+        turns: TurnBook,
+        sessions: SessionKeeper,
+        echoes: EchoBook,
+    ) -> None:
+        self._deps = deps
+        self._state = state
+        self._writer_of = writer  # the actor's current timeline writer
+        self._jobs = jobs
+        self._turns = turns
+        self._sessions = sessions
+        self._echoes = echoes
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._writer_of()
+
+    @property
+    def agent(self) -> Agent:
+        return self._state.agent
+
     async def start_turn(
         self,
         prompt: Prompt,
@@ -98,7 +134,7 @@ class PromptsPart(ActorState):
                 )
             raise
         settled = asyncio.get_running_loop().create_future()
-        started = self._begin(ForegroundRun(turn_id, settled), queued_after)
+        started = self.begin(ForegroundRun(turn_id, settled), queued_after)
         text = prompt_text(prompt)
         message = UserMessage(text, client_message_id, client_message_id)
         row = NewRow(message, deps.clock.now_ms(), turn_id)
@@ -108,9 +144,7 @@ class PromptsPart(ActorState):
         await self._state.durable()
         return turn_id
 
-    def _begin(
-        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
-    ) -> Prepared:
+    def begin(self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None) -> Prepared:
         """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
         runs from here; the caller publishes the returned event (a foreground turn, right
         before its prompt's row, once that row is committed: the stream's ack is durable)."""
@@ -196,9 +230,9 @@ class PromptsPart(ActorState):
         the turn ended meanwhile, what follows a turn follows now."""
         self._turns.handoff = False
         if self._turns.active is None and isinstance(self._state.snapshot.lifecycle, Running):
-            self._after_turn()
+            self.after_turn()
 
-    def _after_turn(self) -> None:
+    def after_turn(self) -> None:
         """No turn runs and none is handed over: start the next queued prompt, else show
         the lifecycle the last turn ended in."""
         if self._state.snapshot.queued_prompts and not self._deps.is_shutting_down():
@@ -217,7 +251,7 @@ class PromptsPart(ActorState):
         queued = self._state.snapshot.queued_prompts
         if not queued or self._deps.is_shutting_down():
             self._turns.handoff = False
-            self._after_turn()
+            self.after_turn()
             return
         if self._sessions.current is None and not await self._opened_for_queue():
             return
@@ -243,3 +277,16 @@ class PromptsPart(ActorState):
             log.warning("agent %s: %s", self.agent.id, error.message)
             return False
         return True
+
+    async def add_notice(
+        self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
+    ) -> None:
+        """A sub-agent's result (subagents/announce.py): its notice row, then, when `wake`
+        is given, a turn carrying it (queued behind a running one). One step on the queue,
+        so the row and the wake are never split by another change of this agent."""
+        self._state.ensure_open()
+        await self._writer.flush()
+        turn_id = self._turns.active.turn_id if self._turns.active is not None else ""
+        await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
+        if wake is not None:
+            await self.start_turn(wake, client_message_id, IfRunning.QUEUE, QueuedBy.SUBAGENT)
