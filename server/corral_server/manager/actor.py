@@ -95,7 +95,10 @@ class AgentActor:
             refusal=lambda: errors.AgentClosed(self._agent_id),
             on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
         )
-        # Provider events wait here; one queued job drains them in order, in one batch.
+        self._wire_commands(deps)
+        self._wire_the_rest(deps)
+
+    def _wire_commands(self, deps: ActorDeps) -> None:
         # The provider session, opened, resumed, lost and closed (actor_session.py).
         self._sessions = SessionKeeper(
             deps,
@@ -127,6 +130,8 @@ class AgentActor:
             control=self,
             finish=self._finish,
         )
+
+    def _wire_the_rest(self, deps: ActorDeps) -> None:
         # Interrupts, close, archive, shutdown, kill; failed jobs (actor_ending.py).
         self._ending = Ending(
             deps,
