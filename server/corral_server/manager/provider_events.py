@@ -77,9 +77,12 @@ class ProviderEvents:
         return self._history.history_row(event)
 
     def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        if not self._jobs.stopped and self._turns.accepts(event.turn_id):
-            return self._offer(event)
-        return ()
+        # The hot path (every streamed fragment): the checks inline, one writer lookup.
+        if self._jobs.stopped or not self._turns.accepts(event.turn_id):
+            return ()
+        writer = self._writer_of()
+        active = self._turns.active
+        return writer.offer(writer.admit(event, active.turn_id if active is not None else None))
 
     async def handle(self, event: ProviderEvent) -> None:
         if self._jobs.stopped or isinstance(self._state.snapshot.lifecycle, Closed):
@@ -128,7 +131,8 @@ class ProviderEvents:
         returns the rows to append now."""
         active = self._turns.active
         turn_id = active.turn_id if active is not None else None
-        return self._writer.offer(self._writer.admit(event, turn_id))
+        writer = self._writer_of()
+        return writer.offer(writer.admit(event, turn_id))
 
     async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
         active = await self._turns.ended_by(turn_id)
