@@ -45,6 +45,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt
 from corral_server.domain.timeline import SubagentNotice
 from corral_server.jobs import JobQueue
+from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import WRITER_FAILED, Ending
 from corral_server.manager.actor_history import HistoryKeeper
@@ -95,61 +96,26 @@ class AgentActor:
             refusal=lambda: errors.AgentClosed(self._agent_id),
             on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
         )
-        self._wire_commands(deps)
-        self._wire_the_rest(deps)
+        core = ActorCore(deps, self._state, self._jobs, self._turns, lambda: self._writer)
+        self._wire_parts(core)
 
-    def _wire_commands(self, deps: ActorDeps) -> None:
+    def _wire_parts(self, core: ActorCore) -> None:
         # The provider session, opened, resumed, lost and closed (actor_session.py).
-        self._sessions = SessionKeeper(
-            deps,
-            self._state,
-            writer=lambda: self._writer,
-            jobs=self._jobs,
-            turns=self._turns,
-            on_event=self._on_provider_event,
-            finish=self._finish,
-        )
+        self._sessions = SessionKeeper(core, on_event=self._on_provider_event, finish=self._finish)
         # Starting turns, the prompt queue, steer, REPLACE's handoff (actor_prompts.py).
-        self._prompts = Prompts(
-            deps,
-            self._state,
-            writer=lambda: self._writer,
-            jobs=self._jobs,
-            turns=self._turns,
-            sessions=self._sessions,
-            echoes=self._echoes,
-        )
+        self._prompts = Prompts(core, sessions=self._sessions, echoes=self._echoes)
         # Pending permissions, answers and follow-ups (actor_permissions.py).
         self._permissions = PermissionDesk(
-            deps,
-            self._state,
-            writer=lambda: self._writer,
-            jobs=self._jobs,
-            turns=self._turns,
-            sessions=self._sessions,
-            control=self,
-            finish=self._finish,
+            core, sessions=self._sessions, control=self, finish=self._finish
         )
-
-    def _wire_the_rest(self, deps: ActorDeps) -> None:
         # Interrupts, close, archive, shutdown, kill; failed jobs (actor_ending.py).
         self._ending = Ending(
-            deps,
-            self._state,
-            writer=lambda: self._writer,
-            jobs=self._jobs,
-            turns=self._turns,
-            sessions=self._sessions,
-            permissions=self._permissions,
-            finish=self._finish,
+            core, sessions=self._sessions, permissions=self._permissions, finish=self._finish
         )
         # History replay, imports, echoes, rewind, reload, restart (actor_history.py).
         self._history = HistoryKeeper(
-            deps,
-            self._state,
-            writer=lambda: self._writer,
+            core,
             new_writer=self._install_writer,
-            turns=self._turns,
             sessions=self._sessions,
             echoes=self._echoes,
             register=self.register,
@@ -158,10 +124,7 @@ class AgentActor:
         # What each provider event changes (provider_events.py); they wait in the inbox,
         # and one queued job drains them in order, in one batch.
         events = ProviderEvents(
-            self._state,
-            writer=lambda: self._writer,
-            jobs=self._jobs,
-            turns=self._turns,
+            core,
             prompts=self._prompts,
             history=self._history,
             permissions=self._permissions,

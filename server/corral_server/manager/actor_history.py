@@ -20,12 +20,10 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.timeline import Cursor, Direction, TimelineRow, UserMessage
-from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_session import SessionKeeper
-from corral_server.manager.agent_state import AgentState
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.sanitize import sanitize_text
-from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import ActiveTurn, AutonomousRun
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
@@ -44,34 +42,24 @@ DAEMON_RESTARTED = "DAEMON_RESTARTED"
 class HistoryKeeper:
     def __init__(
         self,
-        deps: ActorDeps,
-        state: AgentState,
+        core: ActorCore,
         *,
-        writer: Callable[[], TimelineWriter],
         new_writer: Callable[[str, int], TimelineWriter],
-        turns: TurnBook,
         sessions: SessionKeeper,
         echoes: EchoBook,
         register: Callable[[str, str], Awaitable[Agent]],
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
-        self._deps = deps
-        self._state = state
-        self._writer_of = writer  # the actor's current timeline writer
+        self._core = core
         self._new_writer = new_writer  # installs a writer for a re-based timeline
-        self._turns = turns
         self._sessions = sessions
         self._echoes = echoes
         self._register = register
         self._finish = finish
 
     @property
-    def _writer(self) -> TimelineWriter:
-        return self._writer_of()
-
-    @property
     def _agent_id(self) -> str:
-        return self._state.snapshot.id
+        return self._core.state.snapshot.id
 
     def history_row(self, event: ProviderItem) -> NewRow:
         """The history gate (seed 000, 6.3): an item the provider replays from its history
@@ -81,8 +69,8 @@ class HistoryKeeper:
         `updated_at`, no attention, no upsert. Subscribers see only its
         `timeline_row_appended` (a timeline's seqs reach every follower without gaps), and
         StreamTurn never carries it (it names no turn)."""
-        admitted = self._writer.admit(event, None)  # the provider boundary: mended text
-        now = self._deps.clock.now_ms()
+        admitted = self._core.writer.admit(event, None)  # the provider boundary: mended text
+        now = self._core.deps.clock.now_ms()
         return NewRow(admitted.item, now, "", admitted.provider_message_id)
 
     async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
@@ -92,34 +80,36 @@ class HistoryKeeper:
         opens here: the SessionKeeper opens it lazily, resuming by id)."""
         rows = [self.history_row(item) for item in items]
         for start in range(0, len(rows), REWIND_BATCH):
-            await self._writer.append(rows[start : start + REWIND_BATCH])
-        info = self._deps.provider.info()
-        self._state.set(
+            await self._core.writer.append(rows[start : start + REWIND_BATCH])
+        info = self._core.deps.provider.info()
+        self._core.state.set(
             replace(
-                self._state.snapshot,
+                self._core.state.snapshot,
                 lifecycle=Idle(),
                 provider_session_id=provider_session_id,
                 model=info.models[0].id if info.models else "",
                 mode=info.modes[0].id if info.modes else "",
             )
         )
-        return self._state.agent
+        return self._core.state.agent
 
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
         It ends with a clear error row and turn_failed, and the agent is idle again, or runs
         its next queued prompt (a provider that can resume turns comes with the providers
         issue)."""
-        lifecycle = self._state.snapshot.lifecycle
+        lifecycle = self._core.state.snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
         settled = asyncio.get_running_loop().create_future()
         active = AutonomousRun(lifecycle.active_turn_id, settled)
-        self._turns.active = active
+        self._core.turns.active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
         await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
-        if not self._turns.handoff:  # else the next queued prompt is on its way: Running goes on
-            self._state.set(replace(self._state.snapshot, lifecycle=Idle()))
+        if (
+            not self._core.turns.handoff
+        ):  # else the next queued prompt is on its way: Running goes on
+            self._core.state.set(replace(self._core.state.snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
         """Restart the provider session under the same agent id. The caller settled the
@@ -127,32 +117,32 @@ class HistoryKeeper:
         epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
         announced by TimelineReset (clients holding old cursors get stale_cursor), to be
         primed again from the provider's history (the scripted provider keeps none)."""
-        self._state.ensure_open()
-        if self._deps.is_shutting_down():
+        self._core.state.ensure_open()
+        if self._core.deps.is_shutting_down():
             raise errors.ShuttingDown()
-        if self._turns.active is not None:
-            raise errors.AgentBusy(self._agent_id, self._turns.active.turn_id)
-        await self._writer.flush()
+        if self._core.turns.active is not None:
+            raise errors.AgentBusy(self._agent_id, self._core.turns.active.turn_id)
+        await self._core.writer.flush()
         old, self._sessions.current = self._sessions.current, None
         if old is not None:
             try:
                 await self._sessions.close(old)
             except Exception:
                 log.warning("agent %s: old session close failed", self._agent_id, exc_info=True)
-        agent = self._state.snapshot
+        agent = self._core.state.snapshot
         if rehydrate:
-            head = await self._deps.timeline.rebase(agent.id)
+            head = await self._core.deps.timeline.rebase(agent.id)
             self._new_writer(head.epoch, head.next_seq)
             reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
-            self._writer.publish((self._deps.publisher.prepare(reset),))
+            self._core.writer.publish((self._core.deps.publisher.prepare(reset),))
             agent = replace(agent, epoch=head.epoch)
-        self._state.set(replace(agent, lifecycle=Initializing()))
+        self._core.state.set(replace(agent, lifecycle=Initializing()))
         try:
             return await self._register(agent.model, agent.mode)
         except errors.CorralError as exc:
             error = AgentError(f"reload failed: {exc.message}", exc.reason)
-            self._state.set(
-                replace(self._state.snapshot, lifecycle=Errored(error), last_error=error)
+            self._core.state.set(
+                replace(self._core.state.snapshot, lifecycle=Errored(error), last_error=error)
             )
             raise
 
@@ -161,28 +151,28 @@ class HistoryKeeper:
         timeline is re-based under a new epoch holding the rows before it (renumbered from
         1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
         message the provider never confirmed is FAILED_PRECONDITION."""
-        self._state.ensure_open()
-        if self._turns.busy:
-            raise errors.AgentBusy(self._agent_id, self._turns.busy_turn_id)
-        await self._writer.flush()
-        await self._writer.barrier()
+        self._core.state.ensure_open()
+        if self._core.turns.busy:
+            raise errors.AgentBusy(self._agent_id, self._core.turns.busy_turn_id)
+        await self._core.writer.flush()
+        await self._core.writer.barrier()
         agent_id = self._agent_id
         kept = await self._rows_before(message_id)
-        head = await self._deps.timeline.rebase(agent_id)
+        head = await self._core.deps.timeline.rebase(agent_id)
         self._new_writer(head.epoch, head.next_seq)
         reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
-        self._writer.publish((self._deps.publisher.prepare(reset),))
-        self._state.set(replace(self._state.snapshot, epoch=head.epoch))
+        self._core.writer.publish((self._core.deps.publisher.prepare(reset),))
+        self._core.state.set(replace(self._core.state.snapshot, epoch=head.epoch))
         rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
         for start in range(0, len(rows), REWIND_BATCH):
-            await self._writer.append(rows[start : start + REWIND_BATCH])
+            await self._core.writer.append(rows[start : start + REWIND_BATCH])
         self._echoes.clear()
-        return self._state.agent
+        return self._core.state.agent
 
     async def _rows_before(self, message_id: str) -> list[TimelineRow]:
         """The retained rows before the row the provider confirmed as `message_id`."""
-        timeline, agent_id = self._deps.timeline, self._agent_id
-        epoch = self._state.snapshot.epoch
+        timeline, agent_id = self._core.deps.timeline, self._agent_id
+        epoch = self._core.state.snapshot.epoch
         seen: list[TimelineRow] = []
         cursor = Cursor(epoch, 0)
         while True:
@@ -202,7 +192,7 @@ class HistoryKeeper:
         running turn) is not stored twice; the provider's message id is written into the
         stored row (its only in-place change) and subscribers learn it by RowUpdated."""
         item = event.item
-        if type(item) is not UserMessage or self._turns.active is None:
+        if type(item) is not UserMessage or self._core.turns.active is None:
             return False
         seq = self._echoes.find(item)
         if seq is None:
@@ -210,8 +200,8 @@ class HistoryKeeper:
         provider_id = sanitize_text(event.provider_message_id or item.message_id)
         if provider_id:
             agent_id = self._agent_id
-            await self._writer.barrier()  # the prompt's row is committed before it changes
-            await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
-            updated = ev.RowUpdated(agent_id, self._state.snapshot.epoch, seq, provider_id)
-            self._writer.publish((self._deps.publisher.prepare(updated),))
+            await self._core.writer.barrier()  # the prompt's row is committed before it changes
+            await self._core.deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
+            updated = ev.RowUpdated(agent_id, self._core.state.snapshot.epoch, seq, provider_id)
+            self._core.writer.publish((self._core.deps.publisher.prepare(updated),))
         return True

@@ -27,16 +27,12 @@ from corral_server.domain.agent import (
     QueuedBy,
 )
 from corral_server.domain.content import Prompt
-from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
-from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_session import SessionKeeper
-from corral_server.manager.agent_state import AgentState
 from corral_server.manager.background import Background
 from corral_server.manager.deadlines import deadline
-from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import ActiveTurn, CancelOutcome, IfRunning, StartedTurn
-from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import InterruptResult, ProviderSession
 
 log = logging.getLogger(__name__)
@@ -59,21 +55,13 @@ class TurnControl(Protocol):
 class PermissionDesk:
     def __init__(
         self,
-        deps: ActorDeps,
-        state: AgentState,
+        core: ActorCore,
         *,
-        writer: Callable[[], TimelineWriter],
-        jobs: JobQueue,
-        turns: TurnBook,
         sessions: SessionKeeper,
         control: TurnControl,
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
-        self._deps = deps
-        self._state = state
-        self._writer_of = writer  # the actor's current timeline writer
-        self._jobs = jobs
-        self._turns = turns
+        self._core = core
         self._sessions = sessions
         self._control = control
         self._finish = finish
@@ -81,42 +69,38 @@ class PermissionDesk:
         self.follow_ups = Background()
 
     @property
-    def _writer(self) -> TimelineWriter:
-        return self._writer_of()
-
-    @property
     def _agent_id(self) -> str:
-        return self._state.snapshot.id
+        return self._core.state.snapshot.id
 
     async def request(self, permission: PendingPermission) -> None:
         """A provider's request: pending, published, attention raised for the first one."""
         try:
-            agent = permissions.with_request(self._state.snapshot, permission)
+            agent = permissions.with_request(self._core.state.snapshot, permission)
         except errors.ResourceExhausted as exc:
             await self._fail_for_requests(exc.message)
             return
         if agent is None:
             return  # a repeated request for a pending id
         event = ev.PermissionRequested(agent.id, permission.turn_id, permission)
-        publisher = self._deps.publisher
+        publisher = self._core.deps.publisher
         requested = publisher.prepare(event)
         # Attention is edge-triggered: none pending -> one, and only if not already set.
-        first = not self._state.snapshot.pending_permissions and not agent.attention.required
+        first = not self._core.state.snapshot.pending_permissions and not agent.attention.required
         if first:
-            now = self._deps.clock.now_ms()
+            now = self._core.deps.clock.now_ms()
             agent = replace(agent, attention=Attention(True, AttentionReason.PERMISSION, now))
-        self._state.set(agent)
-        self._writer.publish((requested,))
+        self._core.state.set(agent)
+        self._core.writer.publish((requested,))
         if first:
-            attention = self._state.attention(AttentionReason.PERMISSION)
-            self._writer.publish((publisher.prepare(attention),))
+            attention = self._core.state.attention(AttentionReason.PERMISSION)
+            self._core.writer.publish((publisher.prepare(attention),))
 
     async def _fail_for_requests(self, message: str) -> None:
         """More requests pending than MAX_PENDING_PERMISSIONS: a provider bug. The asking
         turn fails (its pending requests end with it, canceled) and the provider is asked to
         stop it, so the session takes the next prompt; events of the turn that follow are
         dropped as late ones, the rest of the batch is handled as usual."""
-        active = self._turns.active
+        active = self._core.turns.active
         if active is None:
             return
         log.warning("agent %s: turn %s failed: %s", self._agent_id, active.turn_id, message)
@@ -130,7 +114,7 @@ class PermissionDesk:
             )
 
     async def _stop_failed_turn(self, session: ProviderSession, turn_id: str) -> None:
-        deps = self._deps
+        deps = self._core.deps
         try:
             interrupt = session.interrupt(turn_id)
             result = await deadline(deps.clock, deps.timeouts.interrupt_s, interrupt, "interrupt")
@@ -146,26 +130,26 @@ class PermissionDesk:
 
     def resolve(self, request_ids: set[str], behavior: PermissionBehavior | None) -> None:
         """Take requests out of the pending list and say how each ended."""
-        ended = [p for p in self._state.snapshot.pending_permissions if p.id in request_ids]
+        ended = [p for p in self._core.state.snapshot.pending_permissions if p.id in request_ids]
         if not ended:
             return
-        publisher = self._deps.publisher
+        publisher = self._core.deps.publisher
         resolved = [
             publisher.prepare(ev.PermissionResolved(self._agent_id, p.turn_id, p.id, behavior))
             for p in ended
         ]
-        self._state.set(permissions.without(self._state.snapshot, request_ids))
-        self._writer.publish(resolved)
+        self._core.state.set(permissions.without(self._core.state.snapshot, request_ids))
+        self._core.writer.publish(resolved)
 
     async def respond(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission: the answer goes to the provider (under a deadline), then the
         request leaves the pending list and PermissionResolved is published. A resolution the
         provider reports meanwhile queues behind this step, so no client sees it before the
         RPC's own receipt."""
-        self._state.ensure_open()
-        permission = permissions.find(self._state.snapshot, request_id)
+        self._core.state.ensure_open()
+        permission = permissions.find(self._core.state.snapshot, request_id)
         permissions.check_answer(permission, response)
-        session, deps = self._sessions.current, self._deps
+        session, deps = self._sessions.current, self._core.deps
         if session is None:
             raise errors.FailedPrecondition(f"agent {self._agent_id!r} has no provider session")
         answer = session.respond_permission(permission.turn_id, request_id, response)
@@ -175,16 +159,16 @@ class PermissionDesk:
         self.resolve({request_id}, response.behavior)
         if follow_up is not None:
             self._follow_up(follow_up)
-        return self._state.agent
+        return self._core.state.agent
 
     def _follow_up(self, prompt: Prompt) -> None:
         """The provider answered with a follow-up prompt (seed 000, section 10): it starts
         as a turn replacing the running one, as SendPrompt with REPLACE does. The handoff
         opens here, before the RPC's receipt (the agent keeps reporting Running, with no
         idle moment); the cancel and the start follow off the queue."""
-        active = self._turns.active
+        active = self._core.turns.active
         if active is not None:
-            self._turns.open_handoff()
+            self._core.turns.open_handoff()
         self.follow_ups.spawn(self._replace_with(prompt, active), f"follow-up:{self._agent_id}")
 
     async def _replace_with(self, prompt: Prompt, active: ActiveTurn | None) -> None:
@@ -198,20 +182,20 @@ class PermissionDesk:
                 active is not None
                 and await self._control.stop_turn(active) is CancelOutcome.REFUSED
             ):
-                await self._jobs.call(self._control.close_handoff)
+                await self._core.jobs.call(self._control.close_handoff)
                 log.warning("agent %s: turn %s goes on; follow-up queued", agent_id, active.turn_id)
                 if_running = IfRunning.QUEUE
             else:
                 if_running = IfRunning.REPLACE
             try:
-                await self._jobs.call(
+                await self._core.jobs.call(
                     lambda: self._control.start_turn(
                         prompt, client_message_id, if_running, FOLLOW_UP
                     )
                 )
             except errors.AgentBusy:
                 # Another replacement took the slot meanwhile: the follow-up runs after it.
-                await self._jobs.call(
+                await self._core.jobs.call(
                     lambda: self._control.start_turn(
                         prompt, client_message_id, IfRunning.QUEUE, FOLLOW_UP
                     )

@@ -30,15 +30,11 @@ from corral_server import errors
 from corral_server.domain import events as ev
 from corral_server.domain.agent import Agent, AgentError, Errored, Idle, Initializing
 from corral_server.domain.timeline import ErrorItem
-from corral_server.jobs import JobQueue
-from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.agent_state import AgentState
+from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.oversize import MAX_ERROR_BYTES, cut_text
 from corral_server.manager.sanitize import sanitize_text
-from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import ActiveTurn
-from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     EventSink,
     ProviderEvent,
@@ -66,20 +62,12 @@ class _Opened:
 class SessionKeeper:
     def __init__(
         self,
-        deps: ActorDeps,
-        state: AgentState,
+        core: ActorCore,
         *,
-        writer: Callable[[], TimelineWriter],
-        jobs: JobQueue,
-        turns: TurnBook,
         on_event: Callable[[ProviderEvent], None],
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
-        self._deps = deps
-        self._state = state
-        self._writer = writer  # the actor's current timeline writer
-        self._jobs = jobs
-        self._turns = turns
+        self._core = core
         self._on_event = on_event  # the actor's inbox, for every event but a death
         self._finish = finish  # ends a turn the provider did not end
         # The open session (None: none yet, closed, dead, or being replaced by a reload).
@@ -88,36 +76,36 @@ class SessionKeeper:
     async def register(self, model: str, mode: str) -> Agent:
         """Registration: ask the provider for a session, then go idle. Events the session
         reports queue behind this step, so none reaches a half-built agent."""
-        deps = self._deps
+        deps = self._core.deps
         session = await self.create(model, mode, "")
         if deps.is_shutting_down():
             await self.close(session)  # leave no orphan session behind
             raise errors.ShuttingDown()
         self.current = session
         info = deps.provider.info()
-        self._state.set(
+        self._core.state.set(
             replace(
-                self._state.snapshot,
+                self._core.state.snapshot,
                 lifecycle=Idle(),
                 provider_session_id=session.session_id,
                 model=model or (info.models[0].id if info.models else ""),
                 mode=mode or (info.modes[0].id if info.modes else ""),
             )
         )
-        return self._state.agent
+        return self._core.state.agent
 
     async def ensure(self) -> None:
         """A turn needs a session: an agent restored after a restart, whose session died, or
         whose reload failed opens one now, lazily (seed 003, 5.4: start-up reads headers
         only), resuming the stored provider session when there is one to resume."""
-        agent = self._state.snapshot
+        agent = self._core.state.snapshot
         if isinstance(agent.lifecycle, Initializing):
             raise errors.FailedPrecondition(f"agent {agent.id!r} is still initializing")
         if self.current is not None:
             return
         # A timeline without rows has no conversation to continue (and a provider may not
         # have kept a session that never ran a turn).
-        resume_id = agent.provider_session_id if self._writer().next_seq > 1 else ""
+        resume_id = agent.provider_session_id if self._core.writer.next_seq > 1 else ""
         try:
             session = await self.create(agent.model, agent.mode, resume_id)
         except (errors.ProviderTimeout, errors.ShuttingDown):
@@ -128,12 +116,14 @@ class SessionKeeper:
             await self._resume_failed(resume_id, exc)
             session = await self.create(agent.model, agent.mode, "")
         self.current = session
-        self._state.set(replace(self._state.snapshot, provider_session_id=session.session_id))
+        self._core.state.set(
+            replace(self._core.state.snapshot, provider_session_id=session.session_id)
+        )
 
     async def create(self, model: str, mode: str, resume_id: str) -> ProviderSession:
         """Ask the provider for a session (under the create deadline), reporting through a
         sink of its own."""
-        deps, agent = self._deps, self._state.snapshot
+        deps, agent = self._core.deps, self._core.state.snapshot
         config = SessionConfig(
             agent.id,
             agent.cwd,
@@ -151,7 +141,7 @@ class SessionKeeper:
         return session
 
     async def close(self, session: ProviderSession) -> None:
-        deps = self._deps
+        deps = self._core.deps
         await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
 
     def with_session_id(self, agent: Agent) -> Agent:
@@ -170,14 +160,14 @@ class SessionKeeper:
             if isinstance(event, ProviderSessionDied):
                 # After the events the session reported before it (already in the inbox,
                 # whose drain is queued ahead of this), and only for this session.
-                self._jobs.post(lambda: self._died(opened, event.reason))
+                self._core.jobs.post(lambda: self._died(opened, event.reason))
             else:
                 self._on_event(event)
 
         return sink
 
     async def _resume_failed(self, resume_id: str, exc: Exception) -> None:
-        agent_id = self._state.snapshot.id
+        agent_id = self._core.state.snapshot.id
         why = exc.message if isinstance(exc, errors.CorralError) else f"{type(exc).__name__}: {exc}"
         log.warning("agent %s: resuming session %s failed: %s", agent_id, resume_id, why)
         text = (
@@ -189,25 +179,25 @@ class SessionKeeper:
 
     async def _error_row(self, error: AgentError) -> None:
         """An error row outside any turn, and `last_error` saying the same."""
-        writer = self._writer()
+        writer = self._core.writer
         await writer.flush()
-        now = self._deps.clock.now_ms()
+        now = self._core.deps.clock.now_ms()
         await writer.append([NewRow(ErrorItem(error.message, error.code), now, "")])
-        self._state.set(replace(self._state.snapshot, last_error=error))
+        self._core.state.set(replace(self._core.state.snapshot, last_error=error))
 
     async def _died(self, opened: _Opened, reason: str) -> None:
         session = opened.session
-        if session is None or session is not self.current or self._jobs.stopped:
+        if session is None or session is not self.current or self._core.jobs.stopped:
             return  # replaced (a reload) or closed since: not this agent's session any more
         self.current = None
-        agent_id = self._state.snapshot.id
+        agent_id = self._core.state.snapshot.id
         log.warning("agent %s: its agent process ended: %s", agent_id, reason)
         text = cut_text(sanitize_text(f"the agent process ended: {reason}"), MAX_ERROR_BYTES)
         error = AgentError(text, AGENT_EXITED)
-        active = self._turns.active
+        active = self._core.turns.active
         if active is not None:  # the provider did not end its turn: it ends here
             await self._finish(active, ev.TurnFailed(agent_id, active.turn_id, error))
-        elif not isinstance(self._state.snapshot.lifecycle, Errored):  # else a turn's row says
+        elif not isinstance(self._core.state.snapshot.lifecycle, Errored):  # else a turn's row says
             await self._error_row(error)
         try:
             await self.close(session)  # its readers, and whatever it left behind

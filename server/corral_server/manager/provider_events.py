@@ -16,14 +16,12 @@ from typing import assert_never
 
 from corral_server.domain import events as ev
 from corral_server.domain.agent import AgentError, Closed
-from corral_server.jobs import JobQueue
 from corral_server.manager import permissions
+from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_prompts import Prompts
-from corral_server.manager.agent_state import AgentState
 from corral_server.manager.oversize import MAX_CODE_BYTES, bounded_text
-from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.turns import ActiveTurn, AutonomousRun
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
@@ -43,20 +41,14 @@ from corral_server.timeline.store import NewRow
 class ProviderEvents:
     def __init__(
         self,
-        state: AgentState,
+        core: ActorCore,
         *,
-        writer: Callable[[], TimelineWriter],
-        jobs: JobQueue,
-        turns: TurnBook,
         prompts: Prompts,
         history: HistoryKeeper,
         permissions: PermissionDesk,
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
-        self._state = state
-        self._writer_of = writer  # the actor's current timeline writer
-        self._jobs = jobs
-        self._turns = turns
+        self._core = core
         self._prompts = prompts
         self._history = history
         self._permissions = permissions
@@ -64,41 +56,45 @@ class ProviderEvents:
 
     @property
     def writer(self) -> TimelineWriter:
-        return self._writer_of()
-
-    @property
-    def _writer(self) -> TimelineWriter:
-        return self._writer_of()
+        return self._core.writer
 
     def takes_rows(self) -> bool:
-        return not self._jobs.stopped and not isinstance(self._state.snapshot.lifecycle, Closed)
+        return not self._core.jobs.stopped and not isinstance(
+            self._core.state.snapshot.lifecycle, Closed
+        )
 
     def history_row(self, event: ProviderItem) -> NewRow:
         return self._history.history_row(event)
 
     def fragment_rows(self, event: ProviderItem) -> tuple[NewRow, ...]:
         # The hot path (every streamed fragment): the checks inline, one writer lookup.
-        if self._jobs.stopped or not self._turns.accepts(event.turn_id):
+        core = self._core
+        turns = core.turns
+        if core.jobs.stopped or not turns.accepts(event.turn_id):
             return ()
-        writer = self._writer_of()
-        active = self._turns.active
+        writer = core.writer
+        active = turns.active
         return writer.offer(writer.admit(event, active.turn_id if active is not None else None))
 
     async def handle(self, event: ProviderEvent) -> None:
-        if self._jobs.stopped or isinstance(self._state.snapshot.lifecycle, Closed):
+        if self._core.jobs.stopped or isinstance(self._core.state.snapshot.lifecycle, Closed):
             return
-        agent_id = self._state.snapshot.id
+        agent_id = self._core.state.snapshot.id
         match event:
             case ProviderTurnStarted(turn_id=turn_id):
-                if self._turns.active is None and not await self._turns.is_finished(turn_id):
+                if self._core.turns.active is None and not await self._core.turns.is_finished(
+                    turn_id
+                ):
                     # A turn the provider started by itself: an autonomous run.
                     settled = asyncio.get_running_loop().create_future()
                     autonomous = AutonomousRun(turn_id, settled)
-                    self._writer.publish((self._prompts.begin(autonomous),))
+                    self._core.writer.publish((self._prompts.begin(autonomous),))
                 # else: a duplicate of the turn_started we already published
             case ProviderItem():
-                if self._turns.accepts(event.turn_id) and not await self._history.reconciled(event):
-                    await self._writer.append(self._offer(event))
+                if self._core.turns.accepts(event.turn_id) and not await self._history.reconciled(
+                    event
+                ):
+                    await self._core.writer.append(self._offer(event))
             case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
                 await self._terminal(turn_id, ev.TurnCompleted(agent_id, turn_id, usage))
             case ProviderTurnFailed(turn_id=turn_id, error=error):
@@ -110,15 +106,15 @@ class ProviderEvents:
                 reason = bounded_text(reason)
                 await self._terminal(turn_id, ev.TurnCanceled(agent_id, turn_id, reason))
             case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
-                active = self._turns.active
-                if active is not None and self._turns.accepts(turn_id):
+                active = self._core.turns.active
+                if active is not None and self._core.turns.accepts(turn_id):
                     await self._permissions.request(
                         permissions.admitted(permission, active.turn_id)
                     )
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
                 # pending and is dropped (seed 000, section 10: the receipt comes first).
-                pending = self._state.snapshot.pending_permissions
+                pending = self._core.state.snapshot.pending_permissions
                 if any(p.id == request_id for p in pending):
                     self._permissions.resolve({request_id}, behavior)
             case ProviderSessionDied():
@@ -129,13 +125,13 @@ class ProviderEvents:
     def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
         """Admit a provider fragment (the provider boundary) and give it to the coalescer;
         returns the rows to append now."""
-        active = self._turns.active
+        active = self._core.turns.active
         turn_id = active.turn_id if active is not None else None
-        writer = self._writer_of()
+        writer = self._core.writer
         return writer.offer(writer.admit(event, turn_id))
 
     async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
-        active = await self._turns.ended_by(turn_id)
+        active = await self._core.turns.ended_by(turn_id)
         if active is None:
             return
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
