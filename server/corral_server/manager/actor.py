@@ -81,9 +81,9 @@ class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
         self._deps = deps
-        self._writer = self._new_writer(agent.epoch, agent.next_seq)
+        writer = self._new_writer(agent.epoch, agent.next_seq)
         # The snapshot and the one way it changes (agent_state.py).
-        self._state = AgentState(agent, deps, lambda: self._writer)
+        self._state = AgentState(agent, deps, lambda: self._core.writer)
         # The active turn, the handoff, the ended lifecycle, the finished turns.
         self._turns = TurnBook(agent.id, deps.finished)
         # Echo reconciliation: the running turn's prompt rows.
@@ -96,8 +96,8 @@ class AgentActor:
             refusal=lambda: errors.AgentClosed(self._agent_id),
             on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
         )
-        core = ActorCore(deps, self._state, self._jobs, self._turns, lambda: self._writer)
-        self._wire_parts(core)
+        self._core = ActorCore(deps, self._state, self._jobs, self._turns, writer)
+        self._wire_parts(self._core)
 
     def _wire_parts(self, core: ActorCore) -> None:
         # The provider session, opened, resumed, lost and closed (actor_session.py).
@@ -146,8 +146,12 @@ class AgentActor:
 
     def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         """A re-based timeline (rewind, rehydrating reload) gets a writer of its own."""
-        self._writer = self._new_writer(epoch, next_seq)
-        return self._writer
+        self._core.writer = self._new_writer(epoch, next_seq)
+        return self._core.writer
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._core.writer
 
     # --- the serial queue ---------------------------------------------------------------
 

@@ -5,7 +5,6 @@ Handed to each part at construction, so no part reaches into another through the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral_server.jobs import JobQueue
@@ -15,14 +14,11 @@ from corral_server.manager.turn_book import TurnBook
 from corral_server.manager.writer import TimelineWriter
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class ActorCore:
     deps: ActorDeps
     state: AgentState
     jobs: JobQueue
     turns: TurnBook
-    current_writer: Callable[[], TimelineWriter]
-
-    @property
-    def writer(self) -> TimelineWriter:
-        return self.current_writer()
+    # The timeline's writer now: replaced only by the actor (`_install_writer`), on its queue.
+    writer: TimelineWriter
