@@ -10,6 +10,7 @@
   P10  resident memory under hostile clients: never-reading streams, refused huge requests
   search  a query over 1 M rows (p50 / p99); P1' durable with the index against without it
   web  events/s through Connect streaming to 1 and 10 Node subscribers against gRPC Subscribe
+  page the dashboard: gzip size; a 10,000-row agent page in headless Chromium
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -20,6 +21,7 @@ import asyncio
 import sys
 
 from bench import (
+    dashboard,
     fanout,
     latency,
     memory,
@@ -68,6 +70,9 @@ async def main(quick: bool) -> None:
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
     print()
     print(web_stream.report(await web_stream.measure(rounds=1 if quick else web_stream.ROUNDS)))
+    print()
+    loads = await asyncio.to_thread(dashboard.page_load_ms, 3 if quick else dashboard.LOADS)
+    print(dashboard.report(dashboard.gzip_sizes(), loads))
 
 
 if __name__ == "__main__":

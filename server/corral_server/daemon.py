@@ -1,10 +1,12 @@
 """`corral serve`: arguments, the state-directory lock, signals and the drain.
 
-Refuses to start, with a clear message and exit code, when the port is taken (1), another daemon
-holds the state directory (1), a non-loopback address comes without a token file (2), metrics
-off loopback come without one (2), a unix:PATH socket's directory could let another user
-replace it (2), a token, certificate or key file is unreadable or empty (2), or the --config
-providers file cannot be used (2). SIGHUP reloads the token file.
+Refuses to start, with one clear line and exit code, when a flag is bad (2), a port is taken
+(2: checked before anything is created, so no state directory is left behind and no drain runs),
+the state directory cannot be created or read (2), another daemon holds it (1), a non-loopback
+address comes without a token file (2), metrics off loopback come without one (2), a unix:PATH
+socket's directory could let another user replace it (2), a token, certificate or key file is
+unreadable or empty (2), or the --config providers file cannot be used (2). SIGHUP reloads the
+token file.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from corral_server import gc_tuning, logs, reclaim
 from corral_server.app import SERVICE_NAMES, Config, Daemon
@@ -48,8 +51,15 @@ def default_state_dir() -> Path:
     return Path(base) / "corral"
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A bad flag is one line (not argparse's usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run the corral daemon.")
+    p = _OneLineErrors(prog=prog, description="Run the corral daemon.")
     p.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,
@@ -70,8 +80,18 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="providers file (TOML, [providers.NAME] tables; docs/providers.md); without "
         "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH",
     )
-    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
-    p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="larger requests get RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=Limits().max_prompt_chars,
+        help="characters of text plus bytes of images per prompt (default %(default)s)",
+    )
     p.add_argument(
         "--drain-delay-s",
         type=float,
@@ -126,7 +146,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
     _add_stream_bounds(p)
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the least severe stderr log lines shown (default %(default)s)",
+    )
     p.add_argument(
         "--log-format",
         default="text",
@@ -288,6 +313,30 @@ def _access_note(config: Config) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
+def port_taken(listen: str, flag: str = "--listen") -> str:
+    """Why `listen` cannot be bound (another process listens there), or "". Checked before
+    anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
+    does, so a port whose old connections linger is not mistaken for a taken one."""
+    host, _, port = listen.rpartition(":")
+    if port == "0" or not port.isdigit():
+        return ""  # port 0 picks a free one; a malformed address fails at bind, as before
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot listen on {listen} ({flag}): {exc.strerror}"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return (
+                f"cannot listen on {listen} ({flag}): {exc.strerror} "
+                "(is another corral daemon running?)"
+            )
+    return ""
+
+
 def reflection_on(choice: str, listen: str) -> bool:
     """`--reflection`: on, off, or auto (on only when listening on loopback or a socket)."""
     return choice == "on" or (choice == "auto" and is_local(listen))
@@ -310,13 +359,28 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     if not is_local(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
+    # The web port too, unless a standby: it binds that one only once it takes over.
+    taken = port_taken(args.listen) or (
+        port_taken(web, "--web-listen") if web and not args.standby else ""
+    )
+    if taken:
+        log.error("cannot start: %s", taken)
+        return 2
+    made = not _exists(state_dir)  # so a refused start can leave nothing behind
     try:
         lock = lock_state_dir(state_dir)
+    except OSError as exc:  # not StateDirLocked: the directory cannot be made or read
+        log.error("cannot start: the state directory %s: %s", state_dir, exc.strerror or exc)
+        return 2
     except StateDirLocked as exc:
         if not args.standby:
             log.error("%s", exc)
             return 1
-        waited = await _wait_as_standby(state_dir, args)
+        try:
+            waited = await _wait_as_standby(state_dir, args)
+        except OSError as exc:  # its address: taken since the check above, or a unix socket's
+            log.error("cannot start: %s", exc)
+            return 2
         if waited is None:
             return 0  # stopped while waiting
         lock, args.listen = waited
@@ -347,6 +411,7 @@ async def serve(args: argparse.Namespace) -> int:
     except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
         log.error("cannot start: %s", exc)
         lock.close()
+        _unmake(state_dir, made)
         return 2
     try:
         port = await daemon.start()
@@ -354,11 +419,15 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("cannot start: %s", exc.message)
         lock.close()
         return 1
-    except OSError as exc:
-        log.error("%s (is another corral daemon running?)", exc)
-        await daemon.drain(0.0, delay_s=0.0)  # the store opened: close it
+    except OSError as exc:  # the port was taken after the check above
+        log.error("cannot start: %s (is another corral daemon running?)", exc)
+        logging.disable(logging.CRITICAL)  # the store opened: close it, without a drain's lines
+        try:
+            await daemon.drain(0.0, delay_s=0.0)
+        finally:
+            logging.disable(logging.NOTSET)
         lock.close()
-        return 1
+        return 2
     gc_tuning.tune()
     reclaim.tune_allocator()
     stop = asyncio.Event()
@@ -385,6 +454,18 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exists(path: Path) -> bool:
+    return path.exists()  # before the daemon serves: nothing waits on this loop yet
+
+
+def _unmake(state_dir: Path, made: bool) -> None:
+    """Remove the state directory this start made, if nothing but its lock is in it."""
+    if made:
+        with contextlib.suppress(OSError):
+            (state_dir / LOCK_FILE).unlink()
+            state_dir.rmdir()
+
+
 def _bound(listen: str, port: int) -> str:
     """The address a client uses: unix:PATH as given, or HOST:the bound port."""
     return listen if unix_path(listen) is not None else f"{listen.rsplit(':', 1)[0]}:{port}"
@@ -396,7 +477,8 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
     when a signal stopped the wait."""
     tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     credentials = server_credentials(tls) if tls else None
-    server, port = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    waiting = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    port = waiting.port
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -414,7 +496,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
             return lock, _bound(args.listen, port)
         return None
     finally:
-        await server.stop(0)
+        await waiting.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
 

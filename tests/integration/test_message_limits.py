@@ -18,7 +18,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.manager.actor_state import MAX_QUEUED_PROMPTS
+from corral_server.manager.actor_prompts import MAX_QUEUED_PROMPTS
 from corral_server.manager.permissions import MAX_PENDING_PERMISSIONS
 from corral_server.manager.validate import Limits
 from tests.support.client import Stubs, create_request, error_details, prompt_request, text

@@ -61,13 +61,21 @@ class Envoy:
 
 
 @contextlib.contextmanager
-def running_envoy(tmp_path: Path, serving: int, standby: int) -> Iterator[Envoy]:
-    """deploy/envoy.yaml with its backends on `serving` and `standby` (loopback ports), its
-    listener and admin on free ones. Envoy's error log goes to tmp_path/envoy.log."""
-    text = CONFIG.read_text()
+def running_envoy(
+    tmp_path: Path,
+    serving: int,
+    standby: int,
+    config: Path = CONFIG,
+    ports: tuple[int, int] = (9901, 50050),
+) -> Iterator[Envoy]:
+    """`config` (deploy/envoy.yaml) with its backends on `serving` and `standby` (loopback
+    ports), its admin and listener (`ports` in the file) on free ones. Envoy's error log goes
+    to tmp_path/envoy.log."""
+    text = config.read_text()
+    admin_port, listener_port = ports
     for old, new in (
-        ("port_value: 9901", "port_value: 0"),
-        ("address: 0.0.0.0, port_value: 50050", "address: 127.0.0.1, port_value: 0"),
+        (f"port_value: {admin_port}", "port_value: 0"),
+        (f"address: 0.0.0.0, port_value: {listener_port}", "address: 127.0.0.1, port_value: 0"),
         ("port_value: 50051", f"port_value: {serving}"),
         ("port_value: 50052", f"port_value: {standby}"),
     ):

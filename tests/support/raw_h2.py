@@ -8,6 +8,7 @@ Used by the memory-bound tests and by bench/memory_hostile.py.
 
 from __future__ import annotations
 
+import collections
 import socket
 import struct
 import time
@@ -48,7 +49,13 @@ class StreamResult:
 class NeverReadingClient:
     """One connection with `streams` Subscribe streams (every agent, from now on)."""
 
-    def __init__(self, address: str, streams: int, request: bytes | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        streams: int,
+        request: bytes | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.conn = h2.connection.H2Connection(
@@ -58,6 +65,8 @@ class NeverReadingClient:
         body = request if request is not None else event_pb.SubscribeRequest().SerializeToString()
         message = b"\x00" + struct.pack(">I", len(body)) + body
         self.results: dict[int, StreamResult] = {}
+        # Received but not yet granted back (receive_without_reading): granted at the next read.
+        self.pending_grant: collections.Counter[int] = collections.Counter()
         for _ in range(streams):
             stream_id = self.conn.get_next_available_stream_id()
             self.conn.send_headers(
@@ -69,6 +78,7 @@ class NeverReadingClient:
                     (":authority", address),
                     ("content-type", "application/grpc"),
                     ("te", "trailers"),
+                    *headers,
                 ],
             )
             self.conn.send_data(stream_id, message, end_stream=True)
@@ -79,6 +89,10 @@ class NeverReadingClient:
         """Read, granting window for everything received, until every stream in `wanted`
         (default: all) has ended or `until_s` seconds have passed."""
         wanted = set(self.results) if wanted is None else wanted
+        for stream_id, length in self.pending_grant.items():  # taken in unread: grant it now
+            self.conn.acknowledge_received_data(length, stream_id)
+        self.pending_grant.clear()
+        self.sock.sendall(self.conn.data_to_send())
         deadline = time.monotonic() + until_s
         self.sock.settimeout(0.2)
         while time.monotonic() < deadline and not all(self.results[s].ended for s in wanted):
@@ -93,10 +107,32 @@ class NeverReadingClient:
             self.sock.sendall(self.conn.data_to_send())
         return self.results
 
-    def _on(self, event: h2.events.Event) -> None:
+    def receive_without_reading(self, stream_id: int, size: int, until_s: float) -> bytes:
+        """Take in what the daemon sends without granting window (the client still reads
+        nothing, for flow control) until `stream_id` carried `size` bytes or `until_s` passed;
+        those bytes. With `size` 65,535 (the default window) the daemon can send no more."""
+        deadline = time.monotonic() + until_s
+        self.sock.settimeout(0.2)
+        result = self.results[stream_id]
+        while time.monotonic() < deadline and len(result.data) < size and not result.ended:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            for event in self.conn.receive_data(chunk):
+                self._on(event, grant=False)
+            self.sock.sendall(self.conn.data_to_send())  # settings and ping acks only
+        return bytes(result.data)
+
+    def _on(self, event: h2.events.Event, grant: bool = True) -> None:
         if isinstance(event, h2.events.DataReceived):
             self.results[event.stream_id].data += event.data
-            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if grant:
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            else:
+                self.pending_grant[event.stream_id] += event.flow_controlled_length
         elif isinstance(event, h2.events.ResponseReceived):
             headers = {str(k): str(v) for k, v in event.headers}
             if "grpc-status" in headers:  # a trailers-only answer (a refusal)

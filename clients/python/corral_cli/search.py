@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from typing import TypeAlias
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_cli import failure, ids
 from corral_cli.client import Client
+from corral_cli.grammar import Parents, Subparsers, command
 from corral_cli.render import Console, local_time, one_line
-
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 KINDS = (
     "user_message",
@@ -35,11 +33,15 @@ KINDS = (
 _CONTEXT_ROWS = 2
 
 
-def add_command(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
-    cmd = sub.add_parser(
+def add_command(sub: Subparsers, parents: Parents) -> None:
+    cmd = command(
+        sub,
+        parents,
         "search",
-        parents=parents,
-        help="full-text search over every agent's timeline (needs a state directory)",
+        "Full-text search over every agent's timeline.",
+        "Prints each hit with its snippet and the `corral logs` command that opens it. Needs a\n"
+        "daemon with a state directory started with --search-index (else FAILED_PRECONDITION,\n"
+        "exit 2).",
     )
     cmd.add_argument(
         "query", nargs="+", help='FTS5 syntax: words, "a phrase", prefix*, AND / OR / NOT'

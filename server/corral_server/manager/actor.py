@@ -1,10 +1,10 @@
 """One agent's actor: the single writer of its state and timeline (seed 000, section 6.1).
 
-Every change to the agent goes through `_queue`, processed by one task in order: RPC commands
-(`call`), provider events (the session's sink posts them), coalescer timers, and shutdown. So
-seqs are assigned in one order, and provider events that arrive while a command awaits the
-provider (for example before `start_turn` returns a turn id) wait behind it: staging for free
-(seed 000, section 5.2).
+Every change to the agent goes through `_jobs` (a `jobs.JobQueue`), processed by one task in
+order: RPC commands (`call`), provider events (the session's sink adds them to the inbox,
+whose one drain is a job), coalescer timers, and shutdown. So seqs are assigned in one order,
+and provider events that arrive while a command awaits the provider (for example before
+`start_turn` returns a turn id) wait behind it: staging for free (seed 000, section 5.2).
 
 A writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
 the provider boundary, encode, store, publish). Any step that still fails ends the running
@@ -15,362 +15,229 @@ meant for, so a late interrupt can never stop the next turn.
 
 Readers (RPCs, subscribers) only read `agent`, which the actor replaces whole.
 
-The class is assembled from parts, one job each, sharing the state `actor_state.ActorState`
-declares: this module (the queue, registration, provider events, starting and ending turns),
-actor_prompts.py (QUEUE / STEER / REPLACE and what follows a turn), actor_permissions.py,
-actor_history.py (echo reconciliation, Rewind, ReloadAgent, restart), actor_ending.py
-(interrupt, close, archive, shutdown) and actor_session.py (opening, resuming and losing the
-provider session).
+Built from parts that own their state and are called, never inherited: the queue
+(jobs.py), the provider-event inbox (inbox.py), the turn book (turn_book.py: active turn,
+handoff, finished turns, ownership), the snapshot and its one setter (agent_state.py), echo
+reconciliation's memory (echo_book.py), the provider session (actor_session.py), prompts and
+the queue of them (actor_prompts.py), permissions and follow-ups (actor_permissions.py), what
+came before (actor_history.py: history replay, imports, Rewind, ReloadAgent, restart),
+stopping (actor_ending.py), the end of a turn as a pure function (turn_end.py) and the
+timeline writer (writer.py). This module wires them, routes provider events, and ends turns
+with what turn_end.py decides.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, assert_never
+from typing import TypeVar
 
 from corral_server import errors
 from corral_server.domain import events as ev
 from corral_server.domain.agent import (
-    PARENT_AGENT_ID_LABEL,
     Agent,
     AgentError,
-    Attention,
-    AttentionReason,
-    Closed,
-    Errored,
-    Idle,
-    Lifecycle,
+    PermissionResponse,
     QueuedBy,
-    QueuedPrompt,
-    Running,
 )
-from corral_server.domain.content import Prompt, prompt_text
-from corral_server.domain.timeline import ErrorItem, SubagentNotice, UserMessage
-from corral_server.hub import Prepared
-from corral_server.manager import permissions
-from corral_server.manager.actor_ending import EndingPart
-from corral_server.manager.actor_history import HistoryPart
-from corral_server.manager.actor_permissions import PermissionsPart
-from corral_server.manager.actor_prompts import PromptsPart
-from corral_server.manager.actor_session import SessionPart
-from corral_server.manager.actor_state import (
-    MAX_CODE_BYTES,
-    MAX_ERROR_BYTES,
-    RECENT_FINISHED,
-    TURN_CANCELED,
-    WRITER_FAILED,
-    ActorDeps,
-    ActorState,
-    T,
-    log,
-)
-from corral_server.manager.deadlines import deadline
-from corral_server.manager.oversize import cut_text
-from corral_server.manager.sanitize import sanitize_text
+from corral_server.domain.content import Prompt
+from corral_server.domain.timeline import SubagentNotice
+from corral_server.jobs import JobQueue
+from corral_server.manager.actor_core import ActorCore
+from corral_server.manager.actor_deps import ActorDeps
+from corral_server.manager.actor_ending import WRITER_FAILED, Ending
+from corral_server.manager.actor_history import HistoryKeeper
+from corral_server.manager.actor_permissions import PermissionDesk
+from corral_server.manager.actor_prompts import Prompts
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.agent_state import AgentState
+from corral_server.manager.echo_book import EchoBook
+from corral_server.manager.inbox import ProviderInbox
+from corral_server.manager.provider_events import ProviderEvents
 from corral_server.manager.specs import AgentUpdate
+from corral_server.manager.turn_book import TurnBook
+from corral_server.manager.turn_end import end_turn
 from corral_server.manager.turns import (
     ActiveTurn,
-    AutonomousRun,
-    Disposition,
-    ForegroundRun,
+    CancelOutcome,
     IfRunning,
     StartedTurn,
-    owns,
 )
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
+    InterruptResult,
     ProviderEvent,
     ProviderItem,
-    ProviderPermissionRequested,
-    ProviderPermissionResolved,
-    ProviderSession,
-    ProviderSessionDied,
-    ProviderTurnCanceled,
-    ProviderTurnCompleted,
-    ProviderTurnFailed,
-    ProviderTurnStarted,
 )
 from corral_server.timeline.store import NewRow
 
-_Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
-class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionPart, ActorState):
+class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
-        self._snapshot = agent  # replaced whole, only by this actor's task
-        # The timeline's writer. Its next_seq moves with every append; folding it into the
-        # snapshot on every row would cost more than the row, so readers get it folded in on
-        # read (`agent`).
+        self._agent_id = agent.id
         self._deps = deps
-        self._writer = self._new_writer(agent.epoch, agent.next_seq)
-        # Provider events wait here; one queued job drains them in order, in one batch.
-        self._inbox: list[ProviderEvent] = []
-        self._inbox_queued = False
-        self._session: ProviderSession | None = None
-        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
-        # Invariant: set exactly while the lifecycle is Running, except during a handoff.
-        self._active: ActiveTurn | None = None
-        # A handoff: the running turn has ended (or is being canceled for a replacement) and
-        # its successor is about to start; readers still see Running, REJECT prompts are
-        # busy. `_ended` is the lifecycle the last turn ended in, shown if nothing follows.
-        self._handoff = False
-        self._ended: Lifecycle = Idle()
-        # Echo reconciliation: the running turn's prompt rows (by client_message_id, and by
-        # _TEXT + text).
-        self._prompt_rows: dict[str, int] = {}
-        # Turns that ended: their late events are dropped (dedupe by turn state, no window).
-        # The most recent RECENT_FINISHED, in finish order; older ones are in `deps.finished`
-        # (when durable), asked only where a turn would otherwise (re)start.
-        self._finished: dict[str, None] = {}
-        # Set once the queue accepts nothing more (closed, or shut down).
-        self._stopped = False
-        self._follow_ups = set()  # follow-up prompts on their way (actor_permissions.py)
-        self._changed = asyncio.Event()
-        # The latest snapshot's record write (durable stores): a prompt's ack waits for it.
-        self._record_put: asyncio.Future[None] | None = None
-        # Started by a job (`_put_job`) and ended when the queue runs empty (`_run`): an idle
-        # agent costs no task (start-up time with many agents, memory per idle agent).
-        self._task: asyncio.Task[None] | None = None
+        writer = self._new_writer(agent.epoch, agent.next_seq)
+        # The snapshot and the one way it changes (agent_state.py).
+        self._state = AgentState(agent, deps, lambda: self._core.writer)
+        # The active turn, the handoff, the ended lifecycle, the finished turns.
+        self._turns = TurnBook(agent.id, deps.finished)
+        # Echo reconciliation: the running turn's prompt rows.
+        self._echoes = EchoBook()
+        # The serial queue every change goes through (jobs.py). Its task starts with a job
+        # and ends when the queue runs empty: an idle agent costs no task (start-up time with
+        # many agents, memory per idle agent). Stopped once closed or shut down.
+        self._jobs = JobQueue(
+            f"agent-actor:{agent.id}",
+            refusal=lambda: errors.AgentClosed(self._agent_id),
+            on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
+        )
+        self._core = ActorCore(deps, self._state, self._jobs, self._turns, writer)
+        self._wire_parts(self._core)
+
+    def _wire_parts(self, core: ActorCore) -> None:
+        # The provider session, opened, resumed, lost and closed (actor_session.py).
+        self._sessions = SessionKeeper(core, on_event=self._on_provider_event, finish=self._finish)
+        # Starting turns, the prompt queue, steer, REPLACE's handoff (actor_prompts.py).
+        self._prompts = Prompts(core, sessions=self._sessions, echoes=self._echoes)
+        # Pending permissions, answers and follow-ups (actor_permissions.py).
+        self._permissions = PermissionDesk(
+            core, sessions=self._sessions, control=self, finish=self._finish
+        )
+        # Interrupts, close, archive, shutdown, kill; failed jobs (actor_ending.py).
+        self._ending = Ending(
+            core, sessions=self._sessions, permissions=self._permissions, finish=self._finish
+        )
+        # History replay, imports, echoes, rewind, reload, restart (actor_history.py).
+        self._history = HistoryKeeper(
+            core,
+            new_writer=self._install_writer,
+            sessions=self._sessions,
+            echoes=self._echoes,
+            register=self.register,
+            finish=self._finish,
+        )
+        # What each provider event changes (provider_events.py); they wait in the inbox,
+        # and one queued job drains them in order, in one batch.
+        events = ProviderEvents(
+            core,
+            prompts=self._prompts,
+            history=self._history,
+            permissions=self._permissions,
+            finish=self._finish,
+        )
+        self._inbox = ProviderInbox(events, self._jobs.post)
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
         return TimelineWriter(
-            self._snapshot.id,
+            self._agent_id,
             epoch,
             next_seq,
             timeline=deps.timeline,
             publisher=deps.publisher,
             clock=deps.clock,
-            on_window=lambda: self.post(self._writer.flush),
+            on_window=lambda: self._jobs.post(self._writer.flush),
         )
+
+    def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
+        """A re-based timeline (rewind, rehydrating reload) gets a writer of its own."""
+        self._core.writer = self._new_writer(epoch, next_seq)
+        return self._core.writer
+
+    @property
+    def _writer(self) -> TimelineWriter:
+        return self._core.writer
 
     # --- the serial queue ---------------------------------------------------------------
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run `op` on the actor, after everything queued before it, and return its result."""
-        if self._stopped:
-            raise errors.AgentClosed(self.agent.id)
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._put_job((op, future))
-        return await future
-
-    def post(self, op: Callable[[], Awaitable[object]]) -> None:
-        if not self._stopped:
-            self._put_job((op, None))
-
-    def _put_job(self, job: _Job | None) -> None:
-        self._queue.put_nowait(job)
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"agent-actor:{self._snapshot.id}")
-
-    async def _run(self) -> None:
-        """The actor's task: runs queued jobs in order, and ends when the queue is empty (the
-        next job starts a new one: an idle agent holds no task) or at the stop job (None)."""
-        future: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                if self._queue.empty():
-                    self._task = None  # no await since the check: no job can slip in
-                    return
-                job = self._queue.get_nowait()
-                if job is None:
-                    break
-                op, future = job
-                try:
-                    result = await op()
-                except errors.CorralError as exc:
-                    # A refusal (busy, closed, shutting down, a provider deadline): the step
-                    # decided it before changing anything, or recorded the failure itself.
-                    if future is None:
-                        log.warning("agent %s: %s", self._snapshot.id, exc.message)
-                    elif not future.done():
-                        future.set_exception(exc)
-                except Exception as exc:
-                    await self._writer_failed(exc)
-                    if future is not None and not future.done():
-                        future.set_exception(exc)
-                else:
-                    if future is not None and not future.done():
-                        future.set_result(result)
-                future = None
-        finally:
-            # Stopped (or killed mid-step): whatever did not run never will; fail its
-            # callers, never hang them.
-            if future is not None and not future.done():
-                future.set_exception(errors.AgentClosed(self._snapshot.id))
-            while not self._queue.empty():
-                job = self._queue.get_nowait()
-                if job is not None and job[1] is not None and not job[1].done():
-                    job[1].set_exception(errors.AgentClosed(self._snapshot.id))
+        return await self._jobs.call(op)
 
     @property
     def agent(self) -> Agent:
         """The current snapshot, for readers."""
-        next_seq = self._writer.next_seq
-        if self._snapshot.next_seq != next_seq:
-            self._snapshot = replace(self._snapshot, next_seq=next_seq)
-        return self._snapshot
+        return self._state.agent
 
     @property
     def active_turn(self) -> ActiveTurn | None:
-        return self._active
-
-    # --- registration (seed 000, section 4.1) -------------------------------------------
+        return self._turns.active
 
     async def register(self, model: str, mode: str) -> Agent:
-        """Ask the provider for a session, then go idle. Events the session reports queue
-        behind this step, so none reaches a half-built agent."""
-        deps = self._deps
-        session = await self._create_session(model, mode, "")
-        if deps.is_shutting_down():
-            await self._close_session(session)  # leave no orphan session behind
-            raise errors.ShuttingDown()
-        self._session = session
-        info = deps.provider.info()
-        self._set(
-            replace(
-                self._snapshot,
-                lifecycle=Idle(),
-                provider_session_id=session.session_id,
-                model=model or (info.models[0].id if info.models else ""),
-                mode=mode or (info.modes[0].id if info.modes else ""),
-            )
-        )
-        return self.agent
+        """Open the agent's first provider session, then go idle (actor_session.py)."""
+        return await self._sessions.register(model, mode)
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
-        if self._stopped:
-            return
-        self._inbox.append(event)
-        if not self._inbox_queued:
-            self._inbox_queued = True
-            self._put_job((self._drain_inbox, None))
-
-    async def _drain_inbox(self) -> None:
-        """Handle every waiting provider event in order; rows that are ready together are
-        appended in one batch (one store write, then one publish per row)."""
-        self._inbox_queued = False
-        events, self._inbox = self._inbox, []
-        ready: list[NewRow] = []
-        replaying = False  # the previous event was history too: its rows batch with these
-        for event in events:
-            if isinstance(event, ProviderItem):
-                if event.from_history:
-                    # The history gate (seed 000, 6.3), before any judging of turns.
-                    if self._stopped or isinstance(self._snapshot.lifecycle, Closed):
-                        continue
-                    if not replaying:
-                        # What arrived before goes first, the pending fragment included.
-                        self._writer.append_nowait(ready)
-                        ready = []
-                        await self._writer.flush()
-                        replaying = True
-                    ready.append(self._history_row(event))
-                    continue
-                replaying = False
-                if type(event.item) is not UserMessage:
-                    if not self._stopped and self._accepts(event.turn_id):
-                        ready.extend(self._offer(event))
-                    continue
-            replaying = False
-            self._writer.append_nowait(ready)
-            ready = []
-            await self._handle_provider_event(event)
-        # Not awaited: the next rows are coalesced while these commit (published after their
-        # commit, in order); a failed commit surfaces at the writer's next step.
-        self._writer.append_nowait(ready)
+        if not self._jobs.stopped:
+            self._inbox.add(event)
 
     # --- state ---------------------------------------------------------------------------
-
-    def _set(self, changed: Agent) -> None:
-        """Make `changed` (a `replace` of the snapshot: its fields are type-checked) the
-        snapshot, with `updated_at` bumped strictly, and publish the upsert."""
-        now = self._deps.clock.now_ms()
-        updated = max(now, self._snapshot.updated_at_ms + 1)
-        snapshot = replace(changed, updated_at_ms=updated, next_seq=self._writer.next_seq)
-        prepared = self._deps.publisher.prepare(ev.AgentUpserted(snapshot))
-        self._snapshot = snapshot
-        records = self._deps.records
-        if records is not None:
-            # The whole snapshot, last write wins (seed 000, 7.3: nothing it lacks is erased);
-            # puts of one agent between commits coalesce into one row write.
-            put = records.put(snapshot)
-            put.add_done_callback(self._record_written)
-            self._record_put = put
-        self._writer.publish((prepared,))
-        # Wake everyone waiting for a change (WaitForIdle), then start a new generation.
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def _attention(self, reason: AttentionReason) -> ev.AttentionRequired:
-        """The event, with whom to notify by the clients' presence (seed 000, section 9)."""
-        presence = self._deps.presence
-        if presence is None:
-            return ev.AttentionRequired(self._snapshot.id, reason)
-        plan = presence.plan(self._snapshot, reason, self._deps.clock.now_ms())
-        return ev.AttentionRequired(self._snapshot.id, reason, plan)
-
-    def _record_written(self, done: asyncio.Future[None]) -> None:
-        if not done.cancelled() and done.exception() is not None:
-            log.error(
-                "agent %s: its record was not stored", self._snapshot.id, exc_info=done.exception()
-            )
 
     @property
     def changed(self) -> asyncio.Event:
         """Set at the next change of the snapshot (a fresh event per change)."""
-        return self._changed
+        return self._state.changed
 
     def update(self, change: AgentUpdate) -> Agent:
-        self._ensure_open()
-        agent = self._snapshot
-        self._set(
-            replace(
-                agent,
-                title=agent.title if change.title is None else change.title,
-                labels=agent.labels if change.labels is None else dict(change.labels),
-                mode=agent.mode if change.mode is None else change.mode,
-                model=agent.model if change.model is None else change.model,
-            )
-        )
-        return self.agent
+        return self._state.update(change)
 
     def clear_attention(self) -> Agent:
-        if self._snapshot.attention.required:
-            self._set(replace(self._snapshot, attention=Attention()))
-        return self.agent
-
-    async def add_notice(
-        self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
-    ) -> None:
-        """A sub-agent's result (subagents/announce.py): its notice row, then, when `wake`
-        is given, a turn carrying it (queued behind a running one). One step on the queue,
-        so the row and the wake are never split by another change of this agent."""
-        self._ensure_open()
-        await self._writer.flush()
-        turn_id = self._active.turn_id if self._active is not None else ""
-        await self._writer.append([NewRow(notice, self._deps.clock.now_ms(), turn_id)])
-        if wake is not None:
-            await self.start_turn(wake, client_message_id, IfRunning.QUEUE, QueuedBy.SUBAGENT)
-
-    async def barrier(self) -> None:
-        """Until every row handed to the store so far is stored and published."""
-        await self._writer.barrier()
+        return self._state.clear_attention()
 
     def detach(self) -> Agent:
-        labels = self._snapshot.labels
-        if PARENT_AGENT_ID_LABEL in labels:
-            kept = {k: v for k, v in labels.items() if k != PARENT_AGENT_ID_LABEL}
-            self._set(replace(self._snapshot, labels=kept))
-        return self.agent
+        return self._state.detach()
 
-    def _ensure_open(self) -> None:
-        if isinstance(self.agent.lifecycle, Closed):
-            raise errors.AgentClosed(self.agent.id)
+    async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
+        """RespondToPermission (actor_permissions.py), on the queue."""
+        return await self._permissions.respond(request_id, response)
 
-    # --- turns ---------------------------------------------------------------------------
+    async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
+        return await self._history.prime(items, provider_session_id)
+
+    async def end_interrupted_turn(self) -> None:
+        await self._history.end_interrupted_turn()
+
+    async def reload(self, rehydrate: bool) -> Agent:
+        return await self._history.reload(rehydrate)
+
+    async def rewind(self, message_id: str) -> Agent:
+        return await self._history.rewind(message_id)
+
+    # --- stopping (actor_ending.py) --------------------------------------------------------
+
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        return await self._ending.interrupt(turn_id)
+
+    async def stop_turn(self, active: ActiveTurn) -> CancelOutcome:
+        return await self._ending.stop_turn(active)
+
+    async def close(self) -> Agent:
+        return await self._ending.close()
+
+    async def archive(self) -> Agent:
+        return await self._ending.archive()
+
+    def archive_closed(self) -> Agent:
+        return self._ending.archive_closed()
+
+    async def shutdown(self) -> None:
+        await self._ending.shutdown()
+
+    def retire(self) -> None:
+        self._ending.retire()
+
+    def kill(self) -> None:
+        self._ending.kill()
+
+    async def stopped(self) -> None:
+        await self._ending.stopped()
+
+    # --- prompts (actor_prompts.py) --------------------------------------------------------
 
     async def start_turn(
         self,
@@ -379,269 +246,74 @@ class AgentActor(PromptsPart, HistoryPart, PermissionsPart, EndingPart, SessionP
         if_running: IfRunning,
         queued_by: QueuedBy = QueuedBy.CLIENT,
     ) -> StartedTurn:
-        """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
-        none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
-        STEER (into the running turn when the provider can, else queued), or REPLACE (the
-        manager canceled the running turn and opened a handoff: start now, as its
-        successor)."""
-        self._ensure_open()
-        if self._deps.is_shutting_down():
-            raise errors.ShuttingDown()  # queued before the drain: refused, not acknowledged
-        replacing = if_running is IfRunning.REPLACE and self._handoff and self._active is None
-        if (self._active is not None or self._handoff) and not replacing:
-            match if_running:
-                case IfRunning.REJECT | IfRunning.REPLACE:
-                    busy = self._active.turn_id if self._active is not None else ""
-                    raise errors.AgentBusy(self.agent.id, busy)
-                case IfRunning.QUEUE:
-                    return await self.enqueue(prompt, client_message_id, queued_by)
-                case IfRunning.STEER:
-                    return await self._steer_or_queue(prompt, client_message_id, queued_by)
-                case _:
-                    assert_never(if_running)
-        await self._check_session()
-        turn_id = await self._start(prompt, client_message_id, self._snapshot.queued_prompts)
-        disposition = Disposition.REPLACED if replacing else Disposition.STARTED
-        return StartedTurn(disposition, turn_id, client_message_id)
+        return await self._prompts.start_turn(prompt, client_message_id, if_running, queued_by)
 
-    async def _start(
-        self, prompt: Prompt, client_message_id: str, queued_after: tuple[QueuedPrompt, ...]
-    ) -> str:
-        """Start a turn now: the provider names it, then TurnStarted, Running (with the queue
-        left behind), the prompt's row. Ends a handoff either way."""
-        deps = self._deps
-        session = self._session
-        assert session is not None
-        handoff, self._handoff = self._handoff, False
-        try:
-            deps.provider.validate_prompt(prompt)
-            start = session.start_turn(prompt)
-            turn_id = await deadline(deps.clock, deps.timeouts.start_turn_s, start, "start_turn")
-        except Exception as exc:
-            if handoff or isinstance(exc, errors.ProviderTimeout):
-                # A hung provider, or a successor that could not start: the agent says so
-                # instead of looking busy (or idle) for ever.
-                code = exc.reason if isinstance(exc, errors.CorralError) else "START_FAILED"
-                why = exc.message if isinstance(exc, errors.CorralError) else str(exc)
-                error = AgentError(sanitize_text(why)[:500], code)
-                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
-            raise
-        settled = asyncio.get_running_loop().create_future()
-        started = self._begin(ForegroundRun(turn_id, settled), queued_after)
-        text = prompt_text(prompt)
-        message = UserMessage(text, client_message_id, client_message_id)
-        row = NewRow(message, deps.clock.now_ms(), turn_id)
-        self._prompt_rows = {}
-        self._remember_prompt(client_message_id, text, self._writer.reserved_seq)
-        await self._writer.append([row], lead=(started,))
-        await self._record_durable()
-        return turn_id
+    def remove_queued(self, client_message_id: str) -> Agent:
+        return self._prompts.remove_queued(client_message_id)
 
-    async def _record_durable(self) -> None:
-        """Durable first: an acknowledged prompt's row is committed (the append awaited it),
-        and so is the snapshot that says its turn runs."""
-        put = self._record_put
-        if put is not None and not put.done():
-            await asyncio.shield(put)
+    def open_handoff(self) -> str | None:
+        return self._turns.open_handoff()
 
-    def _begin(
-        self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None
-    ) -> Prepared:
-        """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
-        runs from here; the caller publishes the returned event (a foreground turn, right
-        before its prompt's row, once that row is committed: the stream's ack is durable)."""
-        started = self._deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
-        self._active = active
-        if self._deps.counts is not None:
-            self._deps.counts.started += 1
-        agent = self._snapshot
-        queue = agent.queued_prompts if queued is None else queued
-        self._set(replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue))
-        return started
+    async def close_handoff(self) -> None:
+        await self._prompts.close_handoff()
 
-    async def _handle_provider_event(self, event: ProviderEvent) -> None:
-        if self._stopped or isinstance(self.agent.lifecycle, Closed):
-            return
-        match event:
-            case ProviderTurnStarted(turn_id=turn_id):
-                if self._active is None and not await self._is_finished(turn_id):
-                    # A turn the provider started by itself: an autonomous run.
-                    settled = asyncio.get_running_loop().create_future()
-                    autonomous = AutonomousRun(turn_id, settled)
-                    self._writer.publish((self._begin(autonomous),))
-                # else: a duplicate of the turn_started we already published
-            case ProviderItem():
-                if self._accepts(event.turn_id) and not await self._reconciled(event):
-                    await self._writer.append(self._offer(event))
-            case ProviderTurnCompleted(turn_id=turn_id, usage=usage):
-                await self._terminal(turn_id, ev.TurnCompleted(self.agent.id, turn_id, usage))
-            case ProviderTurnFailed(turn_id=turn_id, error=error):
-                error = AgentError(_bounded(error.message), _bounded(error.code, MAX_CODE_BYTES))
-                await self._terminal(turn_id, ev.TurnFailed(self.agent.id, turn_id, error))
-            case ProviderTurnCanceled(turn_id=turn_id, reason=reason):
-                reason = _bounded(reason)
-                await self._terminal(turn_id, ev.TurnCanceled(self.agent.id, turn_id, reason))
-            case ProviderPermissionRequested(turn_id=turn_id, permission=permission):
-                active = self._active
-                if active is not None and self._accepts(turn_id):
-                    await self._request_permission(permissions.admitted(permission, active.turn_id))
-            case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
-                # The provider settled it itself; an echo of corral's own answer finds nothing
-                # pending and is dropped (seed 000, section 10: the receipt comes first).
-                pending = self._snapshot.pending_permissions
-                if any(p.id == request_id for p in pending):
-                    self._resolve_permissions({request_id}, behavior)
-            case ProviderSessionDied():
-                pass  # each session's own sink posts its death (actor_session.py)
-            case _:
-                assert_never(event)
+    async def add_notice(
+        self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
+    ) -> None:
+        await self._prompts.add_notice(notice, wake, client_message_id)
 
-    def _remember_finished(self, turn_id: str) -> None:
-        finished = self._finished
-        finished[turn_id] = None
-        if len(finished) > RECENT_FINISHED:
-            del finished[next(iter(finished))]  # the oldest: the durable set still has it
-        store = self._deps.finished
-        if store is not None:
-            store.add(self._snapshot.id, turn_id).add_done_callback(self._record_written)
+    async def barrier(self) -> None:
+        """Until every row handed to the store so far is stored and published."""
+        await self._writer.barrier()
 
-    async def _is_finished(self, turn_id: str) -> bool:
-        if turn_id in self._finished:
-            return True
-        store = self._deps.finished
-        return (
-            store is not None and bool(turn_id) and await store.contains(self._snapshot.id, turn_id)
-        )
-
-    def _accepts(self, turn_id: str) -> bool:
-        active = self._active
-        if active is not None:
-            return owns(active, turn_id)
-        return turn_id not in self._finished
-
-    def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
-        """Admit a provider fragment (the provider boundary) and give it to the coalescer;
-        returns the rows to append now."""
-        active = self._active
-        turn_id = active.turn_id if active is not None else None
-        return self._writer.offer(self._writer.admit(event, turn_id))
-
-    async def _terminal(self, turn_id: str, terminal: ev.TurnTerminal) -> None:
-        active = self._active
-        if active is None or turn_id in self._finished:
-            return  # a late or duplicate terminal event: that turn is already settled
-        if not owns(active, turn_id):
-            return  # the end of another turn, never of this one
-        if turn_id and turn_id != active.turn_id and await self._is_finished(turn_id):
-            # An id-less autonomous run owns every id, but not the end of a turn that
-            # finished before it (older than the recent ones: after a restart, say).
-            return
-        # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
-        # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
-        await self._finish(active, replace(terminal, turn_id=active.turn_id))
+    # --- ending turns ----------------------------------------------------------------------
 
     async def _finish(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> None:
-        """End `active` with `terminal`: its pending row, a row saying how it ended (failed or
-        canceled), the terminal event, the new lifecycle, attention. Always ends the turn:
-        a pending row that cannot be stored turns the end into a WRITER_FAILED failure."""
+        """End `active` with `terminal` (turn_end.py decides the values): its pending row, a
+        row saying how it ended (failed or canceled), its unanswered requests, the terminal
+        event, the new snapshot, attention. Always ends the turn: a pending row that cannot
+        be stored turns the end into a WRITER_FAILED failure."""
+        terminal = await self._flushed(active, terminal)
+        now = self._deps.clock.now_ms()
+        successor = self._turns.handoff or bool(self._state.snapshot.queued_prompts)
+        end = end_turn(self._state.snapshot, terminal, successor, now)
+        if end.closing_row is not None:
+            try:
+                await self._writer.append([NewRow(end.closing_row, now, active.turn_id)])
+            except Exception:
+                log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
+        # A turn's unanswered requests end with it (seed 000, section 10).
+        asked = {
+            p.id for p in self._state.snapshot.pending_permissions if p.turn_id == active.turn_id
+        }
+        self._permissions.resolve(asked, None)
+        self._turns.finish(active)
+        self._turns.ended = end.ended
+        if self._deps.counts is not None:
+            self._deps.counts.count_end(terminal)
+        publisher = self._deps.publisher
+        self._writer.publish((publisher.prepare(terminal),))
+        pending = self._state.snapshot.pending_permissions
+        self._state.set(
+            self._sessions.with_session_id(replace(end.snapshot, pending_permissions=pending))
+        )
+        if end.attention is not None:
+            self._writer.publish((publisher.prepare(self._state.attention(end.attention)),))
+        if not active.settled.done():
+            active.settled.set_result(terminal)
+        if not successor and self._deps.settled is not None:
+            self._deps.settled(self._state.snapshot, terminal)
+        if successor and not self._turns.handoff:
+            self._prompts.after_turn()
+
+    async def _flushed(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> ev.TurnTerminal:
+        """The turn's pending row stored: `terminal`, or a WRITER_FAILED failure if it could
+        not be (the row is dropped; the turn ends either way)."""
         try:
             await self._writer.flush()
         except Exception:
             log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
             self._writer.discard_pending()
             error = AgentError("corral could not record the end of the turn", WRITER_FAILED)
-            terminal = ev.TurnFailed(self.agent.id, active.turn_id, error)
-        clock = self._deps.clock
-        agent = self._snapshot
-        reason: AttentionReason | None = None
-        last_row: ErrorItem | None = None
-        match terminal:
-            case ev.TurnCompleted(usage=usage):
-                ended = replace(agent, lifecycle=Idle(), last_usage=usage or agent.last_usage)
-                reason = AttentionReason.FINISHED
-            case ev.TurnFailed(error=error):
-                last_row = ErrorItem(error.message, error.code)
-                ended = replace(agent, lifecycle=Errored(error), last_error=error)
-                reason = AttentionReason.ERROR
-            case ev.TurnCanceled(reason=why):
-                # The timeline keeps a trace of the cancel and why, like a failure's error row.
-                text = f"turn canceled: {why}" if why else "turn canceled"
-                last_row = ErrorItem(text, TURN_CANCELED)
-                ended = replace(agent, lifecycle=Idle())
-            case _:
-                assert_never(terminal)
-        if last_row is not None:
-            try:
-                await self._writer.append([NewRow(last_row, clock.now_ms(), active.turn_id)])
-            except Exception:
-                log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
-        # A turn's unanswered requests end with it (seed 000, section 10).
-        asked = {p.id for p in self._snapshot.pending_permissions if p.turn_id == active.turn_id}
-        self._resolve_permissions(asked, None)
-        ended = replace(ended, pending_permissions=self._snapshot.pending_permissions)
-        self._active = None
-        self._count_end(terminal)
-        if active.turn_id:  # an id-less autonomous turn must not block the next one
-            self._remember_finished(active.turn_id)
-        publisher = self._deps.publisher
-        self._writer.publish((publisher.prepare(terminal),))
-        # A successor (a replacement, the next queued prompt) follows at once: readers keep
-        # seeing Running, with no idle moment between, and nobody is told "finished".
-        self._ended = ended.lifecycle
-        successor = self._handoff or bool(agent.queued_prompts)
-        if successor:
-            ended = replace(ended, lifecycle=agent.lifecycle)
-            if reason is AttentionReason.FINISHED:
-                reason = None
-        # Attention is edge-triggered: an unread mark, set once (seed 000, section 9).
-        raise_attention = reason is not None and not self.agent.attention.required
-        if raise_attention and reason is not None:
-            ended = replace(ended, attention=Attention(True, reason, clock.now_ms()))
-        self._set(self._with_session_id(ended))
-        if raise_attention and reason is not None:
-            attention = self._attention(reason)
-            self._writer.publish((publisher.prepare(attention),))
-        if not active.settled.done():
-            active.settled.set_result(terminal)
-        if not successor and self._deps.settled is not None:
-            self._deps.settled(self._snapshot, terminal)
-        if successor and not self._handoff:
-            self._after_turn()
-
-    def _count_end(self, terminal: ev.TurnTerminal) -> None:
-        counts = self._deps.counts
-        if counts is None:
-            return
-        match terminal:
-            case ev.TurnCompleted():
-                counts.completed += 1
-            case ev.TurnFailed():
-                counts.failed += 1
-            case ev.TurnCanceled():
-                counts.canceled += 1
-            case _:
-                assert_never(terminal)
-
-    async def _writer_failed(self, exc: Exception) -> None:
-        """A writer step failed unexpectedly: end the running turn as failed (with an error
-        row, when one can be stored) and leave the agent errored, never stuck in running."""
-        log.error("agent %s: a writer step failed", self._snapshot.id, exc_info=exc)
-        error = AgentError(
-            sanitize_text(
-                f"corral could not record the agent's output: {type(exc).__name__}: {exc}"
-            )[:500],
-            WRITER_FAILED,
-        )
-        try:
-            active = self._active
-            if active is not None:
-                await self._finish(active, ev.TurnFailed(self.agent.id, active.turn_id, error))
-            elif not isinstance(self._snapshot.lifecycle, Closed):
-                self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
-        except Exception:
-            log.exception("agent %s: could not record a writer failure", self._snapshot.id)
-
-
-def _bounded(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
-    """Provider text for an error or a reason: encodable, and cut (with a marker) to size."""
-    return cut_text(sanitize_text(text), max_bytes)
+            return ev.TurnFailed(self.agent.id, active.turn_id, error)
+        return terminal

@@ -1,12 +1,12 @@
-"""The actor's part for what came before: history replay (seed 000, 6.3), an import's
-history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and ending a
-turn a restart interrupted.
-On the queue only."""
+"""The part of an agent's actor for what came before: history replay (seed 000, 6.3), an
+import's history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and
+ending a turn a restart interrupted. On the queue only."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from corral_server import errors
@@ -20,25 +20,48 @@ from corral_server.domain.agent import (
     Running,
 )
 from corral_server.domain.timeline import Cursor, Direction, TimelineRow, UserMessage
-from corral_server.manager.actor_state import (
-    _TEXT,
-    DAEMON_RESTARTED,
-    REWIND_BATCH,
-    ActorState,
-    log,
-)
+from corral_server.manager.actor_core import ActorCore
+from corral_server.manager.actor_session import SessionKeeper
+from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.sanitize import sanitize_text
-from corral_server.manager.turns import (
-    AutonomousRun,
-)
+from corral_server.manager.turns import ActiveTurn, AutonomousRun
+from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     ProviderItem,
 )
 from corral_server.timeline.store import NewRow
 
+log = logging.getLogger(__name__)
 
-class HistoryPart(ActorState):
-    def _history_row(self, event: ProviderItem) -> NewRow:
+# Rows copied per append when a rewind re-bases a timeline (and per batch of an import).
+REWIND_BATCH = 1_000
+# The error code of a turn a daemon restart cut short.
+DAEMON_RESTARTED = "DAEMON_RESTARTED"
+
+
+class HistoryKeeper:
+    def __init__(
+        self,
+        core: ActorCore,
+        *,
+        new_writer: Callable[[str, int], TimelineWriter],
+        sessions: SessionKeeper,
+        echoes: EchoBook,
+        register: Callable[[str, str], Awaitable[Agent]],
+        finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
+    ) -> None:
+        self._core = core
+        self._new_writer = new_writer  # installs a writer for a re-based timeline
+        self._sessions = sessions
+        self._echoes = echoes
+        self._register = register
+        self._finish = finish
+
+    @property
+    def _agent_id(self) -> str:
+        return self._core.state.snapshot.id
+
+    def history_row(self, event: ProviderItem) -> NewRow:
         """The history gate (seed 000, 6.3): an item the provider replays from its history
         (`from_history`) becomes a row as it is, with no turn id, whatever turn runs or
         ended: it is not judged by the turn gates, not coalesced, never reconciled as an
@@ -46,45 +69,47 @@ class HistoryPart(ActorState):
         `updated_at`, no attention, no upsert. Subscribers see only its
         `timeline_row_appended` (a timeline's seqs reach every follower without gaps), and
         StreamTurn never carries it (it names no turn)."""
-        admitted = self._writer.admit(event, None)  # the provider boundary: mended text
-        now = self._deps.clock.now_ms()
+        admitted = self._core.writer.admit(event, None)  # the provider boundary: mended text
+        now = self._core.deps.clock.now_ms()
         return NewRow(admitted.item, now, "", admitted.provider_message_id)
 
     async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
         """ImportAgent: a new agent's timeline primed with a provider session's conversation,
-        each item through the history gate (`_history_row`), in bounded batches; then the
+        each item through the history gate (`history_row`), in bounded batches; then the
         agent is idle with that provider session, which its first turn resumes (no session
-        opens here: SessionPart opens it lazily, resuming by id)."""
-        rows = [self._history_row(item) for item in items]
+        opens here: the SessionKeeper opens it lazily, resuming by id)."""
+        rows = [self.history_row(item) for item in items]
         for start in range(0, len(rows), REWIND_BATCH):
-            await self._writer.append(rows[start : start + REWIND_BATCH])
-        info = self._deps.provider.info()
-        self._set(
+            await self._core.writer.append(rows[start : start + REWIND_BATCH])
+        info = self._core.deps.provider.info()
+        self._core.state.set(
             replace(
-                self._snapshot,
+                self._core.state.snapshot,
                 lifecycle=Idle(),
                 provider_session_id=provider_session_id,
                 model=info.models[0].id if info.models else "",
                 mode=info.modes[0].id if info.modes else "",
             )
         )
-        return self.agent
+        return self._core.state.agent
 
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
         It ends with a clear error row and turn_failed, and the agent is idle again, or runs
         its next queued prompt (a provider that can resume turns comes with the providers
         issue)."""
-        lifecycle = self._snapshot.lifecycle
+        lifecycle = self._core.state.snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
         settled = asyncio.get_running_loop().create_future()
         active = AutonomousRun(lifecycle.active_turn_id, settled)
-        self._active = active
+        self._core.turns.active = active
         error = AgentError("interrupted by a daemon restart", DAEMON_RESTARTED)
-        await self._finish(active, ev.TurnFailed(self._snapshot.id, active.turn_id, error))
-        if not self._handoff:  # else the next queued prompt is on its way: Running goes on
-            self._set(replace(self._snapshot, lifecycle=Idle()))
+        await self._finish(active, ev.TurnFailed(self._agent_id, active.turn_id, error))
+        if (
+            not self._core.turns.handoff
+        ):  # else the next queued prompt is on its way: Running goes on
+            self._core.state.set(replace(self._core.state.snapshot, lifecycle=Idle()))
 
     async def reload(self, rehydrate: bool) -> Agent:
         """Restart the provider session under the same agent id. The caller settled the
@@ -92,31 +117,33 @@ class HistoryPart(ActorState):
         epoch stay, unless `rehydrate`: then the timeline is re-based under a new epoch,
         announced by TimelineReset (clients holding old cursors get stale_cursor), to be
         primed again from the provider's history (the scripted provider keeps none)."""
-        self._ensure_open()
-        if self._deps.is_shutting_down():
+        self._core.state.ensure_open()
+        if self._core.deps.is_shutting_down():
             raise errors.ShuttingDown()
-        if self._active is not None:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id)
-        await self._writer.flush()
-        old, self._session = self._session, None
+        if self._core.turns.active is not None:
+            raise errors.AgentBusy(self._agent_id, self._core.turns.active.turn_id)
+        await self._core.writer.flush()
+        old, self._sessions.current = self._sessions.current, None
         if old is not None:
             try:
-                await self._close_session(old)
+                await self._sessions.close(old)
             except Exception:
-                log.warning("agent %s: old session close failed", self.agent.id, exc_info=True)
-        agent = self._snapshot
+                log.warning("agent %s: old session close failed", self._agent_id, exc_info=True)
+        agent = self._core.state.snapshot
         if rehydrate:
-            head = await self._deps.timeline.rebase(agent.id)
-            self._writer = self._new_writer(head.epoch, head.next_seq)
+            head = await self._core.deps.timeline.rebase(agent.id)
+            self._new_writer(head.epoch, head.next_seq)
             reset = ev.TimelineReset(agent.id, head.epoch, "reloaded from the provider's history")
-            self._writer.publish((self._deps.publisher.prepare(reset),))
+            self._core.writer.publish((self._core.deps.publisher.prepare(reset),))
             agent = replace(agent, epoch=head.epoch)
-        self._set(replace(agent, lifecycle=Initializing()))
+        self._core.state.set(replace(agent, lifecycle=Initializing()))
         try:
-            return await self.register(agent.model, agent.mode)
+            return await self._register(agent.model, agent.mode)
         except errors.CorralError as exc:
             error = AgentError(f"reload failed: {exc.message}", exc.reason)
-            self._set(replace(self._snapshot, lifecycle=Errored(error), last_error=error))
+            self._core.state.set(
+                replace(self._core.state.snapshot, lifecycle=Errored(error), last_error=error)
+            )
             raise
 
     async def rewind(self, message_id: str) -> Agent:
@@ -124,28 +151,28 @@ class HistoryPart(ActorState):
         timeline is re-based under a new epoch holding the rows before it (renumbered from
         1), announced by TimelineReset; clients holding old cursors get stale_cursor. A
         message the provider never confirmed is FAILED_PRECONDITION."""
-        self._ensure_open()
-        if self._active is not None or self._handoff:
-            raise errors.AgentBusy(self.agent.id, self._active.turn_id if self._active else "")
-        await self._writer.flush()
-        await self._writer.barrier()
-        agent_id = self._snapshot.id
+        self._core.state.ensure_open()
+        if self._core.turns.busy:
+            raise errors.AgentBusy(self._agent_id, self._core.turns.busy_turn_id)
+        await self._core.writer.flush()
+        await self._core.writer.barrier()
+        agent_id = self._agent_id
         kept = await self._rows_before(message_id)
-        head = await self._deps.timeline.rebase(agent_id)
-        self._writer = self._new_writer(head.epoch, head.next_seq)
+        head = await self._core.deps.timeline.rebase(agent_id)
+        self._new_writer(head.epoch, head.next_seq)
         reset = ev.TimelineReset(agent_id, head.epoch, f"rewound to before message {message_id}")
-        self._writer.publish((self._deps.publisher.prepare(reset),))
-        self._set(replace(self._snapshot, epoch=head.epoch))
+        self._core.writer.publish((self._core.deps.publisher.prepare(reset),))
+        self._core.state.set(replace(self._core.state.snapshot, epoch=head.epoch))
         rows = [NewRow(r.item, r.timestamp_ms, r.turn_id, r.provider_message_id) for r in kept]
         for start in range(0, len(rows), REWIND_BATCH):
-            await self._writer.append(rows[start : start + REWIND_BATCH])
-        self._prompt_rows = {}
-        return self.agent
+            await self._core.writer.append(rows[start : start + REWIND_BATCH])
+        self._echoes.clear()
+        return self._core.state.agent
 
     async def _rows_before(self, message_id: str) -> list[TimelineRow]:
         """The retained rows before the row the provider confirmed as `message_id`."""
-        timeline, agent_id = self._deps.timeline, self._snapshot.id
-        epoch = self._snapshot.epoch
+        timeline, agent_id = self._core.deps.timeline, self._agent_id
+        epoch = self._core.state.snapshot.epoch
         seen: list[TimelineRow] = []
         cursor = Cursor(epoch, 0)
         while True:
@@ -157,33 +184,24 @@ class HistoryPart(ActorState):
             if not page.has_newer or not page.rows:
                 break
             cursor = Cursor(epoch, page.rows[-1].seq)
-        raise errors.MessageNotConfirmed(self._snapshot.id, message_id)
+        raise errors.MessageNotConfirmed(self._agent_id, message_id)
 
-    async def _reconciled(self, event: ProviderItem) -> bool:
+    async def reconciled(self, event: ProviderItem) -> bool:
         """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
         the echo of a prompt corral stored (same client_message_id, or the same text in the
         running turn) is not stored twice; the provider's message id is written into the
         stored row (its only in-place change) and subscribers learn it by RowUpdated."""
         item = event.item
-        if type(item) is not UserMessage or self._active is None:
+        if type(item) is not UserMessage or self._core.turns.active is None:
             return False
-        prompts = self._prompt_rows
-        seq = prompts.get(item.client_message_id) if item.client_message_id else None
-        if seq is None:
-            seq = prompts.get(_TEXT + sanitize_text(item.text))
+        seq = self._echoes.find(item)
         if seq is None:
             return False
         provider_id = sanitize_text(event.provider_message_id or item.message_id)
         if provider_id:
-            agent_id = self._snapshot.id
-            await self._writer.barrier()  # the prompt's row is committed before it changes
-            await self._deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
-            updated = ev.RowUpdated(agent_id, self._snapshot.epoch, seq, provider_id)
-            self._writer.publish((self._deps.publisher.prepare(updated),))
+            agent_id = self._agent_id
+            await self._core.writer.barrier()  # the prompt's row is committed before it changes
+            await self._core.deps.timeline.set_provider_message_id(agent_id, seq, provider_id)
+            updated = ev.RowUpdated(agent_id, self._core.state.snapshot.epoch, seq, provider_id)
+            self._core.writer.publish((self._core.deps.publisher.prepare(updated),))
         return True
-
-    def _remember_prompt(self, client_message_id: str, text: str, seq: int) -> None:
-        """The running turn's prompt rows, for echo reconciliation (cleared at each start)."""
-        if client_message_id:
-            self._prompt_rows[client_message_id] = seq
-        self._prompt_rows[_TEXT + text] = seq

@@ -34,12 +34,19 @@ from corral_server.domain.timeline import (
     Todo,
     TodoEntry,
 )
+from corral_server.manager.sanitize import sanitize_text
 from corral_server.timeline.size import item_bytes, json_bytes, text_bytes
 
 # A string field costs its bytes plus at most this much (tag and length), see size.py.
 _FIELD = 6
 # Room kept for a marker: "… [cut by corral: 99999999999 bytes of JSON]" is 45 bytes.
 _MARKER_ROOM = 64
+
+# A provider's error message or cancel reason is kept up to this many UTF-8 bytes (it lands in
+# the error row, the terminal event and Agent.last_error: each far below a row's limit); an
+# error code up to MAX_CODE_BYTES.
+MAX_ERROR_BYTES = 16 * 1024
+MAX_CODE_BYTES = 256
 
 
 def text_pieces(text: str, max_bytes: int) -> list[str]:
@@ -145,3 +152,8 @@ def _fit_todo(todo: Todo, max_bytes: int) -> Todo:
         budget -= cost
         kept.append(entry if text is entry.text else TodoEntry(text, entry.completed))
     return Todo(tuple(kept))
+
+
+def bounded_text(text: str, max_bytes: int = MAX_ERROR_BYTES) -> str:
+    """Provider text for an error or a reason: encodable, and cut (with a marker) to size."""
+    return cut_text(sanitize_text(text), max_bytes)

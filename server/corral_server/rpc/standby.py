@@ -6,13 +6,23 @@ call. It never touches the state directory; the real daemon replaces it once the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from corral_server import errors
+from corral_server.listen import (
+    make_socket_private,
+    remove_socket,
+    socket_dir_problem,
+    socket_in_use,
+    unix_path,
+)
 from corral_server.rpc.errors import to_status
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
@@ -48,20 +58,50 @@ class _RefuseAllButHealth(_Interceptor):
         )
 
 
+@dataclass
+class StandbyServer:
+    server: grpc.aio.Server
+    port: int
+    socket: tuple[Path, int] | None  # with unix:PATH, the socket's path and inode
+
+    async def stop(self) -> None:
+        await self.server.stop(0)
+        if self.socket is not None:  # the daemon that takes over binds its own
+            remove_socket(*self.socket)
+
+
+async def _check_socket(listen: str, path: Path) -> None:
+    """The serving daemon's rules for a socket path (app.py): a private directory, and no
+    server answering there (grpc would unlink its socket and take the path)."""
+    refusal, _ = socket_dir_problem(path)  # the warning is the daemon's, once it serves
+    if refusal:
+        raise OSError(f"cannot listen on {listen}: {refusal}")
+    if await asyncio.to_thread(socket_in_use, path):
+        raise OSError(f"cannot listen on {listen}: a server answers there")
+
+
 async def start_standby_server(
     listen: str, services: tuple[str, ...], credentials: grpc.ServerCredentials | None
-) -> tuple[grpc.aio.Server, int]:
-    """The waiting server, bound and serving: (server, port)."""
+) -> StandbyServer:
+    """The waiting server, bound and serving. OSError (one line) when it cannot listen."""
+    socket_path = unix_path(listen)
+    if socket_path is not None:
+        await _check_socket(listen, socket_path)
     server = grpc.aio.server(interceptors=[_RefuseAllButHealth()])
     servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    if credentials is not None:
-        port = server.add_secure_port(listen, credentials)
-    else:
-        port = server.add_insecure_port(listen)
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(listen, credentials)
+        else:
+            port = server.add_insecure_port(listen)
+    except RuntimeError as exc:  # grpc's "Failed to bind": the port is taken
+        raise OSError(f"cannot listen on {listen}: address in use or invalid") from exc
     if port == 0:
         raise OSError(f"cannot listen on {listen}: address in use or invalid")
+    # Bound, not yet accepting: 0600 before anyone can connect, like the serving socket.
+    socket = None if socket_path is None else (socket_path, make_socket_private(socket_path))
     await server.start()
     for name in ("", *services):
         await servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    return server, port
+    return StandbyServer(server, port, socket)

@@ -13,12 +13,13 @@ from dataclasses import replace
 
 from corral_server.clock import Clock
 from corral_server.domain.subagents import AnnounceState, Outcome, SubagentRun
+from corral_server.jobs import done_with
 from corral_server.manager.manager import AgentManager
 from corral_server.subagents import queries as q
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import stop_child
 from corral_server.subagents.ending import RunEnding
-from corral_server.subagents.ledger import RunLedger, done_with
+from corral_server.subagents.ledger import RunLedger
 
 
 class RunControl:

@@ -1,6 +1,7 @@
 """The run records in memory and the one queue every change to them goes through.
 
-Every change is a job on `_jobs`, run by one task in order (like an agent's actor): a job's
+Every change is a job on `_jobs` (a `jobs.JobQueue`, the one an agent's actor runs on too),
+run by one task in order: a job's
 record writes (`put`) are stored before its caller goes on, then each changed run is published
 once (a `SubagentRunUpdated` event). Jobs never interleave, so a check and the write it guards
 (a limit and the slot it claims) need no lock.
@@ -19,13 +20,12 @@ from typing import Any, TypeVar
 from corral_server import errors
 from corral_server.domain.events import SubagentRunUpdated
 from corral_server.domain.subagents import SubagentRun
+from corral_server.jobs import JobQueue
 from corral_server.subagents import queries as q
 from corral_server.subagents.store import RunStore
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-_Job = tuple[Callable[[], Awaitable[Any]], "asyncio.Future[Any] | None"]
 
 
 class RunLedger:
@@ -37,9 +37,11 @@ class RunLedger:
         self._publish = publish
         self.runs: dict[str, SubagentRun] = {}  # insertion order = spawn order
         self.by_child: dict[str, str] = {}  # child agent id -> its newest run id
-        self._jobs: asyncio.Queue[_Job | None] = asyncio.Queue()
-        self._worker: asyncio.Task[None] | None = None
-        self.stopped = False
+        # Held until `open` has loaded the records: nothing runs on a half-loaded ledger.
+        self._jobs = JobQueue(
+            "subagent-registry", refusal=errors.ShuttingDown, on_error=self._job_failed, held=True
+        )
+        self._opened = False
         # The record writes of the job running (awaited before its caller is answered) and
         # the runs they changed (published after that).
         self._writes: list[asyncio.Future[None]] = []
@@ -57,23 +59,31 @@ class RunLedger:
             self.runs[run.run_id] = run
             if run.child_agent_id:
                 self.by_child[run.child_agent_id] = run.run_id
-        self._worker = asyncio.create_task(self._work(), name="subagent-registry")
+        self._opened = True
+        self._jobs.start()
 
     @property
     def opened(self) -> bool:
-        return self._worker is not None
+        return self._opened
+
+    @property
+    def stopped(self) -> bool:
+        """Set once the ledger takes no more jobs (the registry is stopping)."""
+        return self._jobs.stopped
+
+    def refuse(self) -> None:
+        """Take no more jobs; those queued still run (until `stop`)."""
+        self._jobs.refuse()
 
     async def stop_background(self) -> None:
-        self.stopped = True
+        self._jobs.refuse()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
 
     async def stop(self) -> None:
-        self.stopped = True
-        if self._worker is not None:
-            self._jobs.put_nowait(None)
-            await asyncio.gather(self._worker, return_exceptions=True)
+        self._jobs.stop()
+        await self._jobs.stopped_running()
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -113,16 +123,13 @@ class RunLedger:
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run `op` as a job; its result once its writes are stored."""
-        if self.stopped or self._worker is None:
+        if not self._opened:
             raise errors.ShuttingDown()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._jobs.put_nowait((op, future))
-        return await future
+        return await self._jobs.call(lambda: self._job(op))
 
     def post(self, op: Callable[[], Awaitable[object]]) -> None:
         """Run `op` as a job nobody awaits (its errors are logged)."""
-        if not self.stopped:
-            self._jobs.put_nowait((op, None))
+        self._jobs.post(lambda: self._job(op))
 
     def in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Slow work off the queue (stopping a child), cancelled at stop."""
@@ -130,37 +137,22 @@ class RunLedger:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _work(self) -> None:
-        while (job := await self._jobs.get()) is not None:
-            op, future = job
-            try:
-                result = await op()
-                writes, self._writes = self._writes, []
-                if writes:
-                    await asyncio.gather(*writes)
-                self._announce_changes()
-            except Exception as exc:
-                self._writes, self._changed = [], {}
-                if future is None:
-                    if not isinstance(exc, errors.CorralError):
-                        log.exception("sub-agent registry: a job failed")
-                elif not future.done():
-                    future.set_exception(exc)
-            else:
-                if future is not None and not future.done():
-                    future.set_result(result)
-        while not self._jobs.empty():
-            job = self._jobs.get_nowait()
-            if job is not None and job[1] is not None and not job[1].done():
-                job[1].set_exception(errors.ShuttingDown())
+    async def _job(self, op: Callable[[], Awaitable[T]]) -> T:
+        """`op`, then its record writes stored, then each run it changed published once."""
+        result = await op()
+        writes, self._writes = self._writes, []
+        if writes:
+            await asyncio.gather(*writes)
+        self._announce_changes()
+        return result
+
+    async def _job_failed(self, exc: Exception, awaited: bool) -> None:
+        self._writes, self._changed = [], {}
+        if not awaited and not isinstance(exc, errors.CorralError):
+            log.error("sub-agent registry: a job failed", exc_info=exc)
 
     def _announce_changes(self) -> None:
         changed, self._changed = self._changed, {}
         if self._publish is not None:
             for run in changed.values():
                 self._publish(SubagentRunUpdated(run))
-
-
-async def done_with(value: T) -> T:
-    """`value` as a job (for a synchronous change)."""
-    return value

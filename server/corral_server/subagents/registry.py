@@ -102,7 +102,7 @@ class SubagentRegistry:
         self._sweeper.start()
 
     async def stop(self) -> None:
-        self._ledger.stopped = True
+        self._ledger.refuse()
         self._ending.stop()
         self._sweeper.stop()
         await self.announcer.stop()

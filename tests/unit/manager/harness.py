@@ -84,7 +84,7 @@ class World:
         async def nothing() -> None:
             return None
 
-        await self.manager._actors[agent_id].call(nothing)
+        await self.manager._agents.actors[agent_id].call(nothing)
         return self.manager.get(agent_id)
 
     async def rows(self, agent_id: str) -> list[TimelineRow]:

@@ -23,8 +23,8 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
-from corral_server.manager.actor_state import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.specs import AgentUpdate
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
 from corral_server.providers.base import (
@@ -79,7 +79,7 @@ async def test_an_interrupt_for_a_turn_that_already_ended_never_reaches_the_prov
     world: World,
 ) -> None:
     agent, session = await world.started()
-    actor = world.manager._actors[agent.id]
+    actor = world.manager._agents.actors[agent.id]
     session.emit(ProviderTurnCompleted("turn-1"))
     await world.drained(agent.id)
     await world.manager.send_prompt(agent.id, PROMPT, "cm-2", IfRunning.REJECT)
@@ -371,8 +371,8 @@ async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_
 async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a_restart(
     tmp_path: Any,
 ) -> None:
-    from corral_server.manager.actor_state import RECENT_FINISHED
     from corral_server.manager.manager import AgentManager
+    from corral_server.manager.turn_book import RECENT_FINISHED
     from corral_server.providers.base import ProviderTurnStarted
     from corral_server.records.memory import InMemoryFinishedTurns
 
@@ -392,9 +392,11 @@ async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a
         for n in range(1, RECENT_FINISHED + 6):
             session.emit(ProviderTurnStarted(f"auto-{n}"), ProviderTurnCompleted(f"auto-{n}"))
         await world.drained(agent.id)
-        actor = world.manager._actors[agent.id]
-        assert len(actor._finished) == RECENT_FINISHED
-        assert "auto-1" not in actor._finished and await finished.contains(agent.id, "auto-1")
+        actor = world.manager._agents.actors[agent.id]
+        assert len(actor._turns.recent_finished) == RECENT_FINISHED
+        assert "auto-1" not in actor._turns.recent_finished and await finished.contains(
+            agent.id, "auto-1"
+        )
         mark = world.publisher.mark()
         session.emit(ProviderTurnStarted("auto-1"))  # a very late duplicate of an old turn
         snapshot = await world.drained(agent.id)

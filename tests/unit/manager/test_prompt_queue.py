@@ -19,7 +19,7 @@ from corral_server.errors import (
     QueuedPromptNotFound,
     ResourceExhausted,
 )
-from corral_server.manager.actor_state import MAX_QUEUED_PROMPTS
+from corral_server.manager.actor_prompts import MAX_QUEUED_PROMPTS
 from corral_server.manager.turns import Disposition, IfRunning
 from corral_server.providers.base import ProviderTurnCanceled, ProviderTurnCompleted
 from tests.unit.manager.harness import TIMEOUTS, World

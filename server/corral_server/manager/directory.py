@@ -1,0 +1,124 @@
+"""The directory of agents: which agents exist (live actors and closed records, in creation
+order), looking one up by id, listing them a page at a time, and the tree the parent label
+draws (cascades walk it).
+
+Must not: change an agent (every change is a call onto its actor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from corral_server import errors
+from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent
+from corral_server.manager.actor import AgentActor
+from corral_server.manager.selector import parse_selector
+from corral_server.manager.validate import Limits
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+class AgentDirectory:
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self.actors: dict[str, AgentActor] = {}  # insertion order = creation order
+
+    def add(self, actor: AgentActor) -> None:
+        self.actors[actor.agent.id] = actor
+
+    def remove(self, agent_id: str) -> None:
+        self.actors.pop(agent_id, None)
+
+    def find(self, agent_id: str) -> AgentActor | None:
+        return self.actors.get(agent_id)
+
+    def actor(self, agent_id: str) -> AgentActor:
+        """The agent's actor; a missing or malformed id is the caller's error."""
+        if not agent_id:
+            raise errors.InvalidArgument.field("agent_id", "required")
+        if len(agent_id) > self._limits.max_id_chars:
+            raise errors.InvalidArgument.field(
+                "agent_id", f"at most {self._limits.max_id_chars} chars"
+            )
+        actor = self.actors.get(agent_id)
+        if actor is None:
+            raise errors.AgentNotFound(agent_id)
+        return actor
+
+    def agents(self) -> list[Agent]:
+        return [actor.agent for actor in self.actors.values()]
+
+    def snapshot(self, agent_ids: frozenset[str]) -> list[Agent]:
+        """Every agent in scope (empty = all), for a fresh subscription."""
+        if agent_ids:
+            return [a.agent for i, a in self.actors.items() if i in agent_ids]
+        return self.agents()
+
+    def page(
+        self,
+        *,
+        page_size: int,
+        page_token: str,
+        label_selector: str,
+        include_archived: bool,
+        parent_agent_id: str,
+    ) -> tuple[list[Agent], str]:
+        """Agents in creation order. The token is the id of the last agent of the previous
+        page, so a page stays correct while agents are created behind it."""
+        selector = parse_selector(label_selector)
+        size = page_size or DEFAULT_PAGE_SIZE
+        if size > MAX_PAGE_SIZE:
+            raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}")
+        ids = list(self.actors)
+        start = 0
+        if page_token:
+            if page_token not in self.actors:
+                raise errors.InvalidArgument.field("page_token", "unknown or expired page token")
+            start = ids.index(page_token) + 1
+        out: list[Agent] = []
+        for agent_id in ids[start:]:
+            agent = self.actors[agent_id].agent
+            if agent.archived_at_ms is not None and not include_archived:
+                continue
+            if parent_agent_id and agent.parent_agent_id != parent_agent_id:
+                continue
+            if not selector.matches(agent.labels):
+                continue
+            if len(out) == size:
+                return out, out[-1].id
+            out.append(agent)
+        return out, ""
+
+    def with_descendants(self, agent_id: str) -> list[str]:
+        """`agent_id` and its descendants by the parent label, breadth first, each once."""
+        children: dict[str, list[str]] = {}
+        for other_id, actor in self.actors.items():
+            parent = actor.agent.parent_agent_id
+            if parent:
+                children.setdefault(parent, []).append(other_id)
+        order, seen = [agent_id], {agent_id}
+        for current in order:
+            for child in children.get(current, ()):
+                if child not in seen:
+                    seen.add(child)
+                    order.append(child)
+        return order
+
+    def check_parent(self, labels: Mapping[str, str], agent_id: str | None) -> None:
+        """The parent label must name another existing agent and must not close a cycle:
+        cascades (archive, kill) walk this tree."""
+        parent = labels.get(PARENT_AGENT_ID_LABEL)
+        if parent is None:
+            return
+        field = f"labels[{PARENT_AGENT_ID_LABEL!r}]"
+        if parent not in self.actors:
+            raise errors.InvalidArgument.field(field, "must name an existing agent")
+        seen: set[str] = set()
+        cursor: str = parent
+        while cursor and cursor not in seen:
+            if cursor == agent_id:
+                raise errors.InvalidArgument.field(field, "an agent cannot descend from itself")
+            seen.add(cursor)
+            ancestor = self.actors.get(cursor)
+            cursor = ancestor.agent.parent_agent_id if ancestor is not None else ""

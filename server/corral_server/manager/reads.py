@@ -1,0 +1,47 @@
+"""Reads of an agent's timeline that need more than one page call: GetActivity's digest.
+
+Must not: change anything (a read never takes the agent's queue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from corral_server import errors
+from corral_server.domain.timeline import Cursor, Direction
+from corral_server.timeline.activity import (
+    DEFAULT_ACTIVITY_MAX_CHARS,
+    ActivityDigest,
+    curate_activity,
+)
+from corral_server.timeline.store import TimelineStore
+
+
+async def activity(
+    timeline: TimelineStore,
+    agent_id: str,
+    start: Cursor | None,
+    end: Cursor | None,
+    max_chars: int,
+) -> ActivityDigest:
+    """A plain-text digest of rows start..end (inclusive; default the whole timeline),
+    newest rows first to survive the `max_chars` budget. Reads a bounded page only: every
+    rendered row takes at least a few characters, so more rows could never fit."""
+    budget = max_chars or DEFAULT_ACTIVITY_MAX_CHARS
+    if budget < 0:
+        raise errors.InvalidArgument.field("max_chars", "must not be negative")
+    epoch = timeline.head(agent_id).epoch
+    for name, cursor in (("start_cursor", start), ("end_cursor", end)):
+        if cursor is not None and cursor.epoch != epoch:
+            raise errors.InvalidArgument.field(f"{name}.epoch", "the cursor is from another epoch")
+    rows_limit = budget // 4 + 1
+    if end is None:
+        page = await timeline.fetch(agent_id, Direction.TAIL, None, rows_limit)
+    else:
+        after_end = Cursor(end.epoch, min(end.seq + 1, timeline.head(agent_id).next_seq))
+        page = await timeline.fetch(agent_id, Direction.BEFORE, after_end, rows_limit)
+    rows = [r for r in page.rows if start is None or r.seq >= start.seq]
+    digest = curate_activity(rows, budget)
+    if page.has_older and (start is None or (rows and rows[0].seq > start.seq)):
+        digest = replace(digest, truncated=True)  # older rows in range were not even read
+    return digest

@@ -1,0 +1,114 @@
+"""Stopping turns and agents, for the manager: CancelTurn's outcomes, REPLACE's cancel, the
+archive cascade, close de-duplication and the bounded shutdown of every actor.
+
+Each step is a call onto the agent's actor (or, for the interrupt, a fenced call off its
+queue). Must not: change an agent's state itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from corral_server import errors
+from corral_server.clock import Clock
+from corral_server.domain.agent import Agent
+from corral_server.jobs import done_with
+from corral_server.manager.actor import AgentActor
+from corral_server.manager.deadlines import within
+from corral_server.manager.specs import Timeouts
+from corral_server.manager.turns import CancelOutcome
+
+
+async def cancel(
+    actor: AgentActor, clock: Clock, timeouts: Timeouts
+) -> tuple[CancelOutcome, Agent]:
+    """Never invent a cancel the provider did not confirm.
+
+    1. Read the running turn on the agent's queue; none: NOT_RUNNING.
+    2. Ask the provider to stop exactly that turn (fenced by its id, under the interrupt
+       deadline). NOT_RUNNING: it ended by itself meanwhile, and a later turn is never
+       touched.
+    3. Wait for the turn to settle: it did -> SETTLED; it did not and the provider had
+       confirmed -> end it ourselves, SETTLED; it did not and the provider had not
+       confirmed -> REFUSED (the turn goes on).
+    """
+    active = await actor.call(lambda: done_with(actor.active_turn))
+    if active is None:
+        return CancelOutcome.NOT_RUNNING, actor.agent
+    outcome = await actor.stop_turn(active)  # steps 2 and 3
+    if outcome is CancelOutcome.NOT_RUNNING:
+        # It ended by itself: answer with the snapshot after its end, as a settle would.
+        await within(clock, timeouts.settle_s, asyncio.shield(active.settled))
+    return outcome, actor.agent
+
+
+async def cancel_for_replace(actor: AgentActor, clock: Clock, timeouts: Timeouts) -> None:
+    """REPLACE: open a handoff (the agent keeps reporting Running), then cancel the running
+    turn; a refused cancel closes the handoff and abandons the replace: the running turn
+    goes on."""
+    turn_id = await actor.call(lambda: done_with(actor.open_handoff()))
+    if turn_id is None:
+        return
+    outcome, _ = await cancel(actor, clock, timeouts)
+    if outcome is CancelOutcome.REFUSED:
+        await actor.call(actor.close_handoff)
+        raise errors.ProviderRefusedInterrupt(
+            f"agent {actor.agent.id!r}: the provider refused to stop turn {turn_id!r}; "
+            "the replace was abandoned and that turn goes on",
+            metadata={"agent_id": actor.agent.id, "turn_id": turn_id},
+        )
+
+
+async def archive_each(
+    actors: Sequence[AgentActor], told_closed: Callable[[AgentActor], None]
+) -> list[str]:
+    """Mark each agent archived and close it (kept whole), in order, telling `told_closed`
+    of each; their ids."""
+    archived: list[str] = []
+    for actor in actors:
+        if actor.agent.is_closed:
+            actor.archive_closed()
+        else:
+            try:
+                await actor.call(actor.archive)
+            except errors.AgentClosed:
+                actor.archive_closed()  # closed meanwhile
+        told_closed(actor)
+        archived.append(actor.agent.id)
+    return archived
+
+
+class Closes:
+    """Concurrent closes of one agent share one outcome."""
+
+    def __init__(self, told_closed: Callable[[AgentActor], None]) -> None:
+        self._pending: dict[str, asyncio.Future[Agent]] = {}
+        self._told_closed = told_closed
+
+    async def close(self, actor: AgentActor) -> Agent:
+        agent_id = actor.agent.id
+        pending = self._pending.get(agent_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._close(actor))
+            self._pending[agent_id] = pending
+        return await asyncio.shield(pending)
+
+    async def _close(self, actor: AgentActor) -> Agent:
+        try:
+            return await actor.call(actor.close)
+        except errors.AgentClosed:
+            return actor.agent
+        finally:
+            self._pending.pop(actor.agent.id, None)
+            self._told_closed(actor)
+
+
+async def shutdown_all(actors: Sequence[AgentActor], clock: Clock, shutdown_s: float) -> None:
+    """Stop every actor through its queue (sessions closed under their deadlines, records
+    kept). Bounded: actors still busy after `shutdown_s` are stopped regardless."""
+    stopping = asyncio.gather(*(a.shutdown() for a in actors), return_exceptions=True)
+    if await within(clock, shutdown_s, stopping) is None:
+        for actor in actors:
+            actor.kill()
+        await asyncio.gather(*(a.stopped() for a in actors))
