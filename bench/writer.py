@@ -35,14 +35,21 @@ async def _drain(subscription: Subscription, last: list[int]) -> int:
 
 
 async def measure(
-    rows: int = 200_000, subscribers: int = SUBSCRIBERS, durable: bool = False
+    rows: int = 200_000,
+    subscribers: int = SUBSCRIBERS,
+    durable: bool = False,
+    search_index: bool = False,
 ) -> float:
     """Rows/s; `durable`: into the SQLite store of a temporary state directory (every row
-    committed before it is published), else the in-memory store."""
+    committed before it is published), else the in-memory store; `search_index`: with the
+    durable store, each row also indexed for full-text search."""
     with tempfile.TemporaryDirectory() as cwd:
         state_dir = Path(cwd) / "state" if durable else None
         config = Config(
-            listen="127.0.0.1:0", state_dir=state_dir, extra_providers={"burst": BurstProvider()}
+            listen="127.0.0.1:0",
+            state_dir=state_dir,
+            extra_providers={"burst": BurstProvider()},
+            search_index=search_index,
         )
         daemon = Daemon(config)
         if durable:

@@ -133,6 +133,10 @@ class Config:
     subscriber_writes_per_s: int | None = SUBSCRIBER_WRITES_PER_S
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
+    # With a state directory: keep the full-text index of the timelines (SearchTimeline).
+    # Off by default: indexing in the rows' transaction costs about half the durable write
+    # throughput; rows written while off are indexed in the background once it is on.
+    search_index: bool = False
     subscriber_buffer_events: int = 8_192
     # Concurrent calls (HTTP/2 streams) one client connection may hold open; more wait in the
     # client until one ends. Bounds what a single connection can pin (subscriptions, turns);
@@ -317,7 +321,10 @@ class Daemon:
             )
         try:
             self.timeline = await SqliteTimelineStore.open(
-                database, ITEM_CODEC, retain_rows=config.timeline_retain_rows
+                database,
+                ITEM_CODEC,
+                retain_rows=config.timeline_retain_rows,
+                search_index=config.search_index,
             )
             records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
             loaded = await records.load_headers()
@@ -339,8 +346,10 @@ class Daemon:
             self.database = None
             raise
         log.info("state directory %s: %d agents restored", state_dir, len(loaded.agents))
-        self.search = SearchIndex(database, Backfill(database, ITEM_CODEC.decode))
-        await self.search.backfill.start()  # a pre-search directory's rows, in the background
+        backfill = Backfill(database, ITEM_CODEC.decode)
+        self.search = SearchIndex(database, backfill, enabled=config.search_index)
+        if config.search_index:
+            await backfill.start()  # rows not indexed yet, in the background
 
     async def start(self) -> int:
         """Open the store (with a state directory), bind and serve; returns the bound port.

@@ -140,6 +140,13 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "NOT_SERVING, every other call UNAVAILABLE/STANDBY) and take over when it stops",
     )
     p.add_argument(
+        "--search-index",
+        action="store_true",
+        help="keep a full-text index of every timeline for SearchTimeline / corral search "
+        "(default: off; it costs about half the durable write throughput; rows written while "
+        "off are indexed in the background when it is turned on)",
+    )
+    p.add_argument(
         "--max-streams-per-connection",
         type=int,
         default=Config().max_streams_per_connection,
@@ -405,6 +412,7 @@ async def serve(args: argparse.Namespace) -> int:
         mcp_listen=args.mcp_listen,
         web_listen=web,
         web_allow_origins=tuple(args.web_allow_origin),
+        search_index=args.search_index,
     )
     try:
         daemon = Daemon(config)

@@ -214,6 +214,18 @@ class ProviderRefusedInterrupt(FailedPrecondition):
     reason = "PROVIDER_REFUSED_INTERRUPT"
 
 
+class SearchIndexOff(FailedPrecondition):
+    """SearchTimeline on a daemon that keeps no full-text index (it is opt-in)."""
+
+    reason = "SEARCH_INDEX_OFF"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "search needs the full-text index: start the daemon with --search-index "
+            "(rows written while it was off are indexed in the background then)"
+        )
+
+
 class AlreadyExists(CorralError):
     reason = "ALREADY_EXISTS"
 

@@ -23,7 +23,7 @@ def cli(addr: str, *argv: str) -> int:
 
 @pytest.fixture
 def durable(tmp_path: Path) -> Iterator[DaemonThread]:
-    daemon = DaemonThread(Config(state_dir=tmp_path / "state")).start()
+    daemon = DaemonThread(Config(state_dir=tmp_path / "state", search_index=True)).start()
     yield daemon
     daemon.stop()
 

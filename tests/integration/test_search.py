@@ -27,7 +27,7 @@ from tests.support.daemon import DaemonThread
 
 
 def daemon_on(state_dir: Path) -> DaemonThread:
-    return DaemonThread(Config(state_dir=state_dir)).start()
+    return DaemonThread(Config(state_dir=state_dir, search_index=True)).start()
 
 
 @pytest.fixture

@@ -41,6 +41,8 @@ async def search_timeline(
     query = _checked(manager, request)
     if index is None:
         raise errors.Unimplemented(NO_STATE_DIR)
+    if not index.enabled:
+        raise errors.SearchIndexOff()
     hits, more = await index.search(query)
     response = tl_pb.SearchTimelineResponse(
         hits=[_hit_to_pb(hit) for hit in hits], indexing=index.indexing

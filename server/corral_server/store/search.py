@@ -13,6 +13,11 @@ indexes the rows after it, a bounded batch per write job (each its own small tra
 alongside the live writes), until none is left, then deletes the key. Rows appended meanwhile
 are indexed at append; the backfill skips rows already in the index.
 
+The index is opt-in (`corral serve --search-index`): indexing in the rows' transaction costs
+about half the durable write throughput. A store opened with it off indexes nothing and moves
+the cursor back to before the first row it may append (`mark_unindexed`), so the next start
+with the index on backfills what was written meanwhile.
+
 Searches run in the reader thread, ranked by bm25, with a snippet whose matches are marked
 with MARK_OPEN / MARK_CLOSE. Must not: import protobuf or grpc, or run SQLite on the loop.
 """
@@ -97,6 +102,31 @@ def delete_timeline(conn: sqlite3.Connection, timeline_id: int) -> None:
 def trim(conn: sqlite3.Connection, trims: list[tuple[int, int]]) -> None:
     """(timeline_id, first): drop the index rows of seqs below `first`."""
     conn.executemany(_DELETE_RANGE, [(tid * _SPAN, tid * _SPAN + first) for tid, first in trims])
+
+
+def mark_unindexed(conn: sqlite3.Connection) -> None:
+    """In the writer thread, as a store opens with the index off: the rows it appends go at
+    (timeline, seq) positions after the cursor this sets (an existing timeline's from its
+    next seq, a new one's with a higher id), unless an older cursor is lower still."""
+    lowest = conn.execute(
+        "SELECT timeline_id, next_seq - 1 FROM timelines ORDER BY timeline_id LIMIT 1"
+    ).fetchone()
+    cursor = (int(lowest[0]), int(lowest[1])) if lowest else (_top_timeline_id(conn) + 1, 0)
+    if (pending := _backfill_cursor(conn)) is not None:
+        cursor = min(cursor, _parse_cursor(pending))
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+        (BACKFILL_KEY, f"{cursor[0]} {cursor[1]}"),
+    )
+
+
+def _top_timeline_id(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(max(timeline_id), 0) FROM timelines").fetchone()[0])
+
+
+def _parse_cursor(text: str) -> tuple[int, int]:
+    tid, seq = text.split()
+    return int(tid), int(seq)
 
 
 # --- the reader thread's half --------------------------------------------------------------
@@ -256,7 +286,7 @@ def _backfill_batch(
     cursor = _backfill_cursor(conn)
     if cursor is None:
         return 0, 0, True
-    tid, seq = (int(part) for part in cursor.split())
+    tid, seq = _parse_cursor(cursor)
     rows = conn.execute(
         "SELECT timeline_id, seq, timestamp_ms, item FROM timeline_rows"
         " WHERE (timeline_id, seq) > (?, ?) ORDER BY timeline_id, seq LIMIT ?",
@@ -296,9 +326,10 @@ def _backfill_batch(
 class SearchIndex:
     """What the rpc edge searches: the database's index, read in the reader thread."""
 
-    def __init__(self, database: Database, backfill: Backfill) -> None:
+    def __init__(self, database: Database, backfill: Backfill, *, enabled: bool = True) -> None:
         self._db = database
         self.backfill = backfill
+        self.enabled = enabled  # off: nothing is indexed, and searching is refused
 
     @property
     def indexing(self) -> bool:

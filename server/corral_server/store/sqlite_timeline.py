@@ -90,7 +90,10 @@ class _Op(NamedTuple):
 class SqliteTimelineStore:
     """A `TimelineStore` in the database. Open with `await SqliteTimelineStore.open(db, codec)`.
     The options are those of InMemoryTimelineStore: `retain_rows` caps the rows kept per
-    agent, `epoch_factory` mints epochs, `max_page_rows` and `max_page_bytes` cap a page."""
+    agent, `epoch_factory` mints epochs, `max_page_rows` and `max_page_bytes` cap a page.
+    `search_index` indexes each appended row in its transaction (store/search.py); off, an
+    append computes no index entry at all, and opening marks the rows for a later start
+    with the index on to index in the background."""
 
     def __init__(
         self,
@@ -101,6 +104,7 @@ class SqliteTimelineStore:
         epoch_factory: Callable[[], str] = _uuid_epoch,
         max_page_rows: int = MAX_PAGE_ROWS,
         max_page_bytes: int = MAX_PAGE_BYTES,
+        search_index: bool = False,
     ) -> None:
         check_options(retain_rows, max_page_rows, max_page_bytes)
         self._db = database
@@ -109,6 +113,7 @@ class SqliteTimelineStore:
         self._epoch_factory = epoch_factory
         self._max_page_rows = max_page_rows
         self._max_page_bytes = max_page_bytes
+        self._search_index = search_index
         self._committed: dict[str, _Head] = {}
         self._reserved: dict[str, _Head] = {}
         self._next_timeline_id = 1
@@ -126,6 +131,8 @@ class SqliteTimelineStore:
         store._committed = heads
         store._reserved = dict(heads)
         store._next_timeline_id = top_id + 1
+        if not store._search_index:
+            await database.write(search.mark_unindexed)
         return store
 
     # --- writes: queued on the loop, committed together ----------------------------------
@@ -223,7 +230,9 @@ class SqliteTimelineStore:
             return None
         ops, self._queued = self._queued, []
         return Job(
-            partial(_write, ops), partial(self._committed_ops, ops), partial(self._failed, ops)
+            partial(_write, ops, self._search_index),
+            partial(self._committed_ops, ops),
+            partial(self._failed, ops),
         )
 
     def _committed_ops(self, ops: list[_Op], _: None) -> None:
@@ -293,7 +302,7 @@ _TRIM_ROWS = "DELETE FROM timeline_rows WHERE timeline_id = ? AND seq < ?"
 _DELETE_ROWS = "DELETE FROM timeline_rows WHERE timeline_id = ?"
 
 
-def _write(ops: list[_Op], conn: sqlite3.Connection) -> None:
+def _write(ops: list[_Op], index: bool, conn: sqlite3.Connection) -> None:
     """Runs in the writer thread, inside its transaction. Consecutive appends (the hot path)
     become one executemany of rows and one of heads; any other write flushes them first, so
     the database sees every write in queue order."""
@@ -304,7 +313,8 @@ def _write(ops: list[_Op], conn: sqlite3.Connection) -> None:
         if op.kind is _Kind.APPEND:
             rows.extend(op.payload)
             assert op.before is not None and op.after is not None
-            texts.extend(search.entries(op.after.timeline_id, op.result))
+            if index:
+                texts.extend(search.entries(op.after.timeline_id, op.result))
             earliest = heads[op.agent_id][0] if op.agent_id in heads else op.before
             heads[op.agent_id] = (earliest, op.after)
             continue

@@ -27,7 +27,7 @@ def indexed(state: Path) -> list[tuple[int, int]]:
 
 async def test_the_index_follows_retention_rebase_and_drop(tmp_path: Path) -> None:
     database = await Database.open(tmp_path)
-    store = await SqliteTimelineStore.open(database, ITEM_CODEC, retain_rows=3)
+    store = await SqliteTimelineStore.open(database, ITEM_CODEC, retain_rows=3, search_index=True)
     await store.create("a")
     await store.create("b")
     await store.append("a", [row("alpha", n) for n in range(1, 6)])  # keeps 3..5
@@ -41,4 +41,33 @@ async def test_the_index_follows_retention_rebase_and_drop(tmp_path: Path) -> No
     await store.append("a", [row("gamma", 1)])
     await store.drop("b")
     assert indexed(tmp_path) == [(3, 1)]
+    await database.close()
+
+
+def backfill_cursor(state: Path) -> str | None:
+    with sqlite3.connect(state / DB_FILE) as conn:
+        found = conn.execute("SELECT value FROM meta WHERE key = 'search_backfill'").fetchone()
+    conn.close()
+    return None if found is None else str(found[0])
+
+
+async def test_opening_with_the_index_off_moves_the_cursor_before_its_appends(
+    tmp_path: Path,
+) -> None:
+    database = await Database.open(tmp_path)
+    assert backfill_cursor(tmp_path) == "0 0"  # a new database: nothing to index yet
+    await database.write(lambda conn: conn.execute("DELETE FROM meta"))  # as if indexed
+    store = await SqliteTimelineStore.open(database, ITEM_CODEC)  # off, no timelines
+    assert backfill_cursor(tmp_path) == "1 0"  # a new timeline's first row comes after it
+    await store.create("a")
+    await store.append("a", [row("alpha", n) for n in range(1, 4)])
+    assert indexed(tmp_path) == []  # off: nothing indexed at append
+    await database.write(lambda conn: conn.execute("DELETE FROM meta"))
+    await SqliteTimelineStore.open(database, ITEM_CODEC)
+    assert backfill_cursor(tmp_path) == "1 3"  # a's next row is seq 4
+    await database.write(
+        lambda conn: conn.execute("UPDATE meta SET value = '0 0' WHERE key = 'search_backfill'")
+    )
+    await SqliteTimelineStore.open(database, ITEM_CODEC)
+    assert backfill_cursor(tmp_path) == "0 0"  # an older, lower cursor stays
     await database.close()

@@ -1,0 +1,118 @@
+"""The full-text index is opt-in (`corral serve --search-index`): with it off a daemon indexes
+nothing and SearchTimeline answers FAILED_PRECONDITION / SEARCH_INDEX_OFF naming the flag (the
+CLI prints it, exit 2); rows written while it was off are found once a later start turns it
+on, after the background indexing, and the rows indexed before are not indexed twice."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from corral_cli.main import main
+from corral_server.app import Config
+from corral_server.store import search as search_store
+from tests.integration.test_search import new_agent, search, turn
+from tests.support.client import Stubs, error_details
+from tests.support.daemon import DaemonProcess, DaemonThread
+
+
+def daemon_on(state: Path, *, index: bool) -> DaemonThread:
+    return DaemonThread(Config(state_dir=state, search_index=index)).start()
+
+
+def index_rows(state: Path) -> int:
+    with sqlite3.connect(state / "corral.db") as conn:
+        count = int(conn.execute("SELECT count(*) FROM timeline_text").fetchone()[0])
+    conn.close()
+    return count
+
+
+async def test_off_indexes_nothing_and_search_names_the_flag(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    daemon = daemon_on(state, index=False)
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            stubs = Stubs.of(channel)
+            agent = await new_agent(stubs, tmp_path)
+            await turn(stubs, agent, "/reply an unindexed okapi")
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await search(stubs, "okapi")
+    finally:
+        daemon.stop()  # drains: every row is committed
+    details = error_details(caught.value)
+    assert details.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert details.reason == "SEARCH_INDEX_OFF"
+    assert "--search-index" in details.message
+    assert index_rows(state) == 0
+
+
+async def test_rows_written_while_off_are_found_once_it_is_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setattr(search_store, "BACKFILL_BATCH", 3)  # several batches
+    first = daemon_on(state, index=True)
+    try:
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            stubs = Stubs.of(channel)
+            old = await new_agent(stubs, tmp_path)
+            await turn(stubs, old, "/reply early heron")  # indexed at append
+    finally:
+        first.stop()
+    indexed_before = index_rows(state)
+    second = daemon_on(state, index=False)
+    try:
+        async with grpc.aio.insecure_channel(second.address) as channel:
+            stubs = Stubs.of(channel)
+            for i in range(3):
+                await turn(stubs, old, f"/reply later heron {i}")
+            new = await new_agent(stubs, tmp_path)
+            await turn(stubs, new, "/reply newcomer heron")
+    finally:
+        second.stop()
+    assert index_rows(state) == indexed_before
+    third = daemon_on(state, index=True)
+    try:
+        async with grpc.aio.insecure_channel(third.address) as channel:
+            stubs = Stubs.of(channel)
+            reply = await search(stubs, "heron", page_size=100)
+            deadline = time.monotonic() + 20
+            while reply.indexing and time.monotonic() < deadline:
+                reply = await search(stubs, "heron", page_size=100)
+            assert not reply.indexing
+    finally:
+        third.stop()
+    found = [(hit.agent_id, hit.cursor.seq) for hit in reply.hits]
+    assert len(found) == len(set(found)) == 10  # five prompts and their replies, each once
+    assert {agent for agent, _ in found} == {old, new}
+    assert index_rows(state) == 10
+
+
+def test_corral_search_prints_the_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = daemon_on(tmp_path / "state", index=False)
+    try:
+        assert main(["--addr", daemon.address, "search", "anything"]) == 2
+    finally:
+        daemon.stop()
+    err = capsys.readouterr().err
+    assert "error: FAILED_PRECONDITION: search needs the full-text index" in err
+    assert "--search-index" in err
+
+
+def test_corral_serve_search_index_turns_it_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon = DaemonProcess(tmp_path / "state", "--search-index", "--web-listen", "off").start()
+    try:
+        assert main(["--addr", daemon.address, "run", "--cwd", str(tmp_path), "/reply tapir"]) == 0
+        capsys.readouterr()
+        assert main(["--addr", daemon.address, "--json", "search", "tapir"]) == 0
+    finally:
+        daemon.stop()
+    assert '"item_kind": "assistant_message"' in capsys.readouterr().out
