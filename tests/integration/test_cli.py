@@ -14,6 +14,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -23,8 +24,8 @@ from tests.support.daemon import DaemonThread
 Capture = pytest.CaptureFixture[str]
 
 
-def cli(addr: str, *argv: str) -> int:
-    return main(["--addr", addr, *argv])
+def cli(addr: str, *argv: str, out: TextIO | None = None) -> int:
+    return main(["--addr", addr, *argv], out=out)
 
 
 def new_agent(addr: str, cwd: Path, capsys: Capture, *options: str) -> str:
@@ -150,18 +151,19 @@ def test_logs_follow_until_idle_prints_a_sleeping_turn_live_without_gaps_or_dupl
     grpc_addr: str,
     tmp_path: Path,
     capsys: Capture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     agent_id = new_agent(grpc_addr, tmp_path, capsys)  # rows 1, 2
     assert cli(grpc_addr, "send", agent_id, "/sleep 500\n/think later\n/reply later") == 0
     capsys.readouterr()
-    # The follower writes into a pipe, so the test can wait for its first line.
+    # The follower writes into its own pipe (not sys.stdout, which every thread shares), so
+    # the test can wait for its first line.
     read_fd, write_fd = os.pipe()
     with os.fdopen(read_fd) as reader, os.fdopen(write_fd, "w") as writer:
-        monkeypatch.setattr(sys, "stdout", writer)
         codes: list[int] = []
         follower = threading.Thread(
-            target=lambda: codes.append(cli(grpc_addr, "logs", agent_id, "-f", "--until-idle"))
+            target=lambda: codes.append(
+                cli(grpc_addr, "logs", agent_id, "-f", "--until-idle", out=writer)
+            )
         )
         follower.start()
         # History is printed only after the subscription is live: from here on the follower
@@ -346,21 +348,24 @@ def test_attach_prints_only_what_comes_after_it_and_ends_when_the_agent_closes(
     grpc_addr: str,
     tmp_path: Path,
     capsys: Capture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     agent_id = new_agent(grpc_addr, tmp_path, capsys)  # rows 1, 2: history attach skips
+    # The follower prints into its own pipe while this thread's commands print to capsys.
     read_fd, write_fd = os.pipe()
     with os.fdopen(read_fd) as reader, os.fdopen(write_fd, "w") as writer:
-        monkeypatch.setattr(sys, "stdout", writer)
         codes: list[int] = []
-        follower = threading.Thread(target=lambda: codes.append(cli(grpc_addr, "attach", agent_id)))
+        follower = threading.Thread(
+            target=lambda: codes.append(cli(grpc_addr, "attach", agent_id, out=writer))
+        )
         assert grpc_server.daemon is not None
         hub = grpc_server.daemon.hub
+        # `run`'s own subscription to this agent may still be open in the hub (its call's
+        # end reaches the daemon asynchronously): wait for one that is not among these.
+        before = set(hub.subscriptions)
         follower.start()
-        # Until its subscription (scoped to this agent) is registered with the hub.
-        while not any(agent_id in sub.scope for sub in hub.subscriptions):
+        # Until attach's subscription (scoped to this agent) is registered with the hub.
+        while not any(agent_id in sub.scope and sub not in before for sub in hub.subscriptions):
             follower.join(0.01)
-        monkeypatch.setattr(sys, "stdout", sys.__stdout__)
         assert cli(grpc_addr, "send", agent_id, "/reply live") == 0
         assert cli(grpc_addr, "wait", agent_id) == 0
         assert cli(grpc_addr, "close", agent_id) == 0

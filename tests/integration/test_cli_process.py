@@ -16,6 +16,18 @@ from corral_cli.main import main
 from tests.support.daemon import DaemonProcess, DaemonThread
 
 CORRAL = [sys.executable, "-m", "corral_cli.main"]
+# The CLI as a terminal starts it, for the Ctrl-C tests: SIGINT at its default and unblocked.
+# A process inherits an ignored SIGINT (a job a non-interactive shell put in the background,
+# `nohup`) and a blocked one, and Python then leaves it ignored: the test's own process may
+# have been started so, and SIGINT would then never reach the CLI.
+INTERACTIVE = [
+    sys.executable,
+    "-c",
+    "import runpy, signal\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "runpy.run_module('corral_cli.main', run_name='__main__', alter_sys=True)\n",
+]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 
 
@@ -36,7 +48,7 @@ def test_the_console_script_runs_a_prompt_piped_on_stdin(grpc_addr: str, tmp_pat
 
 def test_ctrl_c_during_run_cancels_the_turn_and_exits_130(grpc_addr: str, tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*CORRAL, "--addr", grpc_addr, "run", "--cwd", str(tmp_path), "/sleep 600000"],
+        [*INTERACTIVE, "--addr", grpc_addr, "run", "--cwd", str(tmp_path), "/sleep 600000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,7 +107,7 @@ def test_ctrl_c_during_logs_follow_exits_130(grpc_addr: str, tmp_path: Path) -> 
     )
     agent_id = created.stderr.split()[1]
     proc = subprocess.Popen(
-        [*CORRAL, "logs", agent_id, "-f", "--addr", grpc_addr],
+        [*INTERACTIVE, "logs", agent_id, "-f", "--addr", grpc_addr],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -127,7 +139,7 @@ def test_ctrl_c_during_wait_exits_130(
     agent_id = created.stderr.split()[1]
     assert main(["--addr", grpc_addr, "send", agent_id, "/sleep 600000"]) == 0
     proc = subprocess.Popen(
-        [*CORRAL, "wait", agent_id[:8], "--for", "7.25", "--addr", grpc_addr],
+        [*INTERACTIVE, "wait", agent_id[:8], "--for", "7.25", "--addr", grpc_addr],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -59,15 +59,48 @@ def test_a_non_loopback_address_needs_a_token_file(tmp_path: Path) -> None:
 
 def test_sigterm_turns_health_not_serving_while_the_port_still_answers(tmp_path: Path) -> None:
     """A balancer watching health sees NOT_SERVING and can still call the daemon during the
-    drain delay; the delay is long here and a second SIGTERM ends it, so nothing is timed."""
+    drain delay; the delay is long here and a second SIGTERM ends it, so nothing is timed.
+    The stream ends at the last revision it gave, and the next daemon on the same state
+    directory replays exactly the events after it."""
     served = DaemonProcess(tmp_path / "state", "--drain-delay-s", "600").start()
     try:
-        _drain_with_a_balancer_watching(served, tmp_path)
+        agent_id, ending = _drain_with_a_balancer_watching(served, tmp_path)
     finally:
         served.stop()
+    again = DaemonProcess(tmp_path / "state").start()
+    try:
+        with grpc.insecure_channel(again.address) as channel:
+            request = event_pb.SubscribeRequest(
+                agent_ids=[agent_id],
+                resume_revision=ending.resume_revision,
+                resume_incarnation=ending.incarnation,
+            )
+            replayed, synced = _until_synced(Stubs.of(channel).events.Subscribe(request))
+        assert not synced.reset and synced.incarnation == ending.incarnation
+        # No gap and no duplicate: every revision after the resume point, once, in order
+        # (every event of this state directory is this agent's).
+        first = ending.resume_revision + 1
+        assert [e.revision for e in replayed] == list(range(first, synced.revision + 1))
+    finally:
+        again.stop()
 
 
-def _drain_with_a_balancer_watching(served: DaemonProcess, tmp_path: Path) -> None:
+def _until_synced(
+    stream: Iterator[event_pb.SubscribeResponse],
+) -> tuple[list[event_pb.Event], event_pb.Synced]:
+    """The stream's events before its first Synced, and that Synced."""
+    seen: list[event_pb.Event] = []
+    for response in stream:
+        for event in response.events:
+            if event.HasField("synced"):
+                return seen, event.synced
+            seen.append(event)
+    raise AssertionError(f"the stream ended before synced: {seen}")
+
+
+def _drain_with_a_balancer_watching(
+    served: DaemonProcess, tmp_path: Path
+) -> tuple[str, event_pb.StreamEnding]:
     assert served.proc is not None
     with grpc.insecure_channel(served.address) as channel:
         stubs = Stubs.of(channel)
@@ -77,12 +110,10 @@ def _drain_with_a_balancer_watching(served: DaemonProcess, tmp_path: Path) -> No
         )
         assert next(health).status == health_pb2.HealthCheckResponse.SERVING
         stream = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-        seen: list[event_pb.Event] = []
-        for response in stream:
-            seen += response.events
-            if any(e.HasField("synced") for e in response.events):
-                break
-        incarnation = next(e for e in reversed(seen) if e.HasField("synced"))
+        # The snapshot already holds the agent; the create's own events are published once
+        # the event log commits them, which may be after the drain (then resume_revision 0).
+        snapshot, synced = _until_synced(stream)
+        assert [e.agent_upserted.agent.id for e in snapshot] == [agent_id]
         served.proc.send_signal(signal.SIGTERM)
         assert next(health).status == health_pb2.HealthCheckResponse.NOT_SERVING
         # The delay: the port is open and every service answers, health says NOT_SERVING.
@@ -95,13 +126,18 @@ def _drain_with_a_balancer_watching(served: DaemonProcess, tmp_path: Path) -> No
         assert served.proc.poll() is None
         served.proc.send_signal(signal.SIGTERM)  # a second signal ends the delay
         rest = [e for response in stream for e in response.events]
-        ending = rest[-1]
-        assert ending.WhichOneof("payload") == "stream_ending"
-        assert ending.stream_ending.resume_revision >= 1
-        assert ending.stream_ending.incarnation == incarnation.synced.incarnation != ""
         assert stream.code() == grpc.StatusCode.OK
+    *live, last = rest
+    assert last.WhichOneof("payload") == "stream_ending"
+    ending = last.stream_ending
+    # It resumes right after the last event the stream gave (live events follow the head
+    # the snapshot was taken at, without a gap).
+    given = [e.revision for e in live]
+    assert given == list(range(synced.revision + 1, ending.resume_revision + 1))
+    assert ending.incarnation == synced.incarnation != ""
     code, _, err = served.wait()
     assert code == 0, err
+    return agent_id, ending
 
 
 def test_a_request_over_the_configured_size_is_resource_exhausted(tmp_path: Path) -> None:

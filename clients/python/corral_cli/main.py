@@ -19,6 +19,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
 import grpc
 
@@ -32,9 +33,11 @@ Command = Callable[[Client, Console, argparse.Namespace], int]
 Check = Callable[[argparse.Namespace], str]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
+    """`out`: where answers go (default: sys.stdout), so a caller running commands on
+    several threads of one process gives each its own stream instead of swapping sys.stdout."""
     try:
-        return _main(sys.argv[1:] if argv is None else argv)
+        return _main(sys.argv[1:] if argv is None else argv, out)
     except SystemExit as exc:  # argparse's --help and usage errors
         return exc.code if isinstance(exc.code, int) else failure.EXIT_BAD_REQUEST
     except KeyboardInterrupt:
@@ -55,7 +58,7 @@ def _silence_closed_pipes() -> None:
     os.close(devnull)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], out: TextIO | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "serve":
@@ -64,7 +67,7 @@ def _main(argv: list[str]) -> int:
         return daemon.main(extra, prog="corral serve")
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    console = Console(json=args.json)
+    console = Console(json=args.json) if out is None else Console(json=args.json, out=out)
     if args.command == "completion":
         console.line(completion.script(parser, args.shell))
         return failure.EXIT_OK

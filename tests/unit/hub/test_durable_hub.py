@@ -206,3 +206,37 @@ async def test_a_waiting_reader_handed_a_batch_larger_than_its_buffer_catches_up
     hub.commit_many([hub.prepare(TurnStarted("a1", f"t{n}")) for n in (1, 2, 3)])
     log.commit_next()
     assert turns(await reader) == [(1, "t1"), (2, "t2"), (3, "t3")]
+
+
+@pytest.mark.parametrize("committed_before_the_drain", [True, False])
+async def test_a_drain_ends_at_what_was_given_and_a_resume_after_a_restart_gets_the_rest(
+    committed_before_the_drain: bool,
+) -> None:
+    # A create: its agent is in the snapshot at once, while its event waits in the log's
+    # group commit (under load, past the whole drain: the database's close commits it).
+    log = GatedLog()
+    hub = EventHub(encode_event, log=log)
+    hub.publish(TurnStarted("a1", "t1"))
+    sub = hub.subscribe(frozenset({"a1"}), None, agents)
+    if committed_before_the_drain:
+        log.commit_next()
+        await settle()
+    hub.end_all("server draining")
+    if not committed_before_the_drain:
+        log.commit_next()
+        await settle()
+    stream = ready(sub)
+    assert [e.WhichOneof("payload") for e in stream][:2] == ["agent_upserted", "synced"]
+    assert stream[1].synced.revision == 0
+    given = turns(stream)
+    assert given == ([(1, "t1")] if committed_before_the_drain else [])
+    ending = stream[-1].stream_ending
+    assert ending.resume_revision == max([0, *(revision for revision, _ in given)])
+    # The next daemon on the same log: the resume replays exactly what was not given.
+    again = EventHub(encode_event, log=log)
+    resumed = again.subscribe(
+        frozenset({"a1"}), ending.resume_revision, agents, resume_incarnation=ending.incarnation
+    )
+    rest = await read(resumed, 1 if committed_before_the_drain else 2)
+    assert [*given, *turns(rest)] == [(1, "t1")]
+    assert rest[-1].synced.revision == 1 and not rest[-1].synced.reset
