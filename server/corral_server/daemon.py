@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
@@ -24,11 +25,12 @@ from corral_server import gc_tuning, logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.manager.validate import Limits
 from corral_server.providers import registry
-from corral_server.providers.config import ConfigError
+from corral_server.providers.config import ConfigError, ProviderEntry
 from corral_server.providers.config import load as load_providers
-from corral_server.rpc.auth import TokenFileError
+from corral_server.rpc.auth import TokenFile, TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
+from corral_server.server_info import API_VERSION, corral_version, standby_info
 from corral_server.store.errors import StoreError
 
 log = logging.getLogger("corral")
@@ -251,11 +253,33 @@ def reflection_on(choice: str, listen: str) -> bool:
     return choice == "on" or (choice == "auto" and is_loopback(listen))
 
 
+def build_config(
+    args: argparse.Namespace, state_dir: Path, providers: tuple[ProviderEntry, ...]
+) -> Config:
+    """The daemon's Config from its flags (a standby describes itself from it too)."""
+    return Config(
+        listen=args.listen,
+        state_dir=state_dir,
+        max_request_bytes=args.max_request_bytes,
+        limits=Limits(max_prompt_chars=args.max_prompt_chars),
+        max_streams_per_connection=args.max_streams_per_connection,
+        drain_delay_s=args.drain_delay_s,
+        auth_token_file=args.auth_token_file,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+        reflection=reflection_on(args.reflection, args.listen),
+        standby=args.standby,
+        lock_state_dir=False,  # `serve` holds it, with the pid of its holder
+        metrics_listen=args.metrics_listen,
+        providers=providers,
+        mcp_listen=args.mcp_listen,
+        web_listen=web_listen(args),
+        web_allow_origins=tuple(args.web_allow_origin),
+    )
+
+
 async def serve(args: argparse.Namespace) -> int:
+    log.info("corral %s (API %s) starting", corral_version(), API_VERSION)
     state_dir: Path = args.state_dir or default_state_dir()
-    # Before a standby's wait, which replaces --listen's port 0 with the port it bound; the
-    # web port binds only when the daemon runs (a standby has none while it waits).
-    web = web_listen(args)
     refusal = access_error(args)
     if refusal:
         log.error("%s", refusal)
@@ -267,33 +291,24 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     if not is_loopback(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
+    # Before a standby's wait, which replaces --listen's port 0 with the port it bound (the
+    # web port's default follows --listen as given).
+    config = build_config(args, state_dir, providers)
     try:
         lock = lock_state_dir(state_dir)
     except StateDirLocked as exc:
         if not args.standby:
             log.error("%s", exc)
             return 1
-        waited = await _wait_as_standby(state_dir, args)
+        try:
+            waited = await _wait_as_standby(state_dir, config)
+        except (TokenFileError, TlsFileError) as exc:
+            log.error("cannot start: %s", exc)
+            return 2
         if waited is None:
             return 0  # stopped while waiting
-        lock, args.listen = waited
-    config = Config(
-        listen=args.listen,
-        state_dir=state_dir,
-        max_request_bytes=args.max_request_bytes,
-        limits=Limits(max_prompt_chars=args.max_prompt_chars),
-        max_streams_per_connection=args.max_streams_per_connection,
-        drain_delay_s=args.drain_delay_s,
-        auth_token_file=args.auth_token_file,
-        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
-        reflection=reflection_on(args.reflection, args.listen),
-        lock_state_dir=False,  # held above, with the pid of its holder
-        metrics_listen=args.metrics_listen,
-        providers=providers,
-        mcp_listen=args.mcp_listen,
-        web_listen=web,
-        web_allow_origins=tuple(args.web_allow_origin),
-    )
+        lock, listen = waited
+        config = replace(config, listen=listen)
     try:
         daemon = Daemon(config)
     except (TokenFileError, TlsFileError) as exc:
@@ -318,7 +333,7 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # Before the "listening" line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
-    host = args.listen.rsplit(":", 1)[0]
+    host = config.listen.rsplit(":", 1)[0]
     mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
     print(
         f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)}{mcp})",
@@ -336,18 +351,27 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[IO[str], str] | None:
+async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], str] | None:
     """Serve as a hot standby on `--listen` until the state directory's lock is free: then
     the lock and the address the daemon takes over (the same port, even for port 0). None
-    when a signal stopped the wait."""
-    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    credentials = server_credentials(tls) if tls else None
-    server, port = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    when a signal stopped the wait. It answers health, reflection (if on) and GetServerInfo,
+    behind the same tokens as the daemon."""
+    credentials = server_credentials(config.tls) if config.tls else None
+    tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
+    info = standby_info(config, ("scripted", *(entry.name for entry in config.providers)))
+    server, port = await start_standby_server(
+        config.listen,
+        SERVICE_NAMES,
+        credentials,
+        info=info,
+        tokens=tokens,
+        reflection=config.reflection,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    host = args.listen.rsplit(":", 1)[0]
+    host = config.listen.rsplit(":", 1)[0]
     print(f"corral standby on {host}:{port} (waiting for {state_dir})", flush=True)
     try:
         while not stop.is_set():

@@ -1,7 +1,9 @@
 """A hot standby's waiting server (issue 10, item 1): while another daemon holds the state
 directory, the standby listens on its address so a load balancer sees it, answers health
-NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every other
-call. It never touches the state directory; the real daemon replaces it once the lock is free.
+NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every call of
+the agent services. Reflection (when on) and ServerService answer, so a person can ask it with
+grpcurl what it is; with tokens, everything but health needs one, as on the daemon. It never
+touches the state directory; the real daemon replaces it once the lock is free.
 """
 
 from __future__ import annotations
@@ -11,11 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
+from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server import errors
+from corral_server.rpc.auth import BearerTokens, TokenFile
 from corral_server.rpc.errors import to_status
+from corral_server.rpc.server_service import SERVICE_NAME, ServerService
+from corral_server.server_info import ServerInfo
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
+# What a standby answers; reflection's v1 and v1alpha services share the prefix.
+ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
 
 if TYPE_CHECKING:  # generic in the stubs only
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -33,7 +42,7 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
     raise AssertionError("unreachable: context.abort raises")
 
 
-class _RefuseAllButHealth(_Interceptor):
+class _RefuseAgentCalls(_Interceptor):
     async def intercept_service(
         self,
         continuation: Callable[
@@ -41,7 +50,7 @@ class _RefuseAllButHealth(_Interceptor):
         ],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        if details.method.startswith(HEALTH_PREFIX):
+        if details.method.startswith(ANSWERED_PREFIXES):
             return await continuation(details)
         return grpc.unary_unary_rpc_method_handler(
             _refuse, request_deserializer=_identity, response_serializer=_identity
@@ -49,12 +58,25 @@ class _RefuseAllButHealth(_Interceptor):
 
 
 async def start_standby_server(
-    listen: str, services: tuple[str, ...], credentials: grpc.ServerCredentials | None
+    listen: str,
+    services: tuple[str, ...],
+    credentials: grpc.ServerCredentials | None,
+    *,
+    info: ServerInfo,
+    tokens: TokenFile | None = None,
+    reflection: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
-    """The waiting server, bound and serving: (server, port)."""
-    server = grpc.aio.server(interceptors=[_RefuseAllButHealth()])
+    """The waiting server, bound and serving: (server, port). `info` is what GetServerInfo
+    answers (state STANDBY); `services` are the daemon's, for health and reflection."""
+    auth = [BearerTokens(tokens)] if tokens is not None else []
+    server = grpc.aio.server(interceptors=[*auth, _RefuseAgentCalls()])
     servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    server_grpc.add_ServerServiceServicer_to_server(ServerService(lambda: info), server)
+    if reflection:
+        grpc_reflection.enable_server_reflection(
+            (*services, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
+        )
     if credentials is not None:
         port = server.add_secure_port(listen, credentials)
     else:
