@@ -110,7 +110,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "--standby",
         action="store_true",
         help="if another daemon holds the state directory, wait as a hot standby (health "
-        "NOT_SERVING, every other call UNAVAILABLE/STANDBY) and take over when it stops",
+        "NOT_SERVING, reflection and GetServerInfo answered, agent calls UNAVAILABLE/STANDBY) "
+        "and take over when it stops",
     )
     p.add_argument(
         "--max-streams-per-connection",
