@@ -6,7 +6,9 @@
 //
 // Prints `READY` on stderr once the call is started. Exits 0 after --max-events events, after
 // N events following `synced` (--until-synced-then), when the stream ends, or on SIGINT/SIGTERM;
-// exits 1 when the call fails (the status goes to stderr) and 2 on bad arguments.
+// exits 1 when the call fails (the status goes to stderr) and 2 on bad arguments. When the reader
+// of stdout goes away (`node subscribe.js ADDR | head`) it ends quietly with 141, the status a
+// shell reports for a program a closed pipe stopped (as the corral CLI does).
 'use strict';
 
 const { loadCorral } = require('./corral');
@@ -64,6 +66,10 @@ function main() {
   let finished = false;
 
   const call = client.Subscribe(request);
+  process.stdout.on('error', (error) => {
+    if (error.code !== 'EPIPE') throw error;
+    finish(141); // nobody reads any more: stop the call, say nothing
+  });
   for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => finish(0));
   process.stderr.write('READY\n');
 

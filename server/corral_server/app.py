@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
 
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
@@ -32,13 +31,22 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.events import SubagentRunUpdated
+from corral_server.errors import CorralError
 from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
+from corral_server.listen import (
+    make_socket_private,
+    remove_socket,
+    socket_dir_problem,
+    socket_in_use,
+    unix_path,
+)
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.mcp import RunWaiters, SubagentTools
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.metrics import registry_for
+from corral_server.metrics_http import serve_metrics
 from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
@@ -46,7 +54,8 @@ from corral_server.providers.scripted import ScriptedProvider
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
-from corral_server.rpc.auth import BearerTokens, TokenFile
+from corral_server.rpc.auth import TokenFile
+from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
@@ -64,8 +73,9 @@ from corral_server.server_info import (
     limits_of,
 )
 from corral_server.store.agent_records import SqliteAgentRecords
-from corral_server.store.database import Database
+from corral_server.store.database import DB_FILE, Database
 from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.private import make_private
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
@@ -112,6 +122,7 @@ SERVICE_NAMES = (
 
 @dataclass(frozen=True, slots=True)
 class Config:
+    # HOST:PORT, or unix:PATH for a Unix socket (made 0600: listen.py).
     listen: str = "127.0.0.1:50051"
     state_dir: Path | None = None
     max_request_bytes: int = 8 * 1024 * 1024
@@ -156,6 +167,9 @@ class Config:
     lock_state_dir: bool = True
     # Serve Prometheus metrics on this HOST:PORT (None: off).
     metrics_listen: str | None = None
+    # The metrics endpoint asks for a bearer token of auth_token_file (corral serve: when
+    # metrics_listen is not loopback).
+    metrics_token: bool = False
     # Sub-agent trees: spawn depth and children limits, announce deferral and retries.
     subagents: SubagentLimits = field(default_factory=SubagentLimits)
     # Serve the sub-agent tools over MCP (streamable HTTP) on this loopback HOST:PORT, each
@@ -213,6 +227,8 @@ class Daemon:
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        # With --listen unix:PATH: the socket's path and inode (removed at the end if ours).
+        self._socket: tuple[Path, int] | None = None
         # The drain runs once; later calls await the same one. Setting `_skip_delay` ends its
         # delay early (a second signal, or a caller that asks for no delay).
         self._drain_task: asyncio.Future[None] | None = None
@@ -261,6 +277,14 @@ class Daemon:
     def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
         return () if self.mcp is None else (self.mcp.server_for(agent_id),)
 
+    def _uses_mcp(self, agent_id: str) -> bool:
+        """An agent's MCP token opens the tools while the agent is open (never once closed
+        or archived)."""
+        try:
+            return not self.manager.get(agent_id).is_closed
+        except CorralError:
+            return False
+
     def _run_changed(self, event: SubagentRunUpdated) -> None:
         self.hub.publish(event)
         self.run_waiters.notify(event)
@@ -275,9 +299,10 @@ class Daemon:
         SQLite database; the stored agents come back (headers only) before anything serves.
         Raises StoreError (a newer schema, an unusable directory) with a clear message."""
         config = self.config
+        await asyncio.to_thread(make_private, state_dir, DB_FILE)  # 0700, every file 0600
         self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)
         # The directory's lock is ours: agent processes with its tag are a killed daemon's.
-        if reaped := reaping.reap_leftovers(self.daemon_tag):
+        if reaped := reaping.reap_leftovers(self.daemon_tag, state_dir):
             log.warning(
                 "state directory %s: killed %d leftover agent processes", state_dir, len(reaped)
             )
@@ -339,6 +364,9 @@ class Daemon:
             reflection.enable_server_reflection(
                 (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
             )
+        socket_path = unix_path(self.config.listen)
+        if socket_path is not None:
+            await self._check_socket_path(socket_path)
         try:
             if self._credentials is not None:
                 self.port = server.add_secure_port(self.config.listen, self._credentials)
@@ -348,6 +376,8 @@ class Daemon:
             raise OSError(f"cannot listen on {self.config.listen}: {exc}") from exc
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}: address in use or invalid")
+        if socket_path is not None:  # bound, not yet accepting: no one connects before this
+            self._socket = (socket_path, make_socket_private(socket_path))
         await server.start()
         self._server = server
         if self.config.web_listen:
@@ -357,14 +387,26 @@ class Daemon:
             from corral_server.mcp.server import McpEndpoint
 
             tools = SubagentTools(self.subagents, self.manager, self.run_waiters)
-            self.mcp = McpEndpoint(tools, self.config.mcp_listen)
+            self.mcp = McpEndpoint(tools, self.config.mcp_listen, admits=self._uses_mcp)
             await self.mcp.start()
+            self.manager.on_closed = self.mcp.agent_closed  # its sessions end with the agent
         if self.config.metrics_listen:
             self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
+
+    async def _check_socket_path(self, path: Path) -> None:
+        """OSError when the socket's directory could let another user replace it, or when
+        another server answers there (grpc would unlink its socket and take the path)."""
+        refusal, warning = socket_dir_problem(path)
+        if refusal:
+            raise OSError(f"cannot listen on {self.config.listen}: {refusal}")
+        if warning:
+            log.warning("%s", warning)
+        if await asyncio.to_thread(socket_in_use, path):
+            raise OSError(f"cannot listen on {self.config.listen}: a server answers there")
 
     def _servicers(self) -> dict[str, Any]:
         """The service implementations, by service name: the gRPC server and the web port
@@ -426,11 +468,15 @@ class Daemon:
         return self.web.start()
 
     def _serve_metrics(self, listen: str) -> int:  # on the loop: the collector needs it
-        """Prometheus metrics over HTTP on `listen` (a thread of prometheus-client's)."""
+        """Prometheus metrics over HTTP on `listen` (threads of their own: metrics_http.py),
+        behind the bearer tokens when the config asks for them."""
         host, _, port = listen.rpartition(":")
         loop = asyncio.get_running_loop()
         registry = registry_for(self.manager, self.hub, loop, self.database)
-        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+        tokens = self.tokens if self.config.metrics_token else None
+        if self.config.metrics_token and tokens is None:
+            raise OSError(f"metrics on {listen} need tokens: there is no auth_token_file")
+        server = serve_metrics(host.strip("[]"), int(port), registry, tokens)
         self._metrics_server = server
         bound: int = server.server_port
         self._metrics_url = f"http://{host}:{bound}/metrics"
@@ -458,9 +504,11 @@ class Daemon:
         await asyncio.shield(self._drain_task)
 
     def reload_tokens(self) -> None:
-        """Read the token file again (SIGHUP); a bad file keeps the old tokens."""
-        if self.tokens is not None:
-            self.tokens.reload()
+        """Read the token file again (SIGHUP); a bad file keeps the old tokens. Calls still
+        open with a token the file dropped end: gRPC's through their registry (rpc/bearer.py),
+        the web port's here."""
+        if self.tokens is not None and self.tokens.reload() and self.web is not None:
+            self.web.calls.cut(self.tokens.holds)
 
     def skip_drain_delay(self) -> None:
         """End the drain's delay now (a second SIGTERM)."""
@@ -491,6 +539,9 @@ class Daemon:
         if self._server is not None:
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
+        if self._socket is not None:
+            remove_socket(*self._socket)
+            self._socket = None
         if self.database is not None:
             await self.database.close()  # commits what is still queued
             self.database = None

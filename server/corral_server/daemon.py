@@ -1,9 +1,12 @@
 """`corral serve`: arguments, the state-directory lock, signals and the drain.
 
-Refuses to start, with a clear message and exit code, when the port is taken (1), another daemon
-holds the state directory (1), a non-loopback address comes without a token file (2), a token,
-certificate or key file is unreadable or empty (2), or the --config providers file cannot be used
-(2). SIGHUP reloads the token file.
+Refuses to start, with one clear line and exit code, when a flag is bad (2), a port is taken
+(2: checked before anything is created, so no state directory is left behind and no drain runs),
+the state directory cannot be created or read (2), another daemon holds it (1), a non-loopback
+address comes without a token file (2), metrics off loopback come without one (2), a unix:PATH
+socket's directory could let another user replace it (2), a token, certificate or key file is
+unreadable or empty (2), or the --config providers file cannot be used (2). SIGHUP reloads the
+token file.
 """
 
 from __future__ import annotations
@@ -12,26 +15,29 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from corral_server import gc_tuning, logs
 from corral_server.app import SERVICE_NAMES, Config, Daemon
+from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
-from corral_server.providers import registry
+from corral_server.providers import process_tree, registry
 from corral_server.providers.config import ConfigError, ProviderEntry
 from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFile, TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
 from corral_server.server_info import API_VERSION, corral_version, standby_info
+from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
+from corral_server.store.private import make_private
 
 log = logging.getLogger("corral")
 
@@ -47,9 +53,21 @@ def default_state_dir() -> Path:
     return Path(base) / "corral"
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A bad flag is one line (not argparse's usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run the corral daemon.")
-    p.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    p = _OneLineErrors(prog=prog, description="Run the corral daemon.")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help="HOST:PORT, or unix:PATH for a Unix socket only your user can use (0600) "
+        "(default %(default)s)",
+    )
     p.add_argument(
         "--state-dir",
         type=Path,
@@ -64,8 +82,18 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         help="providers file (TOML, [providers.NAME] tables; docs/providers.md); without "
         "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH",
     )
-    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024)
-    p.add_argument("--max-prompt-chars", type=int, default=Limits().max_prompt_chars)
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="larger requests get RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=Limits().max_prompt_chars,
+        help="characters of text plus bytes of images per prompt (default %(default)s)",
+    )
     p.add_argument(
         "--drain-delay-s",
         type=float,
@@ -80,7 +108,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one)",
+        help="serve Prometheus metrics over HTTP there (default: off; port 0 picks one); "
+        "off loopback it needs --auth-token-file, and scrapers send the bearer token",
     )
     p.add_argument(
         "--mcp-listen",
@@ -119,7 +148,12 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         default=Config().max_streams_per_connection,
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the least severe stderr log lines shown (default %(default)s)",
+    )
     p.add_argument(
         "--log-format",
         default="text",
@@ -133,8 +167,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
 def _add_access(p: argparse.ArgumentParser) -> None:
     access = p.add_argument_group(
         "access",
-        "Loopback needs no token by default; any other --listen address needs "
-        "--auth-token-file (and should use TLS).",
+        "Loopback and unix:PATH need no token by default; any other --listen address "
+        "needs --auth-token-file (and should use TLS).",
     )
     access.add_argument(
         "--auth-token-file",
@@ -176,8 +210,8 @@ class StateDirLocked(RuntimeError):
 
 def lock_state_dir(state_dir: Path) -> IO[str]:
     """Hold an exclusive lock on the state directory for the daemon's lifetime."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    handle = (state_dir / "corral.lock").open("a+")
+    make_private(state_dir, LOCK_FILE)  # 0700, and the lock file made 0600 before it is opened
+    handle = (state_dir / LOCK_FILE).open("a+")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -195,21 +229,13 @@ def lock_state_dir(state_dir: Path) -> IO[str]:
     return handle
 
 
-def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def web_listen(args: argparse.Namespace) -> str | None:
     """The web port's address: --web-listen, None for 'off', or the default (port 0 when
     --listen asks for any port, so test daemons and second daemons do not collide)."""
     if args.web_listen is not None:
         return None if args.web_listen == "off" else str(args.web_listen)
+    if unix_path(args.listen) is not None:
+        return None  # a daemon kept to one user's socket opens no port unless told to
     if args.listen.rpartition(":")[2] == "0":
         return DEFAULT_WEB_LISTEN.rpartition(":")[0] + ":0"
     return DEFAULT_WEB_LISTEN
@@ -223,10 +249,19 @@ def access_error(args: argparse.Namespace) -> str:
             f"refusing --web-listen {web}: not a loopback address; any other address needs "
             "--auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
         )
-    if not is_loopback(args.listen) and args.auth_token_file is None:
+    if not is_local(args.listen) and args.auth_token_file is None:
         return (
             f"refusing to listen on {args.listen}: not a loopback address; any other address "
             "needs --auth-token-file FILE (and TLS: --tls-cert/--tls-key)"
+        )
+    socket_path = unix_path(args.listen)
+    if socket_path is not None and (refusal := socket_dir_problem(socket_path)[0]):
+        return f"refusing --listen {args.listen}: {refusal}"
+    metrics = args.metrics_listen
+    if metrics is not None and not is_loopback(metrics) and args.auth_token_file is None:
+        return (
+            f"refusing --metrics-listen {metrics}: not a loopback address; metrics anywhere "
+            "else need --auth-token-file FILE (scrapers then send 'Authorization: Bearer TOKEN')"
         )
     if args.mcp_listen is not None and not is_loopback(args.mcp_listen):
         return f"refusing --mcp-listen {args.mcp_listen}: the MCP tools are served on loopback only"
@@ -249,9 +284,30 @@ def _access_note(config: Config) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
+def port_taken(listen: str) -> str:
+    """Why `listen` cannot be bound (another process listens there), or "". Checked before
+    anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
+    does, so a port whose old connections linger is not mistaken for a taken one."""
+    host, _, port = listen.rpartition(":")
+    if port == "0" or not port.isdigit():
+        return ""  # port 0 picks a free one; a malformed address fails at bind, as before
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot listen on {listen}: {exc.strerror}"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return f"cannot listen on {listen}: {exc.strerror} (is another corral daemon running?)"
+    return ""
+
+
 def reflection_on(choice: str, listen: str) -> bool:
-    """`--reflection`: on, off, or auto (on only when listening on loopback)."""
-    return choice == "on" or (choice == "auto" and is_loopback(listen))
+    """`--reflection`: on, off, or auto (on only when listening on loopback or a socket)."""
+    return choice == "on" or (choice == "auto" and is_local(listen))
 
 
 def build_config(
@@ -271,6 +327,7 @@ def build_config(
         standby=args.standby,
         lock_state_dir=False,  # `serve` holds it, with the pid of its holder
         metrics_listen=args.metrics_listen,
+        metrics_token=args.metrics_listen is not None and not is_loopback(args.metrics_listen),
         providers=providers,
         mcp_listen=args.mcp_listen,
         web_listen=web_listen(args),
@@ -278,9 +335,17 @@ def build_config(
     )
 
 
-async def serve(args: argparse.Namespace) -> int:
+def _log_version() -> None:
+    """Once the start-up checks passed (a refused start prints its one error line only)."""
     log.info("corral %s (API %s) starting", corral_version(), API_VERSION)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    process_tree.become_subreaper()  # orphans of agents come back to us, not to init
     state_dir: Path = args.state_dir or default_state_dir()
+    # Before a standby's wait, which replaces --listen's port 0 with the port it bound; the
+    # web port binds only when the daemon runs (a standby has none while it waits).
+    web = web_listen(args)
     refusal = access_error(args)
     if refusal:
         log.error("%s", refusal)
@@ -290,17 +355,25 @@ async def serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         log.error("cannot start: %s", exc)
         return 2
-    if not is_loopback(args.listen) and args.tls_cert is None:
+    if not is_local(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
-    # Before a standby's wait, which replaces --listen's port 0 with the port it bound (the
-    # web port's default follows --listen as given).
+    # The web port too, unless a standby: it binds that one only once it takes over.
+    taken = port_taken(args.listen) or (port_taken(web) if web and not args.standby else "")
+    if taken:
+        log.error("cannot start: %s", taken)
+        return 2
+    # What a standby describes itself by too (a daemon that waited gets the port it bound).
     config = build_config(args, state_dir, providers)
     try:
         lock = lock_state_dir(state_dir)
+    except OSError as exc:  # not StateDirLocked: the directory cannot be made or read
+        log.error("cannot start: the state directory %s: %s", state_dir, exc.strerror or exc)
+        return 2
     except StateDirLocked as exc:
         if not args.standby:
             log.error("%s", exc)
             return 1
+        _log_version()
         try:
             waited = await _wait_as_standby(state_dir, config)
         except (TokenFileError, TlsFileError) as exc:
@@ -308,8 +381,10 @@ async def serve(args: argparse.Namespace) -> int:
             return 2
         if waited is None:
             return 0  # stopped while waiting
-        lock, listen = waited
-        config = replace(config, listen=listen)
+        lock, args.listen = waited
+        config = replace(config, listen=args.listen)
+    else:
+        _log_version()
     try:
         daemon = Daemon(config)
     except (TokenFileError, TlsFileError) as exc:
@@ -322,11 +397,15 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("cannot start: %s", exc.message)
         lock.close()
         return 1
-    except OSError as exc:
-        log.error("%s (is another corral daemon running?)", exc)
-        await daemon.drain(0.0, delay_s=0.0)  # the store opened: close it
+    except OSError as exc:  # the port was taken after the check above
+        log.error("cannot start: %s (is another corral daemon running?)", exc)
+        logging.disable(logging.CRITICAL)  # the store opened: close it, without a drain's lines
+        try:
+            await daemon.drain(0.0, delay_s=0.0)
+        finally:
+            logging.disable(logging.NOTSET)
         lock.close()
-        return 1
+        return 2
     gc_tuning.tune()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -334,10 +413,10 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # Before the "listening" line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
-    host = config.listen.rsplit(":", 1)[0]
     mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
     print(
-        f"corral listening on {host}:{port} (state {state_dir}{_access_note(config)}{mcp})",
+        f"corral listening on {_bound(args.listen, port)} "
+        f"(state {state_dir}{_access_note(config)}{mcp})",
         flush=True,
     )
     if daemon.web is not None:
@@ -350,6 +429,11 @@ async def serve(args: argparse.Namespace) -> int:
     lock.close()
     log.info("stopped")
     return 0
+
+
+def _bound(listen: str, port: int) -> str:
+    """The address a client uses: unix:PATH as given, or HOST:the bound port."""
+    return listen if unix_path(listen) is not None else f"{listen.rsplit(':', 1)[0]}:{port}"
 
 
 async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], str] | None:
@@ -372,8 +456,7 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    host = config.listen.rsplit(":", 1)[0]
-    print(f"corral standby on {host}:{port} (waiting for {state_dir})", flush=True)
+    print(f"corral standby on {_bound(config.listen, port)} (waiting for {state_dir})", flush=True)
     try:
         while not stop.is_set():
             try:
@@ -383,7 +466,7 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
                     await asyncio.wait_for(stop.wait(), STANDBY_POLL_S)
                 continue
             log.info("the state directory is free: taking over")
-            return lock, f"{host}:{port}"
+            return lock, _bound(config.listen, port)
         return None
     finally:
         await server.stop(0)

@@ -44,7 +44,7 @@ def test_import_json_prints_the_agent(addr: str, tmp_path: Path, capsys: Capture
     argv = ["--addr", addr, "import", "importing", "s-1", "--cwd", str(tmp_path), "--json"]
     assert main(argv) == 0
     agent = json.loads(capsys.readouterr().out)
-    assert (agent["provider"], agent["providerSessionId"]) == ("importing", "s-1")
+    assert (agent["provider"], agent["provider_session_id"]) == ("importing", "s-1")
     assert agent["lifecycle"] == {"idle": {}}
 
 

@@ -53,8 +53,8 @@ def test_spawn_wait_json_prints_the_spawned_run_then_the_ended_run(
     root = new_agent(grpc_addr, tmp_path, capsys)
     assert cli(grpc_addr, "spawn", root, "/reply partial", "--wait", "--json") == 0
     spawned_run, ended = json_lines(capsys.readouterr().out)
-    assert spawned_run["runId"] == ended["runId"] and ended["outcome"] == "SUBAGENT_OUTCOME_OK"
-    assert ended["resultText"] == "partial"
+    assert spawned_run["run_id"] == ended["run_id"] and ended["outcome"] == "SUBAGENT_OUTCOME_OK"
+    assert ended["result_text"] == "partial"
 
 
 def test_runs_lists_a_tree_and_kill_run_cascades(
@@ -67,12 +67,14 @@ def test_runs_lists_a_tree_and_kill_run_cascades(
     out, err = capsys.readouterr()
     header, *rows = out.splitlines()
     assert header.split() == ["RUN", "CHILD", "REQUESTER", "STATE", "ANNOUNCE", "CREATED", "TASK"]
-    assert len(rows) == 1 and rows[0].startswith(run[:12]) and "running" in rows[0]
-    assert rows[0].endswith("worker")
-    assert err == "2 active, 2 pending below the agent\n"
+    assert rows[0].split()[:4] == [run, child, root, "running"]  # ids whole
+    assert len(rows) == 1 and rows[0].endswith("worker")
+    assert err == (
+        f"runs below {root}: 2 not ended, 2 not done (not ended, or not yet announced)\n"
+    )
     assert cli(grpc_addr, "runs", root, "--descendants", "--json") == 0
     listed = json_lines(capsys.readouterr().out)
-    assert [r["runId"] for r in listed] == [run, grand_run]
+    assert [r["run_id"] for r in listed] == [run, grand_run]
     assert cli(grpc_addr, "kill-run", run[:10], "--cascade") == 0
     assert capsys.readouterr().out.split() == [run, grand_run]
     assert cli(grpc_addr, "runs", root, "--descendants", "--active", "--json") == 0

@@ -59,7 +59,7 @@ def test_rewind_goes_back_to_before_a_message_logs_shows_and_refuses_an_unconfir
     assert cli(grpc_addr, "--json", "rewind", agent_id, confirmed[0][1]) == 0
     agent = json.loads(capsys.readouterr().out)
     assert agent["id"] == agent_id and agent["timeline"]["epoch"] not in said
-    assert agent["timeline"]["nextSeq"] == "1"  # nothing kept before the first message
+    assert agent["timeline"]["next_seq"] == "1"  # nothing kept before the first message
 
 
 def test_send_steer_falls_back_to_the_queue_and_replace_takes_over_the_running_turn(
@@ -75,7 +75,7 @@ def test_send_steer_falls_back_to_the_queue_and_replace_takes_over_the_running_t
     assert cli(addr, "--json", "send", agent_id, "--replace", "/reply instead") == 0
     replaced = json.loads(capsys.readouterr().out)
     assert replaced["disposition"] == "PROMPT_DISPOSITION_REPLACED"
-    assert replaced["turnId"] not in ("", first)
+    assert replaced["turn_id"] not in ("", first)
     assert cli(addr, "wait", agent_id) == 0
     capsys.readouterr()
     assert cli(addr, "logs", agent_id) == 0
@@ -111,11 +111,19 @@ def test_a_pending_permission_shows_in_ls_and_to_followers_with_how_to_answer_it
     subscribed(1)
     assert cli(addr, "send", agent_id, "/permission write\n/reply ok") == 0
     assert cli(addr, "wait", agent_id) == 0  # returns on the pending permission
-    assert cli(addr, "ls", "-l", f"team={team}") == 0
+    # (attach prints the rows on the same stdout)
     output = [capsys.readouterr()]
-    row = output[0].out.splitlines()[-1]
-    request = re.search(r"; permission pending: write \(id (\S+)\)", row)
-    assert request is not None, row
+    request = re.search(r"^permission write \(id (\S+)\)$", output[0].out, re.MULTILINE)
+    assert request is not None
+    assert cli(addr, "ls", "-l", f"team={team}") == 0
+    output.append(capsys.readouterr())
+    row = output[-1].out.splitlines()[-1]
+    assert row.split("  ")[:2] == [agent_id, "running, 1 perm"], row
+    assert cli(addr, "show", agent_id) == 0
+    output.append(capsys.readouterr())
+    assert f"permissions 1\n              {request.group(1)}  write Allow write? (turn " in (
+        output[-1].out
+    )
     # A follower that starts now learns of it from its snapshot.
     late = threading.Thread(
         target=lambda: codes.append(cli(addr, "logs", "-f", "--until-idle", agent_id))

@@ -40,7 +40,7 @@ def test_a_second_daemon_on_the_same_port_refuses_to_start(
         expect_ready=False
     )
     code, _, err = second.wait()
-    assert code == 1
+    assert code == 2
     assert "cannot listen on" in err and served.address in err
 
 

@@ -220,7 +220,7 @@ def test_corral_providers_json_gives_one_object_per_provider(
     assert missing == {
         "name": "missing",
         "kind": "acp",
-        "unavailableReason": "no-such-agent not found",
+        "unavailable_reason": "no-such-agent not found",
     }
 
 

@@ -85,6 +85,7 @@ class DaemonProcess:
     """`corral serve` as a subprocess on a free loopback port."""
 
     LISTENING = re.compile(r"corral listening on (\S+):(\d+)")
+    UNIX_LISTENING = re.compile(r"corral listening on (unix:\S+)")
 
     def __init__(self, state_dir: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
         self.state_dir = state_dir
@@ -112,11 +113,15 @@ class DaemonProcess:
             line = self.proc.stdout.readline()  # blocks until the daemon prints or exits
             self.first_line = line
             match = self.LISTENING.search(line)
-            if match is None:
+            unix = self.UNIX_LISTENING.search(line)
+            if unix is not None:
+                self.address = unix.group(1)
+            elif match is not None:
+                self.address = f"127.0.0.1:{match.group(2)}"
+            else:
                 self.proc.kill()
                 _, err = self.proc.communicate(timeout=timeout)
                 raise RuntimeError(f"daemon did not start: {line!r} {err}")
-            self.address = f"127.0.0.1:{match.group(2)}"
         return self
 
     def wait_for_log(self, text: str) -> str:

@@ -24,3 +24,10 @@ def test_malformed_tokens_are_refused() -> None:
     tokens = AgentTokens()
     for token in ("", ".", "agent-1", "agent-1.", ".abc", "a.b.c"):
         assert tokens.agent_of(token) is None
+
+
+def test_a_mac_that_is_not_ascii_is_refused_not_an_error() -> None:
+    tokens = AgentTokens()
+    for mac in ("\u00e9" * 64, "0" * 63 + "\u00ff", "\udce9", "\u4e2d"):
+        assert tokens.agent_of(f"agent-1.{mac}") is None
+    assert tokens.agent_of("\udce9.abc") is None  # nor an agent id that is not text

@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 60.0
 class Client:
     addr: str
     timeout_s: float
+    channel: grpc.Channel  # for a service without a stub here (health)
     agents: agent_grpc.AgentServiceStub
     turns: turn_grpc.TurnServiceStub
     timeline: tl_grpc.TimelineServiceStub
@@ -167,6 +168,7 @@ def connect(addr: str, timeout_s: float, access: Access | None = None) -> Iterat
         yield Client(
             addr=addr,
             timeout_s=timeout_s,
+            channel=channel,
             agents=agent_grpc.AgentServiceStub(channel),
             turns=turn_grpc.TurnServiceStub(channel),
             timeline=tl_grpc.TimelineServiceStub(channel),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import agent_service_pb2 as agent_pb
@@ -16,8 +17,9 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, parse_labels, prompt_content
 from corral_cli.first_turn import follow_first_turn, head_revision
+from corral_cli.progress import waiting
 from corral_cli.render import Console, agent_table, local_time, queued_line, state_label
-from corral_cli.turn import cancel_outcome, stream_turn
+from corral_cli.turn import cancel_outcome, cancel_wait, stream_turn
 
 IF_RUNNING = {
     "reject": turn_pb.IF_RUNNING_REJECT,
@@ -34,25 +36,25 @@ def run(client: Client, console: Console, args: argparse.Namespace) -> int:
     try:
         labels = parse_labels(args.label)
     except ValueError as exc:
-        console.note(f"error: {exc}")
+        console.error(f"error: INVALID_ARGUMENT: {exc} (no agent created)")
         return failure.EXIT_BAD_REQUEST
     content = prompt_content(args.prompt)  # read stdin (`-`) before creating anything
     if not content[0].text.strip():
-        console.note("error: the prompt is empty (no agent created)")
+        console.error("error: INVALID_ARGUMENT: the prompt is empty (no agent created)")
         return failure.EXIT_BAD_REQUEST
     after_revision = head_revision(client)
-    created = client.agents.CreateAgent(
-        agent_pb.CreateAgentRequest(
-            provider=args.provider,
-            cwd=os.path.abspath(args.cwd or os.getcwd()),
-            model=args.model,
-            mode=args.mode,
-            title=args.title,
-            labels=labels,
-            initial_prompt=content,
-        ),
-        timeout=client.timeout_s,
+    request = agent_pb.CreateAgentRequest(
+        provider=args.provider,
+        cwd=os.path.abspath(args.cwd or os.getcwd()),
+        model=args.model,
+        mode=args.mode,
+        title=args.title,
+        labels=labels,
+        initial_prompt=content,
     )
+    # A real agent's session can take a while to start (the daemon allows it 60 s).
+    with waiting(console, f"the {args.provider} session to start", "up to 60 s"):
+        created = client.agents.CreateAgent(request, timeout=client.timeout_s)
     if console.json:
         console.message(created)
     console.note(f"agent {created.agent.id}")
@@ -78,7 +80,7 @@ def send(client: Client, console: Console, args: argparse.Namespace) -> int:
         found = turn_pb.PromptDisposition.DESCRIPTOR.values_by_number.get(resp.disposition)
         disposition = found.name.removeprefix("PROMPT_DISPOSITION_").lower() if found else "?"
         if resp.turn_id:
-            console.line(f"{disposition} turn {resp.turn_id}")
+            console.line(f"{disposition} {resp.turn_id}")
         else:  # queued: the turn starts later; the message id removes it before then
             console.line(f"{disposition} as {resp.client_message_id}")
     return failure.EXIT_OK
@@ -103,7 +105,7 @@ def ls(client: Client, console: Console, args: argparse.Namespace) -> int:
         for agent in agents:
             console.message(agent)
     elif agents:
-        for line in agent_table(agents):
+        for line in agent_table(agents, shutil.get_terminal_size().columns):
             console.line(line)
     else:
         console.note("no agents")
@@ -112,9 +114,10 @@ def ls(client: Client, console: Console, args: argparse.Namespace) -> int:
 
 def cancel(client: Client, console: Console, args: argparse.Namespace) -> int:
     """CancelTurn: 0 for not_running and settled, 3 when the provider refused."""
-    resp = client.turns.CancelTurn(
-        turn_pb.CancelTurnRequest(agent_id=args.agent), timeout=client.timeout_s
-    )
+    with cancel_wait(console, args.agent):
+        resp = client.turns.CancelTurn(
+            turn_pb.CancelTurnRequest(agent_id=args.agent), timeout=client.timeout_s
+        )
     if console.json:
         console.message(resp)
     else:
@@ -139,13 +142,35 @@ def wait(client: Client, console: Console, args: argparse.Namespace) -> int:
         request.timeout.FromNanoseconds(int(args.timeout_s * 1e9))
     # The RPC's own deadline: the wait plus the usual slack (None waits as long as it takes).
     deadline = None if args.timeout_s is None else args.timeout_s + client.timeout_s
-    resp = client.turns.WaitForIdle(request, timeout=deadline)
+    limit = (
+        "no time limit; Ctrl-C stops waiting" if args.timeout_s is None else f"{args.timeout_s:g} s"
+    )
+    with waiting(console, f"agent {args.agent} to be idle", limit):
+        resp = client.turns.WaitForIdle(request, timeout=deadline)
     label, code = _WAIT_EXIT.get(resp.status, ("unknown", failure.EXIT_FAILED))
     if console.json:
         console.message(resp)
     else:
-        console.line(f"{label} (agent {state_label(resp.agent)})")
+        console.line(_waited(label, resp.agent))
     return code
+
+
+def _waited(label: str, agent: agent_types_pb.Agent) -> str:
+    """What `wait` found: `idle`, `errored: why`, `permission NAME (id ID)`, or how a timeout
+    left the agent."""
+    match label:
+        case "idle":
+            return "idle"
+        case "error":
+            return state_label(agent)
+        case "permission" if agent.pending_permissions:
+            first = agent.pending_permissions[0]
+            more = len(agent.pending_permissions) - 1
+            return f"permission {first.name} (id {first.id})" + (
+                f" and {more} more" if more else ""
+            )
+        case _:
+            return f"{label} (agent {state_label(agent)})"
 
 
 def close(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -203,9 +228,17 @@ def permit(client: Client, console: Console, args: argparse.Namespace) -> int:
             agent_pb.GetAgentRequest(agent_id=args.agent), timeout=client.timeout_s
         ).agent
         pending = [p.id for p in agent.pending_permissions]
-        if len(pending) != 1:
-            listed = ", ".join(pending) or "none"
-            console.note(f"name the request: {len(pending)} pending ({listed})")
+        if not pending:
+            console.error(
+                f"error: FAILED_PRECONDITION: agent {args.agent} has no pending permission"
+            )
+            return failure.EXIT_BAD_REQUEST
+        if len(pending) > 1:
+            console.error(
+                f"error: INVALID_ARGUMENT: agent {args.agent} has {len(pending)} pending "
+                f"permissions ({', '.join(pending)})"
+            )
+            console.error(f"hint: name one: corral permit {args.agent} REQUEST")
             return failure.EXIT_BAD_REQUEST
         request_id = pending[0]
     behavior = turn_pb.PERMISSION_BEHAVIOR_DENY if args.deny else turn_pb.PERMISSION_BEHAVIOR_ALLOW

@@ -24,6 +24,9 @@ EXIT_BAD_REQUEST = 2
 EXIT_REFUSED = 3
 EXIT_TIMEOUT = 4
 EXIT_INTERRUPTED = 130
+# The reader of stdout went away (`corral logs ID | head`): what a shell reports for a program
+# SIGPIPE ended (128 + 13), as for `git log | head`; the CLI ends quietly instead of dying.
+EXIT_PIPE_CLOSED = 141
 
 # The caller asked for something that cannot be done as asked: retrying will not help.
 _BAD_REQUEST_CODES = frozenset(
@@ -42,6 +45,8 @@ class Failure:
     reason: str
     # (field, description) pairs from BadRequest.
     violations: tuple[tuple[str, str], ...]
+    # ErrorInfo's metadata (e.g. agent_id), for a hint that names the thing.
+    metadata: tuple[tuple[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -53,6 +58,7 @@ def decode(error: grpc.RpcError) -> Failure:
     code: grpc.StatusCode = getattr(error, "code", lambda: grpc.StatusCode.UNKNOWN)()
     message: str = getattr(error, "details", lambda: "")() or ""
     reason = ""
+    metadata: tuple[tuple[str, str], ...] = ()
     violations: list[tuple[str, str]] = []
     try:
         status = rpc_status.from_call(cast(grpc.Call, error))  # every RpcError we see is one
@@ -63,18 +69,22 @@ def decode(error: grpc.RpcError) -> Failure:
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
             reason = info.reason
+            metadata = tuple(sorted(info.metadata.items()))
         elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad = error_details_pb2.BadRequest()
             detail.Unpack(bad)
             violations.extend((v.field, v.description) for v in bad.field_violations)
-    return Failure(code, message, reason, tuple(violations))
+    return Failure(code, message, reason, tuple(violations), metadata)
 
 
 def describe(failure: Failure, addr: str) -> list[str]:
     """The lines to print on stderr for a failed call to the daemon at `addr`. Each thing is
     said once: a reason that only repeats the code, or a field violation the message already
     states, is left out."""
-    lines = [f"error: {failure.code.name}: {failure.message}"]
+    message = failure.message
+    if failure.reason == "AGENT_BUSY":  # the API's advice; the hint gives the CLI's flags
+        message = message.split("; send with if_running=")[0]
+    lines = [f"error: {failure.code.name}: {message}"]
     if failure.reason and failure.reason != failure.code.name:
         lines.append(f"  reason: {failure.reason}")
     lines.extend(
@@ -89,6 +99,12 @@ def describe(failure: Failure, addr: str) -> list[str]:
 
 
 def _hint(failure: Failure, addr: str) -> str:
+    if failure.reason == "AGENT_BUSY":
+        agent = dict(failure.metadata).get("agent_id", "AGENT")
+        return (
+            "send again with --queue (after the running turn), --steer (into it) or --replace "
+            f"(cancel it, run this), or stop it first: corral cancel {agent}"
+        )
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         if failure.reason == "SHUTTING_DOWN":
             # The daemon answered: it is there, and is going away (its message says so).
@@ -113,6 +129,9 @@ _CLIPPED = re.compile(r"\.\.\. \(\d+ bytes\)$")
 
 def _already_said(message: str, field: str, description: str) -> bool:
     """The violation is (a clipped copy of) what the message says, e.g. the message
-    `content: line 1: unknown directive ...` and the violation (content, `line 1: ...`)."""
+    `content: line 1: unknown directive ...` and the violation (content, `line 1: ...`), or
+    the message `unknown provider 'x'; known: a, b` and the violation (provider, `one of a, b`)."""
     said = _CLIPPED.sub("", description)
+    if said.startswith("one of ") and said.removeprefix("one of ") in message:
+        return True
     return f"{field}: {said}" in message if field else said in message

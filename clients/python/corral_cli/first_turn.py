@@ -65,7 +65,7 @@ def follow_first_turn(
     except KeyboardInterrupt:
         stop(call)
         return interrupt(client, console, agent_id)
-    console.note(f"the stream ended before the turn did; see `corral logs {agent_id}`")
+    console.error(f"error: the stream ended before the turn did; see `corral logs {agent_id}`")
     return failure.EXIT_FAILED
 
 
@@ -74,14 +74,15 @@ def _handle(
 ) -> int | None:
     match event.WhichOneof("payload"):
         case "subscription_reset":
-            console.note(
-                f"the daemon no longer holds this turn's first events; see `corral logs {agent_id}`"
+            console.error(
+                "error: the daemon no longer holds this turn's first events; "
+                f"see `corral logs {agent_id}`"
             )
             return failure.EXIT_FAILED
         case "stream_ending":
             ending = event.stream_ending
-            console.note(
-                f"the daemon ended the stream ({ending.reason or 'no reason given'}) before "
+            console.error(
+                f"error: the daemon ended the stream ({ending.reason or 'no reason given'}) before "
                 f"the turn ended; see `corral logs {agent_id}`"
             )
             return failure.EXIT_FAILED
@@ -92,11 +93,12 @@ def _handle(
 
 def as_turn_event(event: event_pb.Event, turn_id: str) -> turn_pb.StreamTurnResponse | None:
     """The StreamTurn event `event` stands for, if it belongs to turn `turn_id`. Rows without
-    a turn id belong to it too: the agent is new, this is its only turn."""
+    a turn id (a provider's history replay, `/history`) are left out, as StreamTurn leaves
+    them out, so `run` and `send -f` print the same for the same prompt."""
     match event.WhichOneof("payload"):
         case "turn_started" if event.turn_started.turn_id == turn_id:
             return turn_pb.StreamTurnResponse(turn_started=event.turn_started)
-        case "timeline_row_appended" if event.timeline_row_appended.row.turn_id in ("", turn_id):
+        case "timeline_row_appended" if event.timeline_row_appended.row.turn_id == turn_id:
             return turn_pb.StreamTurnResponse(row=event.timeline_row_appended.row)
         case "permission_requested" if event.permission_requested.turn_id == turn_id:
             return turn_pb.StreamTurnResponse(permission_requested=event.permission_requested)

@@ -9,12 +9,13 @@ How `-f` stays exact (the order matters):
   4. Print each live `timeline_row_appended` whose seq is the next one expected. A row beyond
      it (never expected: the daemon's stream has no gaps) is caught up from FetchTimeline
      first; a row at or below the last printed one is a duplicate and dropped.
-Pending permissions are noted (on stderr) as the snapshot shows them and as they are asked,
-each once, with how to answer; their resolutions too. A `timeline_reset` starts the new epoch
-at seq 1; an in-stream `subscription_reset` (this
-client fell behind) is followed by a fresh snapshot, and step 3 catches up from the last
-printed row. `stream_ending` prints the resume revision and ends with exit 0; so does the
-agent's closed snapshot (after its last rows) or its removal. Ctrl-C exits 130.
+Turns' starts and ends are noted (on stderr) as they happen; so is an empty timeline. Pending
+permissions are noted as the snapshot shows them and as they are asked, each once, with how to
+answer; their resolutions too. A `timeline_reset` starts the new epoch at seq 1; an in-stream
+`subscription_reset` (this client fell behind) is followed by a fresh snapshot, and step 3
+catches up from the last printed row. `stream_ending` prints the resume revision and ends with
+exit 0; so does the agent's closed snapshot (after its last rows) or its removal. Ctrl-C exits
+130.
 
 Must not: print a row twice, or skip one silently (retention that dropped rows is a note).
 """
@@ -36,6 +37,7 @@ from corral_cli.render import (
     permission_asked,
     permission_ended,
     state_name,
+    turn_boundary,
 )
 
 # AFTER page size while catching up (the daemon's default page).
@@ -63,7 +65,17 @@ def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
     )
     for row in page.rows:
         _print_row(console, row)
+    if not page.rows:
+        console.note(empty_timeline(page.epoch, page.window.next_seq))
     return failure.EXIT_OK
+
+
+def empty_timeline(epoch: str, next_seq: int) -> str:
+    """Why `logs` printed no row: nothing was appended in this epoch yet (a new agent, or one
+    a reload --rehydrate or a rewind re-based), or what was is no longer kept."""
+    if next_seq <= 1:
+        return f"the timeline is empty (epoch {epoch}: no row yet)"
+    return f"no rows kept of the {next_seq - 1} appended in epoch {epoch}"
 
 
 def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -160,6 +172,8 @@ class _Follower:
                 resolved = event.permission_resolved
                 if resolved.agent_id == self.agent_id and not self.in_snapshot:
                     self.console.note(permission_ended(resolved))
+            case "turn_started" | "turn_completed" | "turn_failed" | "turn_canceled":
+                self._boundary(event)
             case "stream_ending":
                 ending = event.stream_ending
                 self.console.note(
@@ -183,11 +197,20 @@ class _Follower:
                 self.expected = max(1, next_seq - self.limit)
         elif epoch != self.epoch:
             self._new_epoch(epoch, "re-based while this client was behind")
+        if self.history and next_seq <= 1 and self.expected == 1:
+            self.console.note(f"-- {empty_timeline(self.epoch, next_seq)}; following --")
         self._catch_up(next_seq)
         if self.agent is not None:
             for permission in self.agent.pending_permissions:
                 self._ask(permission)
         return self._exit_if_done()
+
+    def _boundary(self, event: event_pb.Event) -> None:
+        kind = event.WhichOneof("payload")
+        assert kind is not None
+        agent_id: str = getattr(event, kind).agent_id
+        if agent_id == self.agent_id and not self.in_snapshot:
+            self.console.note(turn_boundary(event))
 
     def _ask(self, permission: agent_types_pb.PendingPermission) -> None:
         if permission.id not in self.asked:

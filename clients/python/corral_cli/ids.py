@@ -23,7 +23,12 @@ _SHOWN = 5
 
 
 class AgentIdError(Exception):
-    """The text does not name exactly one agent; the message says why, for the user."""
+    """The text does not name exactly one agent; the message says why, for the user, and
+    `code` is the status the daemon would give (NOT_FOUND, or INVALID_ARGUMENT)."""
+
+    def __init__(self, message: str, code: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def is_whole(text: str) -> bool:
@@ -40,7 +45,9 @@ def resolve(client: Client, text: str) -> str:
     if text in matches:  # an id of another shape (not 32 hex) given whole
         return text
     if not matches:
-        raise AgentIdError(f"no agent id starts with {text!r} (`corral ls --all` lists them)")
+        raise AgentIdError(
+            f"no agent id starts with {text!r} (`corral ls --all` lists them)", "NOT_FOUND"
+        )
     if len(matches) > 1:
         shown = ", ".join(sorted(matches)[:_SHOWN])
         more = f" and {len(matches) - _SHOWN} more" if len(matches) > _SHOWN else ""

@@ -2,8 +2,9 @@
 or as log lines, agent states and the agent table.
 
 Text goes to stdout only when it is the command's answer (a reply, a row, a table); progress,
-notes and errors go to stderr, so `corral run ... > reply.txt` captures just the reply. Every
-write is flushed: output is live, also through a pipe.
+notes and errors go to stderr, so `corral run ... > reply.txt` captures just the reply. With
+`--json` stdout carries only JSON lines and stderr only errors: the human notes are left out.
+Every write is flushed: output is live, also through a pipe.
 
 Must not: call the daemon.
 """
@@ -14,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import TextIO
 
 from google.protobuf import json_format
@@ -22,15 +23,18 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import agent_pb2 as agent_types_pb
+from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 
-_TITLE_WIDTH = 40
+_STATE_WIDTH = 20  # of the state column in `ls`
+_PREVIEW_WIDTH = 40  # of a queued prompt's text, on its line
 
 
 @dataclass
 class Console:
-    """Where output goes. `json` switches answers to one JSON object per line."""
+    """Where output goes. `json` switches answers to one JSON object per line and silences
+    the notes (errors are still said)."""
 
     json: bool = False
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -40,11 +44,19 @@ class Console:
         print(text, file=self.out, flush=True)
 
     def note(self, text: str) -> None:
+        """A human line on stderr (progress, ids, turn boundaries): not with --json."""
+        if not self.json:
+            print(text, file=self.err, flush=True)
+
+    def error(self, text: str) -> None:
+        """A failure on stderr, with --json too (the exit code alone says too little)."""
         print(text, file=self.err, flush=True)
 
     def message(self, msg: Message) -> None:
-        """One protobuf message as one JSON line, in proto JSON's field names."""
-        self.line(json.dumps(json_format.MessageToDict(msg), ensure_ascii=False))
+        """One protobuf message as one JSON line, with the .proto field names (as grpcurl and
+        the Node client print them) and enum values by name."""
+        as_dict = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+        self.line(json.dumps(as_dict, ensure_ascii=False))
 
 
 def local_time(ts: Timestamp, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -75,18 +87,10 @@ def state_label(agent: agent_types_pb.Agent) -> str:
     name = state_name(agent)
     if name == "running":
         turn = agent.lifecycle.running.active_turn_id
-        return f"running (turn {turn})" if turn else "running"  # ids are whole, never cut
+        return f"running {turn}" if turn else "running"  # ids are whole, never cut
     if name == "errored":
         return f"errored: {one_line(agent.lifecycle.errored.error.message)}"
     return name
-
-
-def pending_label(agent: agent_types_pb.Agent) -> str:
-    """The agent's pending permissions in a few words ("" for none)."""
-    pending = agent.pending_permissions
-    if len(pending) == 1:
-        return f"permission pending: {pending[0].name} (id {pending[0].id})"
-    return f"{len(pending)} permissions pending" if pending else ""
 
 
 def permission_asked(agent_id: str, permission: agent_types_pb.PendingPermission) -> str:
@@ -112,30 +116,55 @@ def queued_line(q: agent_types_pb.QueuedPrompt) -> str:
     """A queued prompt's summary: id, when, by what, size, and the start of its text."""
     size = f"{q.chars} chars" + (f", {q.image_count} image(s)" if q.image_count else "")
     text = one_line(q.preview)
-    preview = _clip(text, _TITLE_WIDTH) if len(text) > _TITLE_WIDTH else text
+    preview = _clip(text, _PREVIEW_WIDTH) if len(text) > _PREVIEW_WIDTH else text
     if q.clipped and not preview.endswith("…"):
         preview += "…"
     by = q.queued_by or "client"
     return f"{q.client_message_id}  {local_time(q.queued_at)}  {by}  {size}  {preview}"
 
 
-def agent_table(agents: Sequence[agent_types_pb.Agent]) -> list[str]:
-    header = ("ID", "PROVIDER", "STATE", "TITLE", "UPDATED")
+def agent_table(agents: Sequence[agent_types_pb.Agent], width: int) -> list[str]:
+    """One line per agent, none longer than `width`: the whole id first, then the state (cut
+    to _STATE_WIDTH; `corral show` has all of it), the queued prompts, when it last changed,
+    then the provider and title, cut where the line ends."""
+    header = ("ID", "STATE", "QUEUED", "UPDATED", "PROVIDER", "TITLE")
+    today = datetime.now().date()
     rows = [
         (
             a.id,
+            _clip(_state_cell(a), _STATE_WIDTH),
+            str(len(a.queued_prompts)),
+            _updated(a.updated_at, today),
             a.provider,
-            "; ".join(label for label in (state_label(a), pending_label(a)) if label),
-            _clip(one_line(a.title), _TITLE_WIDTH),
-            local_time(a.updated_at),
+            one_line(a.title),
         )
         for a in agents
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return [
-        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        _clip(
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip(),
+            max(width, len(r[0])),
+        )
         for r in [header, *rows]
     ]
+
+
+def _state_cell(agent: agent_types_pb.Agent) -> str:
+    """`idle`, `running`, `errored: why`, `closed`, `archived`; pending permissions after."""
+    state = "archived" if agent.HasField("archived_at") else state_name(agent)
+    if state == "errored":
+        state = state_label(agent)
+    count = len(agent.pending_permissions)
+    return f"{state}, {count} perm{'' if count == 1 else 's'}" if count else state
+
+
+def _updated(ts: Timestamp, today: date) -> str:
+    """The time for today, the date for earlier days."""
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    when = datetime.fromtimestamp(ts.ToMilliseconds() / 1000)
+    return when.strftime("%H:%M:%S" if when.date() == today else "%Y-%m-%d")
 
 
 def _clip(text: str, width: int) -> str:
@@ -216,9 +245,39 @@ class TurnPrinter:
             case _:
                 self.console.note(f"{item_kind(row)}: {item_text(item)}")
 
-    def failed(self, error: agent_types_pb.AgentError) -> None:
-        if error.message in self.shown_errors:
-            self.console.note("turn failed")
-        else:
+    def boundary(self, event: turn_pb.StreamTurnResponse) -> None:
+        """A turn started or ended; a failure's message only if no error row said it."""
+        if event.WhichOneof("event") == "turn_failed":
+            failed = event.turn_failed
+            if failed.error.message in self.shown_errors:
+                self.console.note(f"turn {failed.turn_id} failed")
+                return
+        text = turn_boundary(event)
+        if text:
+            self.console.note(text)
+
+
+def turn_boundary(event: turn_pb.StreamTurnResponse | event_pb.Event) -> str:
+    """`turn ID started` / `completed` / `failed: why (code)` / `canceled: reason`, or "" for
+    any other event. StreamTurn's events and Subscribe's share these field names."""
+    kind: str | None
+    if isinstance(event, turn_pb.StreamTurnResponse):
+        kind = event.WhichOneof("event")
+    else:
+        kind = event.WhichOneof("payload")
+    match kind:
+        case "turn_started":
+            return f"turn {event.turn_started.turn_id} started"
+        case "turn_completed":
+            return f"turn {event.turn_completed.turn_id} completed"
+        case "turn_failed":
+            error = event.turn_failed.error
             code = f" ({error.code})" if error.code else ""
-            self.console.note(f"turn failed: {error.message}{code}")
+            return f"turn {event.turn_failed.turn_id} failed: {one_line(error.message)}{code}"
+        case "turn_canceled":
+            reason = event.turn_canceled.reason
+            return f"turn {event.turn_canceled.turn_id} canceled" + (
+                f": {reason}" if reason else ""
+            )
+        case _:
+            return ""

@@ -9,63 +9,20 @@ Must not: print failures of the RPC itself (main.py does, in one place).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, TypeAlias
+from typing import Any
 
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import subagent_service_pb2_grpc as sub_grpc
 from corral_cli import failure
-from corral_cli.client import Client, load_access, open_channel, prompt_text, stop
+from corral_cli.client import Client, prompt_text, stop
+from corral_cli.progress import waiting
 from corral_cli.render import Console, local_time, one_line
-
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 CLEANUP = {"keep": sub_pb.SUBAGENT_CLEANUP_KEEP, "delete": sub_pb.SUBAGENT_CLEANUP_DELETE}
 _TASK_CHARS = 40  # of a task shown in the runs table
-
-
-def add_commands(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
-    spawn_cmd = sub.add_parser(
-        "spawn", parents=parents, help="spawn a sub-agent of AGENT on TASK (a run)"
-    )
-    spawn_cmd.add_argument("agent", help="the requester: an agent id, or a unique prefix")
-    spawn_cmd.add_argument("task", nargs="+", metavar="TASK", help="task words; - = stdin")
-    spawn_cmd.add_argument("--label", default="", help="a name for the run")
-    spawn_cmd.add_argument("--cleanup", choices=tuple(CLEANUP), default="keep")
-    spawn_cmd.add_argument("--provider", default="", help="default: the requester's")
-    spawn_cmd.add_argument(
-        "--run-timeout", type=int, default=0, metavar="S", help="end the run after S seconds"
-    )
-    spawn_cmd.add_argument(
-        "--wait", action="store_true", help="wait for the run to end and print its result"
-    )
-    spawn_cmd.set_defaults(func=spawn)
-    runs_cmd = sub.add_parser(
-        "runs", parents=parents, help="list sub-agent runs (of AGENT as requester or controller)"
-    )
-    runs_cmd.add_argument("agent", nargs="?", default=None, help="default: every run")
-    runs_cmd.add_argument(
-        "--descendants", action="store_true", help="also every run below the agent"
-    )
-    runs_cmd.add_argument("--active", action="store_true", help="only runs not ended")
-    runs_cmd.set_defaults(func=runs)
-    kill_cmd = sub.add_parser("kill-run", parents=parents, help="kill a sub-agent run")
-    kill_cmd.add_argument("run", help="a run id, or a unique prefix of one")
-    kill_cmd.add_argument("--cascade", action="store_true", help="and every run below it")
-    kill_cmd.set_defaults(func=kill_run)
-
-
-@contextmanager
-def _service(client: Client, args: argparse.Namespace) -> Iterator[sub_grpc.SubagentServiceStub]:
-    """The SubagentService on a channel of its own, with the same access as the client's."""
-    env_token = os.environ.get("CORRAL_TOKEN", "")
-    access = load_access(args.token_file, env_token, args.tls_ca, args.tls_cert, args.tls_key)
-    with open_channel(client.addr, access) as channel:
-        yield sub_grpc.SubagentServiceStub(channel)
 
 
 def spawn(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -78,26 +35,43 @@ def spawn(client: Client, console: Console, args: argparse.Namespace) -> int:
         cleanup=CLEANUP[args.cleanup],
         run_timeout_s=args.run_timeout,
     )
-    with _service(client, args) as service:
-        if not args.wait:
-            run = service.SpawnSubagent(request, timeout=client.timeout_s).run
-            _print_run(console, run)
-            return failure.EXIT_OK
-        events = client.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[args.agent]))
-        try:
-            stream = iter(events)
-            _until_synced(stream)
-            run = service.SpawnSubagent(request, timeout=client.timeout_s).run
-            _print_run(console, run)
+    service = _service(client)
+    if not args.wait:
+        run = service.SpawnSubagent(request, timeout=client.timeout_s).run
+        _print_run(console, run)
+        return failure.EXIT_OK
+    events = client.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[args.agent]))
+    try:
+        stream = iter(events)
+        _until_synced(stream)
+        run = service.SpawnSubagent(request, timeout=client.timeout_s).run
+        _print_run(console, run)
+        with waiting(console, f"run {run.run_id} to end", _run_limit(args.run_timeout)):
             ended = _until_ended(stream, run.run_id)
-        finally:
-            stop(events)
+    finally:
+        stop(events)
+    if ended is None:  # a drain, say: the run goes on in the daemon that comes back
+        console.error(
+            f"error: UNAVAILABLE: the daemon ended the event stream before run {run.run_id} ended"
+        )
+        console.error(f"hint: see how it ends with: corral runs {args.agent}")
+        return failure.EXIT_FAILED
     if console.json:
         console.message(ended)
     else:
         console.line(ended.result_text)
         console.note(f"run {ended.run_id} ended: {_outcome(ended)} ({ended.end_reason})")
     return failure.EXIT_OK if ended.outcome == sub_pb.SUBAGENT_OUTCOME_OK else failure.EXIT_FAILED
+
+
+def _service(client: Client) -> sub_grpc.SubagentServiceStub:
+    return sub_grpc.SubagentServiceStub(client.channel)
+
+
+def _run_limit(run_timeout_s: int) -> str:
+    """How long a run may take, for the progress line."""
+    limit = f"at most {run_timeout_s} s" if run_timeout_s else "no run timeout"
+    return f"{limit}; a failed child ends it after the daemon's error grace, 15 s by default"
 
 
 def _print_run(console: Console, run: sub_pb.SubagentRun) -> None:
@@ -113,7 +87,8 @@ def _until_synced(stream: Iterator[Any]) -> None:
             return
 
 
-def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun:
+def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun | None:
+    """The run once it has ended; None if the stream ends first."""
     for response in stream:
         for event in response.events:
             if event.WhichOneof("payload") != "subagent_run_updated":
@@ -121,15 +96,14 @@ def _until_ended(stream: Iterator[Any], run_id: str) -> sub_pb.SubagentRun:
             run: sub_pb.SubagentRun = event.subagent_run_updated.run
             if run.run_id == run_id and run.HasField("ended_at"):
                 return run
-    raise RuntimeError("the event stream ended before the run did")
+    return None
 
 
 def runs(client: Client, console: Console, args: argparse.Namespace) -> int:
     request = sub_svc_pb.ListSubagentRunsRequest(
         agent_id=args.agent or "", descendants=args.descendants, active_only=args.active
     )
-    with _service(client, args) as service:
-        listed = service.ListSubagentRuns(request, timeout=client.timeout_s)
+    listed = _service(client).ListSubagentRuns(request, timeout=client.timeout_s)
     if console.json:
         for run in listed.runs:
             console.message(run)
@@ -137,21 +111,26 @@ def runs(client: Client, console: Console, args: argparse.Namespace) -> int:
         for line in run_table(listed.runs):
             console.line(line)
         if args.agent:
+            # The daemon's count of every run below the agent (its children's runs and
+            # theirs), whatever --descendants lists: what the agent still waits on.
             console.note(
-                f"{listed.active_descendants} active, {listed.pending_descendants} pending "
-                "below the agent"
+                f"runs below {args.agent}: {listed.active_descendants} not ended, "
+                f"{listed.pending_descendants} not done (not ended, or not yet announced)"
             )
     return failure.EXIT_OK
 
 
 def kill_run(client: Client, console: Console, args: argparse.Namespace) -> int:
-    with _service(client, args) as service:
-        run_id = _resolve_run(service, client, args.run)
-        if not run_id:
-            console.note(f"error: {args.run!r} does not name exactly one run (`corral runs`)")
-            return failure.EXIT_BAD_REQUEST
-        request = sub_svc_pb.KillSubagentRunRequest(run_id=run_id, cascade=args.cascade)
-        killed = service.KillSubagentRun(request, timeout=client.timeout_s)
+    service = _service(client)
+    run_id = _resolve_run(service, client, args.run)
+    if not run_id:
+        console.error(
+            f"error: INVALID_ARGUMENT: {args.run!r} does not name exactly one run "
+            "(`corral runs` lists them)"
+        )
+        return failure.EXIT_BAD_REQUEST
+    request = sub_svc_pb.KillSubagentRunRequest(run_id=run_id, cascade=args.cascade)
+    killed = service.KillSubagentRun(request, timeout=client.timeout_s)
     if console.json:
         console.message(killed)
     else:
@@ -179,9 +158,9 @@ def run_table(listed: Sequence[sub_pb.SubagentRun]) -> list[str]:
     header = ("RUN", "CHILD", "REQUESTER", "STATE", "ANNOUNCE", "CREATED", "TASK")
     rows = [
         (
-            r.run_id[:12],
-            r.child_agent_id[:12] or "-",
-            r.requester_agent_id[:12],
+            r.run_id,
+            r.child_agent_id or "-",
+            r.requester_agent_id,
             _outcome(r),
             sub_pb.AnnounceState.Name(r.announce_state).removeprefix("ANNOUNCE_STATE_").lower(),
             local_time(r.created_at),

@@ -10,11 +10,15 @@ and Ctrl-C prints what CancelTurn answered (a refused cancel leaves the turn run
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import grpc
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli import failure
 from corral_cli.client import Client, stop
+from corral_cli.progress import waiting
 from corral_cli.render import (
     Console,
     TurnPrinter,
@@ -30,6 +34,16 @@ def cancel_outcome(value: int) -> str:
     return found.name.removeprefix("CANCEL_OUTCOME_").lower() if found else str(value)
 
 
+@contextmanager
+def cancel_wait(console: Console, agent_id: str) -> Iterator[None]:
+    """The progress line of a CancelTurn call: a provider that keeps its turn going is known
+    only after the daemon's settle wait."""
+    with waiting(
+        console, f"agent {agent_id}'s turn to stop", "the daemon's settle wait, 10 s by default"
+    ):
+        yield
+
+
 def stream_turn(client: Client, console: Console, request: turn_pb.StreamTurnRequest) -> int:
     """Send the prompt, print the turn as it streams, and return the exit code."""
     call = client.turns.StreamTurn(request)
@@ -42,7 +56,7 @@ def stream_turn(client: Client, console: Console, request: turn_pb.StreamTurnReq
     except KeyboardInterrupt:
         stop(call)
         return interrupt(client, console, request.agent_id)
-    console.note("the turn's stream ended before the turn did (daemon stopping?)")
+    console.error("error: the turn's stream ended before the turn did (daemon stopping?)")
     return failure.EXIT_FAILED
 
 
@@ -50,15 +64,16 @@ def interrupt(client: Client, console: Console, agent_id: str) -> int:
     """After Ctrl-C: CancelTurn, print its outcome, exit 130 whatever it was."""
     console.note("interrupted: canceling the turn…")
     try:
-        resp = client.turns.CancelTurn(
-            turn_pb.CancelTurnRequest(agent_id=agent_id), timeout=client.timeout_s
-        )
+        with cancel_wait(console, agent_id):
+            resp = client.turns.CancelTurn(
+                turn_pb.CancelTurnRequest(agent_id=agent_id), timeout=client.timeout_s
+            )
     except KeyboardInterrupt:
         console.note("not waiting for the cancel; the turn may still be running")
         return failure.EXIT_INTERRUPTED
     except grpc.RpcError as exc:
         for line in failure.describe(failure.decode(exc), client.addr):
-            console.note(line)
+            console.error(line)
         return failure.EXIT_INTERRUPTED
     console.note(f"cancel: {cancel_outcome(resp.outcome)} (agent {state_label(resp.agent)})")
     return failure.EXIT_INTERRUPTED
@@ -88,8 +103,8 @@ class TurnFollower:
     def _show(self, event: turn_pb.StreamTurnResponse) -> None:
         note = self.console.note
         match event.WhichOneof("event"):
-            case "turn_started":
-                note(f"turn {event.turn_started.turn_id} started")
+            case "turn_started" | "turn_completed" | "turn_failed" | "turn_canceled":
+                self.printer.boundary(event)
             case "row":
                 self.printer.row(event.row)
             case "permission_requested":
@@ -97,10 +112,5 @@ class TurnFollower:
                 note(permission_asked(requested.agent_id, requested.permission))
             case "permission_resolved":
                 note(permission_ended(event.permission_resolved))
-            case "turn_failed":
-                self.printer.failed(event.turn_failed.error)
-            case "turn_canceled":
-                reason = event.turn_canceled.reason
-                note(f"turn canceled{': ' + reason if reason else ''}")
             case _:
-                pass  # usage, turn_completed: nothing to add to the reply
+                pass  # usage: nothing to add to the reply

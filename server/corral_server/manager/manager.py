@@ -123,6 +123,9 @@ class AgentManager:
         # `on_archive` runs before an archive cascade closes its agents (ids, agent first).
         self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
         self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
+        # Told (on the loop) of each agent a close or an archive leaves closed (app.py: the MCP
+        # endpoint ends what that agent has open).
+        self.on_closed: Callable[[str], None] | None = None
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -632,6 +635,7 @@ class AgentManager:
                     await actor.call(actor.archive)
                 except errors.AgentClosed:
                     actor.archive_closed()  # closed meanwhile
+            self._told_closed(actor)
             archived.append(member)
         return archived
 
@@ -668,6 +672,11 @@ class AgentManager:
             return actor.agent
         finally:
             self._closes.pop(actor.agent.id, None)
+            self._told_closed(actor)
+
+    def _told_closed(self, actor: AgentActor) -> None:
+        if self.on_closed is not None and actor.agent.is_closed:
+            self.on_closed(actor.agent.id)
 
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,

@@ -5,10 +5,13 @@ One endpoint, `/mcp`, for every agent; the caller is named by its bearer token
 (`Authorization: Bearer <token>`, tokens.py), checked before the SDK sees the request. The
 checked agent rides the request as the SDK's `AuthenticatedUser` (client id = agent id), so
 the SDK binds each MCP session to the credential that opened it, and every tool call reads
-its caller from its own HTTP request (never from the session).
+its caller from its own HTTP request (never from the session). When an agent closes,
+`agent_closed` ends what it has open: its requests in flight are cut and its sessions deleted
+(sessions.py).
 
 Steps of a tool call:
-1. `_AgentAuth`: no token, or one corral did not mint -> HTTP 401, nothing else runs;
+1. `_AgentAuth`: no token, one corral did not mint, or one of an agent that is closed or
+   archived (`admits` says which may) -> HTTP 401, nothing else runs;
 2. the SDK decodes the call and validates its arguments against the tool's schema;
 3. the tool asks `SubagentTools` (tools.py) as that agent: a run or agent outside its tree,
    or any domain error, comes back as an MCP tool error (`isError`) with the message.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -35,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_server import errors
 from corral_server.asgi_server import AsgiServer
+from corral_server.mcp.sessions import AgentRequests
 from corral_server.mcp.tokens import AgentTokens
 from corral_server.mcp.tools import Json, SubagentTools
 from corral_server.providers.base import McpServer
@@ -142,11 +146,20 @@ async def _answer(call: Awaitable[Json]) -> dict[str, Any]:
 
 
 class _AgentAuth:
-    """Every HTTP request needs a token corral minted; it names the calling agent."""
+    """Every HTTP request needs a token corral minted for an agent `admits` lets in (an open
+    one); it names the calling agent."""
 
-    def __init__(self, app: ASGIApp, tokens: AgentTokens) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        requests: AgentRequests,
+        tokens: AgentTokens,
+        admits: Callable[[str], bool],
+    ) -> None:
         self._app = app
+        self._requests = requests
         self._tokens = tokens
+        self._admits = admits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan
@@ -154,11 +167,16 @@ class _AgentAuth:
             return
         token = _bearer(scope)
         agent_id = self._tokens.agent_of(token) if token else None
-        if agent_id is None:
+        if agent_id is None or not self._admits(agent_id):
             await _refuse(send, "missing or unknown token" if token else "no bearer token")
             return
-        user = AuthenticatedUser(AccessToken(token=token, client_id=agent_id, scopes=[]))
-        await self._app({**scope, "user": user}, receive, send)
+        scope = {**scope, "user": _user(token, agent_id)}
+        if not await self._requests.serve(agent_id, scope, receive, send):
+            await _refuse(send, "the agent was closed")
+
+
+def _user(token: str, agent_id: str) -> AuthenticatedUser:
+    return AuthenticatedUser(AccessToken(token=token, client_id=agent_id, scopes=[]))
 
 
 def _bearer(scope: Scope) -> str:
@@ -186,11 +204,21 @@ async def _refuse(send: Send, why: str) -> None:
 
 
 class McpEndpoint:
-    """The MCP server on `listen` (loopback), and the per-agent entries given to sessions."""
+    """The MCP server on `listen` (loopback), and the per-agent entries given to sessions.
+    `admits(agent_id)` says whether an agent may use the tools now (the daemon: while it is
+    open); `agent_closed` is told when one closes."""
 
-    def __init__(self, tools: SubagentTools, listen: str, tokens: AgentTokens | None = None):
+    def __init__(
+        self,
+        tools: SubagentTools,
+        listen: str,
+        tokens: AgentTokens | None = None,
+        admits: Callable[[str], bool] | None = None,
+    ):
         self.tokens = tokens or AgentTokens()
         self._tools = tools
+        self._admits: Callable[[str], bool] = admits or (lambda _: True)
+        self._requests: AgentRequests | None = None
         host, _, port = listen.rpartition(":")
         self._host = host
         self._port = int(port)
@@ -215,13 +243,28 @@ class McpEndpoint:
         app = build_server(self._tools).streamable_http_app(
             streamable_http_path=PATH, transport_security=security, host=bare
         )
-        self._server = AsgiServer(_AgentAuth(app, self.tokens), "corral-mcp", STOP_GRACE_S)
+        self._requests = requests = AgentRequests(app, PATH)
+        auth = _AgentAuth(app, requests, self.tokens, self._admits)
+        self._server = AsgiServer(auth, "corral-mcp", STOP_GRACE_S)
         self.port = self._server.start(f"{self._host}:{self._port}")
         log.info("MCP tools on %s", self.url)
         return self.port
 
+    @property
+    def open_requests(self) -> int:
+        return 0 if self._requests is None else self._requests.open_requests
+
+    def agent_closed(self, agent_id: str) -> None:
+        """The agent closed (or was archived): `admits` refuses its token from now on; cut
+        its requests in flight and end its sessions."""
+        if self._requests is not None:
+            user = _user(self.tokens.token_for(agent_id), agent_id)
+            self._requests.end(agent_id, user, f"{self._host}:{self.port}")
+
     async def stop(self) -> None:
         if self._server is None:
             return
+        if self._requests is not None:
+            await self._requests.stop()
         await self._server.stop()
         self._server = None

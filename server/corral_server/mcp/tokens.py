@@ -5,7 +5,9 @@ only in memory: corral mints one for any agent on demand (when it starts the age
 session) and checks one without a table, and a daemon restart makes every old token
 worthless (sessions started after it get new ones).
 
-Must not: write the key anywhere, or accept a token by a comparison that leaks timing.
+Must not: write the key anywhere, or accept a token by a comparison that leaks timing. The
+comparison is of bytes: a presented MAC may hold any character (a header is decoded as
+latin-1), and `hmac.compare_digest` refuses non-ASCII str with a TypeError.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ class AgentTokens:
         agent_id, dot, mac = token.rpartition(".")
         if not dot or not agent_id:
             return None
-        return agent_id if hmac.compare_digest(mac, self._mac(agent_id)) else None
+        presented = mac.encode("utf-8", "surrogateescape")
+        expected = self._mac(agent_id).encode("ascii")
+        return agent_id if hmac.compare_digest(presented, expected) else None
 
     def _mac(self, agent_id: str) -> str:
-        return hmac.new(self._key, agent_id.encode(), hashlib.sha256).hexdigest()
+        name = agent_id.encode("utf-8", "surrogateescape")
+        return hmac.new(self._key, name, hashlib.sha256).hexdigest()

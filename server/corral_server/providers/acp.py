@@ -59,6 +59,7 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.mcp_servers import acp_servers
+from corral_server.providers.sandbox import FileSandbox
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class AcpSession:
         self._run: _Run | None = None
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
+        self._files = FileSandbox(config.cwd)  # the fs/ methods, confined to the cwd
         # Set once the session is open: from then on a death is reported to the sink.
         self._ready = False
         self._closed = False
@@ -323,9 +325,9 @@ class AcpSession:
             case "session/request_permission":
                 return await self._ask(params)
             case "fs/read_text_file":
-                return await acp_files.read_text_file(self._config.cwd, params)
+                return await acp_files.read_text_file(self._files, params)
             case "fs/write_text_file":
-                return await acp_files.write_text_file(self._config.cwd, params)
+                return await acp_files.write_text_file(self._files, params)
             case _:
                 raise AcpError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
 

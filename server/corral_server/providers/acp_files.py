@@ -1,65 +1,58 @@
-"""The ACP client's file system methods (`fs/read_text_file`, `fs/write_text_file`), confined to
-a session's working directory: a path must be absolute and, with every symlink resolved, lie
-inside the resolved cwd (no `..`, no symlink escape). Nothing here touches a session."""
+"""The ACP client's file system methods (`fs/read_text_file`, `fs/write_text_file`): their
+parameters checked and handed to the session's FileSandbox (sandbox.py), which confines them
+to the session's working directory; its refusals become JSON-RPC errors the agent reads.
+Nothing here touches a session."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
-from pathlib import Path
 
-from corral_server.providers.acp_wire import AcpError, Json
+from corral_server.providers.acp_wire import INTERNAL_ERROR, AcpError, Json
+from corral_server.providers.sandbox import FileSandbox, SandboxError
 
 INVALID_PARAMS = -32602
 
 
-def confined(cwd: str, raw: Json) -> Path:
+def _path(raw: Json) -> str:
     if not isinstance(raw, str) or not raw:
         raise AcpError("path must be a non-empty string", INVALID_PARAMS)
-    path = Path(raw)
-    if not path.is_absolute():
-        raise AcpError(f"path must be absolute: {raw}", INVALID_PARAMS)
-    root = Path(cwd).resolve()
-    resolved = path.resolve()
-    if not resolved.is_relative_to(root):
-        raise AcpError(f"path is outside the agent's working directory: {raw}", INVALID_PARAMS)
-    return resolved
+    return raw
 
 
-async def read_text_file(cwd: str, params: Mapping[str, Json]) -> Json:
-    path = confined(cwd, params.get("path"))
-    line, limit = params.get("line"), params.get("limit")
+def _positive(params: Mapping[str, Json], name: str) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise AcpError(f"{name} must be a positive integer", INVALID_PARAMS)
+    return value
 
-    def read() -> str:
-        # gemini-cli reads a file before it writes it: a missing file reads as empty.
-        if not path.exists():
-            return ""
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if line is None and limit is None:
-            return text
-        lines = text.splitlines(keepends=True)
-        start = max(int(line) - 1, 0) if isinstance(line, int) else 0
-        end = start + int(limit) if isinstance(limit, int) else len(lines)
-        return "".join(lines[start:end])
 
+def _error(exc: SandboxError) -> AcpError:
+    return AcpError(str(exc), INVALID_PARAMS if exc.refused else INTERNAL_ERROR)
+
+
+async def read_text_file(files: FileSandbox, params: Mapping[str, Json]) -> Json:
+    path = _path(params.get("path"))
+    line, limit = _positive(params, "line"), _positive(params, "limit")
     try:
-        return {"content": await asyncio.to_thread(read)}
+        # gemini-cli reads a file before it writes it: a missing file reads as empty.
+        return {"content": await files.read_text(path, line, limit)}
+    except SandboxError as exc:
+        raise _error(exc) from None
     except OSError as exc:
         raise AcpError(f"cannot read {path}: {exc}") from exc
 
 
-async def write_text_file(cwd: str, params: Mapping[str, Json]) -> Json:
-    path = confined(cwd, params.get("path"))
+async def write_text_file(files: FileSandbox, params: Mapping[str, Json]) -> Json:
+    path = _path(params.get("path"))
     content = params.get("content")
     if not isinstance(content, str):
         raise AcpError("content must be a string", INVALID_PARAMS)
-
-    def write() -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-
     try:
-        await asyncio.to_thread(write)
+        await files.write_text(path, content)
+    except SandboxError as exc:
+        raise _error(exc) from None
     except OSError as exc:
         raise AcpError(f"cannot write {path}: {exc}") from exc
     return None

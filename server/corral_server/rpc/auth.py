@@ -4,20 +4,34 @@ The token file holds one or more tokens, one per line; blank lines and lines sta
 are ignored. `TokenFile.reload` (SIGHUP) swaps in a new set only when the new file is good, and
 otherwise keeps the old set and logs why. Every RPC needs `authorization: Bearer <token>` except
 the health service (a load balancer checks it without credentials); reflection needs it too.
+The gRPC interceptor that asks for it is rpc/bearer.py; this module holds what any edge needs.
 
 A presented token is hashed and compared with the hash of every configured token by
 `hmac.compare_digest`, all of them each time, so neither the match's position nor a token's
-length shows in the timing. Must not: log, echo or keep a presented token.
+length shows in the timing.
+
+Revocation cuts open calls. Every call a token let in holds an `OpenCall` from
+`TokenFile.open_call(token)` for as long as it runs; a reload that drops the token revokes each
+of them at once: `OpenCall.revoked` (an asyncio.Event) is set and the callbacks given to
+`OpenCall.on_revoke` run, on the loop that called `reload`. The gRPC interceptor (rpc/bearer.py)
+cancels the call's task and ends it with UNAUTHENTICATED / TOKEN_REVOKED, so nothing more is
+written on it; any other edge (HTTP streams) does the same with its own calls:
+
+    with tokens.open_call(token) as call:   # revoked at once if the token is not valid now
+        call.on_revoke(task.cancel)         # or: await call.revoked.wait()
+        ...                                 # the call's work; leaving the block forgets it
+
+Must not: log, echo or keep a presented token (the registry keys calls by its digest).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -36,6 +50,7 @@ _VISIBLE = frozenset(range(0x21, 0x7F))
 # ErrorInfo reasons of UNAUTHENTICATED answers.
 TOKEN_MISSING = "TOKEN_MISSING"
 TOKEN_INVALID = "TOKEN_INVALID"
+TOKEN_REVOKED = "TOKEN_REVOKED"
 
 
 class TokenFileError(ValueError):
@@ -75,12 +90,54 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
+class OpenCall:
+    """An open call's hold on the token that let it in (`TokenFile.open_call`). `revoked` is
+    set, and every `on_revoke` callback runs once, when a reload drops that token. Closing it
+    (leaving its `with` block) makes the registry forget the call."""
+
+    __slots__ = ("_callbacks", "_forget", "digest", "revoked")
+
+    def __init__(self, digest: bytes, forget: Callable[[OpenCall], None] | None) -> None:
+        self.digest = digest
+        self.revoked = asyncio.Event()
+        self._forget = forget  # None once closed or revoked: nothing left to forget
+        self._callbacks: list[Callable[[], object]] = []
+
+    def on_revoke(self, callback: Callable[[], object]) -> None:
+        """Run `callback` when the token is revoked (at once if it already is)."""
+        if self.revoked.is_set():
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def close(self) -> None:
+        forget, self._forget = self._forget, None
+        if forget is not None:
+            forget(self)
+
+    def revoke(self) -> None:
+        self._forget = None
+        self.revoked.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def __enter__(self) -> OpenCall:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
 class TokenFile:
     """The tokens of one file, reloadable. Raises TokenFileError when the first read fails."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._digests = tuple(_digest(t) for t in read_tokens(path))
+        # The calls open right now, by the digest of the token that let them in (no leak:
+        # each call removes itself when it ends, and an emptied set goes with it).
+        self._open: dict[bytes, set[OpenCall]] = {}
         if path.stat().st_mode & 0o077:
             log.warning("the token file %s is readable by others: chmod 600 it", path)
 
@@ -97,7 +154,51 @@ class TokenFile:
             return False
         self._digests = tuple(_digest(t) for t in tokens)
         log.info("reloaded %d token(s) from %s", self.count, self.path)
+        self._revoke_dropped()
         return True
+
+    @property
+    def open_calls(self) -> int:
+        return sum(len(calls) for calls in self._open.values())
+
+    def open_call(self, token: bytes) -> OpenCall:
+        """Register a call that `token` let in, until the handle is closed; a token that is
+        not valid now gives a handle revoked already."""
+        digest = _digest(token)
+        if not self.accepts(token):
+            call = OpenCall(digest, None)
+            call.revoke()
+            return call
+        call = OpenCall(digest, self._forget)
+        self._open.setdefault(digest, set()).add(call)
+        return call
+
+    def _forget(self, call: OpenCall) -> None:
+        calls = self._open.get(call.digest)
+        if calls is not None:
+            calls.discard(call)
+            if not calls:
+                del self._open[call.digest]
+
+    def _revoke_dropped(self) -> None:
+        """Revoke every open call whose token the file no longer holds."""
+        kept = set(self._digests)
+        dropped = [digest for digest in self._open if digest not in kept]
+        revoked = 0
+        for digest in dropped:
+            calls = self._open.pop(digest)
+            revoked += len(calls)
+            for call in calls:
+                call.revoke()
+        if revoked:
+            log.info("revoked %d open call(s) of removed token(s)", revoked)
+
+    def holds(self, digest: bytes) -> bool:
+        """True when `digest` is the digest of one of the tokens (compared with every one)."""
+        found = False
+        for mine in self._digests:
+            found |= hmac.compare_digest(mine, digest)
+        return found
 
     def accepts(self, presented: bytes) -> bool:
         """True when `presented` is one of the tokens; compares against every one of them."""
@@ -108,24 +209,34 @@ class TokenFile:
         return found
 
 
-def check(tokens: TokenFile, metadata: tuple[tuple[str, str | bytes], ...] | None) -> str:
+Metadata = tuple[tuple[str, str | bytes], ...] | None
+
+
+def check(tokens: TokenFile, metadata: Metadata) -> str:
     """ "" when the call carries a good bearer token, else the ErrorInfo reason to refuse it."""
+    return checked_token(tokens, metadata)[0]
+
+
+def checked_token(tokens: TokenFile, metadata: Metadata) -> tuple[str, bytes]:
+    """("", the token) when the call carries a good bearer token, else (the reason, b"")."""
     values = [v for k, v in metadata or () if k == "authorization"]
     if not values:
-        return TOKEN_MISSING
+        return TOKEN_MISSING, b""
     if len(values) > 1:
-        return TOKEN_INVALID
+        return TOKEN_INVALID, b""
     value = values[0]
     raw = value if isinstance(value, bytes) else value.encode()
     scheme, _, token = raw.strip().partition(b" ")
-    if scheme.lower() != b"bearer" or not tokens.accepts(token.strip()):
-        return TOKEN_INVALID
-    return ""
+    token = token.strip()
+    if scheme.lower() != b"bearer" or not tokens.accepts(token):
+        return TOKEN_INVALID, b""
+    return "", token
 
 
 _MESSAGES = {
     TOKEN_MISSING: "this call needs a token: send the metadata 'authorization: Bearer <token>'",
     TOKEN_INVALID: "the bearer token is not valid (expected 'authorization: Bearer <token>')",
+    TOKEN_REVOKED: "the bearer token of this call was revoked (removed from the token file)",
 }
 
 
@@ -137,67 +248,3 @@ def unauthenticated(reason: str) -> grpc.Status:
         code=code_pb2.UNAUTHENTICATED, message=_MESSAGES[reason], details=[info]
     )
     return rpc_status.to_status(status)
-
-
-def _ignore_body(_: bytes) -> None:
-    """Refused calls never decode their request."""
-
-
-def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, reason: str) -> Any:
-    """A handler of the same kind as `handler` that answers UNAUTHENTICATED."""
-    status = unauthenticated(reason)
-
-    async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(status.code, status.details, status.trailing_metadata)
-
-    async def unary(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await refuse(context)
-
-    async def streaming(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        await refuse(context)
-        yield None  # unreachable: abort raises
-
-    streams_in = handler is not None and handler.request_streaming
-    streams_out = handler is not None and handler.response_streaming
-    kw: dict[str, Any] = {"request_deserializer": _ignore_body}
-    match (streams_in, streams_out):
-        case (False, False):
-            return grpc.unary_unary_rpc_method_handler(unary, **kw)
-        case (False, True):
-            return grpc.unary_stream_rpc_method_handler(streaming, **kw)
-        case (True, False):
-            return grpc.stream_unary_rpc_method_handler(unary, **kw)
-        case _:
-            return grpc.stream_stream_rpc_method_handler(streaming, **kw)
-
-
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class BearerTokens(_Interceptor):
-    """Refuses, with UNAUTHENTICATED, every call but health that lacks a good bearer token.
-    Runs first, so a refused call's body is never decoded."""
-
-    def __init__(self, tokens: TokenFile) -> None:
-        self._tokens = tokens
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        method: str = handler_call_details.method
-        if method.startswith(EXEMPT_PREFIXES):
-            return await continuation(handler_call_details)
-        reason = check(self._tokens, handler_call_details.invocation_metadata)
-        handler = await continuation(handler_call_details)
-        if not reason:
-            return handler
-        log.debug("refused %s: %s", method, reason)
-        result: grpc.RpcMethodHandler[Any, Any] = _refusal(handler, reason)
-        return result

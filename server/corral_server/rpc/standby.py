@@ -17,7 +17,8 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server import errors
-from corral_server.rpc.auth import BearerTokens, TokenFile
+from corral_server.rpc.auth import TokenFile
+from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.errors import to_status
 from corral_server.rpc.server_service import SERVICE_NAME, ServerService
 from corral_server.server_info import ServerInfo

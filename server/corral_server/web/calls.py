@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral_server.rpc.auth import TOKEN_INVALID, unauthenticated
+from corral_server.rpc.auth import TOKEN_REVOKED, unauthenticated
 from corral_server.web.context import WebStatus
 
 # Defaults of `Config.web_max_calls_per_client` and `web_max_calls`: a dashboard holds one
@@ -71,10 +71,10 @@ class OpenCalls:
 
     def cut(self, still_valid: Callable[[bytes], bool], status: WebStatus | None = None) -> int:
         """End every open call whose token digest `still_valid` rejects (a reloaded token
-        file that dropped it) with `status` (default UNAUTHENTICATED, TOKEN_INVALID); the
-        number cut. Calls without a token are left alone."""
+        file that dropped it) with `status` (default UNAUTHENTICATED, TOKEN_REVOKED, as
+        gRPC's calls end); the number cut. Calls without a token are left alone."""
         if status is None:
-            refusal = unauthenticated(TOKEN_INVALID)
+            refusal = unauthenticated(TOKEN_REVOKED)
             status = WebStatus.from_grpc(refusal.code, refusal.details, refusal.trailing_metadata)
         cut = 0
         for call in list(self._open.values()):

@@ -9,7 +9,11 @@ send what the SDK never would: a request id shared by both directions). Run as
 - `garbage`: writes a non-JSON line and a JSON array first, then answers like `echo`;
 - `ask`: asks for a permission (options allow / reject) and replies with the outcome it got;
 - `hang`: never answers the prompt, ignores SIGTERM and does not exit when stdin closes;
-- `old`: answers initialize with protocol version 0.
+- `old`: answers initialize with protocol version 0;
+- `files`: the prompt is JSON `{"ops": [...], "parallel": bool}`, each op `{"read": PATH,
+  "line": N, "limit": N}` or `{"write": PATH, "content": TEXT}` asked of the client
+  (fs/read_text_file, fs/write_text_file); the reply is the JSON list of outcomes, each
+  `{"content": TEXT}`, `{"written": true}` or `{"error": MESSAGE}`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ class StubAgent:
         text = prompt[0].text
         if MODE == "hang":
             await asyncio.Event().wait()
+        if MODE == "files":
+            await self._say(session_id, json.dumps(await self._files(session_id, text)))
+            return acp.PromptResponse(stop_reason="end_turn")
         if MODE == "huge":
             raw(b"x" * (17 * 1024 * 1024))
             await asyncio.Event().wait()
@@ -71,6 +78,27 @@ class StubAgent:
             os._exit(3)
         await self._say(session_id, text[len(text) // 2 :])
         return acp.PromptResponse(stop_reason="end_turn")
+
+    async def _files(self, session_id: str, text: str) -> list[dict[str, Any]]:
+        request = json.loads(text)
+        ops = [self._file_op(session_id, op) for op in request["ops"]]
+        if request.get("parallel"):
+            return list(await asyncio.gather(*ops))
+        return [await op for op in ops]
+
+    async def _file_op(self, session_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if "write" in op:
+                await self._conn.write_text_file(
+                    session_id=session_id, path=op["write"], content=op["content"]
+                )
+                return {"written": True}
+            read = await self._conn.read_text_file(
+                session_id=session_id, path=op["read"], line=op.get("line"), limit=op.get("limit")
+            )
+            return {"content": read.content}
+        except acp.RequestError as exc:
+            return {"error": str(exc), "code": exc.code}
 
     async def _say(self, session_id: str, text: str) -> None:
         await self._conn.session_update(

@@ -7,13 +7,16 @@
 - `garbage`: writes a non-JSON line and a JSON array first, then answers like `echo`;
 - `ask`: asks for a permission (options allow / reject) and replies with the chosen option id;
 - `hang`: never answers the prompt, ignores SIGTERM and does not exit when stdin closes;
-- `old`: answers initialize with protocol version 0.
+- `old`: answers initialize with protocol version 0;
+- `shell`: runs the prompt with /bin/sh and replies with its stdout; it does not exit when
+  stdin closes (SIGTERM ends it); `shell-exit`: the same, but it exits then, as most agents do.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -52,6 +55,8 @@ def main() -> None:
                 continue
             if MODE == "hang":
                 continue
+            if MODE in ("shell", "shell-exit"):
+                text = subprocess.run(text, shell=True, capture_output=True, text=True).stdout
             if MODE == "garbage":
                 sys.stdout.write("not json at all\n[1, 2]\n")
             if MODE == "ask":
@@ -71,7 +76,7 @@ def main() -> None:
             update("s1", "agent_message_chunk", text[: len(text) // 2])
             update("s1", "agent_message_chunk", text[len(text) // 2 :])
             send({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})
-    while MODE == "hang":
+    while MODE in ("hang", "shell"):
         signal.pause()
 
 

@@ -32,6 +32,7 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.providers.sandbox import FileSandbox
 
 STUB = Path(__file__).with_name("acp_stub.py")
 SCRIPTS = ("acp_sdk_agent.py", "acp_stub.py")
@@ -166,18 +167,19 @@ async def test_files_are_confined_to_the_cwd(tmp_path: Path) -> None:
     cwd.mkdir()
     (tmp_path / "secret").write_text("no")
     (cwd / "link").symlink_to(tmp_path / "secret")
-    await acp_files.write_text_file(str(cwd), {"path": str(cwd / "a" / "b.txt"), "content": "hi"})
-    assert await acp_files.read_text_file(str(cwd), {"path": str(cwd / "a" / "b.txt")}) == {
+    files = FileSandbox(str(cwd))
+    await acp_files.write_text_file(files, {"path": str(cwd / "a" / "b.txt"), "content": "hi"})
+    assert await acp_files.read_text_file(files, {"path": str(cwd / "a" / "b.txt")}) == {
         "content": "hi"
     }
-    assert await acp_files.read_text_file(str(cwd), {"path": str(cwd / "missing")}) == {
-        "content": ""
-    }
+    assert await acp_files.read_text_file(files, {"path": str(cwd / "missing")}) == {"content": ""}
     for bad in (str(cwd / ".." / "secret"), str(cwd / "link"), "relative.txt"):
         with pytest.raises(AcpError):
-            await acp_files.read_text_file(str(cwd), {"path": bad})
+            await acp_files.read_text_file(files, {"path": bad})
         with pytest.raises(AcpError):
-            await acp_files.write_text_file(str(cwd), {"path": bad, "content": "x"})
+            await acp_files.write_text_file(files, {"path": bad, "content": "x"})
+    with pytest.raises(AcpError, match="line must be a positive integer"):
+        await acp_files.read_text_file(files, {"path": str(cwd / "a" / "b.txt"), "line": 0})
     assert (tmp_path / "secret").read_text() == "no"
 
 

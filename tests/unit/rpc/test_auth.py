@@ -91,3 +91,31 @@ def test_a_token_file_others_can_read_is_warned_about(
     path.chmod(0o640)
     TokenFile(path)
     assert f"the token file {path} is readable by others" in caplog.text
+
+
+def test_open_calls_are_revoked_when_their_token_goes_and_forgotten_when_they_end(
+    tmp_path: Path,
+) -> None:
+    file = tokens(tmp_path, "alpha", "beta")
+    told: list[str] = []
+    with file.open_call(b"alpha") as dropped, file.open_call(b"beta") as kept:
+        dropped.on_revoke(lambda: told.append("alpha"))
+        kept.on_revoke(lambda: told.append("beta"))
+        assert file.open_calls == 2
+        file.path.write_text("beta\n")
+        assert file.reload()
+        assert told == ["alpha"] and dropped.revoked.is_set() and not kept.revoked.is_set()
+        assert file.open_calls == 1
+        dropped.on_revoke(lambda: told.append("late"))  # revoked already: told at once
+        assert told == ["alpha", "late"]
+    assert file.open_calls == 0
+    assert not kept.revoked.is_set()  # it ended; a later reload does not reach it
+    file.path.write_text("gamma\n")
+    assert file.reload() and told == ["alpha", "late"]
+
+
+def test_a_call_opened_with_a_token_that_is_not_valid_is_revoked_at_once(tmp_path: Path) -> None:
+    file = tokens(tmp_path, "alpha")
+    with file.open_call(b"gamma") as call:
+        assert call.revoked.is_set()
+        assert file.open_calls == 0
