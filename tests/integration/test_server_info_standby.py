@@ -1,7 +1,8 @@
 """A standby says what it is: `corral serve --standby` waiting on a state directory another
-daemon holds answers reflection and GetServerInfo to grpcurl (behind its token), still refuses
-agent calls with STANDBY, and once it has taken over says it serves, with the event log it
-opened. `corral serve` logs its version as it starts."""
+daemon holds answers reflection and GetServerInfo to grpcurl, `corral status` and `corral
+--version` (behind its token), still refuses agent calls with STANDBY, and once it has taken
+over says it serves, with the event log it opened. `corral serve` logs its version as it
+starts."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
+from corral_cli.main import main
 from tests.support.client import Stubs, error_details
 from tests.support.daemon import DaemonProcess
 
@@ -47,7 +49,9 @@ def server_info(address: str) -> Any:
     return json.loads(done.stdout)
 
 
-async def test_a_standby_answers_grpcurl_what_it_is_then_serves(tmp_path: Path) -> None:
+async def test_a_standby_answers_grpcurl_and_the_cli_what_it_is_then_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state"
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN}\n")
@@ -76,6 +80,16 @@ async def test_a_standby_answers_grpcurl_what_it_is_then_serves(tmp_path: Path) 
         assert info["limits"]["max_prompt_chars"] == "4321"  # uint64: a string in JSON
         assert info["features"] == {"tokens": True, "reflection": True, "standby": True}
         assert "scripted" in info["providers"] and "incarnation" not in info
+        cli = ["--addr", waiting, "--token-file", str(tokens)]
+        assert main([*cli, "status"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(f"{waiting}: standby")
+        assert f"daemon: corral {version} (API corral.v1)" in lines
+        assert "features: tokens, reflection, standby" in lines
+        assert main([*cli, "--version"]) == 0
+        said = capsys.readouterr().out
+        assert said.endswith(f"daemon at {waiting}: corral {version} (API corral.v1, standby)\n")
+
         async with grpc.aio.insecure_channel(waiting) as channel:
             auth = (("authorization", f"Bearer {TOKEN}"),)
             with pytest.raises(grpc.aio.AioRpcError) as raised:
