@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent import futures
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2_grpc
 
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
@@ -84,3 +86,18 @@ def test_version_adds_the_daemons_when_one_answers(
 def test_version_without_a_daemon_prints_the_clis_alone(tmp_path: Path, capsys: Capture) -> None:
     assert main(["--version", "--addr", f"unix:{tmp_path / 'none'}"]) == 0
     assert capsys.readouterr().out == f"corral {VERSION}\n"
+
+
+def test_status_of_a_daemon_without_server_info_says_what_health_says(capsys: Capture) -> None:
+    older = grpc.server(futures.ThreadPoolExecutor(max_workers=2))  # health only
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), older)
+    port = older.add_insecure_port("127.0.0.1:0")
+    older.start()
+    try:
+        assert main(["--addr", f"127.0.0.1:{port}", "status"]) == 0
+    finally:
+        older.stop(0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"127.0.0.1:{port}: serving (UNIMPLEMENTED")
+    assert not any(line.startswith("daemon: ") for line in lines)
+    assert lines[-1] == f"cli: corral {VERSION}"
