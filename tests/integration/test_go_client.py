@@ -2,8 +2,11 @@
 protoc-gen-go-grpc, built with Debian's Go packages by clients/go/run) against the real daemon:
 a Go subscriber receives exactly the events the generated Python client receives, over the
 TypeScript client's scenario (two agents' interleaved turns, a tool call with hostile input and
-a 2^53 + 1 number, a permission, a failed turn, a rewind and a reload, each a new epoch), and a
-Go subscriber resumed from a revision replays exactly what Python saw. Go prints each Event as
+a 2^53 + 1 number, a permission, a failed turn, a rewind and a reload, each a new epoch), a
+Go subscriber resumed from a revision replays exactly what Python saw, and one more scenario
+(labels, NUL, U+2028 and </script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a
+permission answered with edited input, a canceled turn, a sub-agent, an archive) ends in a
+drain, both streams with the same stream_ending, byte for byte. Go prints each Event as
 base64 of its binary encoding; the test decodes them and compares (protobuf equality).
 
 Needs the Go toolchain (`clients/go/run --setup` installs it with apt; buildscripts/test does);
@@ -13,6 +16,7 @@ without it these tests fail (they never skip).
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -21,8 +25,11 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 
+from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests import conftest
 from tests.integration.test_typescript_client import (
@@ -127,3 +134,98 @@ async def test_a_resumed_go_subscriber_replays_exactly_what_python_saw(
         await go.kill()
     assert (code, err) == (0, "")
     assert go.seen == live
+
+
+# Text and numbers no library may mangle: NUL, U+2028 (a line break to JavaScript), markup that
+# ends a script element, and JSON numbers at the edges of a double.
+AWKWARD = "nul:\x00 ls:\u2028 ps:\u2029 </script><!-- naïve 🦀"
+NUMBERS = '{"neg_zero": -0.0, "big": 12345678901234567890, "exp": 1e21, "tiny": 5e-324}'
+
+
+def payload(event: event_pb.Event) -> str:
+    return str(event.WhichOneof("payload"))
+
+
+async def rest_of_the_scenario(stubs: Stubs, py: PySubscriber, cwd: Path) -> str:
+    """Labels, awkward text and numbers, a permission answered with edited input, a canceled
+    turn, a sub-agent whose result wakes its parent, then an archive. The parent's id."""
+    labels = {"team": "blue", "note": AWKWARD.replace("\x00", "")}
+    parent = (await stubs.agents.CreateAgent(create_request(str(cwd), labels=labels))).agent
+
+    async def until_turn_ends(turn_id: str) -> None:
+        await py.until(lambda e: payload(e).startswith("turn_") and payload(e) != "turn_started"
+                       and getattr(e, payload(e)).turn_id == turn_id)  # fmt: skip
+
+    async def send(*lines: str) -> str:
+        return str((await stubs.turns.SendPrompt(prompt_request(parent.id, *lines))).turn_id)
+
+    await until_turn_ends(await send(f"/tool calc {NUMBERS}", f"/reply {AWKWARD}", AWKWARD))
+    asking = await send("/permission write", "/reply written")
+    asked = await py.until(lambda e: e.HasField("permission_requested"))
+    edited = struct_pb2.Struct()
+    edited.update({"path": AWKWARD, "n": -0.0})
+    await stubs.turns.RespondToPermission(
+        turn_pb.RespondToPermissionRequest(
+            agent_id=parent.id,
+            request_id=asked.permission_requested.permission.id,
+            behavior=turn_pb.PERMISSION_BEHAVIOR_ALLOW,
+            selected_action_id="allow",
+            updated_input=edited,
+        )
+    )
+    await until_turn_ends(asking)
+    sleeping = await send("/sleep 600000")
+    await py.until(lambda e: e.turn_started.turn_id == sleeping)
+    await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=parent.id))
+    await until_turn_ends(sleeping)
+    await until_turn_ends(await send("/spawn a small task"))
+    await py.until(
+        lambda e: e.subagent_run_updated.run.announce_state == sub_pb.ANNOUNCE_STATE_DELIVERED
+    )
+    await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=parent.id))
+    await stubs.agents.ArchiveAgent(agent_pb.ArchiveAgentRequest(agent_id=parent.id))
+    return str(parent.id)
+
+
+def deterministic(events: list[event_pb.Event]) -> list[bytes]:
+    """Each event's bytes in one canonical form (map entries sorted): a double's sign and bits
+    count, which message equality (-0.0 == 0.0) would not see."""
+    return [e.SerializeToString(deterministic=True) for e in events]
+
+
+async def test_a_go_subscriber_sees_the_rest_of_the_scenario_through_the_drain_as_python_does(
+    go_client: Path, tmp_path: Path
+) -> None:
+    daemon = DaemonThread(conftest.test_config()).start()
+    go: NodeSubscriber | None = None
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            stubs = Stubs.of(channel)
+            py = PySubscriber(stubs, event_pb.SubscribeRequest())
+            go = await go_subscriber(go_client, daemon.address)
+            await py.until(synced)
+            await go.until(synced)
+            parent = await rest_of_the_scenario(stubs, py, tmp_path)
+            assert daemon.daemon is not None
+            drain = asyncio.run_coroutine_threadsafe(
+                daemon.daemon.drain(grace_s=3.0, delay_s=0), daemon.loop
+            )
+            await py.until(lambda e: e.HasField("stream_ending"))
+            code, err = await go.run_to_exit()  # the server ends its stream too
+            await asyncio.wrap_future(drain)
+            py.close()
+    finally:
+        if go is not None:
+            await go.kill()
+        daemon.stop()
+    assert (code, err) == (0, "")
+    kinds = [payload(e) for e in py.seen]
+    for kind in ("turn_canceled", "permission_resolved", "subagent_run_updated", "stream_ending"):
+        assert kind in kinds, kind
+    archived = [e.agent_upserted.agent for e in py.seen if e.agent_upserted.agent.id == parent]
+    assert archived[-1].HasField("archived_at") and archived[-1].labels["team"] == "blue"
+    calls = [e.timeline_row_appended.row.item.tool_call for e in py.seen]
+    neg_zero = next(c.input.struct_value["neg_zero"] for c in calls if c.name == "calc")
+    assert math.copysign(1.0, neg_zero) == -1.0  # the sign survived the server
+    assert go.seen == py.seen
+    assert deterministic(go.seen) == deterministic(py.seen)
