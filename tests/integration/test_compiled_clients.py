@@ -1,16 +1,18 @@
-"""The Go client (clients/go: stubs generated from proto/ by protoc-gen-go and
-protoc-gen-go-grpc, built with Debian's Go packages by clients/go/run) against the real daemon:
-a Go subscriber receives exactly the events the generated Python client receives, over the
+"""The compiled clients against the real daemon: Go (clients/go: stubs generated from proto/ by
+protoc-gen-go and protoc-gen-go-grpc, built with Debian's Go packages) and Java (clients/java:
+protoc's Java generator and grpc-java's plugin, compiled with Debian's OpenJDK and jars), each
+built by its clients/<language>/run. Each language's subscriber receives exactly the events the
+generated Python client receives, over the
 TypeScript client's scenario (two agents' interleaved turns, a tool call with hostile input and
 a 2^53 + 1 number, a permission, a failed turn, a rewind and a reload, each a new epoch), a
-Go subscriber resumed from a revision replays exactly what Python saw, and one more scenario
+subscriber resumed from a revision replays exactly what Python saw, and one more scenario
 (labels, NUL, U+2028 and </script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a
 permission answered with edited input, a canceled turn, a sub-agent, an archive) ends in a
-drain, both streams with the same stream_ending, byte for byte. Go prints each Event as
+drain, both streams with the same stream_ending, byte for byte. Each prints every Event as
 base64 of its binary encoding; the test decodes them and compares (protobuf equality).
 
-Needs the Go toolchain (`clients/go/run --setup` installs it with apt; buildscripts/test does);
-without it these tests fail (they never skip).
+Needs each language's toolchain (`clients/<language>/run --setup` installs it with apt;
+buildscripts/test does); without it these tests fail (they never skip).
 """
 
 from __future__ import annotations
@@ -42,19 +44,28 @@ from tests.integration.test_typescript_client import (
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread
 
-RUN = Path(__file__).resolve().parents[2] / "clients" / "go" / "run"
-BUILD_TIMEOUT = 600.0  # a cold Go build cache on a loaded machine
+CLIENTS = Path(__file__).resolve().parents[2] / "clients"
+# What each language's build needs on PATH.
+TOOLS = {
+    "go": ("go", "protoc", "protoc-gen-go", "protoc-gen-go-grpc"),
+    "java": ("javac", "protoc"),
+}
+BUILD_TIMEOUT = 600.0  # a cold build cache on a loaded machine
 
 
-@pytest.fixture(scope="module")
-def go_client() -> Path:
-    if shutil.which("go") is None or shutil.which("protoc-gen-go") is None:
-        pytest.fail("the Go toolchain is missing: run clients/go/run --setup (apt)")
+@pytest.fixture(scope="module", params=sorted(TOOLS))
+def client(request: pytest.FixtureRequest) -> Path:
+    """clients/<language>/run, built."""
+    language: str = request.param
+    missing = [tool for tool in TOOLS[language] if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(f"{missing} missing: run clients/{language}/run --setup (apt)")
+    run = CLIENTS / language / "run"
     done = subprocess.run(
-        [str(RUN), "--build"], capture_output=True, text=True, timeout=BUILD_TIMEOUT
+        [str(run), "--build"], capture_output=True, text=True, timeout=BUILD_TIMEOUT
     )
     assert done.returncode == 0, done.stderr
-    return RUN
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -70,39 +81,40 @@ async def stubs(daemon: DaemonThread) -> Any:
         yield Stubs.of(channel)
 
 
-async def go_subscriber(run: Path, address: str, *args: str) -> NodeSubscriber:
-    """The Go subscriber behind the same line protocol as the Node one."""
+async def compiled_subscriber(run: Path, address: str, *args: str) -> NodeSubscriber:
+    """A compiled subscriber behind the same line protocol as the Node one."""
     proc = await asyncio.create_subprocess_exec(
         str(run), address, "--until-stdin-ends", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    return NodeSubscriber(proc, "go " + " ".join(args))
+    return NodeSubscriber(proc, f"{run.parent.name} {' '.join(args)}")
 
 
-async def test_a_go_subscriber_receives_exactly_the_events_the_python_client_receives(
-    go_client: Path, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
+async def test_a_compiled_subscriber_receives_exactly_the_events_the_python_client_receives(
+    client: Path, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
 ) -> None:
     ready = (await stubs.agents.CreateAgent(create_request(str(tmp_path), title="ready"))).agent
     await stubs.turns.SendPrompt(prompt_request(ready.id, "before anyone watches"))
     await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=ready.id))
 
     py = PySubscriber(stubs, event_pb.SubscribeRequest())
-    go = await go_subscriber(go_client, daemon.address)
+    sub = await compiled_subscriber(client, daemon.address)
     try:
         await py.until(synced)
-        await go.until(synced)
+        await sub.until(synced)
         await scenario(stubs, py, tmp_path)
         last = py.seen[-1].revision
-        await go.until(lambda e: e.revision >= last)
-        await go.stop()
+        await sub.until(lambda e: e.revision >= last)
+        await sub.stop()
     finally:
         py.close()
-        await go.kill()
+        await sub.kill()
 
     check_coverage(py.seen)
-    assert py.seen[0].agent_upserted.agent.id == ready.id  # the snapshot came first
-    got = [e for e in go.seen if e.revision <= last]
+    snapshot = py.seen[: next(i for i, e in enumerate(py.seen) if e.HasField("synced"))]
+    assert ready.id in {e.agent_upserted.agent.id for e in snapshot}  # the snapshot came first
+    got = [e for e in sub.seen if e.revision <= last]
     assert got == py.seen
     # A deliberate mismatch fails the comparison: one character of one row's text.
     index = next(
@@ -113,8 +125,8 @@ async def test_a_go_subscriber_receives_exactly_the_events_the_python_client_rec
     assert altered != py.seen
 
 
-async def test_a_resumed_go_subscriber_replays_exactly_what_python_saw(
-    go_client: Path, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
+async def test_a_resumed_compiled_subscriber_replays_exactly_what_python_saw(
+    client: Path, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
 ) -> None:
     py = PySubscriber(stubs, event_pb.SubscribeRequest())
     try:
@@ -123,17 +135,17 @@ async def test_a_resumed_go_subscriber_replays_exactly_what_python_saw(
     finally:
         py.close()
     live = py.seen[py.seen.index(mark) + 1 :]
-    go = await go_subscriber(
-        go_client, daemon.address,
+    sub = await compiled_subscriber(
+        client, daemon.address,
         "--resume-revision", str(mark.synced.revision),
         "--resume-incarnation", mark.synced.incarnation, "--max-events", str(len(live)),
     )  # fmt: skip
     try:
-        code, err = await go.run_to_exit()
+        code, err = await sub.run_to_exit()
     finally:
-        await go.kill()
+        await sub.kill()
     assert (code, err) == (0, "")
-    assert go.seen == live
+    assert sub.seen == live
 
 
 # Text and numbers no library may mangle: NUL, U+2028 (a line break to JavaScript), markup that
@@ -193,30 +205,30 @@ def deterministic(events: list[event_pb.Event]) -> list[bytes]:
     return [e.SerializeToString(deterministic=True) for e in events]
 
 
-async def test_a_go_subscriber_sees_the_rest_of_the_scenario_through_the_drain_as_python_does(
-    go_client: Path, tmp_path: Path
+async def test_a_compiled_subscriber_sees_the_rest_of_the_scenario_through_the_drain_as_python_does(
+    client: Path, tmp_path: Path
 ) -> None:
     daemon = DaemonThread(conftest.test_config()).start()
-    go: NodeSubscriber | None = None
+    sub: NodeSubscriber | None = None
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             stubs = Stubs.of(channel)
             py = PySubscriber(stubs, event_pb.SubscribeRequest())
-            go = await go_subscriber(go_client, daemon.address)
+            sub = await compiled_subscriber(client, daemon.address)
             await py.until(synced)
-            await go.until(synced)
+            await sub.until(synced)
             parent = await rest_of_the_scenario(stubs, py, tmp_path)
             assert daemon.daemon is not None
             drain = asyncio.run_coroutine_threadsafe(
                 daemon.daemon.drain(grace_s=3.0, delay_s=0), daemon.loop
             )
             await py.until(lambda e: e.HasField("stream_ending"))
-            code, err = await go.run_to_exit()  # the server ends its stream too
+            code, err = await sub.run_to_exit()  # the server ends its stream too
             await asyncio.wrap_future(drain)
             py.close()
     finally:
-        if go is not None:
-            await go.kill()
+        if sub is not None:
+            await sub.kill()
         daemon.stop()
     assert (code, err) == (0, "")
     kinds = [payload(e) for e in py.seen]
@@ -227,5 +239,5 @@ async def test_a_go_subscriber_sees_the_rest_of_the_scenario_through_the_drain_a
     calls = [e.timeline_row_appended.row.item.tool_call for e in py.seen]
     neg_zero = next(c.input.struct_value["neg_zero"] for c in calls if c.name == "calc")
     assert math.copysign(1.0, neg_zero) == -1.0  # the sign survived the server
-    assert go.seen == py.seen
-    assert deterministic(go.seen) == deterministic(py.seen)
+    assert sub.seen == py.seen
+    assert deterministic(sub.seen) == deterministic(py.seen)
