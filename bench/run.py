@@ -7,7 +7,9 @@
   P6   resident memory per idle agent
   P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
+  P10  resident memory under hostile clients: never-reading streams, refused huge requests
   web  events/s through Connect streaming to 1 and 10 Node subscribers against gRPC Subscribe
+  page the dashboard: gzip size; a 10,000-row agent page in headless Chromium
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -17,7 +19,19 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bench import fanout, latency, memory, p1, p2_pages, p2_rpc, startup, web_stream, writer
+from bench import (
+    dashboard,
+    fanout,
+    latency,
+    memory,
+    memory_hostile,
+    p1,
+    p2_pages,
+    p2_rpc,
+    startup,
+    web_stream,
+    writer,
+)
 
 
 async def main(quick: bool) -> None:
@@ -45,11 +59,15 @@ async def main(quick: bool) -> None:
     print(latency.report(await latency.measure(turns)))
     print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
     print(memory.report(await memory.measure()))
+    print(memory_hostile.report(await asyncio.to_thread(memory_hostile.measure)))
     await startup.main(*((1_000, 100) if quick else (10_000, 1_000)))
     print()
     print(fanout.report(*await fanout.measure(rounds=1 if quick else fanout.ROUNDS)))
     print()
     print(web_stream.report(await web_stream.measure(rounds=1 if quick else web_stream.ROUNDS)))
+    print()
+    loads = await asyncio.to_thread(dashboard.page_load_ms, 3 if quick else dashboard.LOADS)
+    print(dashboard.report(dashboard.gzip_sizes(), loads))
 
 
 if __name__ == "__main__":

@@ -51,16 +51,19 @@ from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
+from corral_server.reclaim import Reclaimer
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
+from corral_server.rpc.connections import ConnectionBook, ConnectionLimit
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
 from corral_server.rpc.server_service import ServerService
+from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.subagent_service import SubagentService
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
@@ -146,6 +149,17 @@ class Config:
     # client until one ends. Bounds what a single connection can pin (subscriptions, turns);
     # a bench or a UI with a few hundred agents on one channel stays under it.
     max_streams_per_connection: int = 256
+    # Client connections with corral calls open at once; a call on one more answers
+    # RESOURCE_EXHAUSTED / STREAM_LIMIT (rpc/connections.py). grpc itself closes connections
+    # past twice this many, idle or not.
+    max_connections: int = 1_024
+    # Streaming calls (Subscribe, StreamTurn) open at once, and what they hold for clients
+    # that do not read (rpc/streams.py: per stream one batch; in total `streams_total_bytes`
+    # handed to grpc and not yet written; a write pending for `stream_stall_s` ends its
+    # stream with stream_ending and the resume point).
+    max_streams: int = StreamLimits().max_streams
+    streams_total_bytes: int = StreamLimits().total_bytes
+    stream_stall_s: float = StreamLimits().stall_s
     # Drain: how long the daemon keeps answering after health goes NOT_SERVING, so a load
     # balancer's health checks notice before new work is refused (on the daemon's clock).
     drain_delay_s: float = 3.0
@@ -226,6 +240,14 @@ class Daemon:
         self._credentials = server_credentials(config.tls) if config.tls else None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._server: grpc.aio.Server | None = None
+        # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
+        self.connections = ConnectionBook(config.max_connections)
+        limits = StreamLimits(
+            max_streams=config.max_streams,
+            total_bytes=config.streams_total_bytes,
+            stall_s=config.stream_stall_s,
+        )
+        self.streams = StreamBook(limits, self.clock)
         self.port = 0
         # With --listen unix:PATH: the socket's path and inode (removed at the end if ours).
         self._socket: tuple[Path, int] | None = None
@@ -342,14 +364,27 @@ class Daemon:
         size = self.config.max_request_bytes
         # The token check runs first: a refused call's body is never decoded.
         auth = [BearerTokens(self.tokens)] if self.tokens else []
+        config = self.config
         server = grpc.aio.server(
-            interceptors=[*auth, MalformedRequests()],
+            interceptors=[
+                *auth,
+                ConnectionLimit(self.connections),
+                MalformedRequests(Reclaimer(self.clock)),
+            ],
             options=[
                 # A second daemon on the same port must fail to bind, not share the port.
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.max_concurrent_streams", self.config.max_streams_per_connection),
+                ("grpc.max_concurrent_streams", config.max_streams_per_connection),
+                # Past this, grpc closes a new connection at once ("Socket closed"): idle
+                # connections cannot grow without bound either (ConnectionLimit refuses calls
+                # on more than max_connections clearly, well before).
+                ("grpc.max_allowed_incoming_connections", 2 * config.max_connections),
+                # A client that reads nothing at all, not even pings, is cut after 80 s: its
+                # connection and what its streams hold go away with it.
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
             ],
         )
         servicers = self._servicers()
@@ -413,7 +448,7 @@ class Daemon:
         share these objects."""
         return {
             "AgentService": AgentService(self.manager),
-            "TurnService": TurnService(self.manager, self.hub),
+            "TurnService": TurnService(self.manager, self.hub, self.streams),
             "TimelineService": TimelineService(self.manager),
             "SubagentService": SubagentService(self.subagents),
             "ServerService": ServerService(self.server_info),
@@ -423,6 +458,7 @@ class Daemon:
                 max_id_chars=self.config.limits.max_id_chars,
                 presence=self.manager.presence,
                 clock=self.clock,
+                streams=self.streams,
             ),
         }
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, NoReturn
 
-from corral_server import gc_tuning, logs
+from corral_server import gc_tuning, logs, reclaim
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
@@ -148,6 +148,7 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         default=Config().max_streams_per_connection,
         help="concurrent calls one client connection may hold open (default %(default)s)",
     )
+    _add_stream_bounds(p)
     p.add_argument(
         "--log-level",
         default="INFO",
@@ -162,6 +163,37 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     )
     _add_access(p)
     return p
+
+
+def _add_stream_bounds(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        help="client connections with calls open at once; a call on one more answers "
+        "RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=int,
+        default=defaults.max_streams,
+        help="Subscribe and StreamTurn calls open at once (default %(default)s)",
+    )
+    p.add_argument(
+        "--streams-total-bytes",
+        type=int,
+        default=defaults.streams_total_bytes,
+        help="bytes all streams may have handed to the transport and not yet written; "
+        "past it, writes wait (default %(default)s)",
+    )
+    p.add_argument(
+        "--stream-stall-s",
+        type=float,
+        default=defaults.stream_stall_s,
+        help="a stream whose client has not read for this long is ended with its resume "
+        "point (default %(default)s)",
+    )
 
 
 def _add_access(p: argparse.ArgumentParser) -> None:
@@ -284,7 +316,7 @@ def _access_note(config: Config) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
-def port_taken(listen: str) -> str:
+def port_taken(listen: str, flag: str = "--listen") -> str:
     """Why `listen` cannot be bound (another process listens there), or "". Checked before
     anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
     does, so a port whose old connections linger is not mistaken for a taken one."""
@@ -294,14 +326,17 @@ def port_taken(listen: str) -> str:
     try:
         infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        return f"cannot listen on {listen}: {exc.strerror}"
+        return f"cannot listen on {listen} ({flag}): {exc.strerror}"
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as exc:
-            return f"cannot listen on {listen}: {exc.strerror} (is another corral daemon running?)"
+            return (
+                f"cannot listen on {listen} ({flag}): {exc.strerror} "
+                "(is another corral daemon running?)"
+            )
     return ""
 
 
@@ -320,6 +355,10 @@ def build_config(
         max_request_bytes=args.max_request_bytes,
         limits=Limits(max_prompt_chars=args.max_prompt_chars),
         max_streams_per_connection=args.max_streams_per_connection,
+        max_connections=args.max_connections,
+        max_streams=args.max_streams,
+        streams_total_bytes=args.streams_total_bytes,
+        stream_stall_s=args.stream_stall_s,
         drain_delay_s=args.drain_delay_s,
         auth_token_file=args.auth_token_file,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
@@ -335,9 +374,9 @@ def build_config(
     )
 
 
-def _log_version() -> None:
-    """Once the start-up checks passed (a refused start prints its one error line only)."""
-    log.info("corral %s (API %s) starting", corral_version(), API_VERSION)
+def _log_version(what: str) -> None:
+    """Once it serves (a refused start prints its one error line only)."""
+    log.info("corral %s (API %s) %s", corral_version(), API_VERSION, what)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -358,10 +397,13 @@ async def serve(args: argparse.Namespace) -> int:
     if not is_local(args.listen) and args.tls_cert is None:
         log.warning("listening on %s without TLS: tokens cross the network in clear", args.listen)
     # The web port too, unless a standby: it binds that one only once it takes over.
-    taken = port_taken(args.listen) or (port_taken(web) if web and not args.standby else "")
+    taken = port_taken(args.listen) or (
+        port_taken(web, "--web-listen") if web and not args.standby else ""
+    )
     if taken:
         log.error("cannot start: %s", taken)
         return 2
+    made = not _exists(state_dir)  # so a refused start can leave nothing behind
     # What a standby describes itself by too (a daemon that waited gets the port it bound).
     config = build_config(args, state_dir, providers)
     try:
@@ -373,7 +415,6 @@ async def serve(args: argparse.Namespace) -> int:
         if not args.standby:
             log.error("%s", exc)
             return 1
-        _log_version()
         try:
             waited = await _wait_as_standby(state_dir, config)
         except (TokenFileError, TlsFileError) as exc:
@@ -383,13 +424,12 @@ async def serve(args: argparse.Namespace) -> int:
             return 0  # stopped while waiting
         lock, args.listen = waited
         config = replace(config, listen=args.listen)
-    else:
-        _log_version()
     try:
         daemon = Daemon(config)
-    except (TokenFileError, TlsFileError) as exc:
+    except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
         log.error("cannot start: %s", exc)
         lock.close()
+        _unmake(state_dir, made)
         return 2
     try:
         port = await daemon.start()
@@ -406,7 +446,9 @@ async def serve(args: argparse.Namespace) -> int:
             logging.disable(logging.NOTSET)
         lock.close()
         return 2
+    _log_version("serving")
     gc_tuning.tune()
+    reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -429,6 +471,18 @@ async def serve(args: argparse.Namespace) -> int:
     lock.close()
     log.info("stopped")
     return 0
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()  # before the daemon serves: nothing waits on this loop yet
+
+
+def _unmake(state_dir: Path, made: bool) -> None:
+    """Remove the state directory this start made, if nothing but its lock is in it."""
+    if made:
+        with contextlib.suppress(OSError):
+            (state_dir / LOCK_FILE).unlink()
+            state_dir.rmdir()
 
 
 def _bound(listen: str, port: int) -> str:
@@ -456,6 +510,7 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
+    _log_version("waiting as a standby")
     print(f"corral standby on {_bound(config.listen, port)} (waiting for {state_dir})", flush=True)
     try:
         while not stop.is_set():

@@ -22,6 +22,8 @@
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
     │   ├── SubscriberLagged     a stream fell behind retained history
+    │   ├── SubscriberStalled    a stream's client stopped reading
+    │   ├── StreamLimit          the daemon's streams or connections are at their limit
     │   └── SteerRateLimited     a run steered again within its interval
     ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
     ├── ProviderTimeout          a provider call missed its deadline      -> DEADLINE_EXCEEDED
@@ -222,6 +224,14 @@ class ResourceExhausted(CorralError):
 
 class SubscriberLagged(ResourceExhausted):
     reason = "SUBSCRIBER_LAGGED"
+
+
+class SubscriberStalled(ResourceExhausted):
+    reason = "SUBSCRIBER_STALLED"
+
+
+class StreamLimit(ResourceExhausted):
+    reason = "STREAM_LIMIT"
 
 
 class SteerRateLimited(ResourceExhausted):

@@ -50,7 +50,7 @@ def test_queued_lists_summaries_and_prints_one_prompt_whole(
     assert capsys.readouterr().out == long + "\n"
     assert cli(addr, "--json", "queued", agent_id, long_id) == 0
     whole = json.loads(capsys.readouterr().out)
-    assert whole["content"] == [{"text": long}] and whole["textBytes"] == str(len(long))
+    assert whole["content"] == [{"text": long}] and whole["text_bytes"] == str(len(long))
 
     assert cli(addr, "queued", agent_id, "not-queued") == 2  # NOT_FOUND
     assert "QUEUED_PROMPT_NOT_FOUND" in capsys.readouterr().err

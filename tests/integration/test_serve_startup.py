@@ -32,8 +32,8 @@ def test_a_port_in_use_is_one_line_exit_two_no_drain_and_no_state_directory(
     assert out == ""
     (line,) = err.splitlines()  # no C-core line, no drain, no second copy
     assert line.endswith(
-        f"ERROR corral: cannot start: cannot listen on {address}: Address already in use "
-        "(is another corral daemon running?)"
+        f"ERROR corral: cannot start: cannot listen on {address} (--listen): "
+        "Address already in use (is another corral daemon running?)"
     )
     assert not state.exists()
 
@@ -86,5 +86,16 @@ def test_a_web_port_in_use_is_refused_the_same_way(tmp_path: Path) -> None:
         )
     assert code == 2
     (line,) = err.splitlines()
-    assert f"cannot start: cannot listen on {web}: Address already in use" in line
+    assert f"cannot start: cannot listen on {web} (--web-listen): Address already in use" in line
+    assert not state.exists()
+
+
+def test_a_bad_file_found_after_the_lock_leaves_no_state_directory(tmp_path: Path) -> None:
+    state = tmp_path / "never-kept"
+    missing = tmp_path / "no-such-tokens"
+    code, _, err = refused(
+        "--listen", "127.0.0.1:0", "--state-dir", str(state), "--auth-token-file", str(missing)
+    )
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cannot start" in err
     assert not state.exists()

@@ -61,13 +61,11 @@ async def test_a_standby_answers_grpcurl_and_the_cli_what_it_is_then_serves(
         state, "--standby", "--auth-token-file", str(tokens), "--max-prompt-chars", "4321"
     ).start(expect_ready=False)
     try:
-        assert (
-            holder.wait_for_log("starting")
-            .rstrip()
-            .endswith(f"corral {version} (API corral.v1) starting")
-        )
+        line = holder.wait_for_log(f"corral {version} (API corral.v1) serving")
+        assert " INFO corral: " in line
         assert standby.proc is not None and standby.proc.stdout is not None
         waiting = port_in(standby.proc.stdout.readline(), "standby")
+        standby.wait_for_log(f"corral {version} (API corral.v1) waiting as a standby")
 
         refused = grpcurl(waiting, "list")
         assert refused.returncode != 0 and "Unauthenticated" in refused.stderr, refused

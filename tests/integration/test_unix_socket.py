@@ -105,7 +105,7 @@ def test_a_socket_another_daemon_serves_is_not_taken_over(socket_dir: Path, tmp_
     try:
         second = serve_on(path, tmp_path / "two").start(expect_ready=False)
         code, _, err = second.wait()
-        assert code == 1 and "a server answers there" in err
+        assert code == 2 and "a server answers there" in err
         with grpc.insecure_channel(first.address) as channel:  # the first still serves
             Stubs.of(channel).agents.ListAgents(agent_pb.ListAgentsRequest(), timeout=30)
     finally:

@@ -88,5 +88,5 @@ def test_a_taken_web_port_stops_the_start_up_naming_it(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         daemon = DaemonProcess(tmp_path / "state", "--web-listen", f"127.0.0.1:{port}")
         code, out, err = daemon.start(expect_ready=False).wait()
-    assert code == 1 and f"127.0.0.1:{port} (--web-listen)" in err
+    assert code == 2 and f"127.0.0.1:{port} (--web-listen)" in err
     assert "listening" not in out

@@ -280,20 +280,36 @@ class EventHub:
             else:
                 laggards.append(sub)
         for sub in laggards or ():
-            # Its buffer holds every matching event before these, which did not fit: from
-            # here it replays the ring after the first one's revision - 1 on its own time.
-            self._leave_live(sub)
-            sub.position = entries[0][0] - 1
-            sub.set_state(SubscriptionState.CATCHING_UP)
-            # A reader waiting on an empty buffer (a batch larger than the whole buffer) is
-            # owed no release: wake it to catch up.
-            sub.wake()
+            # Its buffer holds every matching event before these, which did not fit.
+            self._demote(sub, entries[0][0])
+
+    def _demote(self, sub: Subscription, first_new: int) -> None:
+        """LIVE -> CATCHING_UP: from the first event its reader has not taken (the first in
+        its buffer, else `first_new`) it replays the ring, or the log, on its own time. The
+        buffer is dropped: those events are in the ring or the log, and a buffer kept for a
+        reader that does not read would hold frames the ring has let go."""
+        buffer = sub.buffer
+        self._leave_live(sub)
+        sub.position = (buffer[0][0] if buffer else first_new) - 1
+        sub.buffer = []
+        sub.released = False
+        sub.set_state(SubscriptionState.CATCHING_UP)
+        # A reader waiting on an empty buffer (a batch larger than the whole buffer) is owed
+        # no release: wake it to catch up.
+        sub.wake()
 
     def _release(self) -> None:
-        """Let every owed subscriber's reader take its buffer, waking it if it waits."""
+        """Let every owed subscriber's reader take its buffer, waking it if it waits. A
+        subscriber whose oldest buffered event has left the ring is demoted instead (its
+        reader is that far behind: its buffer would keep alive what the ring let go)."""
         owed, self._owed = self._owed, []
+        first = self._ring.first
         for sub in owed:
             sub.owed = False
+            buffer = sub.buffer
+            if buffer and buffer[0][0] < first and sub.state is SubscriptionState.LIVE:
+                self._demote(sub, buffer[0][0])
+                continue
             sub.released = True
             if sub.waiter is not None:
                 sub.wake()
@@ -359,6 +375,28 @@ class EventHub:
             ending = StreamEnding(resume, reason, self.incarnation)
             sub.end(frame(self.encode(0, ending)))
 
+    def end_one(self, sub: Subscription, reason: str) -> None:
+        """End `sub` now, without draining (its client stopped reading): what its reader has
+        not taken is dropped, and its stream ends with StreamEnding naming the revision up to
+        which it was given every matching event, or 0 when part of its snapshot was dropped
+        (a resume from 0 replays or resets: it never skips an event)."""
+        match sub.state:
+            case SubscriptionState.LIVE:
+                self._leave_live(sub)
+                resume = self._ring.head
+            case SubscriptionState.CATCHING_UP:
+                resume = sub.position
+            case SubscriptionState.ENDED:
+                return
+            case _ as unreachable:
+                assert_never(unreachable)
+        if sub.buffer:
+            resume = sub.buffer[0][0] - 1
+        if sub.drop_pending():
+            resume = 0
+        ending = StreamEnding(resume, reason, self.incarnation)
+        sub.end(frame(self.encode(0, ending)))
+
     # --- the reader side (package-private: called by Subscription) ------------------------
 
     def _catch_up(self, sub: Subscription) -> bytes | FromLog:
@@ -423,7 +461,7 @@ class EventHub:
         ring = self._ring
         if sub.scope and not scoped:
             entries, upto = _matching(entries, sub.scope, self.batch_events, upto)
-        batch, data = take_batch(entries, self.batch_events, self.batch_bytes)
+        batch, data = take_batch(entries, self.batch_events, sub.batch_bytes)
         # 3. Advance: past everything scanned if all matches fit, else to the last one sent.
         sub.position = upto if len(batch) == len(entries) else batch[-1][0]
         if batch:
@@ -433,7 +471,7 @@ class EventHub:
         if sub.synced_at is not None and sub.position == sub.synced_at:
             synced = Synced(revision=sub.synced_at, incarnation=self.incarnation)
             framed = frame(self.encode(0, synced))
-            if len(data) + len(framed) <= self.batch_bytes or not data:
+            if len(data) + len(framed) <= sub.batch_bytes or not data:
                 data += framed
                 sub.synced_at = None
         # 5. At the head: rejoin the live index in the same step, so no event falls between.

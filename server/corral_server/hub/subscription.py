@@ -71,6 +71,7 @@ class Subscription:
         "_prefix",
         "_state",
         "ahead",
+        "batch_bytes",
         "buffer",
         "owed",
         "position",
@@ -93,6 +94,10 @@ class Subscription:
         # A prefix entry already encoded that did not fit in the last batch: the next one
         # starts with it (so a batch crosses the hub's batch_bytes only when one entry does).
         self._held: bytes | None = None
+        # The most bytes of frames one batch of this subscription holds (a batch of one event
+        # may exceed it). The hub's batch_bytes unless its stream's writer lowers it: what a
+        # client that stops reading leaves pending in the transport is one batch.
+        self.batch_bytes = hub.batch_bytes
         # In revision order, at most the hub's buffer_events entries.
         # LIVE: every matching event published since the subscription (re)joined the live index
         #   that the reader has not taken yet. Publish appends; only the reader removes.
@@ -208,7 +213,7 @@ class Subscription:
         size = 0 if held is None else len(held)
         for item in islice(prefix, hub.batch_events - len(frames)):
             framed = frame(hub.encode(0, item))
-            if frames and size + len(framed) > hub.batch_bytes:
+            if frames and size + len(framed) > self.batch_bytes:
                 self._held = framed
                 break
             frames.append(framed)
@@ -217,7 +222,7 @@ class Subscription:
 
     def _take_buffer(self) -> bytes:
         buffer = self.buffer
-        batch, data = take_batch(buffer, self._hub.batch_events, self._hub.batch_bytes)
+        batch, data = take_batch(buffer, self._hub.batch_events, self.batch_bytes)
         if len(batch) == len(buffer):
             self.buffer = []
             self.released = False
@@ -249,6 +254,21 @@ class Subscription:
 
     def set_state(self, state: SubscriptionState) -> None:
         self._state = state
+
+    def drop_pending(self) -> bool:
+        """Drop what the reader has not taken yet (prefix, buffer, read-ahead), for an end
+        that does not drain; True when part of the prefix was dropped."""
+        # An exhausted prefix stays set until the reader's next step: look for one more item.
+        prefix = self._prefix
+        dropped_prefix = self._held is not None or (
+            prefix is not None and next(prefix, None) is not None
+        )
+        self._prefix = None
+        self._held = None
+        self.buffer = []
+        self.released = False
+        self.ahead = []
+        return dropped_prefix
 
     def end(self, ending: bytes) -> None:
         """The hub ended this subscription: drain what it was given, then send `ending`."""

@@ -5,6 +5,11 @@ Subscribe is registered through a generic handler with an identity response seri
 hub already holds each event's serialized, framed bytes, and a batch (the join of its frames)
 *is* a serialized SubscribeResponse, so nothing is encoded per subscriber here.
 
+Each Subscribe is a stream of rpc/streams.py's book: its batches are no bigger than the
+stream's credit, wait for room in the daemon's total, and a client that stops reading for the
+book's stall_s has its subscription ended by the hub (StreamEnding with its resume point, after
+the batch it has not read).
+
 Must not: hold protobuf messages per event, or keep a subscription open after its call ends.
 """
 
@@ -19,9 +24,10 @@ from google.protobuf import timestamp_pb2
 from corral.v1 import event_service_pb2 as event_pb
 from corral_server.clock import Clock, SystemClock
 from corral_server.errors import FieldViolation, InvalidArgument
-from corral_server.hub import EventHub, SnapshotFn
+from corral_server.hub import EventHub, SnapshotFn, Subscription
 from corral_server.manager.presence import Presence, PresenceBook
 from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.streams import StreamBook
 
 SERVICE_NAME = "corral.v1.EventService"
 
@@ -52,10 +58,11 @@ def event_service_handler(
     max_id_chars: int = MAX_AGENT_ID_CHARS,
     presence: PresenceBook | None = None,
     clock: Clock | None = None,
+    streams: StreamBook | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The EventService handler for `server.add_generic_rpc_handlers`."""
     servicer = EventServicer(
-        hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock
+        hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock, streams=streams
     )
     return servicer.handler()
 
@@ -73,8 +80,10 @@ class EventServicer:
         max_id_chars: int = MAX_AGENT_ID_CHARS,
         presence: PresenceBook | None = None,
         clock: Clock | None = None,
+        streams: StreamBook | None = None,
     ) -> None:
         self._hub = hub
+        self._streams = streams or StreamBook(clock=clock)
         self._snapshot = snapshot
         self._max_id_chars = max_id_chars
         # Each client's last heartbeat (the manager's, so attention events can use it).
@@ -118,18 +127,34 @@ class EventServicer:
         if violations:
             raise InvalidArgument("invalid agent_ids", *violations)
         resume = request.resume_revision if request.HasField("resume_revision") else None
-        subscription = self._hub.subscribe(
-            frozenset(request.agent_ids),
-            resume,
-            self._snapshot,
-            resume_incarnation=request.resume_incarnation,
-        )
-        # The context manager closes the subscription however the call ends: the client
-        # cancels (CancelledError at the yield or inside the subscription's wait), the
-        # deadline passes, or the hub ends the stream.
-        async with subscription:
-            async for batch in subscription:
-                yield batch
+        hub = self._hub
+        subscription: Subscription | None = None
+        reason = f"the client did not read for {self._streams.limits.stall_s:g} s"
+
+        def stalled() -> None:
+            if subscription is not None:
+                hub.end_one(subscription, reason)
+
+        stream = self._streams.open(stalled)
+        try:
+            subscription = hub.subscribe(
+                frozenset(request.agent_ids),
+                resume,
+                self._snapshot,
+                resume_incarnation=request.resume_incarnation,
+            )
+            subscription.batch_bytes = stream.credit
+            # The context manager closes the subscription however the call ends: the client
+            # cancels (CancelledError at the yield or inside the subscription's wait), the
+            # deadline passes, or the hub ends the stream.
+            async with subscription:
+                async for batch in subscription:
+                    if not await stream.write(len(batch)):
+                        continue  # it stalled waiting for room: the ending comes next
+                    yield batch  # returns once grpc wrote it within the client's window
+                    subscription.batch_bytes = stream.written(hub.batch_bytes)
+        finally:
+            stream.close()
 
     @unary
     async def heartbeat(

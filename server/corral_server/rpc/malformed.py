@@ -4,12 +4,14 @@ Left alone, grpc answers an undecodable body with UNKNOWN and a Python exception
 interceptor swaps each corral method's request deserializer for one that turns a decode error
 into a marker, and its behaviour for one that answers the marker with INVALID_ARGUMENT
 (reason MALFORMED_REQUEST, a BadRequest naming the message type). Handlers are wrapped once per
-method and cached.
+method and cached. A call whose request was large tells the reclaimer once it is answered
+(reclaim.py: the freed pages go back to the system).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +19,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from corral_server.errors import FieldViolation, InvalidArgument
-from corral_server.rpc.errors import abort
+from corral_server.reclaim import LARGE_REQUEST_BYTES, Reclaimer
+from corral_server.rpc.errors import refuse
 
 PREFIX = "/corral.v1."
+
+# Set by the request deserializer, which grpc runs in the call's own task, before its handler.
+_large_request: ContextVar[bool] = ContextVar("large_request", default=False)
 
 
 class MalformedRequest(InvalidArgument):
@@ -36,10 +42,12 @@ def _error(method: str, marker: _Undecodable) -> MalformedRequest:
     return MalformedRequest(message, FieldViolation("", marker.detail))
 
 
-def _wrap(method: str, handler: Any) -> Any:
+def _wrap(method: str, handler: Any, reclaimer: Reclaimer) -> Any:
     deserialize: Callable[[bytes], Any] = handler.request_deserializer
 
     def safe(data: bytes) -> Any:
+        if len(data) >= LARGE_REQUEST_BYTES:
+            _large_request.set(True)
         try:
             return deserialize(data)
         except (DecodeError, UnicodeDecodeError) as exc:
@@ -49,19 +57,29 @@ def _wrap(method: str, handler: Any) -> Any:
         inner: Callable[[Any, Any], Awaitable[Any]] = handler.unary_unary
 
         async def unary(request: Any, context: Any) -> Any:
-            if isinstance(request, _Undecodable):
-                await abort(context, _error(method, request))
-            return await inner(request, context)
+            try:
+                if isinstance(request, _Undecodable):
+                    await refuse(context, _error(method, request))
+                    return None
+                return await inner(request, context)
+            finally:
+                if _large_request.get():
+                    reclaimer.after_large_request()
 
         return handler._replace(request_deserializer=safe, unary_unary=unary)
     if handler.unary_stream is not None:
         stream: Callable[[Any, Any], AsyncIterator[Any]] = handler.unary_stream
 
         async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-            if isinstance(request, _Undecodable):
-                await abort(context, _error(method, request))
-            async for item in stream(request, context):
-                yield item
+            try:
+                if isinstance(request, _Undecodable):
+                    await refuse(context, _error(method, request))
+                    return
+                async for item in stream(request, context):
+                    yield item
+            finally:
+                if _large_request.get():
+                    reclaimer.after_large_request()
 
         return handler._replace(request_deserializer=safe, unary_stream=streaming)
     return handler
@@ -74,8 +92,9 @@ else:
 
 
 class MalformedRequests(_Interceptor):
-    def __init__(self) -> None:
+    def __init__(self, reclaimer: Reclaimer | None = None) -> None:
         self._wrapped: dict[str, Any] = {}
+        self.reclaimer = reclaimer or Reclaimer()
 
     async def intercept_service(
         self,
@@ -90,7 +109,7 @@ class MalformedRequests(_Interceptor):
             return handler
         wrapped = self._wrapped.get(method)
         if wrapped is None or wrapped[0] is not handler:
-            wrapped = (handler, _wrap(method.removeprefix("/"), handler))
+            wrapped = (handler, _wrap(method.removeprefix("/"), handler, self.reclaimer))
             self._wrapped[method] = wrapped
         result: grpc.RpcMethodHandler[Any, Any] = wrapped[1]
         return result

@@ -21,6 +21,7 @@ from corral_server.manager.turns import (
 from corral_server.rpc import convert
 from corral_server.rpc.bounds import check_content, check_string
 from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.streams import StreamBook
 from corral_server.rpc.turn_follow import TurnFollower
 
 Ctx = Any
@@ -63,9 +64,12 @@ def _if_running(value: int) -> IfRunning:
 
 
 class TurnService(turn_grpc.TurnServiceServicer):
-    def __init__(self, manager: AgentManager, hub: EventHub) -> None:
+    def __init__(
+        self, manager: AgentManager, hub: EventHub, streams: StreamBook | None = None
+    ) -> None:
         self._manager = manager
         self._hub = hub
+        self._streams = streams or StreamBook()
 
     @unary
     async def SendPrompt(
@@ -107,22 +111,37 @@ class TurnService(turn_grpc.TurnServiceServicer):
     ) -> AsyncIterator[turn_pb.StreamTurnResponse]:
         """The turn's events come from the hub, like every Subscribe: one fan-out path, one
         bound per subscriber. The subscription starts at the current head, before the turn,
-        so the turn's first event is already in it."""
+        so the turn's first event is already in it. Its writes are bounded like a
+        Subscribe's (rpc/streams.py); a client that stops reading gets SUBSCRIBER_STALLED
+        once it reads again (the turn goes on)."""
         self._manager.get(request.agent_id)  # a known agent, before any subscription
         hub = self._hub
-        subscription = hub.subscribe(
-            frozenset((request.agent_id,)), hub.head_revision, self._manager.snapshot
-        )
-        async with subscription:
-            started = await self._start(request)
-            follower = TurnFollower(request.agent_id, started)
-            for response in follower.opening():
-                yield response
-            async for batch in subscription:
-                for response in follower.responses(batch):
+        stream = self._streams.open(lambda: None)
+        try:
+            subscription = hub.subscribe(
+                frozenset((request.agent_id,)), hub.head_revision, self._manager.snapshot
+            )
+            subscription.batch_bytes = stream.credit
+            async with subscription:
+                started = await self._start(request)
+                follower = TurnFollower(request.agent_id, started)
+                for response in follower.opening():
                     yield response
-                if follower.done:
-                    return
+                async for batch in subscription:
+                    if await stream.write(len(batch)):
+                        for response in follower.responses(batch):
+                            yield response
+                        subscription.batch_bytes = stream.written(hub.batch_bytes)
+                        if follower.done:
+                            return
+                    if stream.stalled:
+                        raise errors.SubscriberStalled(
+                            f"this StreamTurn's client did not read for "
+                            f"{self._streams.limits.stall_s:g} s; read the rest with "
+                            "FetchTimeline (the turn goes on)"
+                        )
+        finally:
+            stream.close()
 
     async def _start(
         self, request: turn_pb.SendPromptRequest | turn_pb.StreamTurnRequest

@@ -278,7 +278,10 @@ async def test_a_burst_arrives_as_few_messages_of_many_events(serve: StartServer
             response = await call.read()
             assert isinstance(response, event_pb.SubscribeResponse)
             sizes.append(len(response.events))
-    assert sizes == [512, 512, 512, 464]
+    # The first batches are bounded by the stream's credit (16 KiB, doubling as the client
+    # reads: rpc/streams.py), the later ones by batch_events.
+    assert len(sizes) <= 6 and sizes.count(512) >= 2
+    assert sizes == sorted(sizes[:-1]) + sizes[-1:]
     call.cancel()
 
 
