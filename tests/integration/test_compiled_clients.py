@@ -1,15 +1,16 @@
-"""The compiled clients against the real daemon: Go (clients/go: stubs generated from proto/ by
-protoc-gen-go and protoc-gen-go-grpc, built with Debian's Go packages) and Java (clients/java:
-protoc's Java generator and grpc-java's plugin, compiled with Debian's OpenJDK and jars), each
-built by its clients/<language>/run. Each language's subscriber receives exactly the events the
-generated Python client receives, over the
-TypeScript client's scenario (two agents' interleaved turns, a tool call with hostile input and
-a 2^53 + 1 number, a permission, a failed turn, a rewind and a reload, each a new epoch), a
-subscriber resumed from a revision replays exactly what Python saw, and one more scenario
-(labels, NUL, U+2028 and </script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a
-permission answered with edited input, a canceled turn, a sub-agent, an archive) ends in a
-drain, both streams with the same stream_ending, byte for byte. Each prints every Event as
-base64 of its binary encoding; the test decodes them and compares (protobuf equality).
+"""The compiled clients against the real daemon: C++ (clients/cpp: protoc's C++ generator and
+grpc's plugin, compiled with Debian's g++, libgrpc++ and libprotobuf), Go (clients/go: stubs
+generated from proto/ by protoc-gen-go and protoc-gen-go-grpc, built with Debian's Go packages)
+and Java (clients/java: protoc's Java generator and grpc-java's plugin, compiled with Debian's
+OpenJDK and jars), each built by its clients/<language>/run. Each language's subscriber receives
+exactly the events the generated Python client receives, over the TypeScript client's scenario
+(two agents' interleaved turns, a tool call with hostile input and a 2^53 + 1 number, a
+permission, a failed turn, a rewind and a reload, each a new epoch); a subscriber resumed from a
+revision replays exactly what Python saw; and one more scenario (labels, NUL, U+2028 and
+</script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a permission answered with
+edited input, a canceled turn, a sub-agent, an archive) ends in a drain, both streams with the
+same stream_ending, byte for byte. Each prints every Event as base64 of its binary encoding; the
+test decodes them and compares (protobuf equality).
 
 Needs each language's toolchain (`clients/<language>/run --setup` installs it with apt;
 buildscripts/test does); without it these tests fail (they never skip).
@@ -47,6 +48,7 @@ from tests.support.daemon import DaemonThread
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
 # What each language's build needs on PATH.
 TOOLS = {
+    "cpp": ("g++", "pkg-config", "protoc", "grpc_cpp_plugin"),
     "go": ("go", "protoc", "protoc-gen-go", "protoc-gen-go-grpc"),
     "java": ("javac", "protoc"),
 }
