@@ -8,8 +8,9 @@ exactly the events the generated Python client receives, over the TypeScript cli
 permission, a failed turn, a rewind and a reload, each a new epoch); a subscriber resumed from a
 revision replays exactly what Python saw; and one more scenario (labels, NUL, U+2028 and
 </script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a permission answered with
-edited input, a canceled turn, a sub-agent, an archive) ends in a drain, both streams with the
-same stream_ending, byte for byte. Each prints every Event as base64 of its binary encoding; the
+edited input, a canceled turn, a sub-agent, an archive) ends in a drain, every stream with the
+same stream_ending, byte for byte; that one is watched by the TypeScript subscribers too (gRPC,
+and Connect in binary and JSON). Each prints every Event as base64 of its binary encoding; the
 test decodes them and compares (protobuf equality).
 
 Needs each language's toolchain (`clients/<language>/run --setup` installs it with apt;
@@ -22,7 +23,8 @@ import asyncio
 import math
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests import conftest
 from tests.integration.test_typescript_client import (
+    TS_DIR,
     NodeSubscriber,
     PySubscriber,
     check_coverage,
@@ -209,32 +212,37 @@ def deterministic(events: list[event_pb.Event]) -> list[bytes]:
     return [e.SerializeToString(deterministic=True) for e in events]
 
 
-async def test_a_compiled_subscriber_sees_the_rest_of_the_scenario_through_the_drain_as_python_does(
-    client: Path, tmp_path: Path
-) -> None:
-    daemon = DaemonThread(conftest.test_config()).start()
-    sub: NodeSubscriber | None = None
+Start = Callable[[DaemonThread], Awaitable[list[NodeSubscriber]]]
+
+
+async def through_the_drain(tmp_path: Path, start: Start) -> list[NodeSubscriber]:
+    """The rest of the scenario on a daemon of its own (with its web port), watched by Python
+    and by the subscribers `start` makes, then a drain; each ends by itself and must equal
+    Python, byte for byte."""
+    daemon = DaemonThread(replace(conftest.test_config(), web_listen="127.0.0.1:0")).start()
+    subs: list[NodeSubscriber] = []
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             stubs = Stubs.of(channel)
             py = PySubscriber(stubs, event_pb.SubscribeRequest())
-            sub = await compiled_subscriber(client, daemon.address)
+            subs = await start(daemon)
             await py.until(synced)
-            await sub.until(synced)
+            for sub in subs:
+                await sub.until(synced)
             parent = await rest_of_the_scenario(stubs, py, tmp_path)
             assert daemon.daemon is not None
             drain = asyncio.run_coroutine_threadsafe(
                 daemon.daemon.drain(grace_s=3.0, delay_s=0), daemon.loop
             )
             await py.until(lambda e: e.HasField("stream_ending"))
-            code, err = await sub.run_to_exit()  # the server ends its stream too
+            # The server ends their streams too.
+            ends = await asyncio.gather(*(sub.run_to_exit() for sub in subs))
             await asyncio.wrap_future(drain)
             py.close()
     finally:
-        if sub is not None:
+        for sub in subs:
             await sub.kill()
         daemon.stop()
-    assert (code, err) == (0, "")
     kinds = [payload(e) for e in py.seen]
     for kind in ("turn_canceled", "permission_resolved", "subagent_run_updated", "stream_ending"):
         assert kind in kinds, kind
@@ -243,5 +251,41 @@ async def test_a_compiled_subscriber_sees_the_rest_of_the_scenario_through_the_d
     calls = [e.timeline_row_appended.row.item.tool_call for e in py.seen]
     neg_zero = next(c.input.struct_value["neg_zero"] for c in calls if c.name == "calc")
     assert math.copysign(1.0, neg_zero) == -1.0  # the sign survived the server
-    assert sub.seen == py.seen
-    assert deterministic(sub.seen) == deterministic(py.seen)
+    for sub, end in zip(subs, ends, strict=True):
+        assert end == (0, ""), sub.name
+        assert sub.seen == py.seen, sub.name
+        assert deterministic(sub.seen) == deterministic(py.seen), sub.name
+    return subs
+
+
+async def test_a_compiled_subscriber_sees_the_rest_of_the_scenario_through_the_drain_as_python_does(
+    client: Path, tmp_path: Path
+) -> None:
+    async def start(daemon: DaemonThread) -> list[NodeSubscriber]:
+        return [await compiled_subscriber(client, daemon.address)]
+
+    await through_the_drain(tmp_path, start)
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    path = shutil.which("node")
+    if path is None or not (TS_DIR / "node_modules" / "@connectrpc" / "connect-node").is_dir():
+        pytest.fail(f"node and connect-node are needed: npm ci --prefix {TS_DIR}")
+    return path
+
+
+async def test_typescript_subscribers_see_it_through_the_drain_over_grpc_and_connect(
+    node: str, tmp_path: Path
+) -> None:
+    async def start(daemon: DaemonThread) -> list[NodeSubscriber]:
+        assert daemon.daemon is not None
+        web = f"http://127.0.0.1:{daemon.daemon.web_port}"
+        specs = [
+            (f"http://{daemon.address}", "--transport", "grpc"),
+            (web, "--transport", "connect"),
+            (web, "--transport", "connect", "--json"),
+        ]
+        return [await NodeSubscriber.start(node, *spec) for spec in specs]
+
+    assert len(await through_the_drain(tmp_path, start)) == 3
