@@ -10,8 +10,9 @@ revision replays exactly what Python saw; and one more scenario (labels, NUL, U+
 </script>, -0.0, 12345678901234567890 and 1e21 in a tool's input, a permission answered with
 edited input, a canceled turn, a sub-agent, an archive) ends in a drain, every stream with the
 same stream_ending, byte for byte; that one is watched by the TypeScript subscribers too (gRPC,
-and Connect in binary and JSON). Each prints every Event as base64 of its binary encoding; the
-test decodes them and compares (protobuf equality).
+and Connect in binary and JSON). After a restart on a state directory, a resume replays, and a
+resume naming another incarnation resets, for each as for Python. Each prints every Event as
+base64 of its binary encoding; the test decodes them and compares (protobuf equality).
 
 Needs each language's toolchain (`clients/<language>/run --setup` installs it with apt;
 buildscripts/test does); without it these tests fail (they never skip).
@@ -289,3 +290,52 @@ async def test_typescript_subscribers_see_it_through_the_drain_over_grpc_and_con
         return [await NodeSubscriber.start(node, *spec) for spec in specs]
 
     assert len(await through_the_drain(tmp_path, start)) == 3
+
+
+async def test_after_a_restart_a_resume_replays_and_a_wrong_incarnation_resets_as_for_python(
+    client: Path, tmp_path: Path
+) -> None:
+    """With a state directory: events before a restart, then every subscriber resumes from the
+    same revision on the restarted daemon (the durable log: the same incarnation) and gets
+    Python's replay; one naming another incarnation gets Python's reset and new snapshot."""
+    config = replace(conftest.test_config(), state_dir=tmp_path / "state")
+    first = DaemonThread(config).start()
+    try:
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            stubs = Stubs.of(channel)
+            py = PySubscriber(stubs, event_pb.SubscribeRequest())
+            mark = (await py.until(synced)).synced
+            agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            for text in ("one", f"/reply {AWKWARD}"):
+                turn_id = (await stubs.turns.SendPrompt(prompt_request(agent.id, text))).turn_id
+                await py.until(lambda e, t=turn_id: e.turn_completed.turn_id == t)
+            py.close()
+    finally:
+        first.stop()
+    again = DaemonThread(config).start()
+    try:
+        async with grpc.aio.insecure_channel(again.address) as channel:
+            for incarnation in (mark.incarnation, "another-log"):
+                request = event_pb.SubscribeRequest(
+                    resume_revision=mark.revision, resume_incarnation=incarnation
+                )
+                py = PySubscriber(Stubs.of(channel), request)
+                await py.until(synced)
+                py.close()
+                sub = await compiled_subscriber(
+                    client, again.address, "--resume-revision", str(mark.revision),
+                    "--resume-incarnation", incarnation, "--max-events", str(len(py.seen)),
+                )  # fmt: skip
+                try:
+                    assert await sub.run_to_exit() == (0, "")
+                finally:
+                    await sub.kill()
+                assert sub.seen == py.seen, incarnation
+                reset = py.seen[0].HasField("subscription_reset")
+                assert reset == (incarnation != mark.incarnation), payload(py.seen[0])
+                # A replay holds the turns; a reset, the agent in its new snapshot.
+                completed = [e for e in py.seen if e.HasField("turn_completed")]
+                assert len(completed) == (0 if reset else 2)
+                assert any(e.agent_upserted.agent.id == agent.id for e in py.seen)
+    finally:
+        again.stop()
