@@ -21,6 +21,8 @@ from grpc_reflection.v1alpha import reflection
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import server_service_pb2 as server_pb
+from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import subagent_service_pb2_grpc as sub_svc_grpc
 from corral.v1 import timeline_service_pb2 as tl_pb
@@ -60,11 +62,19 @@ from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
+from corral_server.rpc.server_service import ServerService
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.subagent_service import SubagentService
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
+from corral_server.server_info import (
+    ServerInfo,
+    ServingState,
+    access_features,
+    corral_version,
+    limits_of,
+)
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import DB_FILE, Database
 from corral_server.store.event_log import SqliteEventLog
@@ -96,6 +106,7 @@ _SERVICE_FILES = {
     "TimelineService": tl_pb,
     "EventService": event_pb,
     "SubagentService": sub_svc_pb,
+    "ServerService": server_pb,
 }
 
 
@@ -109,6 +120,7 @@ SERVICE_NAMES = (
     tl_pb.DESCRIPTOR.services_by_name["TimelineService"].full_name,
     event_pb.DESCRIPTOR.services_by_name["EventService"].full_name,
     sub_svc_pb.DESCRIPTOR.services_by_name["SubagentService"].full_name,
+    server_pb.DESCRIPTOR.services_by_name["ServerService"].full_name,
 )
 
 
@@ -166,6 +178,8 @@ class Config:
     auth_token_file: Path | None = None
     tls: TlsFiles | None = None
     reflection: bool = True
+    # Started with --standby (said by GetServerInfo; the waiting happens in daemon.py).
+    standby: bool = False
     # With a state_dir, timelines and agent records live in its SQLite database (store/) and
     # survive restarts; without one, everything is in memory (tests, benches).
     # False when the caller already holds the state directory's lock (`corral serve` does).
@@ -225,6 +239,7 @@ class Daemon:
         self.search: SearchIndex | None = None  # the full-text index, with a state directory
         self._metrics_server: Any = None
         self.metrics_port = 0
+        self._metrics_url = ""
         # Read at construction, so a bad token or certificate file stops the start-up with
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
@@ -390,6 +405,7 @@ class Daemon:
         turn_grpc.add_TurnServiceServicer_to_server(servicers["TurnService"], server)
         tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
         sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
+        server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
         server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         if self.config.reflection:
@@ -448,6 +464,7 @@ class Daemon:
             "TurnService": TurnService(self.manager, self.hub, self.streams),
             "TimelineService": TimelineService(self.manager, self.search),
             "SubagentService": SubagentService(self.subagents),
+            "ServerService": ServerService(self.server_info),
             "EventService": EventServicer(
                 self.hub,
                 self.manager.snapshot,
@@ -457,6 +474,25 @@ class Daemon:
                 streams=self.streams,
             ),
         }
+
+    def server_info(self) -> ServerInfo:
+        """What GetServerInfo answers: asked at each call (the state and the head move)."""
+        features = replace(
+            access_features(self.config),
+            web_url=self.web.url if self.web is not None else "",
+            mcp=self.mcp is not None,
+            metrics_url=self._metrics_url,
+        )
+        draining = self._drain_task is not None
+        return ServerInfo(
+            version=corral_version(),
+            state=ServingState.DRAINING if draining else ServingState.SERVING,
+            limits=limits_of(self.config),
+            providers=tuple(self._providers),
+            features=features,
+            incarnation=self.hub.incarnation,
+            head_revision=self.hub.head_revision,
+        )
 
     def _serve_web(self, listen: str, servicers: Mapping[str, Any]) -> int:
         """corral.v1 over Connect and gRPC-Web, and the dashboard (web/)."""
@@ -492,6 +528,7 @@ class Daemon:
         server = serve_metrics(host.strip("[]"), int(port), registry, tokens)
         self._metrics_server = server
         bound: int = server.server_port
+        self._metrics_url = f"http://{host}:{bound}/metrics"
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound
 

@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -28,11 +29,12 @@ from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
 from corral_server.providers import process_tree, registry
-from corral_server.providers.config import ConfigError
+from corral_server.providers.config import ConfigError, ProviderEntry
 from corral_server.providers.config import load as load_providers
-from corral_server.rpc.auth import TokenFileError
+from corral_server.rpc.auth import TokenFile, TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
+from corral_server.server_info import API_VERSION, corral_version, standby_info
 from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
 from corral_server.store.private import make_private
@@ -137,7 +139,8 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
         "--standby",
         action="store_true",
         help="if another daemon holds the state directory, wait as a hot standby (health "
-        "NOT_SERVING, every other call UNAVAILABLE/STANDBY) and take over when it stops",
+        "NOT_SERVING, reflection and GetServerInfo answered, agent calls UNAVAILABLE/STANDBY) "
+        "and take over when it stops",
     )
     p.add_argument(
         "--search-index",
@@ -349,6 +352,41 @@ def reflection_on(choice: str, listen: str) -> bool:
     return choice == "on" or (choice == "auto" and is_local(listen))
 
 
+def build_config(
+    args: argparse.Namespace, state_dir: Path, providers: tuple[ProviderEntry, ...]
+) -> Config:
+    """The daemon's Config from its flags (a standby describes itself from it too)."""
+    return Config(
+        listen=args.listen,
+        state_dir=state_dir,
+        max_request_bytes=args.max_request_bytes,
+        limits=Limits(max_prompt_chars=args.max_prompt_chars),
+        max_streams_per_connection=args.max_streams_per_connection,
+        max_connections=args.max_connections,
+        max_streams=args.max_streams,
+        streams_total_bytes=args.streams_total_bytes,
+        stream_stall_s=args.stream_stall_s,
+        drain_delay_s=args.drain_delay_s,
+        auth_token_file=args.auth_token_file,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+        reflection=reflection_on(args.reflection, args.listen),
+        standby=args.standby,
+        lock_state_dir=False,  # `serve` holds it, with the pid of its holder
+        metrics_listen=args.metrics_listen,
+        metrics_token=args.metrics_listen is not None and not is_loopback(args.metrics_listen),
+        providers=providers,
+        mcp_listen=args.mcp_listen,
+        web_listen=web_listen(args),
+        web_allow_origins=tuple(args.web_allow_origin),
+        search_index=args.search_index,
+    )
+
+
+def _log_version(what: str) -> None:
+    """Once it serves (a refused start prints its one error line only)."""
+    log.info("corral %s (API %s) %s", corral_version(), API_VERSION, what)
+
+
 async def serve(args: argparse.Namespace) -> int:
     process_tree.become_subreaper()  # orphans of agents come back to us, not to init
     state_dir: Path = args.state_dir or default_state_dir()
@@ -374,6 +412,8 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("cannot start: %s", taken)
         return 2
     made = not _exists(state_dir)  # so a refused start can leave nothing behind
+    # What a standby describes itself by too (a daemon that waited gets the port it bound).
+    config = build_config(args, state_dir, providers)
     try:
         lock = lock_state_dir(state_dir)
     except OSError as exc:  # not StateDirLocked: the directory cannot be made or read
@@ -384,36 +424,14 @@ async def serve(args: argparse.Namespace) -> int:
             log.error("%s", exc)
             return 1
         try:
-            waited = await _wait_as_standby(state_dir, args)
-        except OSError as exc:  # its address: taken since the check above, or a unix socket's
+            waited = await _wait_as_standby(state_dir, config)
+        except (OSError, TokenFileError, TlsFileError) as exc:  # OSError: its address
             log.error("cannot start: %s", exc)
             return 2
         if waited is None:
             return 0  # stopped while waiting
         lock, args.listen = waited
-    config = Config(
-        listen=args.listen,
-        state_dir=state_dir,
-        max_request_bytes=args.max_request_bytes,
-        limits=Limits(max_prompt_chars=args.max_prompt_chars),
-        max_streams_per_connection=args.max_streams_per_connection,
-        max_connections=args.max_connections,
-        max_streams=args.max_streams,
-        streams_total_bytes=args.streams_total_bytes,
-        stream_stall_s=args.stream_stall_s,
-        drain_delay_s=args.drain_delay_s,
-        auth_token_file=args.auth_token_file,
-        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
-        reflection=reflection_on(args.reflection, args.listen),
-        lock_state_dir=False,  # held above, with the pid of its holder
-        metrics_listen=args.metrics_listen,
-        metrics_token=args.metrics_listen is not None and not is_loopback(args.metrics_listen),
-        providers=providers,
-        mcp_listen=args.mcp_listen,
-        web_listen=web,
-        web_allow_origins=tuple(args.web_allow_origin),
-        search_index=args.search_index,
-    )
+        config = replace(config, listen=args.listen)
     try:
         daemon = Daemon(config)
     except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
@@ -436,6 +454,7 @@ async def serve(args: argparse.Namespace) -> int:
             logging.disable(logging.NOTSET)
         lock.close()
         return 2
+    _log_version("serving")
     gc_tuning.tune()
     reclaim.tune_allocator()
     stop = asyncio.Event()
@@ -479,19 +498,29 @@ def _bound(listen: str, port: int) -> str:
     return listen if unix_path(listen) is not None else f"{listen.rsplit(':', 1)[0]}:{port}"
 
 
-async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[IO[str], str] | None:
+async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], str] | None:
     """Serve as a hot standby on `--listen` until the state directory's lock is free: then
     the lock and the address the daemon takes over (the same port, even for port 0). None
-    when a signal stopped the wait."""
-    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    credentials = server_credentials(tls) if tls else None
-    waiting = await start_standby_server(args.listen, SERVICE_NAMES, credentials)
+    when a signal stopped the wait. It answers health, reflection (if on) and GetServerInfo,
+    behind the same tokens as the daemon."""
+    credentials = server_credentials(config.tls) if config.tls else None
+    tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
+    info = standby_info(config, ("scripted", *(entry.name for entry in config.providers)))
+    waiting = await start_standby_server(
+        config.listen,
+        SERVICE_NAMES,
+        credentials,
+        info=info,
+        tokens=tokens,
+        reflection=config.reflection,
+    )
     port = waiting.port
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    print(f"corral standby on {_bound(args.listen, port)} (waiting for {state_dir})", flush=True)
+    _log_version("waiting as a standby")
+    print(f"corral standby on {_bound(config.listen, port)} (waiting for {state_dir})", flush=True)
     try:
         while not stop.is_set():
             try:
@@ -501,7 +530,7 @@ async def _wait_as_standby(state_dir: Path, args: argparse.Namespace) -> tuple[I
                     await asyncio.wait_for(stop.wait(), STANDBY_POLL_S)
                 continue
             log.info("the state directory is free: taking over")
-            return lock, _bound(args.listen, port)
+            return lock, _bound(config.listen, port)
         return None
     finally:
         await waiting.stop()

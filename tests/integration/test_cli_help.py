@@ -43,10 +43,11 @@ def commands() -> list[str]:
     return [name for name in sub.choices if name != "serve"]
 
 
-def test_version_prints_the_package_version(capsys: Capture) -> None:
+def test_version_prints_the_package_version(capsys: Capture, tmp_path: Path) -> None:
     from importlib.metadata import version
 
-    assert main(["--version"]) == 0
+    # No daemon there (one that answers adds its own line: test_cli_server_info.py).
+    assert main(["--addr", f"unix:{tmp_path / 'none'}", "--version"]) == 0
     assert capsys.readouterr().out == f"corral {version('corral')}\n"
 
 

@@ -3,7 +3,8 @@ against a fresh daemon, its stdout and stderr together compared with the lines u
 
 In the README, AGENT and TURN stand for whole ids (AGENT is the agent the first command made),
 TIME and DATE for a time (or an earlier day's date) and a date, ADDR for the daemon's address,
-VERSION for the package's; runs of spaces are column padding and match any run of spaces."""
+VERSION for the package's, INCARNATION and REVISION for its event log's; runs of spaces are
+column padding and match any run of spaces."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ PLACEHOLDERS = {
     "TURN": r"turn-[0-9a-f]{32}",
     "TIME": r"(?:\d\d:\d\d:\d\d|\d{4}-\d\d-\d\d)",  # an earlier day's is its date
     "DATE": r"\d{4}-\d\d-\d\d",
+    "INCARNATION": r"[0-9a-f]{32}",
+    "REVISION": r"\d+",
 }
 
 

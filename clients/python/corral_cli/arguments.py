@@ -16,8 +16,15 @@ from corral_cli.grammar import (
     Subparsers,
     add_globals,
     command,
-    version,
 )
+from corral_cli.server_info import VersionRequested
+
+
+class _VersionAction(argparse.Action):
+    """Stops the parse: `corral --version` needs no command (main.py prints the versions)."""
+
+    def __call__(self, *_: object) -> None:
+        raise VersionRequested
 
 
 def build_parser() -> Parser:
@@ -26,7 +33,12 @@ def build_parser() -> Parser:
         description="Run, steer and watch AI coding agents through a corral daemon.",
         epilog=f"{EXIT_CODES}.\nEach command's --help says what it does and what it answers.",
     )
-    parser.add_argument("--version", action="version", version=f"corral {version()}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        nargs=0,
+        help="print the CLI's version and, when one answers at --addr, the daemon's",
+    )
     add_globals(parser, listed=True)
     globals_after = Parser(add_help=False)
     add_globals(globals_after, listed=False)

@@ -23,10 +23,11 @@ from typing import TextIO
 
 import grpc
 
-from corral_cli import completion, failure, ids
+from corral_cli import completion, failure, ids, server_info
 from corral_cli.arguments import build_parser
 from corral_cli.client import Access, AccessError, Client, connect, load_access
 from corral_cli.render import Console
+from corral_cli.server_info import VersionRequested
 
 Command = Callable[[Client, Console, argparse.Namespace], int]
 # A command's own usage checks, before anything is sent: the error, or "".
@@ -60,7 +61,10 @@ def _silence_closed_pipes() -> None:
 
 def _main(argv: list[str], out: TextIO | None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except VersionRequested:
+        return server_info.print_versions(argv)
     if args.command == "serve":
         from corral_server import daemon  # only `serve` needs the server
 

@@ -1,9 +1,10 @@
-"""`corral status`: is the daemon at --addr serving, draining, on standby, or not reachable, and
-how many agents it holds in each state.
+"""`corral status`: is the daemon at --addr serving, draining, on standby, or not reachable, how
+many agents it holds in each state, and what it says about itself (GetServerInfo: its version,
+event log, limits, providers and features).
 
-Until the daemon has an RPC that says so itself, this is read from two calls: health (SERVING
-or NOT_SERVING) and ListAgents (which a standby answers UNAVAILABLE / STANDBY and a daemon past
-its drain delay UNAVAILABLE / SHUTTING_DOWN).
+Health says whether it answers at all; GetServerInfo says its state. A daemon without
+GetServerInfo (or one refusing it) is told apart by ListAgents, which a standby answers
+UNAVAILABLE / STANDBY and a daemon past its drain delay UNAVAILABLE / SHUTTING_DOWN.
 
 Must not: print failures of the RPCs as errors: an absent daemon is this command's answer.
 """
@@ -18,7 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from corral.v1 import agent_service_pb2 as agent_pb
-from corral_cli import failure
+from corral_cli import failure, server_info
 from corral_cli.client import Client
 from corral_cli.grammar import version
 from corral_cli.render import Console, state_name
@@ -28,6 +29,9 @@ _PAGE_SIZE = 1000
 
 def status(client: Client, console: Console, args: argparse.Namespace) -> int:
     state, detail = _serving(client)
+    info = server_info.ask(client) if state != "not reachable" else None
+    if info is not None:
+        state = server_info.STATE_NAMES.get(info.state, state)
     counts: Counter[str] = Counter()
     if state in ("serving", "draining"):
         try:
@@ -40,11 +44,14 @@ def status(client: Client, console: Console, args: argparse.Namespace) -> int:
     if console.json:
         answer: dict[str, object] = {"addr": client.addr, "state": state, "cli_version": version()}
         answer |= {"agents": dict(sorted(counts.items()))} if counts or state == "serving" else {}
+        answer |= {"server": server_info.as_dict(info)} if info is not None else {}
         console.line(json.dumps(answer | ({"detail": detail} if detail else {})))
     else:
         console.line(f"{client.addr}: {state}{f' ({detail})' if detail else ''}")
         if state in ("serving", "draining"):
             console.line(f"agents: {_counts_text(counts)}")
+        for line in server_info.describe(info) if info is not None else ():
+            console.line(line)
         console.line(f"cli: corral {version()}")
     return failure.EXIT_FAILED if state == "not reachable" else failure.EXIT_OK
 

@@ -1,7 +1,9 @@
 """A hot standby's waiting server (issue 10, item 1): while another daemon holds the state
 directory, the standby listens on its address so a load balancer sees it, answers health
-NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every other
-call. It never touches the state directory; the real daemon replaces it once the lock is free.
+NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every call of
+the agent services. Reflection (when on) and ServerService answer, so a person can ask it with
+grpcurl what it is; with tokens, everything but health needs one, as on the daemon. It never
+touches the state directory; the real daemon replaces it once the lock is free.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
+from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server import errors
 from corral_server.listen import (
     make_socket_private,
@@ -23,9 +27,15 @@ from corral_server.listen import (
     socket_in_use,
     unix_path,
 )
+from corral_server.rpc.auth import TokenFile
+from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.errors import to_status
+from corral_server.rpc.server_service import SERVICE_NAME, ServerService
+from corral_server.server_info import ServerInfo
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
+# What a standby answers; reflection's v1 and v1alpha services share the prefix.
+ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
 
 if TYPE_CHECKING:  # generic in the stubs only
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
@@ -43,7 +53,7 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
     raise AssertionError("unreachable: context.abort raises")
 
 
-class _RefuseAllButHealth(_Interceptor):
+class _RefuseAgentCalls(_Interceptor):
     async def intercept_service(
         self,
         continuation: Callable[
@@ -51,7 +61,7 @@ class _RefuseAllButHealth(_Interceptor):
         ],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        if details.method.startswith(HEALTH_PREFIX):
+        if details.method.startswith(ANSWERED_PREFIXES):
             return await continuation(details)
         return grpc.unary_unary_rpc_method_handler(
             _refuse, request_deserializer=_identity, response_serializer=_identity
@@ -81,15 +91,29 @@ async def _check_socket(listen: str, path: Path) -> None:
 
 
 async def start_standby_server(
-    listen: str, services: tuple[str, ...], credentials: grpc.ServerCredentials | None
+    listen: str,
+    services: tuple[str, ...],
+    credentials: grpc.ServerCredentials | None,
+    *,
+    info: ServerInfo,
+    tokens: TokenFile | None = None,
+    reflection: bool = False,
 ) -> StandbyServer:
-    """The waiting server, bound and serving. OSError (one line) when it cannot listen."""
+    """The waiting server, bound and serving. `info` is what GetServerInfo answers (state
+    STANDBY); `services` are the daemon's, for health and reflection. OSError (one line)
+    when it cannot listen."""
     socket_path = unix_path(listen)
     if socket_path is not None:
         await _check_socket(listen, socket_path)
-    server = grpc.aio.server(interceptors=[_RefuseAllButHealth()])
+    auth = [BearerTokens(tokens)] if tokens is not None else []
+    server = grpc.aio.server(interceptors=[*auth, _RefuseAgentCalls()])
     servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    server_grpc.add_ServerServiceServicer_to_server(ServerService(lambda: info), server)
+    if reflection:
+        grpc_reflection.enable_server_reflection(
+            (*services, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
+        )
     try:
         if credentials is not None:
             port = server.add_secure_port(listen, credentials)

@@ -24,13 +24,14 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/content.proto\x12\tcorral.v1\"H\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12!\n\x05image\x18\x02 \x01(\x0b\x32\x10.corral.v1.ImageH\x00\x42\x06\n\x04part\"(\n\x05Image\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/content.proto\x12\tcorral.v1\"H\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12!\n\x05image\x18\x02 \x01(\x0b\x32\x10.corral.v1.ImageH\x00\x42\x06\n\x04part\"(\n\x05Image\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x42X\n\rcom.corral.v1B\x0c\x43ontentProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.content_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\014ContentProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
   _globals['_CONTENTPART']._serialized_start=38
   _globals['_CONTENTPART']._serialized_end=110
   _globals['_IMAGE']._serialized_start=112

@@ -3,6 +3,7 @@ export * from "./corral/v1/agent_pb.js";
 export * from "./corral/v1/agent_service_pb.js";
 export * from "./corral/v1/content_pb.js";
 export * from "./corral/v1/event_service_pb.js";
+export * from "./corral/v1/server_service_pb.js";
 export * from "./corral/v1/subagent_pb.js";
 export * from "./corral/v1/subagent_service_pb.js";
 export * from "./corral/v1/timeline_pb.js";

@@ -8,7 +8,7 @@ import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
  * Describes the file corral/v1/content.proto.
  */
 export const file_corral_v1_content = /*@__PURE__*/
-  fileDesc("Chdjb3JyYWwvdjEvY29udGVudC5wcm90bxIJY29ycmFsLnYxIkgKC0NvbnRlbnRQYXJ0Eg4KBHRleHQYASABKAlIABIhCgVpbWFnZRgCIAEoCzIQLmNvcnJhbC52MS5JbWFnZUgAQgYKBHBhcnQiKAoFSW1hZ2USEQoJbWltZV90eXBlGAEgASgJEgwKBGRhdGEYAiABKAxiBnByb3RvMw");
+  fileDesc("Chdjb3JyYWwvdjEvY29udGVudC5wcm90bxIJY29ycmFsLnYxIkgKC0NvbnRlbnRQYXJ0Eg4KBHRleHQYASABKAlIABIhCgVpbWFnZRgCIAEoCzIQLmNvcnJhbC52MS5JbWFnZUgAQgYKBHBhcnQiKAoFSW1hZ2USEQoJbWltZV90eXBlGAEgASgJEgwKBGRhdGEYAiABKAxCWAoNY29tLmNvcnJhbC52MUIMQ29udGVudFByb3RvUAFaEmNvcnJhbC92MTtjb3JyYWx2MaoCCUNvcnJhbC5WMcoCCUNvcnJhbFxWMeoCCkNvcnJhbDo6VjFiBnByb3RvMw");
 
 /**
  * Describes the message corral.v1.ContentPart.
