@@ -4,7 +4,10 @@
 // with what another client received).
 //
 //   clients/cpp/run ADDR [--agent ID ...] [--resume-revision N] [--resume-incarnation S]
-//                        [--max-events N] [--until-stdin-ends]
+//                        [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]
+//
+// --fetch-timeline first prints that agent's FetchTimeline page (TAIL, 50 rows) as one line,
+// `page:` and the base64 of the FetchTimelineResponse, then subscribes.
 //
 // ADDR is HOST:PORT of the gRPC port (plaintext). Exits 0 after --max-events events, when the
 // server ends the stream, or with --until-stdin-ends when its standard input ends (a parent
@@ -22,12 +25,13 @@
 #include <thread>
 
 #include "corral/v1/event_service.grpc.pb.h"
+#include "corral/v1/timeline_service.grpc.pb.h"
 
 namespace {
 
 const char kUsage[] =
     "usage: clients/cpp/run ADDR [--agent ID ...] [--resume-revision N] "
-    "[--resume-incarnation S] [--max-events N] [--until-stdin-ends]";
+    "[--resume-incarnation S] [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]";
 
 std::string Base64(const std::string& bytes) {
   static const char kAlphabet[] =
@@ -61,6 +65,7 @@ struct Options {
   corral::v1::SubscribeRequest request;
   long long max_events = -1;
   bool until_stdin = false;
+  std::string page_of;  // an agent id: print its FetchTimeline page first
 };
 
 Options Parse(int argc, char** argv) {
@@ -81,6 +86,8 @@ Options Parse(int argc, char** argv) {
       options.request.set_resume_incarnation(value());
     } else if (arg == "--max-events") {
       options.max_events = std::stoll(value());
+    } else if (arg == "--fetch-timeline") {
+      options.page_of = value();
     } else if (arg == "--until-stdin-ends") {
       options.until_stdin = true;
     } else {
@@ -101,9 +108,31 @@ const char* CodeName(grpc::StatusCode code) {
   return index >= 0 && index <= 16 ? kNames[index] : "UNKNOWN";
 }
 
+// The agent's newest 50 rows: `page:` and the FetchTimelineResponse's base64.
+bool PrintPage(const std::shared_ptr<grpc::Channel>& channel, const std::string& agent_id) {
+  corral::v1::FetchTimelineRequest request;
+  request.set_agent_id(agent_id);
+  request.set_direction(corral::v1::TIMELINE_DIRECTION_TAIL);
+  request.set_limit(50);
+  corral::v1::FetchTimelineResponse page;
+  grpc::ClientContext context;
+  grpc::Status status =
+      corral::v1::TimelineService::NewStub(channel)->FetchTimeline(&context, request, &page);
+  if (!status.ok()) {
+    std::cerr << "FetchTimeline failed: " << CodeName(status.error_code()) << ": "
+              << status.error_message() << std::endl;
+    return false;
+  }
+  std::string bytes;
+  page.SerializeToString(&bytes);
+  std::cout << "page:" << Base64(bytes) << std::endl;
+  return true;
+}
+
 int Follow(const Options& options) {
-  auto stub = corral::v1::EventService::NewStub(
-      grpc::CreateChannel(options.addr, grpc::InsecureChannelCredentials()));
+  auto channel = grpc::CreateChannel(options.addr, grpc::InsecureChannelCredentials());
+  if (!options.page_of.empty() && !PrintPage(channel, options.page_of)) return 1;
+  auto stub = corral::v1::EventService::NewStub(channel);
   grpc::ClientContext context;
   std::atomic<bool> ended_by_us{false};
   if (options.until_stdin) {

@@ -4,7 +4,10 @@
 // what another client received).
 //
 //	clients/go/run ADDR [--agent ID ...] [--resume-revision N] [--resume-incarnation S]
-//	                    [--max-events N] [--until-stdin-ends]
+//	                    [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]
+//
+// --fetch-timeline first prints that agent's FetchTimeline page (TAIL, 50 rows) as one line,
+// `page:` and the base64 of the FetchTimelineResponse, then subscribes.
 //
 // ADDR is HOST:PORT of the gRPC port (plaintext). Exits 0 after --max-events events, when the
 // server ends the stream, on SIGINT/SIGTERM, or with --until-stdin-ends when its standard
@@ -33,7 +36,7 @@ import (
 )
 
 const usage = "usage: clients/go/run ADDR [--agent ID ...] [--resume-revision N] " +
-	"[--resume-incarnation S] [--max-events N] [--until-stdin-ends]"
+	"[--resume-incarnation S] [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]"
 
 type agentIDs []string
 
@@ -49,6 +52,7 @@ type options struct {
 	request    *corralv1.SubscribeRequest
 	maxEvents  int64 // -1: no limit
 	untilStdin bool
+	pageOf     string // an agent id: print its FetchTimeline page first
 }
 
 func parse(args []string) (*options, error) {
@@ -63,6 +67,7 @@ func parse(args []string) (*options, error) {
 	incarnation := flags.String("resume-incarnation", "", "the event log the revision belongs to")
 	maxEvents := flags.Int64("max-events", -1, "exit after this many events")
 	untilStdin := flags.Bool("until-stdin-ends", false, "exit when standard input ends")
+	pageOf := flags.String("fetch-timeline", "", "print this agent's timeline page first")
 	if err := flags.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -74,7 +79,7 @@ func parse(args []string) (*options, error) {
 		revision := uint64(*resume)
 		request.ResumeRevision = &revision
 	}
-	return &options{args[0], request, *maxEvents, *untilStdin}, nil
+	return &options{args[0], request, *maxEvents, *untilStdin, *pageOf}, nil
 }
 
 func main() {
@@ -101,6 +106,11 @@ func follow(opts *options) int {
 		return 1
 	}
 	defer conn.Close()
+	if opts.pageOf != "" {
+		if code := printPage(ctx, conn, opts.pageOf); code != 0 {
+			return code
+		}
+	}
 	stream, err := corralv1.NewEventServiceClient(conn).Subscribe(ctx, opts.request)
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
@@ -133,4 +143,23 @@ func follow(opts *options) int {
 	}
 	fmt.Fprintf(os.Stderr, "Subscribe failed: %s: %s\n", status.Code(err), status.Convert(err).Message())
 	return 1
+}
+
+// printPage prints the agent's newest 50 rows as `page:` and the FetchTimelineResponse's base64.
+func printPage(ctx context.Context, conn *grpc.ClientConn, agentID string) int {
+	limit := uint32(50)
+	page, err := corralv1.NewTimelineServiceClient(conn).FetchTimeline(ctx, &corralv1.FetchTimelineRequest{
+		AgentId: agentID, Direction: corralv1.TimelineDirection_TIMELINE_DIRECTION_TAIL, Limit: &limit,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FetchTimeline failed: %s: %s\n", status.Code(err), status.Convert(err).Message())
+		return 1
+	}
+	data, err := proto.Marshal(page)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cannot encode the page: %s\n", err)
+		return 1
+	}
+	fmt.Printf("page:%s\n", base64.StdEncoding.EncodeToString(data))
+	return 0
 }

@@ -4,7 +4,10 @@
 // corral.v1 messages and compares them with what another client received).
 //
 //   clients/java/run ADDR [--agent ID ...] [--resume-revision N] [--resume-incarnation S]
-//                         [--max-events N] [--until-stdin-ends]
+//                         [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]
+//
+// --fetch-timeline first prints that agent's FetchTimeline page (TAIL, 50 rows) as one line,
+// `page:` and the base64 of the FetchTimelineResponse, then subscribes.
 //
 // ADDR is HOST:PORT of the gRPC port (plaintext). Exits 0 after --max-events events, when the
 // server ends the stream, or with --until-stdin-ends when its standard input ends (a parent
@@ -13,8 +16,11 @@
 
 import com.corral.v1.Event;
 import com.corral.v1.EventServiceGrpc;
+import com.corral.v1.FetchTimelineRequest;
 import com.corral.v1.SubscribeRequest;
 import com.corral.v1.SubscribeResponse;
+import com.corral.v1.TimelineDirection;
+import com.corral.v1.TimelineServiceGrpc;
 import io.grpc.Context;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
@@ -30,7 +36,7 @@ import java.util.Iterator;
 public final class Subscribe {
   private static final String USAGE =
       "usage: clients/java/run ADDR [--agent ID ...] [--resume-revision N] "
-          + "[--resume-incarnation S] [--max-events N] [--until-stdin-ends]";
+          + "[--resume-incarnation S] [--max-events N] [--until-stdin-ends] [--fetch-timeline AGENT]";
 
   private Subscribe() {}
 
@@ -38,6 +44,7 @@ public final class Subscribe {
     SubscribeRequest.Builder request = SubscribeRequest.newBuilder();
     long maxEvents = -1;
     boolean untilStdin = false;
+    String pageOf = null;
     try {
       if (args.length == 0 || args[0].startsWith("-")) {
         throw new IllegalArgumentException("missing ADDR");
@@ -49,6 +56,7 @@ public final class Subscribe {
           case "--resume-incarnation" -> request.setResumeIncarnation(args[++i]);
           case "--max-events" -> maxEvents = Long.parseLong(args[++i]);
           case "--until-stdin-ends" -> untilStdin = true;
+          case "--fetch-timeline" -> pageOf = args[++i];
           default -> throw new IllegalArgumentException("unexpected argument: " + args[i]);
         }
       }
@@ -56,10 +64,11 @@ public final class Subscribe {
       System.err.println(e.getMessage() + "\n" + USAGE);
       System.exit(2);
     }
-    System.exit(follow(args[0], request.build(), maxEvents, untilStdin));
+    System.exit(follow(args[0], request.build(), maxEvents, untilStdin, pageOf));
   }
 
-  private static int follow(String addr, SubscribeRequest request, long maxEvents, boolean untilStdin)
+  private static int follow(
+      String addr, SubscribeRequest request, long maxEvents, boolean untilStdin, String pageOf)
       throws IOException {
     ManagedChannel channel = ManagedChannelBuilder.forTarget(addr).usePlaintext().build();
     Context.CancellableContext call = Context.current().withCancellation();
@@ -83,6 +92,9 @@ public final class Subscribe {
     long printed = 0;
     Context previous = call.attach();
     try {
+      if (pageOf != null) {
+        printPage(channel, pageOf, out);
+      }
       Iterator<SubscribeResponse> responses =
           EventServiceGrpc.newBlockingStub(channel).subscribe(request);
       while (responses.hasNext()) {
@@ -113,5 +125,19 @@ public final class Subscribe {
       call.cancel(null);
       channel.shutdownNow();
     }
+  }
+
+  // The agent's newest 50 rows: `page:` and the FetchTimelineResponse's base64.
+  private static void printPage(ManagedChannel channel, String agentId, BufferedWriter out)
+      throws IOException {
+    FetchTimelineRequest request =
+        FetchTimelineRequest.newBuilder()
+            .setAgentId(agentId)
+            .setDirection(TimelineDirection.TIMELINE_DIRECTION_TAIL)
+            .setLimit(50)
+            .build();
+    byte[] page = TimelineServiceGrpc.newBlockingStub(channel).fetchTimeline(request).toByteArray();
+    out.write("page:" + Base64.getEncoder().encodeToString(page) + "\n");
+    out.flush();
   }
 }

@@ -42,6 +42,7 @@ from tests.integration.test_typescript_client import (
     TS_DIR,
     NodeSubscriber,
     PySubscriber,
+    a_page_as_python_fetches_it,
     check_coverage,
     scenario,
     synced,
@@ -154,6 +155,16 @@ async def test_a_resumed_compiled_subscriber_replays_exactly_what_python_saw(
         await sub.kill()
     assert (code, err) == (0, "")
     assert sub.seen == live
+
+
+async def test_a_compiled_subscriber_fetches_the_timeline_page_python_fetches(
+    client: Path, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
+) -> None:
+    async def start(agent_id: str) -> list[NodeSubscriber]:
+        page = ("--fetch-timeline", agent_id, "--max-events", "1")
+        return [await compiled_subscriber(client, daemon.address, *page)]
+
+    await a_page_as_python_fetches_it(stubs, tmp_path, start)
 
 
 # Text and numbers no library may mangle: NUL, U+2028 (a line break to JavaScript), markup that

@@ -17,7 +17,7 @@ import base64
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import pytest
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_service_pb2 as timeline_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests import conftest
 from tests.support.client import Stubs, create_request, prompt_request
@@ -99,12 +100,23 @@ class PySubscriber:
 
 
 class NodeSubscriber:
-    """`node examples/subscribe.js` as a subprocess: each stdout line is one Event."""
+    """`node examples/subscribe.js` as a subprocess: each stdout line is one Event, or with
+    --fetch-timeline, `page:` and a FetchTimelineResponse."""
 
     def __init__(self, proc: asyncio.subprocess.Process, name: str) -> None:
         self.proc = proc
         self.name = name
         self.seen: list[Event] = []
+        self.pages: list[timeline_pb.FetchTimelineResponse] = []
+
+    def take(self, line: bytes) -> None:
+        """One line of its output, into `pages` or `seen`."""
+        line = line.rstrip(b"\n")
+        if line.startswith(b"page:"):
+            data = base64.b64decode(line.removeprefix(b"page:"), validate=True)
+            self.pages.append(timeline_pb.FetchTimelineResponse.FromString(data))
+        else:
+            self.seen.append(Event.FromString(base64.b64decode(line, validate=True)))
 
     @classmethod
     async def start(cls, node: str, url: str, *args: str) -> NodeSubscriber:
@@ -121,9 +133,9 @@ class NodeSubscriber:
         line = await asyncio.wait_for(self.proc.stdout.readline(), TIMEOUT)
         if not line:
             await self.fail("ended its output early")
-        event = Event.FromString(base64.b64decode(line.rstrip(b"\n"), validate=True))
-        self.seen.append(event)
-        return event
+        count = len(self.seen)
+        self.take(line)
+        return self.seen[-1] if len(self.seen) > count else await self.next()
 
     async def until(self, done: Callable[[Event], bool]) -> Event:
         while not done(event := await self.next()):
@@ -136,7 +148,8 @@ class NodeSubscriber:
         self.proc.stdin.close()
         out, err = await asyncio.wait_for(self.proc.communicate(), TIMEOUT)
         assert (self.proc.returncode, err.decode()) == (0, ""), self.name
-        self.seen += [Event.FromString(base64.b64decode(line)) for line in out.splitlines()]
+        for line in out.splitlines():
+            self.take(line)
 
     async def run_to_exit(self) -> tuple[int, str]:
         """Wait for it to exit by itself (stdin stays open): (exit code, stderr)."""
@@ -145,7 +158,8 @@ class NodeSubscriber:
             asyncio.gather(self.proc.stdout.read(), self.proc.stderr.read()), TIMEOUT
         )
         code = await asyncio.wait_for(self.proc.wait(), TIMEOUT)
-        self.seen += [Event.FromString(base64.b64decode(line)) for line in out.splitlines()]
+        for line in out.splitlines():
+            self.take(line)
         return code, err.decode()
 
     async def kill(self) -> None:
@@ -159,6 +173,35 @@ class NodeSubscriber:
             self.proc.kill()
         _, err = await asyncio.wait_for(self.proc.communicate(), TIMEOUT)
         pytest.fail(f"node ({self.name}) {message}; exit {self.proc.returncode}: {err.decode()}")
+
+
+async def a_page_as_python_fetches_it(
+    stubs: Stubs, cwd: Path, start: Callable[[str], Awaitable[list[NodeSubscriber]]]
+) -> None:
+    """An agent with hostile rows and a tool call; each subscriber `start(agent_id)` makes
+    prints its FetchTimeline page (TAIL, 50), which must equal Python's for the same request."""
+    agent = (await stubs.agents.CreateAgent(create_request(str(cwd)))).agent
+    for lines in [("/echo", f"/think {HOSTILE}", '/tool read {"n": 9007199254740993}'), (HOSTILE,)]:
+        await stubs.turns.SendPrompt(prompt_request(agent.id, *lines))
+        await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
+    request = timeline_pb.FetchTimelineRequest(
+        agent_id=agent.id, direction=timeline_pb.TIMELINE_DIRECTION_TAIL, limit=50
+    )
+    page = await stubs.timeline.FetchTimeline(request)
+    assert len(page.rows) >= 4 and any(r.item.HasField("tool_call") for r in page.rows)
+    subs = await start(agent.id)
+    try:
+        ends = await asyncio.gather(*(sub.run_to_exit() for sub in subs))
+    finally:
+        for sub in subs:
+            await sub.kill()
+    for sub, end in zip(subs, ends, strict=True):
+        assert end == (0, ""), sub.name
+        assert sub.pages == [page], sub.name
+    # A deliberate mismatch fails the comparison: one character of one row's text.
+    altered = timeline_pb.FetchTimelineResponse.FromString(page.SerializeToString())
+    next(r for r in altered.rows if r.item.HasField("tool_call")).item.tool_call.name += "!"
+    assert altered != page
 
 
 def subscribers(daemon: DaemonThread) -> list[tuple[str, ...]]:
@@ -309,6 +352,16 @@ async def test_node_subscribers_resumed_from_a_revision_replay_exactly_what_pyth
     for sub, (code, err) in zip(nodes, results, strict=True):
         assert (code, err) == (0, ""), sub.name
         assert sub.seen == live, sub.name
+
+
+async def test_node_subscribers_fetch_the_timeline_page_python_fetches(
+    node: str, daemon: DaemonThread, stubs: Stubs, tmp_path: Path
+) -> None:
+    async def start(agent_id: str) -> list[NodeSubscriber]:
+        page = ("--fetch-timeline", agent_id, "--max-events", "1")
+        return [await NodeSubscriber.start(node, *spec, *page) for spec in subscribers(daemon)]
+
+    await a_page_as_python_fetches_it(stubs, tmp_path, start)
 
 
 async def test_a_rejected_subscription_fails_with_its_status_and_exit_1(

@@ -5,7 +5,10 @@
 //
 //   node examples/subscribe.js URL [--transport grpc|connect] [--json] [--agent ID ...]
 //                              [--resume-revision N] [--resume-incarnation S] [--max-events N]
-//                              [--until-stdin-ends]
+//                              [--until-stdin-ends] [--fetch-timeline AGENT]
+//
+// --fetch-timeline first prints that agent's FetchTimeline page (TAIL, 50 rows) as one line,
+// `page:` and the base64 of the FetchTimelineResponse, then subscribes.
 //
 // URL is http://HOST:PORT: the gRPC port with `--transport grpc` (the default; HTTP/2), the web
 // port with `--transport connect` (the Connect protocol over HTTP/1.1, binary messages, or JSON
@@ -17,11 +20,18 @@ import { toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 
-import { EventSchema, EventService } from "../src/gen/index.js";
+import {
+  EventSchema,
+  EventService,
+  FetchTimelineResponseSchema,
+  TimelineDirection,
+  TimelineService,
+} from "../src/gen/index.js";
 
 const USAGE =
   "usage: node examples/subscribe.js URL [--transport grpc|connect] [--json] [--agent ID ...] " +
-  "[--resume-revision N] [--resume-incarnation S] [--max-events N] [--until-stdin-ends]";
+  "[--resume-revision N] [--resume-incarnation S] [--max-events N] [--until-stdin-ends] " +
+  "[--fetch-timeline AGENT]";
 
 function usageError(message) {
   process.stderr.write(`${message}\n${USAGE}\n`);
@@ -41,6 +51,7 @@ function parseArgs(argv) {
     request: { agentIds: [] },
     maxEvents: null,
     untilStdinEnds: false,
+    pageOf: null,
   };
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i];
@@ -59,6 +70,8 @@ function parseArgs(argv) {
       options.request.resumeIncarnation = argv[(i += 1)] ?? usageError("--resume-incarnation needs a value");
     } else if (arg === "--max-events") {
       options.maxEvents = Number(number(arg, argv[(i += 1)]));
+    } else if (arg === "--fetch-timeline") {
+      options.pageOf = argv[(i += 1)] || usageError("--fetch-timeline needs an agent id");
     } else if (arg === "--until-stdin-ends") {
       options.untilStdinEnds = true;
     } else if (arg.startsWith("-") || options.url !== null) {
@@ -77,9 +90,29 @@ function transportOf(options) {
   return createConnectTransport({ baseUrl: options.url, httpVersion: "1.1", useBinaryFormat: !options.json });
 }
 
+// The agent's newest 50 rows: `page:` and the FetchTimelineResponse's base64. False if it failed.
+async function printPage(transport, agentId) {
+  try {
+    const page = await createClient(TimelineService, transport).fetchTimeline({
+      agentId,
+      direction: TimelineDirection.TAIL,
+      limit: 50,
+    });
+    process.stdout.write(`page:${Buffer.from(toBinary(FetchTimelineResponseSchema, page)).toString("base64")}\n`);
+    return true;
+  } catch (error) {
+    const failure = ConnectError.from(error);
+    process.stderr.write(`FetchTimeline failed: ${Code[failure.code]}: ${failure.rawMessage}\n`);
+    process.exitCode = 1;
+    return false;
+  }
+}
+
 async function main() {
   const options = parseArgs(process.argv.slice(2));
-  const client = createClient(EventService, transportOf(options));
+  const transport = transportOf(options);
+  if (options.pageOf !== null && !(await printPage(transport, options.pageOf))) return;
+  const client = createClient(EventService, transport);
   const abort = new AbortController();
   for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => abort.abort());
   if (options.untilStdinEnds) {
