@@ -6,6 +6,7 @@ store could not write, nothing acknowledged is lost, and `integrity_check` passe
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,7 +99,9 @@ async def replies(stubs: Stubs, agent_id: str) -> tuple[set[str], set[str]]:
     return prompts - {""}, said
 
 
-async def test_the_daemon_writes_again_once_space_is_freed(small_disk: Path) -> None:
+async def test_the_daemon_writes_again_once_space_is_freed(
+    small_disk: Path, tmp_path: Path
+) -> None:
     filler = small_disk / "filler"
     fill(filler, FILLER_BYTES)
     state = small_disk / "state"
@@ -142,13 +145,17 @@ async def test_the_daemon_writes_again_once_space_is_freed(small_disk: Path) -> 
             assert completed <= said
     finally:
         daemon.stop()
-    conn = sqlite3.connect(state / DB_FILE)
+    # The stored state, copied off the small disk: the checks below read what was kept, and a
+    # daemon starting on a disk its last turns filled again could fail for want of room.
+    kept = tmp_path / "kept"
+    shutil.copytree(state, kept)
+    conn = sqlite3.connect(kept / DB_FILE)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     finally:
         conn.close()
     # What was acknowledged is in the store, not only in the daemon's memory.
-    daemon = DaemonThread(Config(state_dir=state)).start()
+    daemon = DaemonThread(Config(state_dir=kept)).start()
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             stubs = Stubs.of(channel)
