@@ -13,14 +13,11 @@ Must not: hold anything per connection once its last call has ended.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-
-import grpc
+from typing import Any
 
 from corral_server.errors import StreamLimit
 from corral_server.rpc.errors import refuse
-
-PREFIX = "/corral.v1."
+from corral_server.rpc.wrapping import HandlerWrapper
 
 
 class ConnectionBook:
@@ -95,31 +92,10 @@ def _wrap(handler: Any, book: ConnectionBook) -> Any:
     return handler
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class ConnectionLimit(_Interceptor):
+class ConnectionLimit(HandlerWrapper):
     def __init__(self, book: ConnectionBook) -> None:
+        super().__init__()
         self.book = book
-        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        method: str = handler_call_details.method
-        handler = await continuation(handler_call_details)
-        if handler is None or not method.startswith(PREFIX):
-            return handler
-        wrapped = self._wrapped.get(method)
-        if wrapped is None or wrapped[0] is not handler:
-            wrapped = (handler, _wrap(handler, self.book))
-            self._wrapped[method] = wrapped
-        result: grpc.RpcMethodHandler[Any, Any] = wrapped[1]
-        return result
+    def wrap(self, method: str, handler: Any) -> Any:
+        return _wrap(handler, self.book)

@@ -13,16 +13,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import grpc
 from google.protobuf.message import DecodeError
 
 from corral_server.errors import FieldViolation, InvalidArgument
 from corral_server.reclaim import LARGE_REQUEST_BYTES, Reclaimer
 from corral_server.rpc.errors import refuse
-
-PREFIX = "/corral.v1."
+from corral_server.rpc.wrapping import HandlerWrapper
 
 # Set by the request deserializer, which grpc runs in the call's own task, before its handler.
 _large_request: ContextVar[bool] = ContextVar("large_request", default=False)
@@ -85,31 +83,10 @@ def _wrap(method: str, handler: Any, reclaimer: Reclaimer) -> Any:
     return handler
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class MalformedRequests(_Interceptor):
+class MalformedRequests(HandlerWrapper):
     def __init__(self, reclaimer: Reclaimer | None = None) -> None:
-        self._wrapped: dict[str, Any] = {}
+        super().__init__()
         self.reclaimer = reclaimer or Reclaimer()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        method: str = handler_call_details.method
-        handler = await continuation(handler_call_details)
-        if handler is None or not method.startswith(PREFIX):
-            return handler
-        wrapped = self._wrapped.get(method)
-        if wrapped is None or wrapped[0] is not handler:
-            wrapped = (handler, _wrap(method.removeprefix("/"), handler, self.reclaimer))
-            self._wrapped[method] = wrapped
-        result: grpc.RpcMethodHandler[Any, Any] = wrapped[1]
-        return result
+    def wrap(self, method: str, handler: Any) -> Any:
+        return _wrap(method.removeprefix("/"), handler, self.reclaimer)
