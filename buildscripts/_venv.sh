@@ -2,6 +2,12 @@
 # The stamp holds a hash of pyproject.toml so a changed dependency list reinstalls.
 PY="$root/.venv/bin/python"
 ensure_venv() {
+  # A .venv that is a link is shared with another checkout (a git worktree): it is that
+  # checkout's to install, never this one's.
+  if [[ -L "$root/.venv" ]]; then
+    export PATH="$root/.venv/bin:$PATH"
+    return 0
+  fi
   local stamp="$root/.venv/.corral-installed"
   local want
   want=$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1)
