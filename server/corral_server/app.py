@@ -53,7 +53,6 @@ from corral_server.providers.config import ProviderEntry
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.reclaim import Reclaimer
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
@@ -90,7 +89,6 @@ from corral_server.subagents import (
     SubagentLimits,
     SubagentRegistry,
 )
-from corral_server.subagents.codec import decode_run, encode_run
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 
@@ -341,7 +339,7 @@ class Daemon:
                 retain_rows=config.timeline_retain_rows,
                 search_index=config.search_index,
             )
-            records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
+            records = await SqliteAgentRecords.open(database)
             loaded = await records.load_headers()
             requests = SqliteCreateRequests(database)
             finished = SqliteFinishedTurns(database)
@@ -352,7 +350,7 @@ class Daemon:
             )
             self.hub = self._hub(event_log)  # one journal with the timeline: joint commits
             self.manager = self._manager(self.timeline, records, requests, finished)
-            runs = await SqliteRunStore.open(database, encode_run, decode_run)
+            runs = await SqliteRunStore.open(database)
             self.subagents = self._registry(runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
             await self.manager.restore(loaded)

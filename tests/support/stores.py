@@ -25,7 +25,6 @@ from corral_server.records import (
     InMemoryEventLog,
     InMemoryFinishedTurns,
 )
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store import (
     Database,
@@ -35,6 +34,7 @@ from corral_server.store import (
     SqliteFinishedTurns,
     SqliteTimelineStore,
 )
+from corral_server.store.format.agents import decode_agent, encode_agent
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 
@@ -72,7 +72,7 @@ class Stores:
 
 
 class AgentCodec:
-    """The daemon's agent codec (rpc/agent_codec.py) as the (encode, decode) pair the stores
+    """The store's agent codec (store/format/agents.py) as the (encode, decode) pair the stores
     take."""
 
     encode = staticmethod(encode_agent)

@@ -13,10 +13,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from corral_server.domain.agent import Agent
-from corral_server.records.store import LoadedAgents, LogEntry
+from corral_server.domain.subagents import SubagentRun
+from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry
 
 if TYPE_CHECKING:
-    from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
+    from corral_server.records.store import (
+        AgentRecords,
+        CreateRequests,
+        EventLog,
+        FinishedTurns,
+        RunStore,
+    )
 
 
 def done() -> asyncio.Future[None]:
@@ -45,6 +52,22 @@ class InMemoryAgentRecords:
 
     async def load_headers(self) -> LoadedAgents:
         return LoadedAgents(list(self._agents.values()), [])
+
+
+class InMemoryRunStore:
+    def __init__(self) -> None:
+        self._runs: dict[str, SubagentRun] = {}  # insertion order = order of first put
+
+    def put(self, run: SubagentRun) -> asyncio.Future[None]:
+        self._runs[run.run_id] = run
+        return done()
+
+    def delete(self, run_id: str) -> asyncio.Future[None]:
+        self._runs.pop(run_id, None)
+        return done()
+
+    async def load(self) -> LoadedRuns:
+        return LoadedRuns(list(self._runs.values()), [])
 
 
 class InMemoryCreateRequests:
@@ -177,5 +200,5 @@ if TYPE_CHECKING:
     ) -> tuple[AgentRecords, CreateRequests, FinishedTurns]:
         return a, c, f  # mypy proves each implements its protocol
 
-    def _satisfy_log(log: InMemoryEventLog) -> EventLog:
-        return log
+    def _satisfy_log(log: InMemoryEventLog, runs: InMemoryRunStore) -> tuple[EventLog, RunStore]:
+        return log, runs

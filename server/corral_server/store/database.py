@@ -288,11 +288,17 @@ class Database:
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            script = MIGRATIONS[target - 1]
+            step = MIGRATIONS[target - 1]
             try:
-                conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;"
-                )
+                if isinstance(step, str):
+                    conn.executescript(
+                        f"BEGIN IMMEDIATE;\n{step}\nPRAGMA user_version = {target};\nCOMMIT;"
+                    )
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    step(conn)
+                    conn.execute(f"PRAGMA user_version = {target}")
+                    conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")

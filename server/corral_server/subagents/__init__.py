@@ -9,9 +9,9 @@ from corral_server.domain.subagents import (
     RunId,
     SubagentRun,
 )
+from corral_server.records import InMemoryRunStore, LoadedRuns, RunStore
 from corral_server.subagents.limits import SpawnRequest, SubagentLimits
 from corral_server.subagents.registry import Counts, SubagentRegistry
-from corral_server.subagents.store import InMemoryRunStore, LoadedRuns, RunStore
 
 __all__ = [
     "RUN_ID_LABEL",

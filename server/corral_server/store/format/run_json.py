@@ -1,13 +1,11 @@
-"""A run record as JSON bytes, for the durable store (which stores them opaque). Versioned by
-the key set: a field added later reads back with its default.
-
-Must not: import protobuf (the stored form is the domain's, not the wire's).
+"""The JSON a run's record was stored as before the storage format had messages: read once,
+by schema.py's migration, which rewrites every such record as runs.py's message. A key missing
+from an old record reads back with its default.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from corral_server.domain.agent import Usage
 from corral_server.domain.subagents import (
@@ -20,40 +18,7 @@ from corral_server.domain.subagents import (
 )
 
 
-def encode_run(run: SubagentRun) -> bytes:
-    usage = run.usage
-    fields: dict[str, Any] = {
-        "run_id": run.run_id,
-        "child_agent_id": run.child_agent_id,
-        "requester_agent_id": run.requester_agent_id,
-        "controller_agent_id": run.controller_agent_id,
-        "task": run.task,
-        "created_at_ms": run.created_at_ms,
-        "depth": run.depth,
-        "label": run.label,
-        "cleanup": run.cleanup.value,
-        "run_timeout_s": run.run_timeout_s,
-        "expects_completion_message": run.expects_completion_message,
-        "started_at_ms": run.started_at_ms,
-        "ended_at_ms": run.ended_at_ms,
-        "outcome": None if run.outcome is None else run.outcome.value,
-        "end_reason": run.end_reason,
-        "result_text": run.result_text,
-        "usage": None
-        if usage is None
-        else [usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd],
-        "announce_state": run.announce_state.value,
-        "deferred_since_ms": run.deferred_since_ms,
-        "attempts": run.attempts,
-        "delivering": None
-        if run.delivering is None
-        else [run.delivering.epoch, run.delivering.from_seq],
-        "announced_at_ms": run.announced_at_ms,
-    }
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def decode_run(data: bytes) -> SubagentRun:
+def decode_json_run(data: bytes) -> SubagentRun:
     f = json.loads(data)
     usage = f.get("usage")
     delivering = f.get("delivering")

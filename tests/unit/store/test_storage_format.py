@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
+from corral_server.store.format.agents import decode_agent, encode_agent
 
 texts = st.text(max_size=12)
 millis = st.integers(0, 2**41)
