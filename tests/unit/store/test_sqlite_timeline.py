@@ -3,15 +3,12 @@ committed heads, a full disk, and the page query's plan."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-import corral_server.records
-import corral_server.store
 from corral_server.domain.timeline import (
     AssistantMessage,
     Cursor,
@@ -208,23 +205,3 @@ async def test_fetch_before_and_after_read_the_rows_of_the_committed_epoch(
         )  # the old epoch's rows are gone
     finally:
         await database.close()
-
-
-def test_the_store_and_records_packages_never_import_protobuf_grpc_or_sqlite_above() -> None:
-    store = Path(corral_server.store.__file__).parent
-    records = Path(corral_server.records.__file__).parent
-    for source in [*store.glob("*.py"), *records.glob("*.py")]:
-        for node in ast.walk(ast.parse(source.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            for name in names:
-                assert not name.startswith(("grpc", "google", "corral.", "corral_server.rpc")), (
-                    f"{source.name} imports {name}"
-                )
-                if source.parent == records:  # the protocols know no backend
-                    assert not name.startswith(("sqlite3", "corral_server.store")), (
-                        f"records/{source.name} imports {name}"
-                    )

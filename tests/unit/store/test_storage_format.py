@@ -1,18 +1,58 @@
-"""Agent snapshots survive encode/decode exactly (what the durable store relies on), except the
-content of queued prompts too long for their summary (the store keeps it in a table of its
-own), and a record that cannot be an agent is refused with a reason, never half-loaded."""
+"""The storage format (store/format/). Agent snapshots survive encode/decode exactly (what the
+durable store relies on), except the content of queued prompts too long for their summary (the
+store keeps it in a table of its own), and a record that cannot be an agent is refused with a
+reason, never half-loaded. The stored timeline item is wire-compatible with the API's: the
+writer stores the bytes it streams. Only store/format/ imports the storage messages, and it
+never imports the API's."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import given
 from hypothesis import strategies as st
 
+import corral_server.records
+import corral_server.store
+from corral.storage.v1 import records_pb2 as storage_pb
+from corral.v1 import timeline_pb2 as timeline_pb
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    Compaction,
+    ErrorItem,
+    Reasoning,
+    SubagentNotice,
+    TimelineItem,
+    Todo,
+    TodoEntry,
+    ToolCall,
+    ToolCallStatus,
+    UserMessage,
+)
+from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.format.agents import decode_agent, encode_agent
+
+SAMPLE_ITEMS: list[TimelineItem] = [
+    UserMessage("hello", "cm-1", "msg-1"),
+    AssistantMessage("hi", "msg-2"),
+    Reasoning("hmm"),
+    ToolCall("c1", "read", ToolCallStatus.FAILED, {"a": [1, 2.5, None, {"b": True}]}, "x", "e"),
+    ToolCall("c2", "list", ToolCallStatus.RUNNING),
+    Todo((TodoEntry("one"), TodoEntry("two", True))),
+    ErrorItem("bad", "E"),
+    Compaction("so far"),
+    SubagentNotice("run-1", "child", "done"),
+]
 
 texts = st.text(max_size=12)
 millis = st.integers(0, 2**41)
@@ -130,3 +170,102 @@ def test_an_agent_without_a_lifecycle_or_id_is_refused() -> None:
     errored.lifecycle.errored.SetInParent()
     with pytest.raises(ValueError, match="errored lifecycle without its error"):
         decode_agent(errored.SerializeToString())
+
+
+# --- timeline items: the stored message is the streamed one --------------------------------
+
+
+def _shape(descriptor: Descriptor, seen: set[str] | None = None) -> dict[str, object]:
+    """What decides a message's wire encoding: every field's number, name, type and
+    cardinality, nested messages and enums (by their numbers) included; package names left
+    out. Well-known types (google.protobuf.*) are the same messages on both sides."""
+    seen = set() if seen is None else seen
+    seen.add(descriptor.full_name)
+    fields: dict[str, object] = {}
+    for f in descriptor.fields:
+        shape: object = None
+        if f.message_type is not None:
+            nested = f.message_type
+            if nested.full_name.startswith("google.protobuf."):
+                shape = nested.full_name
+            elif nested.full_name not in seen:
+                shape = _shape(nested, seen)
+        elif f.enum_type is not None:
+            shape = {v.number: v.name for v in f.enum_type.values}
+        oneof = f.containing_oneof.name if f.containing_oneof else None
+        fields[f"{f.number}"] = (f.name, f.type, f.is_repeated, oneof, shape)
+    return fields
+
+
+def test_the_stored_item_is_wire_compatible_with_the_streamed_one() -> None:
+    """If this fails, an API change reached the timeline item: either make the same change to
+    corral.storage.v1.TimelineItem (a change of the disk format, in its own right), or give
+    the stored item its own encoding in store/format/ and let the writer encode both."""
+    assert _shape(storage_pb.TimelineItem.DESCRIPTOR) == _shape(timeline_pb.TimelineItem.DESCRIPTOR)
+
+
+@pytest.mark.parametrize("item", SAMPLE_ITEMS)
+def test_a_streamed_item_reads_as_the_stored_message_with_nothing_unknown(
+    item: TimelineItem,
+) -> None:
+    data = ITEM_CODEC.encode(item)
+    stored = storage_pb.TimelineItem.FromString(data)
+    assert stored.SerializeToString(deterministic=True) == timeline_pb.TimelineItem.FromString(
+        data
+    ).SerializeToString(deterministic=True)
+    assert not _unknown(stored)
+    assert ITEM_CODEC.decode(stored.SerializeToString()) == item
+
+
+def _unknown(message: Message) -> bool:
+    if len(UnknownFieldSet(message)):
+        return True
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        values = value if field.is_repeated else [value]
+        if any(isinstance(v, Message) and _unknown(v) for v in values):
+            return True
+    return False
+
+
+# --- who imports what -------------------------------------------------------------------------
+
+
+def _imports(source: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
+def test_only_the_format_imports_protobuf_and_never_the_api_messages() -> None:
+    store = Path(corral_server.store.__file__).parent
+    records = Path(corral_server.records.__file__).parent
+    for source in [*store.rglob("*.py"), *records.glob("*.py")]:
+        in_format = source.parent.name == "format"
+        for name in _imports(source):
+            assert not name.startswith(("grpc", "corral.v1", "corral_server.rpc")), (
+                f"{source.name} imports {name}"
+            )
+            if not in_format:
+                assert not name.startswith(("google", "corral.")), f"{source.name} imports {name}"
+            if source.parent == records:  # the protocols know no backend
+                assert not name.startswith(("sqlite3", "corral_server.store")), (
+                    f"records/{source.name} imports {name}"
+                )
+
+
+def test_importing_the_stores_loads_neither_the_manager_nor_the_api() -> None:
+    code = (
+        "import sys, corral_server.store, corral_server.store.subagent_runs, corral_server.records;"
+        "print([m for m in sys.modules if m.startswith(('corral_server.manager',"
+        " 'corral_server.subagents', 'corral_server.rpc', 'corral.v1', 'grpc'))])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
