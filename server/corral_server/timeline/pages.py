@@ -1,21 +1,46 @@
-"""Where a fetch's page lies, from a timeline's head alone: the arithmetic of seed 000, 7.2.
+"""Paging, for every timeline store: where a fetch's page lies, from a timeline's head alone, and
+the receipt that describes it (docs/design.md#cursors).
 
 A timeline is described by its epoch, `first` (the oldest retained seq, next_seq when none is)
 and `next_seq`; its retained seqs are exactly first .. next_seq - 1. A page is the half-open
 interval [lo, hi) inside that range, taken from its newest end (TAIL, BEFORE) or its oldest
-(AFTER), before the row and byte caps cut it further. The rules (cursor ranges, stale cursors,
-gaps) are those of timeline/memory.py's module docstring; the shared contract suite
-(tests/unit/timeline/test_store_contract*.py) holds both stores to them.
+(AFTER); the store then cuts it by rows and bytes (`max_page_rows`, `max_page_bytes`, from
+the end it was taken from, one row at least whatever the limit), measuring only the rows it
+keeps, and `receipt` says what was left out (has_older / has_newer), so a client just pages on.
 
-Pure: no I/O, so it runs wherever the head was read (in the reader thread, inside the same
-snapshot as the rows).
+Page positions. A page may be empty and still have a position. has_older = retained rows
+exist below the page; has_newer = retained rows exist at or above its end. So:
+  * TAIL never has_newer.
+  * AFTER the newest row: no rows, has_older when any row exists, has_newer false.
+  * BEFORE a cursor at or below the oldest retained row: no rows, has_older false, has_newer
+    true (BEFORE is never a gap: the client already holds everything newer than its cursor).
+  * An empty timeline: no rows, neither flag.
+
+Cursor seqs. BEFORE accepts seq 0..next_seq (next_seq = "before the head"); AFTER accepts
+0..next_seq-1 (0 = "from the very start", next_seq-1 = "after the newest row"). An AFTER cursor
+at next_seq or beyond would name a row that does not exist yet, and honouring it would silently
+skip that row when it arrives, so it is rejected like any other cursor from the future. A
+cursor of another epoch gets the tail, marked stale_cursor and reset; an AFTER cursor older
+than the retained rows gets the tail, marked gap and reset.
+
+Pure: no I/O, so it runs wherever the head was read (for the SQLite store, in the reader
+thread, inside the same snapshot as the rows). The shared contract suite
+(tests/unit/timeline/test_store_contract*.py) holds both stores to these rules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, assert_never
 
-from corral_server.domain.timeline import DEFAULT_PAGE_LIMIT, Cursor, Direction, TimelineWindow
+from corral_server.domain.timeline import (
+    DEFAULT_PAGE_LIMIT,
+    Cursor,
+    Direction,
+    FetchResult,
+    TimelineRow,
+    TimelineWindow,
+)
 from corral_server.errors import InvalidArgument
 
 
@@ -56,8 +81,8 @@ def plan(
     epoch that names a seq beyond it."""
     match direction:
         case Direction.TAIL:
-            # A TAIL that carries a cursor from another epoch says so (issue 6, item 5): the
-            # client's cursors are stale, this page replaces what it holds.
+            # A TAIL that carries a cursor from another epoch says so: the client's cursors
+            # are stale, this page replaces what it holds.
             stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != epoch
             return _tail(first, next_seq, limit, stale_cursor=stale)
         case Direction.BEFORE | Direction.AFTER:
@@ -69,6 +94,24 @@ def plan(
             return _after(first, next_seq, cursor.seq, limit)
         case _:
             assert_never(direction)
+
+
+def receipt(
+    epoch: str, first: int, next_seq: int, where: Plan, rows: Sequence[TimelineRow]
+) -> FetchResult:
+    """The page of `rows` (the plan's rows as cut, oldest first) with its receipt."""
+    low = rows[0].seq if rows else where.lo
+    high = rows[-1].seq + 1 if rows else where.hi
+    return FetchResult(
+        epoch=epoch,
+        window=window(first, next_seq),
+        rows=tuple(rows),
+        has_older=low > first,
+        has_newer=high < next_seq,
+        reset=where.stale_cursor or where.gap,
+        stale_cursor=where.stale_cursor,
+        gap=where.gap,
+    )
 
 
 def window(first: int, next_seq: int) -> TimelineWindow:
