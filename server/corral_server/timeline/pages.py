@@ -33,14 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, assert_never
 
-from corral_server.domain.timeline import (
-    DEFAULT_PAGE_LIMIT,
-    Cursor,
-    Direction,
-    FetchResult,
-    TimelineRow,
-    TimelineWindow,
-)
+from corral_server.domain import timeline as dt
 from corral_server.errors import InvalidArgument
 
 
@@ -57,16 +50,16 @@ class Plan(NamedTuple):
 def checked_limit(limit: int | None) -> int:
     """None = the default page; 0 = the whole window (still capped by rows and bytes)."""
     if limit is None:
-        return DEFAULT_PAGE_LIMIT
+        return dt.DEFAULT_PAGE_LIMIT
     if limit < 0:
         raise InvalidArgument.field("limit", f"must be 0 (whole window) or more, got {limit}")
     return limit
 
 
-def checked_cursor(direction: Direction, cursor: Cursor | None) -> None:
+def checked_cursor(direction: dt.Direction, cursor: dt.Cursor | None) -> None:
     """BEFORE and AFTER need a cursor whose seq is not negative (TAIL's cursor is optional:
     only its epoch counts)."""
-    if direction is Direction.TAIL:
+    if direction is dt.Direction.TAIL:
         return
     if cursor is None:
         raise InvalidArgument.field("cursor", f"required for direction {direction.value.upper()}")
@@ -75,21 +68,26 @@ def checked_cursor(direction: Direction, cursor: Cursor | None) -> None:
 
 
 def plan(
-    epoch: str, first: int, next_seq: int, direction: Direction, cursor: Cursor | None, limit: int
+    epoch: str,
+    first: int,
+    next_seq: int,
+    direction: dt.Direction,
+    cursor: dt.Cursor | None,
+    limit: int,
 ) -> Plan:
     """The page for a checked cursor and limit. Raises InvalidArgument for a cursor of this
     epoch that names a seq beyond it."""
     match direction:
-        case Direction.TAIL:
+        case dt.Direction.TAIL:
             # A TAIL that carries a cursor from another epoch says so: the client's cursors
             # are stale, this page replaces what it holds.
             stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != epoch
             return _tail(first, next_seq, limit, stale_cursor=stale)
-        case Direction.BEFORE | Direction.AFTER:
+        case dt.Direction.BEFORE | dt.Direction.AFTER:
             assert cursor is not None  # checked_cursor ran first
             if cursor.epoch != epoch:
                 return _tail(first, next_seq, limit, stale_cursor=True)
-            if direction is Direction.BEFORE:
+            if direction is dt.Direction.BEFORE:
                 return _before(first, next_seq, cursor.seq, limit)
             return _after(first, next_seq, cursor.seq, limit)
         case _:
@@ -97,12 +95,12 @@ def plan(
 
 
 def receipt(
-    epoch: str, first: int, next_seq: int, where: Plan, rows: Sequence[TimelineRow]
-) -> FetchResult:
+    epoch: str, first: int, next_seq: int, where: Plan, rows: Sequence[dt.TimelineRow]
+) -> dt.FetchResult:
     """The page of `rows` (the plan's rows as cut, oldest first) with its receipt."""
     low = rows[0].seq if rows else where.lo
     high = rows[-1].seq + 1 if rows else where.hi
-    return FetchResult(
+    return dt.FetchResult(
         epoch=epoch,
         window=window(first, next_seq),
         rows=tuple(rows),
@@ -114,10 +112,10 @@ def receipt(
     )
 
 
-def window(first: int, next_seq: int) -> TimelineWindow:
+def window(first: int, next_seq: int) -> dt.TimelineWindow:
     if first == next_seq:
-        return TimelineWindow(0, 0, next_seq)
-    return TimelineWindow(first, next_seq - 1, next_seq)
+        return dt.TimelineWindow(0, 0, next_seq)
+    return dt.TimelineWindow(first, next_seq - 1, next_seq)
 
 
 def _tail(

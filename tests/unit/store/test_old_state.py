@@ -13,18 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from corral_server import store
 from corral_server.domain.timeline import Direction, TimelineRow
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import (
-    DB_FILE,
-    SCHEMA_VERSION,
-    Database,
-    SqliteAgentRecords,
-    SqliteCreateRequests,
-    SqliteEventLog,
-    SqliteFinishedTurns,
-    SqliteTimelineStore,
-)
+from corral_server.store import DB_FILE, SCHEMA_VERSION, Database
 from corral_server.store.format.runs import decode_run
 from corral_server.store.schema import RECORD_FORMAT
 from corral_server.store.subagent_runs import SqliteRunStore
@@ -81,7 +73,7 @@ async def test_the_migration_names_the_format_and_rewrites_every_run(database: D
 
 
 async def test_every_agent_loads_whole_with_its_queued_prompts(database: Database) -> None:
-    loaded = await (await SqliteAgentRecords.open(database)).load_headers()
+    loaded = await (await store.SqliteAgentRecords.open(database)).load_headers()
     assert loaded.bad == []
     assert loaded.agents == list(sample.AGENTS)
     [long, short] = loaded.agents[0].queued_prompts
@@ -89,7 +81,7 @@ async def test_every_agent_loads_whole_with_its_queued_prompts(database: Databas
 
 
 async def test_every_timeline_row_reads_back_in_its_epoch(database: Database) -> None:
-    timeline = await SqliteTimelineStore.open(database, ITEM_CODEC, search_index=True)
+    timeline = await store.SqliteTimelineStore.open(database, ITEM_CODEC, search_index=True)
     parent = await timeline.fetch(sample.PARENT.id, Direction.TAIL, None, 0)
     seq, provider_message_id = sample.PARENT_PROVIDER_MESSAGE_ID
     expected = rows(sample.PARENT_ROWS)
@@ -110,13 +102,13 @@ async def test_every_run_loads_in_spawn_order(database: Database) -> None:
 
 
 async def test_the_event_log_request_ids_and_finished_turns_are_kept(database: Database) -> None:
-    log = await SqliteEventLog.open(database)
+    log = await store.SqliteEventLog.open(database)
     assert log.incarnation == sample.INCARNATION
     entries = await log.read(0, 100, 1 << 20)
     assert [tuple(e) for e in entries] == list(sample.EVENTS)
     request_id, fingerprint, agent_id, _ = sample.CREATE_REQUEST
-    assert await SqliteCreateRequests(database).find(request_id) == (fingerprint, agent_id)
-    turns = SqliteFinishedTurns(database)
+    assert await store.SqliteCreateRequests(database).find(request_id) == (fingerprint, agent_id)
+    turns = store.SqliteFinishedTurns(database)
     for agent_id, turn_id in sample.FINISHED_TURNS:
         assert await turns.contains(agent_id, turn_id)
 

@@ -3,6 +3,7 @@
 
   agents.py    an agent's record (the `agents` table's blob), queued prompts as summaries
   runs.py      a sub-agent run's record (the `subagent_runs` table's blob)
+  common.py    what they share: parsing a blob, times, usage
   run_json.py  the JSON runs were stored as before the format had messages (schema.py's
                migration rewrites them; nothing else reads it)
 

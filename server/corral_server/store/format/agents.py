@@ -17,13 +17,12 @@ from collections.abc import Iterable
 from typing import Any, assert_never, cast
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.storage.v1 import records_pb2 as pb
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, Prompt, PromptSummary, TextPart
 from corral_server.domain.timeline import JsonValue
+from corral_server.store.format.common import ms, parse, timestamp, usage, usage_record
 
 _REASONS = (
     (da.AttentionReason.FINISHED, pb.ATTENTION_REASON_FINISHED),
@@ -35,19 +34,20 @@ _REASON_BACK = {stored: reason for reason, stored in _REASONS}
 _QUEUED_BY = {by.value: by for by in da.QueuedBy}
 
 
+# Stored as they are.
+_SAME = ("id", "provider", "cwd", "model", "mode", "title", "provider_session_id")
+
+
 def encode_agent(agent: da.Agent) -> bytes:
     record = pb.Agent(
-        id=agent.id,
-        provider=agent.provider,
-        cwd=agent.cwd,
-        model=agent.model,
-        mode=agent.mode,
-        title=agent.title,
+        **{name: getattr(agent, name) for name in _SAME},
         labels=dict(agent.labels),
-        provider_session_id=agent.provider_session_id,
-        created_at=_timestamp(agent.created_at_ms),
-        updated_at=_timestamp(agent.updated_at_ms),
+        created_at=timestamp(agent.created_at_ms),
+        updated_at=timestamp(agent.updated_at_ms),
         timeline=pb.TimelineInfo(epoch=agent.epoch, next_seq=agent.next_seq),
+        archived_at=None if agent.archived_at_ms is None else timestamp(agent.archived_at_ms),
+        last_error=None if agent.last_error is None else _error_record(agent.last_error),
+        last_usage=None if agent.last_usage is None else usage_record(agent.last_usage),
     )
     _put_lifecycle(record.lifecycle, agent.lifecycle)
     attention = agent.attention
@@ -55,48 +55,34 @@ def encode_agent(agent: da.Agent) -> bytes:
     if attention.reason is not None:
         record.attention.reason = _REASON[attention.reason]
     if attention.at_ms:
-        record.attention.at.CopyFrom(_timestamp(attention.at_ms))
+        record.attention.at.CopyFrom(timestamp(attention.at_ms))
     record.pending_permissions.extend(map(_permission_record, agent.pending_permissions))
     record.queued_prompts.extend(map(_queued_record, agent.queued_prompts))
-    if agent.archived_at_ms is not None:
-        record.archived_at.CopyFrom(_timestamp(agent.archived_at_ms))
-    if agent.last_error is not None:
-        record.last_error.CopyFrom(_error_record(agent.last_error))
-    if agent.last_usage is not None:
-        record.last_usage.CopyFrom(usage_record(agent.last_usage))
     return record.SerializeToString()
 
 
 def decode_agent(data: bytes) -> da.Agent:
-    try:
-        record = pb.Agent.FromString(data)
-    except DecodeError as exc:
-        raise ValueError(f"not an encoded agent: {exc}") from exc
+    record = parse(pb.Agent, data, "agent")
     if not record.id:
         raise ValueError("an agent without an id")
     stored = record.attention
+    same: dict[str, Any] = {name: getattr(record, name) for name in _SAME}
     return da.Agent(
-        id=da.AgentId(record.id),
-        provider=record.provider,
-        cwd=record.cwd,
+        **same,
         lifecycle=_lifecycle(record.lifecycle),
-        created_at_ms=_ms(record.created_at),
-        updated_at_ms=_ms(record.updated_at),
+        created_at_ms=ms(record.created_at),
+        updated_at_ms=ms(record.updated_at),
         epoch=record.timeline.epoch,
         next_seq=record.timeline.next_seq,
-        model=record.model,
-        mode=record.mode,
-        title=record.title,
         labels=dict(record.labels),
         attention=da.Attention(
             stored.required,
             _REASON_BACK.get(stored.reason),
-            _ms(stored.at) if stored.HasField("at") else 0,
+            ms(stored.at) if stored.HasField("at") else 0,
         ),
         pending_permissions=tuple(map(_permission, record.pending_permissions)),
         queued_prompts=tuple(map(_queued, record.queued_prompts)),
-        provider_session_id=record.provider_session_id,
-        archived_at_ms=_ms(record.archived_at) if record.HasField("archived_at") else None,
+        archived_at_ms=ms(record.archived_at) if record.HasField("archived_at") else None,
         last_error=_error(record.last_error) if record.HasField("last_error") else None,
         last_usage=usage(record.last_usage) if record.HasField("last_usage") else None,
     )
@@ -116,7 +102,7 @@ def _put_lifecycle(into: pb.AgentLifecycle, lifecycle: da.Lifecycle) -> None:
         case da.Errored(error=error):
             into.errored.error.CopyFrom(_error_record(error))
         case da.Closed(closed_at_ms=at):
-            into.closed.closed_at.CopyFrom(_timestamp(at))
+            into.closed.closed_at.CopyFrom(timestamp(at))
         case _:
             assert_never(lifecycle)
 
@@ -134,7 +120,7 @@ def _lifecycle(stored: pb.AgentLifecycle) -> da.Lifecycle:
                 raise ValueError("an errored lifecycle without its error")
             return da.Errored(_error(stored.errored.error))
         case "closed":
-            return da.Closed(_ms(stored.closed.closed_at))
+            return da.Closed(ms(stored.closed.closed_at))
         case _:
             raise ValueError("an agent without a lifecycle state")
 
@@ -174,7 +160,7 @@ def _queued_record(q: da.QueuedPrompt) -> pb.QueuedPrompt:
     s = q.summary
     record = pb.QueuedPrompt(
         client_message_id=q.client_message_id,
-        queued_at=_timestamp(q.queued_at_ms),
+        queued_at=timestamp(q.queued_at_ms),
         text_bytes=s.text_bytes,
         chars=s.chars,
         image_count=s.image_count,
@@ -199,7 +185,7 @@ def _queued(stored: pb.QueuedPrompt) -> da.QueuedPrompt:
     return da.QueuedPrompt(
         stored.client_message_id,
         content,
-        _ms(stored.queued_at),
+        ms(stored.queued_at),
         _QUEUED_BY.get(stored.queued_by, da.QueuedBy.CLIENT),
         **({} if old else {"summary": summary}),
     )
@@ -212,14 +198,14 @@ def _part_record(part: TextPart | ImagePart) -> pb.ContentPart:
 
 
 def _prompt(parts: Iterable[pb.ContentPart]) -> Prompt:
-    out: list[TextPart | ImagePart] = []
-    for part in parts:
-        which = part.WhichOneof("part")
-        if which == "text":
-            out.append(TextPart(part.text))
-        elif which == "image":
-            out.append(ImagePart(part.image.mime_type, part.image.data))
-    return tuple(out)
+    """The stored parts; a part with neither text nor image is left out."""
+    return tuple(_part(part) for part in parts if part.WhichOneof("part") is not None)
+
+
+def _part(stored: pb.ContentPart) -> TextPart | ImagePart:
+    if stored.HasField("image"):
+        return ImagePart(stored.image.mime_type, stored.image.data)
+    return TextPart(stored.text)
 
 
 def _error_record(error: da.AgentError) -> pb.AgentError:
@@ -228,26 +214,3 @@ def _error_record(error: da.AgentError) -> pb.AgentError:
 
 def _error(stored: pb.AgentError) -> da.AgentError:
     return da.AgentError(stored.message, stored.code)
-
-
-def usage_record(u: da.Usage) -> pb.Usage:
-    return pb.Usage(
-        input_tokens=u.input_tokens,
-        output_tokens=u.output_tokens,
-        cached_input_tokens=u.cached_input_tokens,
-        cost_usd=u.cost_usd,
-    )
-
-
-def usage(stored: pb.Usage) -> da.Usage:
-    return da.Usage(
-        stored.input_tokens, stored.output_tokens, stored.cached_input_tokens, stored.cost_usd
-    )
-
-
-def _timestamp(ms: int) -> Timestamp:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def _ms(ts: Timestamp) -> int:
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
