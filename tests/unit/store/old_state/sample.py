@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, TextPart
-from corral_server.domain.subagents import (
-    AnnounceState,
-    Cleanup,
-    Delivering,
-    Outcome,
-    RunId,
-    SubagentRun,
-)
+from corral_server.domain import subagents as ds
 from corral_server.domain.timeline import (
     AssistantMessage,
     Compaction,
@@ -125,12 +118,12 @@ CHILD_ROWS = (
     NewRow(AssistantMessage("done"), 1_700_000_001_200, "turn-c"),
 )
 
-# Positional, in the order of SubagentRun's fields.
-RUN_BARE = SubagentRun(
-    RunId("run-0"), "", "agent-parent", "agent-parent", "claimed", 1_700_000_000_950, 1
+# Positional, in the order of ds.SubagentRun's fields.
+RUN_BARE = ds.SubagentRun(
+    ds.RunId("run-0"), "", "agent-parent", "agent-parent", "claimed", 1_700_000_000_950, 1
 )
-RUN_FULL = SubagentRun(
-    RunId("run-1"),
+RUN_FULL = ds.SubagentRun(
+    ds.RunId("run-1"),
     "agent-child",
     "agent-parent",
     "agent-parent",
@@ -138,19 +131,19 @@ RUN_FULL = SubagentRun(
     1_700_000_001_000,
     1,
     "worker",
-    Cleanup.DELETE,
+    ds.Cleanup.DELETE,
     600,
     True,
     1_700_000_001_050,
     1_700_000_003_000,
-    Outcome.ERROR,
+    ds.Outcome.ERROR,
     "the provider went away",
     "partial result",
     da.Usage(10, 2, 0, 0.01),
-    AnnounceState.DEFERRED,
+    ds.AnnounceState.DEFERRED,
     1_700_000_003_100,
     2,
-    Delivering("epoch-parent", 8),
+    ds.Delivering("epoch-parent", 8),
     None,
 )
 RUNS = (RUN_BARE, RUN_FULL)
