@@ -5,8 +5,8 @@ run on the old code) and the test that opens the directory with the new code
 from __future__ import annotations
 
 from corral_server.domain import agent as da
-from corral_server.domain.content import ImagePart, TextPart
 from corral_server.domain import subagents as ds
+from corral_server.domain.content import ImagePart, TextPart
 from corral_server.domain.timeline import (
     AssistantMessage,
     Compaction,
