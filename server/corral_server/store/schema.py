@@ -57,9 +57,12 @@ it is, for start-up to report as a bad record.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
+from corral_server.store.errors import SchemaTooNew, StoreUnavailable, why
 from corral_server.store.format import run_json, runs
 
 _V1 = """
@@ -165,3 +168,36 @@ Migration = str | Callable[[sqlite3.Connection], None]
 MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _v6_storage_format)
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Take the database on `conn` (the writer's) to SCHEMA_VERSION; the version it had (0: a
+    new database). Raises StoreUnavailable (unreadable, or a migration failed: that one rolled
+    back) or SchemaTooNew."""
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(path, why(exc)) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(path, version, SCHEMA_VERSION)
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        try:
+            _run(conn, MIGRATIONS[target - 1], target)
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise StoreUnavailable(
+                path, f"migrating from version {target - 1} to {target}: {why(exc)}"
+            ) from None
+    return version
+
+
+def _run(conn: sqlite3.Connection, step: Migration, target: int) -> None:
+    """One migration and its version bump, in one transaction."""
+    if isinstance(step, str):
+        conn.executescript(f"BEGIN IMMEDIATE;\n{step}\nPRAGMA user_version = {target};\nCOMMIT;")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    step(conn)
+    conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute("COMMIT")

@@ -16,7 +16,7 @@ import pytest
 from corral_server import store
 from corral_server.domain.timeline import Direction, TimelineRow
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import DB_FILE, SCHEMA_VERSION, Database
+from corral_server.store import DB_FILE, SCHEMA_VERSION, Database, StoreUnavailable
 from corral_server.store.format.runs import decode_run
 from corral_server.store.schema import RECORD_FORMAT
 from corral_server.store.subagent_runs import SqliteRunStore
@@ -123,3 +123,34 @@ async def test_a_migrated_directory_opens_again_without_migrating(tmp_path: Path
         assert loaded.runs == list(sample.RUNS)
     finally:
         await again.close()
+
+
+async def test_a_migration_that_fails_leaves_the_old_version_whole(tmp_path: Path) -> None:
+    state = old_state(tmp_path / "state")
+    conn = sqlite3.connect(state / DB_FILE)
+    conn.execute(
+        # The second run's rewrite fails, after the first one's went through.
+        "CREATE TRIGGER refuse BEFORE UPDATE ON subagent_runs WHEN old.run_id = 'run-1'"
+        " BEGIN SELECT RAISE(ABORT, 'no room'); END"
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreUnavailable, match=f"from version {OLD_VERSION} to .*no room"):
+        await Database.open(state, synchronous="NORMAL")
+    conn = sqlite3.connect(state / DB_FILE)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == OLD_VERSION
+        records = [bytes(r) for (r,) in conn.execute("SELECT record FROM subagent_runs")]
+        assert all(r.startswith(b'{"run_id":') for r in records)
+        assert (
+            conn.execute("SELECT count(*) FROM meta WHERE key = 'record_format'").fetchone()[0] == 0
+        )
+        conn.execute("DROP TRIGGER refuse")
+        conn.commit()
+    finally:
+        conn.close()
+    reopened = await Database.open(state, synchronous="NORMAL")
+    try:
+        assert (await (await SqliteRunStore.open(reopened)).load()).runs == list(sample.RUNS)
+    finally:
+        await reopened.close()
