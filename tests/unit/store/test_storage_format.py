@@ -25,33 +25,23 @@ import corral_server.store
 from corral.storage.v1 import records_pb2 as storage_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral_server.domain import agent as da
+from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    Compaction,
-    ErrorItem,
-    Reasoning,
-    SubagentNotice,
-    TimelineItem,
-    Todo,
-    TodoEntry,
-    ToolCall,
-    ToolCallStatus,
-    UserMessage,
-)
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.format.agents import decode_agent, encode_agent
 
-SAMPLE_ITEMS: list[TimelineItem] = [
-    UserMessage("hello", "cm-1", "msg-1"),
-    AssistantMessage("hi", "msg-2"),
-    Reasoning("hmm"),
-    ToolCall("c1", "read", ToolCallStatus.FAILED, {"a": [1, 2.5, None, {"b": True}]}, "x", "e"),
-    ToolCall("c2", "list", ToolCallStatus.RUNNING),
-    Todo((TodoEntry("one"), TodoEntry("two", True))),
-    ErrorItem("bad", "E"),
-    Compaction("so far"),
-    SubagentNotice("run-1", "child", "done"),
+SAMPLE_ITEMS: list[dt.TimelineItem] = [
+    dt.UserMessage("hello", "cm-1", "msg-1"),
+    dt.AssistantMessage("hi", "msg-2"),
+    dt.Reasoning("hmm"),
+    dt.ToolCall(
+        "c1", "read", dt.ToolCallStatus.FAILED, {"a": [1, 2.5, None, {"b": True}]}, "x", "e"
+    ),
+    dt.ToolCall("c2", "list", dt.ToolCallStatus.RUNNING),
+    dt.Todo((dt.TodoEntry("one"), dt.TodoEntry("two", True))),
+    dt.ErrorItem("bad", "E"),
+    dt.Compaction("so far"),
+    dt.SubagentNotice("run-1", "child", "done"),
 ]
 
 texts = st.text(max_size=12)
@@ -206,7 +196,7 @@ def test_the_stored_item_is_wire_compatible_with_the_streamed_one() -> None:
 
 @pytest.mark.parametrize("item", SAMPLE_ITEMS)
 def test_a_streamed_item_reads_as_the_stored_message_with_nothing_unknown(
-    item: TimelineItem,
+    item: dt.TimelineItem,
 ) -> None:
     data = ITEM_CODEC.encode(item)
     stored = storage_pb.TimelineItem.FromString(data)
