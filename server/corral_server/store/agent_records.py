@@ -12,7 +12,6 @@ Must not: run SQLite on the loop.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +21,7 @@ from corral_server.domain.agent import Agent
 from corral_server.records.store import BadRecord, LoadedAgents
 from corral_server.store.database import Database
 from corral_server.store.format.agents import decode_agent, encode_agent
-from corral_server.store.keyed import KeyedRecords, KeyedWrite, Table
+from corral_server.store.keyed import KeyedStore, KeyedWrite, Table
 from corral_server.store.queued_prompts import QueuedContent, Written
 
 if TYPE_CHECKING:
@@ -41,33 +40,24 @@ AGENTS: Table[Agent] = Table(
 )
 
 
-class SqliteAgentRecords:
+class SqliteAgentRecords(KeyedStore[Agent]):
     """Open with `await SqliteAgentRecords.open(database)`; the codec is the store's format
     unless a test injects another."""
 
     def __init__(
         self, database: Database, encode: Encode = encode_agent, decode: Decode = decode_agent
     ) -> None:
-        self._db = database
         self._decode = decode
-        self._prompts = QueuedContent()
-        self._records = KeyedRecords(
-            database, encode, partial(_write, self._prompts), self._prompts.committed
-        )
+        self._prompts = prompts = QueuedContent()
+        super().__init__(database, AGENTS, encode, partial(_write, prompts), prompts.committed)
 
     @classmethod
     async def open(
         cls, database: Database, encode: Encode = encode_agent, decode: Decode = decode_agent
     ) -> SqliteAgentRecords:
         records = cls(database, encode, decode)
-        records._records.next_order = await AGENTS.next_order(database)
+        await records._start()
         return records
-
-    def put(self, agent: Agent) -> asyncio.Future[None]:
-        return self._records.put(agent.id, agent)
-
-    def delete(self, agent_id: str) -> asyncio.Future[None]:
-        return self._records.put(agent_id, None)
 
     async def load_headers(self) -> LoadedAgents:
         return await self._db.read(partial(_load, self._decode, self._prompts))

@@ -170,3 +170,32 @@ class Table(NamedTuple, Generic[V]):
                 continue
             values.append(value)
         return values, bad
+
+
+class KeyedStore(Generic[V]):
+    """A store of whole records in one `Table`: `put` and `delete` by the table's key, the
+    queue `KeyedRecords`; the store adds its load. `write` (default: the table's rows) and
+    `committed` as in KeyedRecords. Call `_start()` once, before the first write."""
+
+    def __init__(
+        self,
+        database: Database,
+        table: Table[V],
+        encode: Callable[[V], bytes],
+        write: Callable[[list[KeyedWrite[V]], sqlite3.Connection], Any] | None = None,
+        committed: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._db = database
+        self._table = table
+        self._records = KeyedRecords(database, encode, write or table.write, committed)
+
+    async def _start(self) -> None:
+        self._records.next_order = await self._table.next_order(self._db)
+
+    def put(self, value: V) -> asyncio.Future[None]:
+        """Upsert the value's record, whole; resolves once committed."""
+        return self._records.put(self._table.key_of(value), value)
+
+    def delete(self, key: str) -> asyncio.Future[None]:
+        """Forget the key's record (unknown: a no-op)."""
+        return self._records.put(key, None)

@@ -148,7 +148,7 @@ INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 RECORD_FORMAT = "corral.storage.v1"
 
 
-def _v6_storage_format(conn: sqlite3.Connection) -> None:
+def _records_in_storage_format(conn: sqlite3.Connection) -> None:
     rewritten: list[tuple[bytes, str]] = []
     for run_id, record in conn.execute("SELECT run_id, record FROM subagent_runs"):
         try:
@@ -165,7 +165,7 @@ def _v6_storage_format(conn: sqlite3.Connection) -> None:
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _v6_storage_format)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _records_in_storage_format)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

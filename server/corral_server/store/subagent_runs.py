@@ -9,8 +9,6 @@ Must not: run SQLite on the loop.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -18,7 +16,7 @@ from corral_server.domain.subagents import SubagentRun
 from corral_server.records.store import BadRun, LoadedRuns
 from corral_server.store.database import Database
 from corral_server.store.format.runs import decode_run, encode_run
-from corral_server.store.keyed import KeyedRecords, Table
+from corral_server.store.keyed import KeyedStore, Table
 
 if TYPE_CHECKING:
     from corral_server.records.store import RunStore
@@ -26,39 +24,21 @@ if TYPE_CHECKING:
 RUNS: Table[SubagentRun] = Table("subagent_runs", "run_id", "run", lambda run: run.run_id)
 
 
-class SqliteRunStore:
-    """Open with `await SqliteRunStore.open(database)`; the codec is the store's format unless
-    a test injects another."""
+class SqliteRunStore(KeyedStore[SubagentRun]):
+    """Open with `await SqliteRunStore.open(database)`."""
 
-    def __init__(
-        self,
-        database: Database,
-        encode: Callable[[SubagentRun], bytes] = encode_run,
-        decode: Callable[[bytes], SubagentRun] = decode_run,
-    ) -> None:
-        self._db = database
-        self._decode = decode
-        self._records = KeyedRecords(database, encode, RUNS.write)
+    def __init__(self, database: Database) -> None:
+        super().__init__(database, RUNS, encode_run)
 
     @classmethod
-    async def open(
-        cls,
-        database: Database,
-        encode: Callable[[SubagentRun], bytes] = encode_run,
-        decode: Callable[[bytes], SubagentRun] = decode_run,
-    ) -> SqliteRunStore:
-        store = cls(database, encode, decode)
-        store._records.next_order = await RUNS.next_order(database)
+    async def open(cls, database: Database) -> SqliteRunStore:
+        """The store, its next write ordered after every stored run."""
+        store = cls(database)
+        await store._start()
         return store
 
-    def put(self, run: SubagentRun) -> asyncio.Future[None]:
-        return self._records.put(run.run_id, run)
-
-    def delete(self, run_id: str) -> asyncio.Future[None]:
-        return self._records.put(run_id, None)
-
     async def load(self) -> LoadedRuns:
-        runs, bad = await self._db.read(partial(RUNS.load, self._decode))
+        runs, bad = await self._db.read(partial(RUNS.load, decode_run))
         return LoadedRuns(runs, [BadRun(*b) for b in bad])
 
 
