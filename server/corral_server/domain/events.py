@@ -106,7 +106,7 @@ class PermissionResolved:
 class AttentionRequired:
     agent_id: str
     reason: AttentionReason
-    # Whom to notify, by the presence policy (seed 000, section 9).
+    # Whom to notify, by the presence policy (docs/design.md#attention).
     notification: NotificationPlan = NOBODY
 
 

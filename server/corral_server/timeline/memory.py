@@ -1,7 +1,7 @@
 """The in-memory timeline store: rows, seqs and epochs of every agent, held in lists.
 
-Owns seq and epoch minting for the in-memory backend and the fetch receipts of seed 000,
-section 7.2. It does no I/O and must not import protobuf or grpc.
+Owns seq and epoch minting for the in-memory backend and the fetch receipts
+(docs/design.md#cursors). It does no I/O and must not import protobuf or grpc.
 
 Seeking never scans: seqs are contiguous within an epoch, so the list index of a seq is
 arithmetic, and a page costs one slice of `limit` rows whether the timeline holds 1 k or 1 M.
@@ -171,7 +171,7 @@ class InMemoryTimelineStore:
         page = _Page(timeline, self._max_page_rows, self._max_page_bytes)
         match direction:
             case Direction.TAIL:
-                # A cursor from another epoch: the client's cursors are stale (issue 6, item 5).
+                # A cursor from another epoch: the client's cursors are stale (a TAIL says so too).
                 stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != timeline.epoch
                 return _tail(page, limit, stale=stale)
             case Direction.BEFORE:

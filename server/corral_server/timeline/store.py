@@ -1,4 +1,4 @@
-"""The timeline store contract (seed 000, section 7).
+"""The timeline store contract (docs/design.md#cursors).
 
 Only the agent's actor (its single writer) calls the mutating methods; any reader may fetch.
 Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1 M rows.
@@ -82,7 +82,8 @@ class TimelineStore(Protocol):
     async def set_provider_message_id(
         self, agent_id: str, seq: int, provider_message_id: str
     ) -> None:
-        """Echo reconciliation: the only in-place change a row may get (seed 000, 6.4)."""
+        """Echo reconciliation: the only in-place change a row may get
+        (docs/design.md#echo-and-rewind)."""
         ...
 
     async def drop(self, agent_id: str) -> None:
