@@ -1,4 +1,4 @@
-"""The hub on a durable event log (issue 6, items 2 and 3): an event is published only once the
+"""The hub on a durable event log (docs/design.md#durability): an event is published only once the
 log has committed it; a failed commit publishes nothing, loses nothing and renumbers nothing
 (the writer retries on the clock); the hub continues the log's revisions and incarnation; a
 resume or a laggard whose position left the ring catches up from the log, with a reset only

@@ -1,4 +1,4 @@
-"""The single writer holds (issue 5, section 1 and 2): provider calls fenced by turn id and
+"""The single writer holds (docs/design.md#durability): provider calls fenced by turn id and
 bounded by deadlines on the FakeClock, shutdown through the queue, a failed writer step ends
 its turn instead of leaving the agent running, and nothing stored goes unpublished."""
 

@@ -1,4 +1,4 @@
-"""Cancel outcomes, close, create idempotency and shutdown (seed 000, sections 4.1, 4.3, 5.4).
+"""Cancel outcomes, close, create idempotency and shutdown (docs/design.md#cancel, #lifecycle).
 
 Cancel waits run on the FakeClock (harness.TIMEOUTS: interrupt 1 s, settle 2 s); a test moves
 the clock past them and checks the outcome is not decided a millisecond earlier.
