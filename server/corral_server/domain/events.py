@@ -33,7 +33,7 @@ class AgentRemoved:
 
 
 class RowAppended(NamedTuple):
-    """A NamedTuple: one per stored row, on the writer's hot path (see TimelineRow)."""
+    """A NamedTuple: one per stored row, on the timeline writer's hot path (see TimelineRow)."""
 
     agent_id: str
     epoch: str

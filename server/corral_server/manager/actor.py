@@ -6,7 +6,7 @@ whose one drain is a job), coalescer timers, and shutdown. So seqs are assigned 
 and provider events that arrive while a command awaits the provider (for example before
 `start_turn` returns a turn id) wait behind it: staging for free (docs/design.md#turns).
 
-A writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
+A timeline writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
 the provider boundary, encode, store, publish). Any step that still fails ends the running
 turn as turn_failed, with an error row, and leaves the agent errored: never stuck in running.
 
@@ -145,7 +145,7 @@ class AgentActor:
         )
 
     def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
-        """A re-based timeline (rewind, rehydrating reload) gets a writer of its own."""
+        """A re-based timeline (rewind, rehydrating reload) gets a timeline writer of its own."""
         self._core.writer = self._new_writer(epoch, next_seq)
         return self._core.writer
 
@@ -263,7 +263,7 @@ class AgentActor:
         await self._prompts.add_notice(notice, wake, client_message_id)
 
     async def barrier(self) -> None:
-        """Until every row handed to the store so far is stored and published."""
+        """Until every row handed to the timeline store so far is stored and published."""
         await self._writer.barrier()
 
     # --- ending turns ----------------------------------------------------------------------

@@ -47,7 +47,7 @@ class Ending:
 
     async def interrupt(self, turn_id: str) -> InterruptResult:
         """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
-        to answer must not stall the writer), under the interrupt deadline, and fenced twice:
+        to answer must not stall the single writer), under the interrupt deadline, and fenced twice:
         here, and by the provider, which ignores an interrupt for a turn it is not running.
         A deadline or an error counts as "not confirmed" (REFUSED)."""
         active, session = self._core.turns.active, self._sessions.current
@@ -190,7 +190,7 @@ class Ending:
             await self._writer_failed(exc)
 
     async def _writer_failed(self, exc: Exception) -> None:
-        """A writer step failed unexpectedly: end the running turn as failed (with an error
+        """A timeline writer step failed unexpectedly: end the running turn as failed (with an error
         row, when one can be stored) and leave the agent errored, never stuck in running."""
         agent_id = self._core.state.snapshot.id
         log.error("agent %s: a writer step failed", agent_id, exc_info=exc)

@@ -51,7 +51,7 @@ class HistoryKeeper:
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
         self._core = core
-        self._new_writer = new_writer  # installs a writer for a re-based timeline
+        self._new_writer = new_writer  # installs a timeline writer for a re-based timeline
         self._sessions = sessions
         self._echoes = echoes
         self._register = register

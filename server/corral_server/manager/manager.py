@@ -228,8 +228,8 @@ class AgentManager:
         await actor.call(lambda: actor.add_notice(notice, wake, client_message_id))
 
     async def rows_settled(self, agent_id: str) -> None:
-        """Until every row the agent has handed to its store so far is stored (a reader that
-        fetches next sees them). A closed agent's rows are already settled or about to be."""
+        """Until every row the agent has handed to its timeline store so far is stored (a reader
+        that fetches next sees them). A closed agent's rows are already settled or about to be."""
         actor = self._actor(agent_id)
         with contextlib.suppress(errors.AgentClosed):
             await actor.call(actor.barrier)

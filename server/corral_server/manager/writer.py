@@ -28,7 +28,7 @@ from corral_server.timeline.store import NewRow, TimelineStore
 
 
 class Publisher(Protocol):
-    """The event hub as the writer sees it: encode first, publish after the store step.
+    """The event hub as the timeline writer sees it: encode first, publish after the store step.
 
     `joint_commits`: the hub publishes an event only once its event log committed it, in
     the same journal as the timeline store and behind the rows handed over before it

@@ -11,7 +11,7 @@ Pages are cut by rows and bytes too: a page holds at most `max_page_rows` rows a
 least one row, whatever its `limit` (0 included). A page that walks back (TAIL, BEFORE) keeps
 the newest rows of its range, one that walks forward (AFTER) the oldest, and the receipt says
 what was left out (has_older / has_newer), so a client just pages on. Only the rows a page
-keeps are measured (sizes are not kept: that would cost the writer on every row), so
+keeps are measured (sizes are not kept: that would cost the single writer on every row), so
 `limit: 0` over 80 MB costs one page.
 
 Page positions. Every page is a half-open seq interval [lo, hi) clipped to the retained range

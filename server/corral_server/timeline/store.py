@@ -33,7 +33,7 @@ class NewRow(NamedTuple):
 class ItemCodec(Protocol):
     """How a durable store turns an item into bytes and back. The daemon's codec lives at the
     rpc edge (rpc/item_codec.py: the wire's protobuf encoding), so no store imports protobuf.
-    `decode(encode(item))` equals `item` for every item the writer stores."""
+    `decode(encode(item))` equals `item` for every item the timeline writer stores."""
 
     def encode(self, item: TimelineItem) -> bytes: ...
 

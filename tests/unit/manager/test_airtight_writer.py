@@ -53,7 +53,7 @@ async def stored_rows(world: World, agent_id: str) -> list[tuple[int, object]]:
     return [(row.seq, row.item) for row in await world.rows(agent_id)]
 
 
-# --- 1. the writer is really single ---------------------------------------------------------
+# --- 1. the single writer is really single --------------------------------------------------------
 
 
 async def test_a_cancel_whose_turn_ends_before_the_interrupt_lands_never_cancels_the_next_turn(
