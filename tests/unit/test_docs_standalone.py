@@ -96,7 +96,7 @@ def citation_counts(texts: dict[str, str]) -> Counter[str]:
 def test_no_tracked_file_cites_a_seed_an_issue_or_a_write_up() -> None:
     counts = citation_counts(tracked_texts())
     cited = {name: n for name, n in counts.items() if n and PENDING.get(name) != n}
-    assert cited == {}, "state the rule in our words, or cite docs/design.md#SECTION"
+    assert cited == {}, "state the rule in our words, or cite a section of docs/design.md"
 
 
 def test_a_pending_file_is_listed_only_while_it_still_cites() -> None:
