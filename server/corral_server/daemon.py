@@ -26,6 +26,7 @@ from typing import IO, NoReturn
 
 from corral_server import gc_tuning, logs, reclaim
 from corral_server.app import SERVICE_NAMES, Config, Daemon
+from corral_server.config import standby_info
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
 from corral_server.providers import process_tree, registry
@@ -34,7 +35,7 @@ from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFile, TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
-from corral_server.server_info import API_VERSION, corral_version, standby_info
+from corral_server.server_info import API_VERSION, corral_version
 from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
 from corral_server.store.private import make_private

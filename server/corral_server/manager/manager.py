@@ -100,9 +100,10 @@ class AgentManager:
         # and every WaitForIdle ends with it.
         self._shutting_down = False
         self._draining = asyncio.Event()
-        # Sub-agent hooks (subagents/registry.py sets them): `on_settled` is told, on the
-        # agent's task, when an agent settles (a turn ended, no successor follows);
-        # `on_archive` runs before an archive cascade closes its agents (ids, agent first).
+        # Sub-agent hooks (app.py sets them to the sub-agent registry's): `on_settled` is
+        # told, on the agent's task, when an agent settles (a turn ended, no successor
+        # follows); `on_archive` runs before an archive cascade closes its agents (ids, agent
+        # first).
         self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
         self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
         # Told (on the loop) of each agent a close or an archive leaves closed (app.py: the MCP
