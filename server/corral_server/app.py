@@ -28,6 +28,7 @@ from corral_server.durable import DurableStores, open_database, open_search, ope
 from corral_server.errors import CorralError
 from corral_server.hub import EventHub
 from corral_server.listen import make_socket_private, remove_socket, unix_path
+from corral_server.manager.deadlines import first_of
 from corral_server.manager.manager import AgentManager
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
@@ -375,12 +376,7 @@ class Daemon:
         """Wait `delay_s` on the daemon's clock, or until the delay is skipped."""
         if delay_s <= 0 or self._skip_delay.is_set():
             return
-        sleep = asyncio.ensure_future(self.clock.sleep(delay_s))
-        skip = asyncio.ensure_future(self._skip_delay.wait())
-        _, pending = await asyncio.wait((sleep, skip), return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await first_of(self.clock.sleep(delay_s), self._skip_delay.wait())
 
     async def wait(self) -> None:
         if self._server is not None:
