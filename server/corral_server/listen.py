@@ -36,7 +36,14 @@ def unix_path(listen: str) -> Path | None:
 
 
 def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
+    """`HOST:PORT` names this machine's loopback interface."""
+    return is_loopback_host(listen.rsplit(":", 1)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """`host` (a name or an address, IPv6 with or without brackets) is "localhost" or a
+    loopback address."""
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:

@@ -21,6 +21,7 @@ from corral_server.domain.agent import (
     Agent,
     PendingPermission,
     PermissionResponse,
+    QueuedBy,
     QueuedPrompt,
 )
 from corral_server.domain.content import Prompt
@@ -34,7 +35,7 @@ from corral_server.manager.creation import Creation, check_choice
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
-from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
+from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.validate import Limits, check_id, check_labels, check_prompt, check_title
@@ -123,23 +124,9 @@ class AgentManager:
         """Every agent in scope (empty = all), for a fresh subscription."""
         return self._agents.snapshot(agent_ids)
 
-    def list_agents(
-        self,
-        *,
-        page_size: int,
-        page_token: str,
-        label_selector: str,
-        include_archived: bool,
-        parent_agent_id: str,
-    ) -> tuple[list[Agent], str]:
+    def list_agents(self, query: ListQuery) -> tuple[list[Agent], str]:
         """Agents in creation order, a page at a time (directory.py)."""
-        return self._agents.page(
-            page_size=page_size,
-            page_token=page_token,
-            label_selector=label_selector,
-            include_archived=include_archived,
-            parent_agent_id=parent_agent_id,
-        )
+        return self._agents.page(query)
 
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
@@ -211,7 +198,8 @@ class AgentManager:
             )
         if if_running is IfRunning.REPLACE and actor.active_turn is not None:
             await stopping.cancel_for_replace(actor, self._clock, self._timeouts)
-        return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running))
+        by = QueuedBy.CLIENT
+        return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running, by))
 
     async def add_notice(
         self,
