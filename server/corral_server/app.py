@@ -170,8 +170,8 @@ class Daemon:
         registry = SubagentRegistry(
             self.manager, store, self.clock, self.config.subagents, publish=self._run_changed
         )
-        self.manager.on_settled = registry.on_settled
-        self.manager.on_archive = registry.on_archive
+        self.manager.hooks.on_settled = registry.on_settled
+        self.manager.hooks.on_archive = registry.on_archive
         return registry
 
     def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
@@ -271,7 +271,7 @@ class Daemon:
             self.mcp = await edges.start_mcp(
                 config.mcp_listen, self.subagents, self.manager, self.run_waiters, self._uses_mcp
             )
-            self.manager.on_closed = self.mcp.agent_closed  # its sessions end with the agent
+            self.manager.hooks.on_closed = self.mcp.agent_closed  # its sessions end with the agent
         if config.metrics_listen:
             tokens = self.tokens if config.metrics_token else None
             if config.metrics_token and tokens is None:

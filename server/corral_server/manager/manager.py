@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -33,6 +33,7 @@ from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, check_choice
 from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
@@ -101,15 +102,7 @@ class AgentManager:
         # and every WaitForIdle ends with it.
         self._shutting_down = False
         self._draining = asyncio.Event()
-        # Sub-agent hooks (app.py sets them to the sub-agent registry's): `on_settled` is
-        # told, on the agent's task, when an agent settles (a turn ended, no successor
-        # follows); `on_archive` runs before an archive cascade closes its agents (ids, agent
-        # first).
-        self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
-        self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
-        # Told (on the loop) of each agent a close or an archive leaves closed (app.py: the MCP
-        # endpoint ends what that agent has open).
-        self.on_closed: Callable[[str], None] | None = None
+        self.hooks = ManagerHooks()  # app.py sets them
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -319,8 +312,8 @@ class AgentManager:
         self._check_open()
         self._actor(agent_id)
         members = self._agents.with_descendants(agent_id)
-        if self.on_archive is not None:
-            await self.on_archive(members)
+        if self.hooks.on_archive is not None:
+            await self.hooks.on_archive(members)
         return await stopping.archive_each(
             [self._agents.actors[m] for m in members], self._told_closed
         )
@@ -330,9 +323,9 @@ class AgentManager:
         return await self._closes.close(self._actor(agent_id))
 
     def _told_closed(self, actor: AgentActor) -> None:
-        """Tell `on_closed` (read at the call: app.py sets it after construction)."""
-        if self.on_closed is not None and actor.agent.is_closed:
-            self.on_closed(actor.agent.id)
+        """Tell `hooks.on_closed` (read at the call: app.py sets it after construction)."""
+        if self.hooks.on_closed is not None and actor.agent.is_closed:
+            self.hooks.on_closed(actor.agent.id)
 
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,
@@ -366,8 +359,8 @@ class AgentManager:
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
-        if self.on_settled is not None:
-            self.on_settled(agent, terminal)
+        if self.hooks.on_settled is not None:
+            self.hooks.on_settled(agent, terminal)
 
     def _actor(self, agent_id: str) -> AgentActor:
         return self._agents.actor(agent_id)

@@ -12,9 +12,9 @@ Owns which runs exist and every change to them, through its parts, each a module
 - sweeper.py: children of finished DELETE runs archived, old records forgotten.
 
 The registry changes agents only through the manager's public methods (create, cancel, close,
-remove_queued, add_notice) and hears from them through two methods the daemon sets as the
-manager's hooks (app.py): `on_settled` (an agent's turn ended and nothing follows) and
-`on_archive` (before an archive cascade).
+remove_queued, add_notice) and hears from them through two methods app.py sets as the
+manager's hooks (manager/hooks.py): `on_settled` (an agent's turn ended and nothing follows)
+and `on_archive` (before an archive cascade).
 
 Must not: change an agent except through the manager; import grpc or protobuf.
 """
