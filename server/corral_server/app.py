@@ -197,9 +197,10 @@ class Daemon:
     # --- start -----------------------------------------------------------------------------
 
     async def _open_store(self, state_dir: Path) -> None:
-        """The durable store: timelines and agent records in the state directory's SQLite
-        database; the stored agents come back (headers only) before anything serves.
-        Raises StoreError (a newer schema, an unusable directory) with a clear message."""
+        """The store (docs/design.md#durability): timelines and agent records in the state
+        directory's SQLite database; the stored agents come back (headers only) before
+        anything serves. Raises StoreError (a newer schema, an unusable directory) with a clear
+        message."""
         self.database = database = await open_database(self.config, state_dir, self.daemon_tag)
         try:
             stores = await open_stores(database, self.config)

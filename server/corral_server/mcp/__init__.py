@@ -1,5 +1,5 @@
-"""corral's sub-agent operations as MCP tools for the agents it runs: an agent, named by its
-own token, sees and controls only its own descendants.
+"""corral's sub-agent operations as MCP tools for the agents it runs (docs/mcp.md): an
+agent, named by its own token, sees and controls only its own descendants.
 
 Imports nothing. The endpoint (`corral_server.mcp.server.McpEndpoint`) is imported only by a
 daemon that serves MCP: the SDK and its web stack take about half a second to import, which
