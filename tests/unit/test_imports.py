@@ -14,7 +14,7 @@ import subprocess
 import sys
 from functools import cache
 
-from tests.unit.test_layers import ROOT, layer, sources
+from tests.unit.test_layers import ROOT, is_module, layer, sources
 
 _PROBE = r"""
 import json, logging, os, signal, sys, tempfile, threading
@@ -95,6 +95,8 @@ def loaded() -> dict[str, dict[str, list[str]]]:
     ("modules") and which parts of the process state it changed ("changed")."""
     packages = [module for module, path in sources() if path.name == "__init__.py"]
     targets = sorted({*packages, *MUST_NOT_LOAD, "corral_server.rpc.errors"})
+    missing = [target for target in targets if not is_module(target)]
+    assert missing == [], f"MUST_NOT_LOAD names modules that no longer exist: {missing}"
     probe = subprocess.run(
         [sys.executable, "-c", _PROBE, *targets],
         capture_output=True,
