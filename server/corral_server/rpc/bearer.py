@@ -34,10 +34,6 @@ from corral_server.rpc.auth import (
     checked_token,
     unauthenticated,
 )
-from corral_server.rpc.wrapping import Interceptor
-
-if TYPE_CHECKING:
-    from corral_server.rpc.wrapping import Continuation, Handler
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +167,13 @@ def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, reason: str) -> An
             return grpc.stream_stream_rpc_method_handler(streaming, **kw)
 
 
-class BearerTokens(Interceptor):
+if TYPE_CHECKING:  # generic in the stubs only
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
+
+
+class BearerTokens(_Interceptor):
     """Refuses, with UNAUTHENTICATED, every call but health that lacks a good bearer token,
     and ends a call let in when its token is revoked. Runs first, so a refused call's body is
     never decoded."""
@@ -180,8 +182,12 @@ class BearerTokens(Interceptor):
         self._tokens = tokens
 
     async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler:
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         method: str = handler_call_details.method
         if method.startswith(EXEMPT_PREFIXES):
             return await continuation(handler_call_details)

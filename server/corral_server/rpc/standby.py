@@ -8,6 +8,7 @@ touches the state directory; the real daemon replaces it once the lock is free.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,15 +24,16 @@ from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.errors import install_client_gone, to_status
 from corral_server.rpc.server import bind, check_socket, enable_reflection
 from corral_server.rpc.server_service import SERVICE_NAME, ServerService
-from corral_server.rpc.wrapping import Interceptor
 from corral_server.server_info import ServerInfo
-
-if TYPE_CHECKING:
-    from corral_server.rpc.wrapping import Continuation, Handler
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # What a standby answers; reflection's v1 and v1alpha services share the prefix.
 ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
+
+if TYPE_CHECKING:  # generic in the stubs only
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
 
 
 def _identity(data: bytes) -> bytes:
@@ -44,10 +46,14 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
     raise AssertionError("unreachable: context.abort raises")
 
 
-class _RefuseAgentCalls(Interceptor):
+class _RefuseAgentCalls(_Interceptor):
     async def intercept_service(
-        self, continuation: Continuation, details: grpc.HandlerCallDetails
-    ) -> Handler:
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         if details.method.startswith(ANSWERED_PREFIXES):
             return await continuation(details)
         return grpc.unary_unary_rpc_method_handler(

@@ -1,7 +1,6 @@
 """The one shape of an interceptor that wraps corral's own method handlers: each corral.v1
 method's handler is wrapped once and the wrapper cached (grpc asks for the handler on every
-call), other services' handlers pass through untouched. Also the types every server
-interceptor of corral's is written with (`Interceptor`, `Continuation`, `Handler`).
+call), other services' handlers pass through untouched.
 
 Must not: wrap health or reflection (they are not corral.v1's), or hold per-call state.
 """
@@ -9,22 +8,19 @@ Must not: wrap health or reflection (they are not corral.v1's), or hold per-call
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 PREFIX = "/corral.v1."
 
 if TYPE_CHECKING:  # generic in the stubs only
-    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
-    # What an interceptor calls for the handler of the call's method.
-    Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
-    Interceptor = grpc.aio.ServerInterceptor
+    _Interceptor = grpc.aio.ServerInterceptor
 
 
-class HandlerWrapper(Interceptor):
+class HandlerWrapper(_Interceptor):
     """Subclasses say how one method's handler is wrapped (`wrap`)."""
 
     def __init__(self) -> None:
@@ -35,8 +31,12 @@ class HandlerWrapper(Interceptor):
         raise NotImplementedError
 
     async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler:
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         method: str = handler_call_details.method
         handler = await continuation(handler_call_details)
         if handler is None or not method.startswith(PREFIX):
@@ -45,5 +45,5 @@ class HandlerWrapper(Interceptor):
         if wrapped is None or wrapped[0] is not handler:
             wrapped = (handler, self.wrap(method, handler))
             self._wrapped[method] = wrapped
-        result: Handler = wrapped[1]
+        result: grpc.RpcMethodHandler[Any, Any] = wrapped[1]
         return result
