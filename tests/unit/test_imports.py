@@ -76,6 +76,9 @@ OPTIONAL = ("uvicorn", "starlette", "mcp", "corral_server.mcp.server", "corral_s
 # module -> what importing it must not load (a name stands for it and its submodules).
 MUST_NOT_LOAD: dict[str, tuple[str, ...]] = {
     "corral_server.store": ("corral_server.manager", "corral_server.subagents", *WIRE),
+    # The rpc edge's error table needs the store's errors, not its tables.
+    "corral_server.store.errors": ("corral_server.store.database", "corral_server.records"),
+    "corral_server.rpc.errors": ("corral_server.store.sqlite_timeline", "corral_server.manager"),
     "corral_server.store.subagent_runs": ("corral_server.manager", *WIRE),
     "corral_server.records": ("corral_server.store", "corral_server.manager", *WIRE),
     "corral_server.timeline": ("corral_server.timeline.memory",),
