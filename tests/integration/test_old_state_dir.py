@@ -18,7 +18,7 @@ from corral.v1 import subagent_service_pb2_grpc as sub_grpc
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server.app import Config
 from corral_server.rpc.convert import item_from_pb
-from corral_server.store import DB_FILE
+from corral_server.store.database import DB_FILE
 from tests.support.client import Stubs
 from tests.support.daemon import DaemonThread
 from tests.unit.store.old_state import sample

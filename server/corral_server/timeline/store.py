@@ -23,6 +23,11 @@ from corral_server.domain.timeline import (
 )
 
 
+def new_epoch() -> str:
+    """A fresh timeline epoch: 128 random bits as 32 hex characters (every store's default)."""
+    return uuid.uuid4().hex
+
+
 class NewRow(NamedTuple):
     """A row to append; the store assigns its seq. (A NamedTuple: built per row on the
     writer's hot path, see TimelineRow.)"""
@@ -36,7 +41,7 @@ class NewRow(NamedTuple):
 class ItemCodec(Protocol):
     """How a durable store turns an item into bytes and back. The daemon's codec lives at the
     rpc edge (rpc/item_codec.py: the wire's protobuf encoding), so no store imports protobuf.
-    `decode(encode(item))` equals `item` for every item the writer stores."""
+    `decode(encode(item))` equals `item` for every item the timeline writer stores."""
 
     def encode(self, item: TimelineItem) -> bytes: ...
 
@@ -92,11 +97,6 @@ class TimelineStore(Protocol):
     async def drop(self, agent_id: str) -> None:
         """Forget the timeline entirely."""
         ...
-
-
-def new_epoch() -> str:
-    """A fresh epoch: a uuid4 as 32 hex characters."""
-    return uuid.uuid4().hex
 
 
 class Options(TypedDict, total=False):

@@ -18,8 +18,9 @@ from corral_server.domain.subagents import (
     RunId,
     SubagentRun,
 )
-from corral_server.records import InMemoryRunStore, RunStore
-from corral_server.store import Database
+from corral_server.records.memory import InMemoryRunStore
+from corral_server.records.store import RunStore
+from corral_server.store.database import Database
 from corral_server.store.format.runs import decode_run, encode_run
 from corral_server.store.subagent_runs import SqliteRunStore
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from corral_server import store
 from corral_server.domain.timeline import Direction, TimelineRow
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import DB_FILE, SCHEMA_VERSION, Database, StoreUnavailable
+from corral_server.store import agent_records, event_log, requests, sqlite_timeline
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import StoreUnavailable
 from corral_server.store.format.runs import decode_run
-from corral_server.store.schema import RECORD_FORMAT
+from corral_server.store.schema import RECORD_FORMAT, SCHEMA_VERSION
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.timeline.store import NewRow
 from tests.unit.store.old_state import sample
@@ -73,7 +74,7 @@ async def test_the_migration_names_the_format_and_rewrites_every_run(database: D
 
 
 async def test_every_agent_loads_whole_with_its_queued_prompts(database: Database) -> None:
-    loaded = await (await store.SqliteAgentRecords.open(database)).load_headers()
+    loaded = await (await agent_records.SqliteAgentRecords.open(database)).load_headers()
     assert loaded.bad == []
     assert loaded.agents == list(sample.AGENTS)
     [long, short] = loaded.agents[0].queued_prompts
@@ -81,7 +82,9 @@ async def test_every_agent_loads_whole_with_its_queued_prompts(database: Databas
 
 
 async def test_every_timeline_row_reads_back_in_its_epoch(database: Database) -> None:
-    timeline = await store.SqliteTimelineStore.open(database, ITEM_CODEC, search_index=True)
+    timeline = await sqlite_timeline.SqliteTimelineStore.open(
+        database, ITEM_CODEC, search_index=True
+    )
     parent = await timeline.fetch(sample.PARENT.id, Direction.TAIL, None, 0)
     seq, provider_message_id = sample.PARENT_PROVIDER_MESSAGE_ID
     expected = rows(sample.PARENT_ROWS)
@@ -102,13 +105,13 @@ async def test_every_run_loads_in_spawn_order(database: Database) -> None:
 
 
 async def test_the_event_log_request_ids_and_finished_turns_are_kept(database: Database) -> None:
-    log = await store.SqliteEventLog.open(database)
+    log = await event_log.SqliteEventLog.open(database)
     assert log.incarnation == sample.INCARNATION
     entries = await log.read(0, 100, 1 << 20)
     assert [tuple(e) for e in entries] == list(sample.EVENTS)
     request_id, fingerprint, agent_id, _ = sample.CREATE_REQUEST
-    assert await store.SqliteCreateRequests(database).find(request_id) == (fingerprint, agent_id)
-    turns = store.SqliteFinishedTurns(database)
+    assert await requests.SqliteCreateRequests(database).find(request_id) == (fingerprint, agent_id)
+    turns = requests.SqliteFinishedTurns(database)
     for agent_id, turn_id in sample.FINISHED_TURNS:
         assert await turns.contains(agent_id, turn_id)
 

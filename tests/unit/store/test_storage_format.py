@@ -2,16 +2,12 @@
 durable store relies on), except the content of queued prompts too long for their summary (the
 store keeps it in a table of its own), and a record that cannot be an agent is refused with a
 reason, never half-loaded. The stored timeline item is wire-compatible with the API's: the
-writer stores the bytes it streams. Only store/format/ imports the storage messages, and it
-never imports the API's."""
+writer stores the bytes it streams. (That only store/format/ imports protobuf, and never the
+API's messages, is tests/unit/test_layers.py's.)"""
 
 from __future__ import annotations
 
-import ast
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from google.protobuf.descriptor import Descriptor
@@ -20,8 +16,6 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import given
 from hypothesis import strategies as st
 
-import corral_server.records
-import corral_server.store
 from corral.storage.v1 import records_pb2 as storage_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral_server.domain import agent as da
@@ -217,45 +211,3 @@ def _unknown(message: Message) -> bool:
         if any(isinstance(v, Message) and _unknown(v) for v in values):
             return True
     return False
-
-
-# --- who imports what -------------------------------------------------------------------------
-
-
-def _imports(source: Path) -> list[str]:
-    names: list[str] = []
-    for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.append(node.module or "")
-    return names
-
-
-def test_only_the_format_imports_protobuf_and_never_the_api_messages() -> None:
-    store = Path(corral_server.store.__file__).parent
-    records = Path(corral_server.records.__file__).parent
-    for source in [*store.rglob("*.py"), *records.glob("*.py")]:
-        in_format = source.parent.name == "format"
-        for name in _imports(source):
-            assert not name.startswith(("grpc", "corral.v1", "corral_server.rpc")), (
-                f"{source.name} imports {name}"
-            )
-            if not in_format:
-                assert not name.startswith(("google", "corral.")), f"{source.name} imports {name}"
-            if source.parent == records:  # the protocols know no backend
-                assert not name.startswith(("sqlite3", "corral_server.store")), (
-                    f"records/{source.name} imports {name}"
-                )
-
-
-def test_importing_the_stores_loads_neither_the_manager_nor_the_api() -> None:
-    code = (
-        "import sys, corral_server.store, corral_server.store.subagent_runs, corral_server.records;"
-        "print([m for m in sys.modules if m.startswith(('corral_server.manager',"
-        " 'corral_server.subagents', 'corral_server.rpc', 'corral.v1', 'grpc'))])"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout.strip() == "[]"
