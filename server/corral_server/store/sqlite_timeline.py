@@ -224,8 +224,7 @@ class SqliteTimelineStore:
     ) -> FetchResult:
         if agent_id not in self._committed:
             raise AgentNotFound(agent_id)
-        take = pages.checked_limit(limit)
-        pages.checked_cursor(direction, cursor)
+        take = pages.checked(direction, cursor, limit)
         limits = self._limits
         request = PageRequest(
             agent_id,

@@ -115,8 +115,7 @@ class InMemoryTimelineStore:
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
         timeline = self._get(agent_id)
-        take = pages.checked_limit(limit)
-        pages.checked_cursor(direction, cursor)
+        take = pages.checked(direction, cursor, limit)
         first, next_seq = timeline.first, timeline.next_seq
         where = pages.plan(timeline.epoch, first, next_seq, direction, cursor, take)
         rows = _cut(timeline, where, self._limits.max_page_rows, self._limits.max_page_bytes)

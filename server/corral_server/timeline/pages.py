@@ -47,8 +47,15 @@ class Plan(NamedTuple):
     gap: bool = False
 
 
-def checked_limit(limit: int | None) -> int:
-    """None = the default page; 0 = the whole window (still capped by rows and bytes)."""
+def checked(direction: dt.Direction, cursor: dt.Cursor | None, limit: int | None) -> int:
+    """A fetch's arguments checked (InvalidArgument otherwise); its limit. None = the default
+    page; 0 = the whole window (still capped by rows and bytes)."""
+    take = _checked_limit(limit)
+    _check_cursor(direction, cursor)
+    return take
+
+
+def _checked_limit(limit: int | None) -> int:
     if limit is None:
         return dt.DEFAULT_PAGE_LIMIT
     if limit < 0:
@@ -56,7 +63,7 @@ def checked_limit(limit: int | None) -> int:
     return limit
 
 
-def checked_cursor(direction: dt.Direction, cursor: dt.Cursor | None) -> None:
+def _check_cursor(direction: dt.Direction, cursor: dt.Cursor | None) -> None:
     """BEFORE and AFTER need a cursor whose seq is not negative (TAIL's cursor is optional:
     only its epoch counts)."""
     if direction is dt.Direction.TAIL:
@@ -84,7 +91,7 @@ def plan(
             stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != epoch
             return _tail(first, next_seq, limit, stale_cursor=stale)
         case dt.Direction.BEFORE | dt.Direction.AFTER:
-            assert cursor is not None  # checked_cursor ran first
+            assert cursor is not None  # `checked` ran first
             if cursor.epoch != epoch:
                 return _tail(first, next_seq, limit, stale_cursor=True)
             if direction is dt.Direction.BEFORE:
