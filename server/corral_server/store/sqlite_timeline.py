@@ -159,10 +159,11 @@ class SqliteTimelineStore:
         return Head(tid, self._epoch_factory(), 1, 1)
 
     def _reserved_head(self, agent_id: str) -> Head:
-        try:
-            return self._reserved[agent_id]
-        except KeyError:
-            raise AgentNotFound(agent_id) from None
+        """The head writes take their seqs from (AgentNotFound when there is none)."""
+        head = self._reserved.get(agent_id)
+        if head is None:
+            raise AgentNotFound(agent_id)
+        return head
 
     def _queue(
         self,
