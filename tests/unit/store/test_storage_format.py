@@ -7,7 +7,8 @@ API's messages, is tests/unit/test_layers.py's.)"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
+from typing import Any
 
 import pytest
 from google.protobuf.descriptor import Descriptor
@@ -19,10 +20,13 @@ from hypothesis import strategies as st
 from corral.storage.v1 import records_pb2 as storage_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral_server.domain import agent as da
+from corral_server.domain import subagents as ds
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.format.agents import decode_agent, encode_agent
+from corral_server.store.format.runs import decode_run, encode_run
+from tests.unit.store.old_state import sample
 
 SAMPLE_ITEMS: list[dt.TimelineItem] = [
     dt.UserMessage("hello", "cm-1", "msg-1"),
@@ -71,8 +75,9 @@ usages = st.builds(
     st.integers(0, 2**40),
     st.integers(0, 10**6).map(lambda cents: cents / 100),
 )
-agents = st.builds(
-    da.Agent,
+# Every field of the domain's Agent, each with values of its own (a field added to Agent and
+# not here fails test_the_round_trip_draws_every_field_of_an_agent).
+AGENT_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     id=st.text(min_size=1, max_size=12).map(da.AgentId),
     provider=texts,
     cwd=texts,
@@ -93,6 +98,18 @@ agents = st.builds(
     last_error=st.one_of(st.none(), errors),
     last_usage=st.one_of(st.none(), usages),
 )
+agents = st.builds(da.Agent, **AGENT_FIELDS)
+
+
+def test_the_round_trip_draws_every_field_of_an_agent() -> None:
+    assert set(AGENT_FIELDS) == {f.name for f in fields(da.Agent)}
+
+
+def test_a_run_with_every_field_set_survives_the_round_trip() -> None:
+    full = replace(sample.RUN_FULL, announced_at_ms=1_700_000_004_000)
+    defaults = {f.name: f.default for f in fields(ds.SubagentRun) if f.default is not MISSING}
+    assert [name for name, value in defaults.items() if getattr(full, name) == value] == []
+    assert decode_run(encode_run(full)) == full
 
 
 @given(agents)
