@@ -4,13 +4,12 @@ codex's `turn/completed` (or a failure) becomes the turn's one terminal event. P
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Any, TypeAlias, assert_never
 
-from corral_server.domain.agent import AgentError, PermissionResponse
+from corral_server.domain.agent import AgentError
 from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.providers.base import (
     ProviderEvent,
@@ -19,7 +18,9 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
 )
 from corral_server.providers.codex_items import UsageTally
-from corral_server.providers.codex_wire import Json
+from corral_server.providers.command import Run as CommandRun
+
+Json: TypeAlias = Any
 
 AGENT_ERROR = "AGENT_ERROR"  # codex failed the turn, or refused a request
 AGENT_TIMEOUT = "AGENT_TIMEOUT"  # codex did not answer turn/start within its deadline
@@ -27,16 +28,12 @@ INTERRUPTED = "interrupted"
 
 
 @dataclass(slots=True)
-class Run:
+class Run(CommandRun):
     """The running turn: set once codex named it, until its terminal event is reported."""
 
-    turn_id: str
-    canceling: bool = False
     usage: UsageTally = field(default_factory=UsageTally)
     # The last error notification codex will not retry (a failed turn may carry none).
     error: AgentError | None = None
-    # Approvals the turn waits on, by corral request id: set by the answer.
-    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
     # Codex's JSON-RPC id of each approval request -> corral's request id.
     by_rpc_id: dict[int | str | None, str] = field(default_factory=dict)
 

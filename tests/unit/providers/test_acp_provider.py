@@ -21,7 +21,6 @@ from corral_server.domain.timeline import AssistantMessage, ToolCall, ToolCallSt
 from corral_server.providers import acp_files
 from corral_server.providers.acp import AcpProvider, AcpSession, AcpStartFailed
 from corral_server.providers.acp_items import ItemMapper
-from corral_server.providers.acp_wire import AcpError
 from corral_server.providers.base import (
     InterruptResult,
     ProviderEvent,
@@ -32,6 +31,7 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.providers.jsonrpc import RpcError
 from corral_server.providers.sandbox import FileSandbox
 
 STUB = Path(__file__).with_name("acp_stub.py")
@@ -174,11 +174,11 @@ async def test_files_are_confined_to_the_cwd(tmp_path: Path) -> None:
     }
     assert await acp_files.read_text_file(files, {"path": str(cwd / "missing")}) == {"content": ""}
     for bad in (str(cwd / ".." / "secret"), str(cwd / "link"), "relative.txt"):
-        with pytest.raises(AcpError):
+        with pytest.raises(RpcError):
             await acp_files.read_text_file(files, {"path": bad})
-        with pytest.raises(AcpError):
+        with pytest.raises(RpcError):
             await acp_files.write_text_file(files, {"path": bad, "content": "x"})
-    with pytest.raises(AcpError, match="line must be a positive integer"):
+    with pytest.raises(RpcError, match="line must be a positive integer"):
         await acp_files.read_text_file(files, {"path": str(cwd / "a" / "b.txt"), "line": 0})
     assert (tmp_path / "secret").read_text() == "no"
 
