@@ -50,7 +50,7 @@ from corral_server.metrics_http import serve_metrics
 from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.config import ProviderEntry
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 from corral_server.reclaim import Reclaimer
 from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
 from corral_server.rpc.agent_codec import decode_agent, encode_agent

@@ -17,7 +17,7 @@ from corral_server.providers.registry import (
     build,
     with_builtins,
 )
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 
 ADAPTERS = {
     "claude-code": ("corral_server.providers.claude_code", "ClaudeCodeProvider"),

@@ -1,4 +1,4 @@
-"""The scripted provider's directives for issue 7's paths (providers/script.py): `/history N`
+"""The scripted provider's directives for issue 7's paths (providers/script_parser.py): `/history N`
 (history replay) and `/follow-up TEXT` (a permission whose ALLOW answer asks for a follow-up
 prompt)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import MAX_HISTORY_ITEMS, FollowUp, History, parse_script
+from corral_server.providers.script_parser import MAX_HISTORY_ITEMS, FollowUp, History, parse_script
 
 
 def test_history_parses_a_count_of_items() -> None:

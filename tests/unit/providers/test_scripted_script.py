@@ -1,11 +1,11 @@
-"""Parsing the scripted provider's prompts into steps (providers/script.py)."""
+"""Parsing the scripted provider's prompts into steps (providers/script_parser.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import (
+from corral_server.providers.script_parser import (
     KNOWN_DIRECTIVES,
     MAX_SLEEP_MS,
     Fail,

@@ -1,7 +1,7 @@
 """The built-in `scripted` provider: deterministic, offline agents for demos and tests (API.md,
 "The built-in scripted provider").
 
-This module owns running a parsed `Script` (see `script.py`) as a turn: one asyncio task per
+This module owns running a parsed `Script` (see `script_parser.py`) as a turn: one asyncio task per
 turn that reports through the session's sink, sleeps only on the injected clock, and ends with
 exactly one terminal event. It must never raise out of the task, never report after `close()`,
 and never invent a cancel it did not perform (an interrupt it refuses answers REFUSED).
@@ -58,7 +58,7 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.providers.script import (
+from corral_server.providers.script_parser import (
     Autonomous,
     DuplicateTerminal,
     Echo,

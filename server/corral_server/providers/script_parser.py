@@ -3,7 +3,7 @@
 This module owns parsing only: a prompt's text becomes a `Script` (the plain text plus an
 ordered tuple of steps) or an `InvalidArgument` whose field violations name every bad line. It
 never runs a step, never sleeps and knows nothing of sessions, events or which capabilities the
-server has delivered yet (that is `scripted.py`'s concern).
+server has delivered yet (that is `scripted_provider.py`'s concern).
 
 Grammar: a line that starts with `/` is a directive; every other line is text. The text is the
 non-directive lines joined with newlines, without leading or trailing blank lines.
