@@ -30,7 +30,8 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.providers.script_parser import Autonomous, parse_script
+from corral_server.providers.script_parser import parse_script
+from corral_server.providers.script_steps import Autonomous
 from corral_server.providers.scripted_turn import ScriptedRun, ScriptFailed, Spawner, TurnPlayer
 
 logger = logging.getLogger(__name__)

@@ -38,7 +38,8 @@ from corral_server.providers.base import (
     ProviderPermissionResolved,
     ProviderTurnCompleted,
 )
-from corral_server.providers.script_parser import (
+from corral_server.providers.script_parser import parse_script
+from corral_server.providers.script_steps import (
     DuplicateTerminal,
     Echo,
     Fail,
@@ -57,7 +58,6 @@ from corral_server.providers.script_parser import (
     TerminalWithoutId,
     Think,
     Tool,
-    parse_script,
 )
 
 # A reply is streamed in at most this many chunks: enough to exercise the coalescer, few

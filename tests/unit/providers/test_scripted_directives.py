@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script_parser import MAX_HISTORY_ITEMS, FollowUp, History, parse_script
+from corral_server.providers.script_parser import MAX_HISTORY_ITEMS, parse_script
+from corral_server.providers.script_steps import FollowUp, History
 
 
 def test_history_parses_a_count_of_items() -> None:
