@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, assert_never
+from typing import assert_never, cast
 
 from corral_server.domain.agent import (
     AgentError,
@@ -46,14 +46,29 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.providers.claude_code_messages import (
+    ControlCancelLine,
+    ControlRequestBody,
+    ControlRequestLine,
+    ImageSource,
+    InputBlock,
+    ResultLine,
+    ToolAnswer,
+    UserInput,
+    as_line,
+)
 from corral_server.providers.claude_code_wire import FRAMING, ClaudeControl
 from corral_server.providers.command import CommandProvider, CommandSession, Run
-from corral_server.providers.connection import ConnectionLost, LineConnection, RequestFailed
+from corral_server.providers.connection import (
+    ConnectionLost,
+    JsonObject,
+    LineConnection,
+    RequestFailed,
+)
 from corral_server.providers.mcp_servers import claude_flags, token_environment
 
 logger = logging.getLogger(__name__)
 
-Json: TypeAlias = Any
 
 AGENT_EXITED = "AGENT_EXITED"  # the process died (or broke the framing) mid-turn
 
@@ -180,7 +195,7 @@ class ClaudeCodeSession(CommandSession[_Run]):
         self._run = run
         self._items.start_turn(run.turn_id)
         self._emit(ProviderTurnStarted(run.turn_id))
-        line = {
+        line: UserInput = {
             "type": "user",
             "message": {"role": "user", "content": _content_blocks(prompt)},
             "parent_tool_use_id": None,
@@ -213,37 +228,42 @@ class ClaudeCodeSession(CommandSession[_Run]):
 
     # --- from the agent --------------------------------------------------------------------
 
-    def _on_message(self, line: Mapping[str, Json]) -> None:
+    def _on_message(self, message: JsonObject) -> None:
+        line = as_line(message)
         kind = line.get("type")
         reported = line.get("session_id")
-        said = kind == "result" or (kind == "system" and line.get("subtype") == "init")
+        said = kind == "result" or (kind == "system" and message.get("subtype") == "init")
         if said and isinstance(reported, str) and reported:
             self._session_id = reported  # the agent's own word wins
         match kind:
             case "control_request":
                 assert self._conn is not None
-                self._conn.start_handler(self._on_control_request(line))
+                request = cast(ControlRequestLine, line)
+                self._conn.start_handler(self._on_control_request(request))
             case "control_cancel_request":
-                self._withdrawn(str(line.get("request_id")))
+                self._withdrawn(str(cast(ControlCancelLine, line).get("request_id")))
             case "result":
-                run = self._run
-                if run is None:
-                    if line.get("is_error") is True:
-                        self._stray_error = items.error_of(line).message
-                    logger.info("claude of %s: a result outside a turn", self._config.agent_id)
-                    return
-                self._end(run, items.terminal(run.turn_id, line, run.canceling))
+                self._on_result(cast(ResultLine, line))
             case _:
                 if self._run is None:
                     return  # nothing of a turn: e.g. a late line of a canceled one
                 for item in self._items.map(line):
                     self._emit(item)
 
-    async def _on_control_request(self, line: Mapping[str, Json]) -> None:
+    def _on_result(self, result: ResultLine) -> None:
+        run = self._run
+        if run is None:
+            if result.get("is_error") is True:
+                self._stray_error = items.error_of(result).message
+            logger.info("claude of %s: a result outside a turn", self._config.agent_id)
+            return
+        self._end(run, items.terminal(run.turn_id, result, run.canceling))
+
+    async def _on_control_request(self, line: ControlRequestLine) -> None:
         assert self._control is not None
         request_id = str(line.get("request_id", ""))
         request = line.get("request")
-        request = request if isinstance(request, dict) else {}
+        request = request if isinstance(request, dict) else ControlRequestBody()
         try:
             if request.get("subtype") == "can_use_tool":
                 answer = await self._ask(request_id, request)
@@ -255,10 +275,10 @@ class ClaudeCodeSession(CommandSession[_Run]):
         except ConnectionLost:
             pass  # the turn ends with the connection
 
-    async def _ask(self, claude_request_id: str, request: Mapping[str, Json]) -> Json | None:
+    async def _ask(self, claude_request_id: str, request: ControlRequestBody) -> ToolAnswer | None:
         """Ask corral; the answer for Claude Code, or None when nobody waits for one (Claude
         Code withdrew the request, or the session closed)."""
-        denied = {"behavior": "deny", "message": "the turn ended"}
+        denied: ToolAnswer = {"behavior": "deny", "message": "the turn ended"}
         run = self._run
         if run is None or run.canceling:
             return denied
@@ -309,14 +329,14 @@ class ClaudeCodeSession(CommandSession[_Run]):
                 self._emit(ProviderPermissionResolved(run.turn_id, request_id, None))
 
 
-def _content_blocks(prompt: Prompt) -> list[dict[str, Json]]:
-    blocks: list[dict[str, Json]] = []
+def _content_blocks(prompt: Prompt) -> list[InputBlock]:
+    blocks: list[InputBlock] = []
     for part in prompt:
         match part:
             case TextPart(text=text):
                 blocks.append({"type": "text", "text": text})
             case ImagePart(mime_type=mime, data=data):
-                source = {
+                source: ImageSource = {
                     "type": "base64",
                     "media_type": mime,
                     "data": base64.b64encode(data).decode(),

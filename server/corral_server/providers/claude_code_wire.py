@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from corral_server.domain.timeline import JsonValue
+from corral_server.providers.claude_code_messages import ControlResponseLine
 from corral_server.providers.connection import (
     ConnectionLost,
     Framing,
@@ -69,7 +71,7 @@ class ClaudeControl:
         if message.get("type") != "control_response":
             self._on_message(message)
             return
-        response = message.get("response")
+        response = cast(ControlResponseLine, message).get("response")
         if not isinstance(response, dict):
             return
         request_id = str(response.get("request_id"))
