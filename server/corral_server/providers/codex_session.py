@@ -19,14 +19,16 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Sequence
+from typing import cast
 
 from corral_server.clock import Clock
 from corral_server.domain.agent import AgentError, PermissionResponse
 from corral_server.domain.content import Prompt
+from corral_server.domain.timeline import JsonValue
 from corral_server.errors import AgentBusy, FailedPrecondition
 from corral_server.providers import codex_approvals as approvals
+from corral_server.providers import codex_protocol as protocol
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
@@ -56,11 +58,10 @@ from corral_server.providers.connection import (
     RequestFailed,
     RequestTimeout,
 )
-from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, RpcError
+from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, Params, RpcError
 
 logger = logging.getLogger(__name__)
 
-Json: TypeAlias = Any
 # After stdin closes, how long codex may take to exit on its own (measured: ~50 ms). Codex
 # writes nothing but protocol lines to stdout: any other line breaks the connection.
 FRAMING = Framing(who="codex", label="codex", strict=True, eof_grace_s=0.5)
@@ -74,7 +75,7 @@ MODES = (
     ProviderMode("read-only", "Read only", "a read-only sandbox; the model asks for more"),
     ProviderMode("full-access", "Full access", "no sandbox, never asks"),
 )
-_POLICIES = {
+_POLICIES: dict[str, tuple[str, protocol.SandboxMode]] = {
     "untrusted": ("untrusted", "workspace-write"),
     "on-request": ("on-request", "workspace-write"),
     "read-only": ("on-request", "read-only"),
@@ -106,7 +107,7 @@ class CodexSession(CommandSession[Run]):
         self._thread_id = ""
         # While turn/start waits for codex's answer, that turn's notifications wait here.
         self._starting = False
-        self._early: list[tuple[str, Mapping[str, Json]]] = []
+        self._early: list[tuple[str, Params]] = []
         self._started = asyncio.Event()  # set whenever no turn/start is in flight
         self._started.set()
         # Approval requests codex settled before corral was asked (serverRequest/resolved
@@ -115,7 +116,7 @@ class CodexSession(CommandSession[Run]):
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
         # The thread `thread/resume` answered (with its turns and items), for an import.
-        self.resumed_thread: Mapping[str, Json] = {}
+        self.resumed_thread: protocol.Thread | None = None
 
     @property
     def session_id(self) -> str:
@@ -135,14 +136,15 @@ class CodexSession(CommandSession[Run]):
     async def _handshake(self) -> None:
         conn = self._rpc
         assert conn is not None
-        client = {"name": "corral", "title": "corral", "version": "0.1.0"}
-        capabilities = {"optOutNotificationMethods": list(_OPT_OUT)}
-        init = {"clientInfo": client, "capabilities": capabilities}
+        init: protocol.InitializeParams = {
+            "clientInfo": {"name": "corral", "title": "corral", "version": "0.1.0"},
+            "capabilities": {"optOutNotificationMethods": list(_OPT_OUT)},
+        }
         await conn.request("initialize", init, self._timeout_s)
         await conn.notify("initialized")
         config = self._config
         approval, sandbox = _POLICIES.get(config.mode or MODES[0].id, _POLICIES[MODES[0].id])
-        params: dict[str, Json] = {
+        params: protocol.ThreadStartParams = {
             "cwd": config.cwd,
             "approvalPolicy": approval,
             "sandbox": sandbox,
@@ -150,10 +152,18 @@ class CodexSession(CommandSession[Run]):
         if config.model:
             params["model"] = config.model
         if config.resume_session_id:
-            params["threadId"] = config.resume_session_id
-            made: Json = await conn.request("thread/resume", params, self._timeout_s)
+            resume: protocol.ThreadResumeParams = {
+                "threadId": config.resume_session_id,
+                "cwd": config.cwd,
+                "approvalPolicy": approval,
+                "sandbox": sandbox,
+            }
+            if config.model:
+                resume["model"] = config.model
+            answer = await conn.request("thread/resume", resume, self._timeout_s)
         else:
-            made = await conn.request("thread/start", params, self._timeout_s)
+            answer = await conn.request("thread/start", params, self._timeout_s)
+        made = cast(protocol.ThreadStartResponse, answer)  # thread/resume answers the same
         thread = made.get("thread") if isinstance(made, dict) else None
         thread_id = thread.get("id") if isinstance(thread, dict) else None
         if not isinstance(thread_id, str) or not thread_id:
@@ -171,11 +181,14 @@ class CodexSession(CommandSession[Run]):
         if self._starting:
             raise AgentBusy(self._config.agent_id, "")
         assert self._rpc is not None
-        params = {"threadId": self._thread_id, "input": user_input(prompt)}
+        params: protocol.TurnStartParams = {
+            "threadId": self._thread_id,
+            "input": user_input(prompt),
+        }
         self._starting, self._early, self._settled = True, [], set()
         self._started.clear()
         try:
-            result: Json = await self._rpc.request("turn/start", params, self._timeout_s)
+            answer = await self._rpc.request("turn/start", params, self._timeout_s)
         except ConnectionLost as exc:
             failed_id = self._failed_start(AgentError(str(exc), exc.code))
             self._emit(ProviderSessionDied(str(exc)))  # `_lost` left it to us
@@ -187,6 +200,7 @@ class CodexSession(CommandSession[Run]):
         finally:
             self._starting = False
             self._started.set()  # an approval that came early looks for the run once it yields
+        result = cast(protocol.TurnStartResponse, answer)
         turn = result.get("turn") if isinstance(result, dict) else None
         turn_id = turn.get("id") if isinstance(turn, dict) else None
         if not isinstance(turn_id, str) or not turn_id:
@@ -215,7 +229,10 @@ class CodexSession(CommandSession[Run]):
         run.canceling = True
         confirmed = False
         try:
-            params = {"threadId": self._thread_id, "turnId": run.turn_id}
+            params: protocol.TurnInterruptParams = {
+                "threadId": self._thread_id,
+                "turnId": run.turn_id,
+            }
             await self._rpc.request("turn/interrupt", params, self._timeout_s)
             confirmed = True
         except ConnectionLost:
@@ -235,7 +252,7 @@ class CodexSession(CommandSession[Run]):
         run, conn = self._run, self._rpc
         if run is None or run.turn_id != turn_id or run.canceling or conn is None:
             return False
-        params = {
+        params: protocol.TurnSteerParams = {
             "threadId": self._thread_id,
             "expectedTurnId": turn_id,
             "input": user_input(prompt),
@@ -249,13 +266,14 @@ class CodexSession(CommandSession[Run]):
 
     # --- from codex ------------------------------------------------------------------------
 
-    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
+    def _on_notification(self, method: str, params: Params) -> None:
         thread_id = params.get("threadId")
         if thread_id is not None and thread_id != self._thread_id:
             return  # another thread's news (none is opened on this connection today)
         run = self._run
         if method == "serverRequest/resolved":  # carries no turn id
-            self._resolved(run, params.get("requestId"))
+            resolved = cast(protocol.ServerRequestResolvedNotification, params)
+            self._resolved(run, resolved.get("requestId"))
             return
         turn_id = params.get("turnId")
         if turn_id is None and isinstance(turn := params.get("turn"), dict):
@@ -266,18 +284,20 @@ class CodexSession(CommandSession[Run]):
             return  # a turn that ended, or thread-wide news: nothing for the timeline
         match method:
             case "turn/completed":
-                turn = params.get("turn")
-                self._end(run, terminal(run, turn if isinstance(turn, dict) else {}))
+                ended = cast(protocol.TurnCompletedNotification, params).get("turn")
+                self._end(run, terminal(run, ended if isinstance(ended, dict) else None))
             case "thread/tokenUsage/updated":
-                run.usage.update(params.get("tokenUsage"))
+                usage = cast(protocol.ThreadTokenUsageUpdatedNotification, params)
+                run.usage.update(usage.get("tokenUsage"))
             case "error":
-                if params.get("willRetry") is not True:
-                    run.error = agent_error(params.get("error"))
+                error = cast(protocol.ErrorNotification, params)
+                if error.get("willRetry") is not True:
+                    run.error = agent_error(error.get("error"))
             case _:
                 for item in self._items.map(method, params):
                     self._emit(item)
 
-    def _resolved(self, run: Run | None, rpc_id: Json) -> None:
+    def _resolved(self, run: Run | None, rpc_id: JsonValue) -> None:
         """Codex settled an approval itself (the turn was interrupted, say): corral's
         pending permission ends unanswered. An echo of corral's own answer finds it done."""
         if not isinstance(rpc_id, int | str):
@@ -292,7 +312,7 @@ class CodexSession(CommandSession[Run]):
         answer.cancel()
         self._emit(ProviderPermissionResolved(run.turn_id, request_id))
 
-    def _on_request(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
+    def _on_request(self, rpc_id: JsonValue, method: str, params: Params) -> Awaitable[JsonValue]:
         """Called in line order (see jsonrpc.RequestHandler): an approval is registered,
         and corral asked, before codex's next line is read."""
         if method not in (approvals.COMMAND_APPROVAL, approvals.FILE_CHANGE_APPROVAL):
@@ -303,12 +323,12 @@ class CodexSession(CommandSession[Run]):
         return self._approve(rpc_id, method, params)
 
     async def _approve_once_started(
-        self, rpc_id: Json, method: str, params: Mapping[str, Json]
-    ) -> Json:
+        self, rpc_id: JsonValue, method: str, params: Params
+    ) -> JsonValue:
         await self._started.wait()  # asked before codex's answer to turn/start came in
         return await self._approve(rpc_id, method, params)
 
-    def _approve(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
+    def _approve(self, rpc_id: JsonValue, method: str, params: Params) -> Awaitable[JsonValue]:
         run = self._run
         if run is None or params.get("turnId") != run.turn_id:
             return _answered({"decision": "decline"})  # not the running turn: nobody could
@@ -333,8 +353,8 @@ class CodexSession(CommandSession[Run]):
         key: int | str | None,
         request_id: str,
         answer: asyncio.Future[PermissionResponse],
-        decisions: Sequence[Json],
-    ) -> Json:
+        decisions: Sequence[JsonValue],
+    ) -> JsonValue:
         try:
             response = await answer
         except asyncio.CancelledError:
@@ -349,9 +369,9 @@ class CodexSession(CommandSession[Run]):
         return {"decision": approvals.decision(decisions, response)}
 
 
-async def _answered(result: Json) -> Json:
+async def _answered(result: JsonValue) -> JsonValue:
     return result
 
 
-async def _raising(error: Exception) -> Json:
+async def _raising(error: Exception) -> JsonValue:
     raise error
