@@ -22,7 +22,10 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, assert_never
+from typing import TypeVar, assert_never
+
+from acp import schema
+from pydantic import BaseModel, ValidationError
 
 from corral_server.domain.agent import (
     AgentError,
@@ -33,10 +36,11 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.timeline import JsonValue
 from corral_server.errors import FailedPrecondition
 from corral_server.providers import acp_files
 from corral_server.providers.acp_history import history_items
-from corral_server.providers.acp_items import ItemMapper
+from corral_server.providers.acp_items import ItemMapper, Update
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
@@ -62,13 +66,20 @@ from corral_server.providers.connection import (
     LineConnection,
     RequestFailed,
 )
-from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, RpcError
+from corral_server.providers.jsonrpc import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    JsonRpc,
+    Params,
+    RpcError,
+)
 from corral_server.providers.mcp_servers import acp_servers
 from corral_server.providers.sandbox import FileSandbox
 
 logger = logging.getLogger(__name__)
 
-Json: TypeAlias = Any
+M = TypeVar("M", bound=BaseModel)
+CANCELLED_OUTCOME = schema.DeniedOutcome(outcome="cancelled")
 
 PROTOCOL_VERSION = 1
 # After stdin closes, how long an agent may take to exit on its own.
@@ -134,7 +145,7 @@ class AcpSession(CommandSession[_Run]):
         self._permission_ids = itertools.count(1)
         self._files = FileSandbox(config.cwd)  # the fs/ methods, confined to the cwd
         # An import's session: the updates `session/load` replays are kept here (else dropped).
-        self.replayed: list[Mapping[str, Json]] | None = None
+        self.replayed: list[Update] | None = None
 
     @property
     def session_id(self) -> str:
@@ -148,36 +159,35 @@ class AcpSession(CommandSession[_Run]):
     async def _handshake(self) -> None:
         assert self._rpc is not None
         rpc = self._rpc
-        capabilities = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
-        init: Json = await rpc.request(
-            "initialize",
-            {
-                "protocolVersion": PROTOCOL_VERSION,
-                "clientCapabilities": capabilities,
-                "clientInfo": {"name": "corral", "version": "0"},
-            },
+        fs = schema.FileSystemCapabilities(read_text_file=True, write_text_file=True)
+        asked = schema.InitializeRequest(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(fs=fs, terminal=False),
+            client_info=schema.Implementation(name="corral", version="0"),
         )
-        version = init.get("protocolVersion") if isinstance(init, dict) else None
-        if version != PROTOCOL_VERSION:
+        init = _answer(schema.InitializeResponse, await rpc.request("initialize", _dump(asked)))
+        if init.protocol_version != PROTOCOL_VERSION:
+            version = init.protocol_version
             raise RequestFailed(f"the agent speaks protocol version {version!r}, not 1")
-        servers = acp_servers(self._config.mcp_servers, init.get("agentCapabilities"))
-        params = {"cwd": self._config.cwd, "mcpServers": servers}
-        resume_id = self._config.resume_session_id
+        capabilities = init.agent_capabilities
+        servers = acp_servers(self._config.mcp_servers, capabilities)
+        cwd, resume_id = self._config.cwd, self._config.resume_session_id
         if resume_id:
-            method = _resume_method(init.get("agentCapabilities"))
+            method = _resume_method(capabilities)
             if self.replayed is not None and method != "session/load":
                 raise RequestFailed("the agent cannot replay a stored session (no loadSession)")
             # session/load replays the whole conversation as session/update notifications
             # before it answers: no turn runs and `_session_id` is not set yet, so
             # `_on_notification` drops them (corral stored those rows when they happened).
-            await rpc.request(method, {**params, "sessionId": resume_id})
+            load = schema.LoadSessionRequest(cwd=cwd, mcp_servers=[*servers], session_id=resume_id)
+            await rpc.request(method, _dump(load))
             self._session_id = resume_id
             return
-        made: Json = await rpc.request("session/new", params)
-        session_id = made.get("sessionId") if isinstance(made, dict) else None
-        if not isinstance(session_id, str) or not session_id:
-            raise RequestFailed(f"session/new answered without a sessionId: {made!r}")
-        self._session_id = session_id
+        new = schema.NewSessionRequest(cwd=cwd, mcp_servers=[*servers])
+        made = _answer(schema.NewSessionResponse, await rpc.request("session/new", _dump(new)))
+        if not made.session_id:
+            raise RequestFailed("session/new answered an empty sessionId")
+        self._session_id = made.session_id
 
     # --- turns -----------------------------------------------------------------------------
 
@@ -192,10 +202,12 @@ class AcpSession(CommandSession[_Run]):
 
     async def _prompt(self, run: _Run, prompt: Prompt) -> None:
         assert self._rpc is not None
-        params = {"sessionId": self._session_id, "prompt": _content_blocks(prompt)}
+        params = schema.PromptRequest(
+            session_id=self._session_id, prompt=[*_content_blocks(prompt)]
+        )
         terminal: ProviderEvent
         try:
-            result = await self._rpc.request("session/prompt", params)
+            result = await self._rpc.request("session/prompt", _dump(params))
             terminal = _terminal(run, result)
         except RequestFailed as exc:
             terminal = ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_ERROR))
@@ -213,7 +225,8 @@ class AcpSession(CommandSession[_Run]):
         run.stop_asking()
         # A dead agent fails the prompt's wait too, and the turn ends canceled.
         with contextlib.suppress(ConnectionLost):
-            await self._rpc.notify("session/cancel", {"sessionId": self._session_id})
+            cancel = schema.CancelNotification(session_id=self._session_id)
+            await self._rpc.notify("session/cancel", _dump(cancel))
         return InterruptResult.CONFIRMED
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
@@ -229,21 +242,24 @@ class AcpSession(CommandSession[_Run]):
 
     # --- from the agent --------------------------------------------------------------------
 
-    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
-        update = params.get("update")
-        if self.replayed is not None and method == "session/update" and isinstance(update, dict):
-            if params.get("sessionId") == self._config.resume_session_id:
-                self.replayed.append(update)
+    def _on_notification(self, method: str, params: Params) -> None:
+        if method != "session/update":
             return
-        if method != "session/update" or params.get("sessionId") != self._session_id:
+        try:
+            note = schema.SessionNotification.model_validate(params)
+        except ValidationError as exc:
+            logger.info("acp agent of %s: an update not of ACP: %s", self._config.agent_id, exc)
             return
-        run = self._run
-        if run is None or not isinstance(update, dict):
+        if self.replayed is not None:
+            if note.session_id == self._config.resume_session_id:
+                self.replayed.append(note.update)
+            return
+        if note.session_id != self._session_id or self._run is None:
             return  # e.g. available commands after session/new: nothing for the timeline
-        for item in self._items.map(update):
+        for item in self._items.map(note.update):
             self._emit(item)
 
-    async def _on_request(self, _rid: Json, method: str, params: Mapping[str, Json]) -> Json:
+    async def _on_request(self, _rid: JsonValue, method: str, params: Params) -> object:
         match method:
             case "session/request_permission":
                 return await self._ask(params)
@@ -254,28 +270,26 @@ class AcpSession(CommandSession[_Run]):
             case _:
                 raise RpcError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
 
-    async def _ask(self, params: Mapping[str, Json]) -> Json:
-        cancelled = {"outcome": {"outcome": "cancelled"}}
+    async def _ask(self, params: Params) -> object:
+        try:
+            asked = schema.RequestPermissionRequest.model_validate(params)
+        except ValidationError as exc:
+            raise RpcError(f"not a permission request: {exc}", INVALID_PARAMS) from exc
+        cancelled = _dump(schema.RequestPermissionResponse(outcome=CANCELLED_OUTCOME))
         run = self._run
         if run is None or run.canceling:
             return cancelled
-        options = [o for o in params.get("options") or () if isinstance(o, dict)]
-        tool = params.get("toolCall")
-        tool = tool if isinstance(tool, dict) else {}
-        for item in self._items.map({**tool, "sessionUpdate": "tool_call_update"}):
+        tool = asked.tool_call
+        for item in self._items.tool_call(tool):
             self._emit(item)
         request_id = f"{run.turn_id}-permission-{next(self._permission_ids)}"
-        raw_input = tool.get("rawInput")
         permission = PendingPermission(
             id=request_id,
-            name=self._items.tool_name(str(tool.get("toolCallId", ""))) or "tool",
-            kind=str(tool.get("kind", "tool")),
-            title=str(tool.get("title", "")),
-            input=raw_input if isinstance(raw_input, dict) else {},
-            actions=tuple(
-                PermissionAction(str(o.get("optionId")), str(o.get("name", "")), str(o.get("kind")))
-                for o in options
-            ),
+            name=self._items.tool_name(tool.tool_call_id) or "tool",
+            kind=tool.kind or "tool",
+            title=tool.title or "",
+            input=tool.raw_input if isinstance(tool.raw_input, dict) else {},
+            actions=tuple(PermissionAction(o.option_id, o.name, o.kind) for o in asked.options),
             turn_id=run.turn_id,
         )
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
@@ -289,72 +303,84 @@ class AcpSession(CommandSession[_Run]):
             raise
         finally:
             run.asking.pop(request_id, None)
-        option = _chosen_option(options, response)
+        option = _chosen_option(asked.options, response)
         if option is None:
             return cancelled
-        return {"outcome": {"outcome": "selected", "optionId": option}}
+        chosen = schema.AllowedOutcome(outcome="selected", option_id=option)
+        return _dump(schema.RequestPermissionResponse(outcome=chosen))
 
 
-def _resume_method(capabilities: Json) -> str:
+def _dump(message: BaseModel) -> dict[str, object]:
+    """A message of ours as JSON: the fields we set, by their ACP names."""
+    return message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _answer(shape: type[M], result: JsonValue) -> M:
+    """The agent's answer to one of our requests, or RequestFailed saying what is wrong."""
+    try:
+        return shape.model_validate(result)
+    except ValidationError as exc:
+        raise RequestFailed(f"the agent answered with no {shape.__name__}: {exc}") from exc
+
+
+def _resume_method(capabilities: schema.AgentCapabilities | None) -> str:
     """How this agent reopens a stored session: `session/load` (ACP v1, with a replay corral
     drops) when it offers loadSession, else the unstable `session/resume` when offered."""
-    capabilities = capabilities if isinstance(capabilities, dict) else {}
-    if capabilities.get("loadSession") is True:
+    if capabilities is not None and capabilities.load_session is True:
         return "session/load"
-    sessions = capabilities.get("sessionCapabilities")
-    if isinstance(sessions, dict) and isinstance(sessions.get("resume"), dict):
+    sessions = capabilities.session_capabilities if capabilities is not None else None
+    if sessions is not None and sessions.resume is not None:
         return "session/resume"
     raise RequestFailed(
         "the agent cannot reopen a session (it offers neither loadSession nor resume)"
     )
 
 
-def _chosen_option(options: list[dict[str, Json]], response: PermissionResponse) -> str | None:
-    ids = [str(o.get("optionId")) for o in options]
-    if response.selected_action_id in ids:
+def _chosen_option(
+    options: list[schema.PermissionOption], response: PermissionResponse
+) -> str | None:
+    if response.selected_action_id in [o.option_id for o in options]:
         return response.selected_action_id
     for kind in _OPTION_KINDS[response.behavior]:
         for option in options:
-            if option.get("kind") == kind:
-                return str(option.get("optionId"))
+            if option.kind == kind:
+                return option.option_id
     return None
 
 
-def _content_blocks(prompt: Prompt) -> list[dict[str, Json]]:
-    blocks: list[dict[str, Json]] = []
+def _content_blocks(
+    prompt: Prompt,
+) -> list[schema.TextContentBlock | schema.ImageContentBlock]:
+    blocks: list[schema.TextContentBlock | schema.ImageContentBlock] = []
     for part in prompt:
         match part:
             case TextPart(text=text):
-                blocks.append({"type": "text", "text": text})
+                blocks.append(schema.TextContentBlock(type="text", text=text))
             case ImagePart(mime_type=mime, data=data):
                 encoded = base64.b64encode(data).decode()
-                blocks.append({"type": "image", "mimeType": mime, "data": encoded})
+                blocks.append(schema.ImageContentBlock(type="image", mime_type=mime, data=encoded))
             case _:
                 assert_never(part)
     return blocks
 
 
-def _terminal(run: _Run, result: Json) -> ProviderEvent:
-    stop = result.get("stopReason") if isinstance(result, dict) else None
-    if stop == CANCELLED:
+def _terminal(run: _Run, result: JsonValue) -> ProviderEvent:
+    try:
+        answer = schema.PromptResponse.model_validate(result)
+    except ValidationError:
+        stop = result.get("stopReason") if isinstance(result, dict) else None
+        message = f"the agent ended the prompt with an unknown stop reason {stop!r}"
+        return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
+    if answer.stop_reason == CANCELLED:
         return ProviderTurnCanceled(run.turn_id, CANCELLED)
-    if stop in ("end_turn", "max_tokens", "max_turn_requests", "refusal"):
-        return ProviderTurnCompleted(run.turn_id, _usage(result))
-    message = f"the agent ended the prompt with an unknown stop reason {stop!r}"
-    return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
+    return ProviderTurnCompleted(run.turn_id, _usage(answer.usage))
 
 
-def _usage(result: Json) -> Usage | None:
-    usage = result.get("usage") if isinstance(result, dict) else None
-    if not isinstance(usage, dict):
+def _usage(usage: schema.Usage | None) -> Usage | None:
+    if usage is None:
         return None
-
-    def count(key: str) -> int:
-        value = usage.get(key)
-        return value if isinstance(value, int) else 0
-
     return Usage(
-        input_tokens=count("inputTokens"),
-        output_tokens=count("outputTokens"),
-        cached_input_tokens=count("cachedReadTokens"),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_read_tokens or 0,
     )

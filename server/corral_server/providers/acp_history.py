@@ -10,30 +10,24 @@ of its first report. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    JsonValue,
-    Reasoning,
-    ToolCall,
-    UserMessage,
-)
-from corral_server.providers.acp_items import ItemMapper
+from acp import schema
+
+from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, UserMessage
+from corral_server.providers.acp_items import ItemMapper, Update, text_of
 from corral_server.providers.base import ProviderItem
 
-_USER_CHUNK = "user_message_chunk"
 
-
-def history_items(updates: Iterable[Mapping[str, JsonValue]]) -> list[ProviderItem]:
+def history_items(updates: Iterable[Update]) -> list[ProviderItem]:
     mapper = ItemMapper()
     mapper.start_turn("history")
     out: list[ProviderItem] = []
     calls: dict[str, int] = {}  # call id -> its index in `out`
     for update in updates:
-        if update.get("sessionUpdate") == _USER_CHUNK:
-            message_id = mapper.segment(_USER_CHUNK)
-            text = _chunk_text(update.get("content"))
+        if isinstance(update, schema.UserMessageChunk):
+            message_id = mapper.segment(update.session_update)
+            text = text_of(update.content)
             if text:
                 _add(out, ProviderItem("", UserMessage(text, message_id=message_id), message_id))
             continue
@@ -68,10 +62,3 @@ def _add(out: list[ProviderItem], item: ProviderItem) -> None:
             out[-1] = last._replace(item=Reasoning(a.text + b.text))
         case _:
             out.append(item)
-
-
-def _chunk_text(content: JsonValue) -> str:
-    if isinstance(content, dict) and content.get("type") == "text":
-        text = content.get("text")
-        return text if isinstance(text, str) else ""
-    return ""
