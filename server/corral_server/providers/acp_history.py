@@ -3,9 +3,9 @@
 `session/load` replays the stored session as `session/update` notifications before it
 answers. For an import they are kept and mapped here: `user_message_chunk`s become the user's
 messages, everything else as `acp_items.ItemMapper` maps a live turn. History rows are not
-coalesced (seed 000, 6.3), so this joins what the coalescer would have: consecutive chunks of
-one message become one item, and a tool call's updates become its latest state, in the place
-of its first report. Pure: no I/O.
+coalesced (docs/design.md#resume), so this joins what the coalescer would have: consecutive
+chunks of one message become one item, and a tool call's updates become its latest state, in
+the place of its first report. Pure: no I/O.
 """
 
 from __future__ import annotations

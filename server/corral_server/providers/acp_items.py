@@ -1,4 +1,5 @@
-"""ACP `session/update` payloads as timeline items (seed 000, section 6.2).
+"""ACP `session/update` payloads as timeline items (how fragments are joined:
+docs/design.md#coalescing).
 
 Message and thought chunks carry no message id in ACP v1, so this mapper names them: chunks of
 one kind in a row share an id (the coalescer joins them), and any other update starts a new

@@ -1,5 +1,5 @@
-"""Codex app-server notifications as timeline items, and a turn's token usage (seed 000,
-section 6.2).
+"""Codex app-server notifications as timeline items, and a turn's token usage (how fragments
+are joined: docs/design.md#coalescing).
 
 Codex names every item (`itemId`), so a message's deltas share that id as their
 provider_message_id (the coalescer joins them), and a tool-like item (a command, a patch, an

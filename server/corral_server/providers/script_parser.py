@@ -1,4 +1,4 @@
-"""The grammar of the built-in `scripted` provider (API.md, "The built-in scripted provider").
+"""The grammar of the built-in `scripted` provider (docs/api.md, "The scripted provider").
 
 This module owns parsing only: a prompt's text becomes a `Script` (script_steps.py: the plain
 text plus an ordered tuple of steps) or an `InvalidArgument` whose field violations name every

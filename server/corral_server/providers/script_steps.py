@@ -70,7 +70,7 @@ class History:
 @dataclass(frozen=True, slots=True)
 class FollowUp:
     """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
-    next, as a prompt replacing the running turn (seed 000, section 10). `text` is itself a
+    next, as a prompt replacing the running turn (docs/design.md#turns). `text` is itself a
     valid script."""
 
     text: str
@@ -95,7 +95,7 @@ class HangInterrupt:
 @dataclass(frozen=True, slots=True)
 class TerminalWithoutId:
     """The turn's terminal event (completed or failed) names no turn: corral gives it the
-    running turn's id (seed 000, 5.2)."""
+    running turn's id (docs/design.md#turns)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +134,8 @@ Step: TypeAlias = (
 @dataclass(frozen=True, slots=True)
 class Autonomous:
     """`/autonomous [no-id]`: the prompt's lines after it are a script the provider runs as a
-    turn it starts by itself once the prompt's turn has ended (seed 000, 5.1). With `no-id`,
-    every event of that turn names no turn."""
+    turn it starts by itself once the prompt's turn has ended (docs/design.md#turns). With
+    `no-id`, every event of that turn names no turn."""
 
     script: Script
     with_id: bool

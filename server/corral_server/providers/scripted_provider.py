@@ -1,5 +1,5 @@
-"""The built-in `scripted` provider: deterministic, offline agents for demos and tests (API.md,
-"The built-in scripted provider").
+"""The built-in `scripted` provider: deterministic, offline agents for demos and tests
+(docs/api.md, "The scripted provider").
 
 This module owns the provider: its info (modes, a model), the validation of a prompt's script
 (script_parser.py) before anything is stored, and making sessions (scripted_session.py, whose

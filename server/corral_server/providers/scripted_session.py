@@ -167,7 +167,8 @@ class ScriptedSession:
             self._emit(ProviderTurnCompleted(turn_id))
 
     def _start_autonomous(self, autonomous: Autonomous) -> None:
-        """A turn the provider starts by itself (seed 000, 5.1): `auto-<hex>`, or no id."""
+        """A turn the provider starts by itself (docs/design.md#turns): `auto-<hex>`, or no
+        id."""
         tag = f"auto-{uuid.uuid4().hex}"
         script = autonomous.script
         self._begin(ScriptedRun(tag if autonomous.with_id else "", script.text, tag, script))

@@ -213,7 +213,7 @@ class TurnPlayer:
     def _replay_history(self, run: ScriptedRun, count: int, index: int) -> None:
         """`/history N`: N items of an earlier conversation, flagged `from_history` as a
         resumed session replays them. They name the running turn on purpose: corral must
-        store them outside it anyway (seed 000, 6.3)."""
+        store them outside it anyway (docs/design.md#resume)."""
         for number in range(1, count + 1):
             message_id = f"{run.tag}-history-{index}-{number}"
             item: UserMessage | AssistantMessage
