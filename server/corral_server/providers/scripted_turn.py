@@ -31,6 +31,7 @@ from corral_server.domain.timeline import (
     UserMessage,
 )
 from corral_server.errors import CorralError, Unimplemented
+from corral_server.providers import script_steps as steps
 from corral_server.providers.base import (
     ProviderEvent,
     ProviderItem,
@@ -39,26 +40,6 @@ from corral_server.providers.base import (
     ProviderTurnCompleted,
 )
 from corral_server.providers.script_parser import parse_script
-from corral_server.providers.script_steps import (
-    DuplicateTerminal,
-    Echo,
-    Fail,
-    FollowUp,
-    HangInterrupt,
-    History,
-    Permission,
-    Permissions,
-    RefuseInterrupt,
-    ReplayTurn,
-    Reply,
-    Script,
-    Sleep,
-    Spawn,
-    Step,
-    TerminalWithoutId,
-    Think,
-    Tool,
-)
 
 # A reply is streamed in at most this many chunks: enough to exercise the coalescer, few
 # enough that a short reply stays readable in a raw event log.
@@ -71,14 +52,14 @@ _WORD = re.compile(r"\s*\S+")
 Spawner: TypeAlias = Callable[[str, str], Awaitable[tuple[str, str]]]
 
 
-def require_delivered(script: Script, *, can_spawn: bool = False) -> None:
+def require_delivered(script: steps.Script, *, can_spawn: bool = False) -> None:
     """Raise `Unimplemented` naming the first directive this server cannot run yet."""
     for step in script.all_steps():
-        if isinstance(step, Spawn) and not can_spawn:
+        if isinstance(step, steps.Spawn) and not can_spawn:
             raise undelivered(step)
 
 
-def undelivered(step: Spawn) -> Unimplemented:
+def undelivered(step: steps.Spawn) -> Unimplemented:
     # The grammar already knows this directive; its capability comes in a later release.
     directive, capability = "/spawn", "subagents"
     return Unimplemented(
@@ -102,7 +83,7 @@ class ScriptedRun:
     text: str
     # Prefix of the message, call and request ids it reports: never empty.
     tag: str
-    script: Script | None = None
+    script: steps.Script | None = None
     task: asyncio.Task[None] = field(init=False)
     # Set by a `/refuse-interrupt` step: later interrupts return REFUSED.
     refusing: bool = False
@@ -114,7 +95,7 @@ class ScriptedRun:
     duplicate_terminal: bool = False
     replays: list[str] = field(default_factory=list)
     # Scripts of prompts steered into the turn (a `can_steer` provider), run after its own.
-    steered: list[Script] = field(default_factory=list)
+    steered: list[steps.Script] = field(default_factory=list)
     # The permission the turn waits on, by request id: set by its answer; with the follow-up
     # prompt an ALLOW answer asks for ("" for none).
     asking: dict[str, tuple[asyncio.Future[PermissionResponse], str]] = field(default_factory=dict)
@@ -152,7 +133,7 @@ class TurnPlayer:
         usage = Usage(input_tokens=input_words, output_tokens=output_words)
         return ProviderTurnCompleted(run.turn_id, usage=usage)
 
-    async def _play_script(self, run: ScriptedRun, script: Script, first: int) -> int:
+    async def _play_script(self, run: ScriptedRun, script: steps.Script, first: int) -> int:
         """Run `script`'s steps (numbered from `first`), then its default reply; return how
         many words of reply they produced."""
         output_words = 0
@@ -166,45 +147,45 @@ class TurnPlayer:
             output_words += self._stream_reply(run, reply, first + len(script.steps))
         return output_words
 
-    async def _play_step(self, run: ScriptedRun, step: Step, index: int) -> int:
+    async def _play_step(self, run: ScriptedRun, step: steps.Step, index: int) -> int:
         """Run one step; return how many words of reply it produced."""
         match step:
-            case Reply(text=text):
+            case steps.Reply(text=text):
                 return self._stream_reply(run, text, index)
-            case Think(text=text):
+            case steps.Think(text=text):
                 message_id = f"{run.tag}-think-{index}"
                 self._emit(ProviderItem(run.turn_id, Reasoning(text), message_id))
-            case Tool():
+            case steps.Tool():
                 await self._call_tool(run, step, index)
-            case Sleep(ms=ms):
+            case steps.Sleep(ms=ms):
                 await self._clock.sleep(ms / 1000)
-            case Fail(message=message):
+            case steps.Fail(message=message):
                 raise ScriptFailed(message)
-            case RefuseInterrupt():
+            case steps.RefuseInterrupt():
                 run.refusing = True
-            case HangInterrupt():
+            case steps.HangInterrupt():
                 run.hanging = True
-            case TerminalWithoutId():
+            case steps.TerminalWithoutId():
                 run.terminal_without_id = True
-            case DuplicateTerminal():
+            case steps.DuplicateTerminal():
                 run.duplicate_terminal = True
-            case ReplayTurn(turn_id=turn_id):
+            case steps.ReplayTurn(turn_id=turn_id):
                 run.replays.append(turn_id)
-            case Permission(name=name):
+            case steps.Permission(name=name):
                 await self._ask(run, index, (name,))
-            case Permissions(count=count, input_bytes=size):
+            case steps.Permissions(count=count, input_bytes=size):
                 names = tuple(f"permission-{n}" for n in range(1, count + 1))
                 await self._ask(run, index, names, input_bytes=size)
-            case FollowUp(text=text):
+            case steps.FollowUp(text=text):
                 await self._ask(run, index, ("follow-up",), follow_up=text)
-            case Echo():
+            case steps.Echo():
                 # As a real agent does: the prompt back, under the provider's own message id.
                 echo_id = f"{run.tag}-user"
                 echo = UserMessage(run.text, message_id=echo_id)
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
-            case Spawn(task=task):
+            case steps.Spawn(task=task):
                 await self._spawn(run, task, index)
-            case History(count=count):
+            case steps.History(count=count):
                 self._replay_history(run, count, index)
             case _:
                 assert_never(step)
@@ -228,7 +209,7 @@ class TurnPlayer:
         child, or fails with the refusal (a limit, say); the turn goes on either way."""
         spawner = self._spawner
         if spawner is None:  # validated before the turn; the daemon lost its registry since
-            raise undelivered(Spawn(task))
+            raise undelivered(steps.Spawn(task))
         call_id = f"{run.tag}-call-{index}"
         name = "spawn_subagent"
         given: JsonValue = {"task": task}
@@ -316,7 +297,7 @@ class TurnPlayer:
             done = ToolCall(call_id, name, ToolCallStatus.FAILED, error=f"permission denied: {why}")
         self._emit(ProviderItem(run.turn_id, done))
 
-    async def _call_tool(self, run: ScriptedRun, tool: Tool, index: int) -> None:
+    async def _call_tool(self, run: ScriptedRun, tool: steps.Tool, index: int) -> None:
         call_id = f"{run.tag}-call-{index}"
         running = ToolCall(call_id, tool.name, ToolCallStatus.RUNNING, input=tool.input)
         self._emit(ProviderItem(run.turn_id, running))
