@@ -16,15 +16,8 @@ from typing import TypeAlias, cast
 
 from acp import schema
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    JsonValue,
-    Reasoning,
-    Todo,
-    TodoEntry,
-    ToolCall,
-    ToolCallStatus,
-)
+from corral_server.domain import timeline
+from corral_server.domain.timeline import JsonValue, ToolCall, ToolCallStatus
 from corral_server.providers.base import ProviderItem
 
 # What a `session/update` carries (the SDK's `SessionNotification.update`).
@@ -84,9 +77,9 @@ class ItemMapper:
                     return []
                 message_id = self.segment(update.session_update)
                 item = (
-                    AssistantMessage(text, message_id)
+                    timeline.AssistantMessage(text, message_id)
                     if isinstance(update, schema.AgentMessageChunk)
-                    else Reasoning(text)
+                    else timeline.Reasoning(text)
                 )
                 return [ProviderItem(self.turn_id, item, message_id)]
             case schema.ToolCallStart() | schema.ToolCallProgress():
@@ -94,7 +87,8 @@ class ItemMapper:
                 return self.tool_call(update)
             case schema.AgentPlanUpdate(entries=entries):
                 self._segment_kind = ""
-                todo = Todo(tuple(TodoEntry(e.content, e.status == "completed") for e in entries))
+                steps = [timeline.TodoEntry(e.content, e.status == "completed") for e in entries]
+                todo = timeline.Todo(tuple(steps))
                 return [ProviderItem(self.turn_id, todo)]
             case _:
                 # user_message_chunk (corral stores the prompt itself), available commands,
