@@ -1,4 +1,5 @@
-"""The scripted provider's directives for issue 7's paths (providers/script_parser.py): `/history N`
+"""The scripted provider's directives for replay and follow-ups (providers/script_parser.py):
+`/history N`
 (history replay) and `/follow-up TEXT` (a permission whose ALLOW answer asks for a follow-up
 prompt)."""
 
