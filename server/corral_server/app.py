@@ -34,7 +34,7 @@ from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
 from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 from corral_server.reclaim import Reclaimer
 from corral_server.records.memory import InMemoryRunStore
 from corral_server.records.store import EventLog, RunStore
