@@ -57,6 +57,7 @@ ROOTS = (
     "TokenUsageBreakdown",
     "ErrorNotification",
     "ServerRequestResolvedNotification",
+    "ThreadNameUpdatedNotification",
     # codex's approval requests and our answers
     "CommandExecutionRequestApprovalParams",
     "CommandExecutionRequestApprovalResponse",

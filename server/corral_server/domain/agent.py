@@ -113,6 +113,15 @@ class PermissionResponse:
     updated_input: Mapping[str, JsonValue] | None = None
 
 
+class TitleSource(enum.Enum):
+    """Who set an agent's title (docs/design.md#titles). A USER title is never replaced."""
+
+    NONE = ""  # no title yet
+    PROMPT = "prompt"  # the first line of the first prompt
+    PROVIDER = "provider"  # the provider named the conversation
+    USER = "user"  # CreateAgent's or UpdateAgent's title
+
+
 class QueuedBy(enum.Enum):
     """What queued a prompt."""
 
@@ -165,6 +174,7 @@ class Agent:
     archived_at_ms: int | None = None
     last_error: AgentError | None = None
     last_usage: Usage | None = None
+    title_source: TitleSource = TitleSource.NONE
 
     @property
     def parent_agent_id(self) -> str:

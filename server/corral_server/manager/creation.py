@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy
+from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy, TitleSource
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
@@ -159,6 +159,7 @@ class Creation:
             next_seq=head.next_seq,
             title=title,
             labels=labels,
+            title_source=TitleSource.USER if title else TitleSource.NONE,
         )
         actor = AgentActor(agent, self.deps(provider))
         self.directory.add(actor)

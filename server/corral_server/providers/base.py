@@ -149,6 +149,14 @@ class ProviderSessionDied:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderTitle:
+    """The provider named the conversation (Codex's thread name, a scripted `title:` step).
+    The manager keeps it unless a person set the agent's title (docs/design.md#titles)."""
+
+    title: str
+
+
 ProviderEvent: TypeAlias = (
     ProviderTurnStarted
     | ProviderItem
@@ -158,6 +166,7 @@ ProviderEvent: TypeAlias = (
     | ProviderPermissionRequested
     | ProviderPermissionResolved
     | ProviderSessionDied
+    | ProviderTitle
 )
 
 EventSink: TypeAlias = Callable[[ProviderEvent], None]

@@ -401,6 +401,11 @@ class Thread(TypedDict, total=False):
     updatedAt: Required[int]
 
 
+class ThreadNameUpdatedNotification(TypedDict, total=False):
+    threadId: Required[str]
+    threadName: str | None
+
+
 class ThreadResumeParams(TypedDict, total=False):
     approvalPolicy: JsonValue
     approvalsReviewer: ApprovalsReviewer | None

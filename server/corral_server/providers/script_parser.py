@@ -36,6 +36,7 @@ from corral_server.providers.script_steps import (
     Step,
     TerminalWithoutId,
     Think,
+    Title,
     Tool,
 )
 
@@ -57,6 +58,7 @@ KNOWN_DIRECTIVES = (
     "/spawn",
     "/terminal-without-id",
     "/think",
+    "/title",
     "/tool",
 )
 
@@ -146,6 +148,8 @@ def _parse_directive(line: str) -> Step:
             return Reply(_required(name, argument, "the reply text"))
         case "/think":
             return Think(_required(name, argument, "the reasoning text"))
+        case "/title":
+            return Title(_required(name, argument, "the title"))
         case "/tool":
             return _parse_tool(argument)
         case "/sleep":

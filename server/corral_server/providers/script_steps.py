@@ -111,6 +111,14 @@ class ReplayTurn:
     turn_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Title:
+    """The provider names the conversation `text`, as Codex's thread name does
+    (docs/design.md#titles)."""
+
+    text: str
+
+
 Step: TypeAlias = (
     Reply
     | Think
@@ -128,6 +136,7 @@ Step: TypeAlias = (
     | TerminalWithoutId
     | DuplicateTerminal
     | ReplayTurn
+    | Title
 )
 
 

@@ -37,6 +37,7 @@ from corral_server.providers.base import (
     ProviderItem,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderTitle,
     ProviderTurnCompleted,
 )
 from corral_server.providers.script_parser import parse_script
@@ -187,6 +188,8 @@ class TurnPlayer:
                 await self._spawn(run, task, index)
             case steps.History(count=count):
                 self._replay_history(run, count, index)
+            case steps.Title(text=text):
+                self._emit(ProviderTitle(text))
             case _:
                 assert_never(step)
         return 0

@@ -70,6 +70,13 @@ _REASON = {
     da.AttentionReason.PERMISSION: agent_pb.ATTENTION_REASON_PERMISSION,
 }
 
+_TITLE_SOURCE = {
+    da.TitleSource.NONE: agent_pb.TITLE_SOURCE_UNSPECIFIED,
+    da.TitleSource.PROMPT: agent_pb.TITLE_SOURCE_PROMPT,
+    da.TitleSource.PROVIDER: agent_pb.TITLE_SOURCE_PROVIDER,
+    da.TitleSource.USER: agent_pb.TITLE_SOURCE_USER,
+}
+
 
 def attention_reason(reason: da.AttentionReason | None) -> agent_pb.AttentionReason.ValueType:
     return _REASON[reason] if reason is not None else agent_pb.ATTENTION_REASON_UNSPECIFIED
@@ -174,6 +181,7 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         created_at=timestamp(agent.created_at_ms),
         updated_at=timestamp(agent.updated_at_ms),
         timeline=agent_pb.TimelineInfo(epoch=agent.epoch, next_seq=agent.next_seq),
+        title_source=_TITLE_SOURCE[agent.title_source],
     )
     if agent.archived_at_ms is not None:
         msg.archived_at.CopyFrom(timestamp(agent.archived_at_ms))

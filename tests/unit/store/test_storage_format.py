@@ -97,6 +97,7 @@ AGENT_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     archived_at_ms=st.one_of(st.none(), millis),
     last_error=st.one_of(st.none(), errors),
     last_usage=st.one_of(st.none(), usages),
+    title_source=st.sampled_from(da.TitleSource),
 )
 agents = st.builds(da.Agent, **AGENT_FIELDS)
 

@@ -32,6 +32,7 @@ _REASONS = (
 _REASON = dict(_REASONS)
 _REASON_BACK = {stored: reason for reason, stored in _REASONS}
 _QUEUED_BY = {by.value: by for by in da.QueuedBy}
+_TITLE_SOURCE = {source.value: source for source in da.TitleSource}
 
 
 # Stored as they are.
@@ -48,6 +49,7 @@ def encode_agent(agent: da.Agent) -> bytes:
         archived_at=None if agent.archived_at_ms is None else timestamp(agent.archived_at_ms),
         last_error=None if agent.last_error is None else _error_record(agent.last_error),
         last_usage=None if agent.last_usage is None else usage_record(agent.last_usage),
+        title_source=agent.title_source.value,
     )
     _put_lifecycle(record.lifecycle, agent.lifecycle)
     attention = agent.attention
@@ -85,6 +87,9 @@ def decode_agent(data: bytes) -> da.Agent:
         archived_at_ms=ms(record.archived_at) if record.HasField("archived_at") else None,
         last_error=_error(record.last_error) if record.HasField("last_error") else None,
         last_usage=usage(record.last_usage) if record.HasField("last_usage") else None,
+        # "" (and a record from before sources were stored) is NONE; the title rules treat
+        # a title without a source as a person's (manager/titles.py).
+        title_source=_TITLE_SOURCE.get(record.title_source, da.TitleSource.NONE),
     )
 
 

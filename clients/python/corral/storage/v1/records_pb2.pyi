@@ -184,6 +184,7 @@ class Agent(_message.Message):
     TIMELINE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
+    TITLE_SOURCE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     provider: _builtins.str
     cwd: _builtins.str
@@ -191,6 +192,8 @@ class Agent(_message.Message):
     mode: _builtins.str
     title: _builtins.str
     provider_session_id: _builtins.str
+    title_source: _builtins.str
+    """Who set `title`: "" (no title yet), "prompt", "provider" or "user"."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -240,10 +243,11 @@ class Agent(_message.Message):
         timeline: Global___TimelineInfo | None = ...,
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
+        title_source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -123,6 +123,14 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
    * @generated from field: corral.v1.Usage last_usage = 19;
    */
   lastUsage?: Usage | undefined;
+
+  /**
+   * Who set `title` (docs/design.md#titles): a title a person set (USER) is never replaced
+   * by a PROMPT or PROVIDER one. UNSPECIFIED: no title yet.
+   *
+   * @generated from field: corral.v1.TitleSource title_source = 23;
+   */
+  titleSource: TitleSource;
 };
 
 /**
@@ -560,4 +568,42 @@ export enum AttentionReason {
  * Describes the enum corral.v1.AttentionReason.
  */
 export declare const AttentionReasonSchema: GenEnum<AttentionReason>;
+
+/**
+ * TitleSource says where an agent's title came from (docs/design.md#titles).
+ *
+ * @generated from enum corral.v1.TitleSource
+ */
+export enum TitleSource {
+  /**
+   * @generated from enum value: TITLE_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The first line of the agent's first prompt, cut on a word boundary.
+   *
+   * @generated from enum value: TITLE_SOURCE_PROMPT = 1;
+   */
+  PROMPT = 1,
+
+  /**
+   * The provider named the conversation (Codex's thread name, a scripted `title:` step).
+   *
+   * @generated from enum value: TITLE_SOURCE_PROVIDER = 2;
+   */
+  PROVIDER = 2,
+
+  /**
+   * A person: CreateAgent's or UpdateAgent's title.
+   *
+   * @generated from enum value: TITLE_SOURCE_USER = 3;
+   */
+  USER = 3,
+}
+
+/**
+ * Describes the enum corral.v1.TitleSource.
+ */
+export declare const TitleSourceSchema: GenEnum<TitleSource>;
 
