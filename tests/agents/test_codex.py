@@ -159,3 +159,20 @@ async def test_codex_resumes_a_thread_in_a_new_process_with_its_history(
         for c in item["content"]
     ]
     assert "First [[reply: one]]" in texts and "one" in texts
+
+
+async def test_codex_reports_a_threads_name_as_thread_name_updated(
+    fake: FakeModelServer, place: Place, spawn: Spawn
+) -> None:
+    # corral maps this notification to the agent's title (docs/design.md#titles); the real
+    # program's shape is pinned here, naming the thread as a client of codex would.
+    async with spawn(programs.codex(place.home, place.cwd, fake.url)) as child:
+        codex = CodexDriver(child)
+        thread_id = await codex.start_thread(place.cwd)
+        done = await turn(codex, thread_id, "Say hi [[reply: hi]]")
+        assert done["status"] == "completed"
+        # The pinned codex names no thread by itself: a turn ends without a name.
+        assert codex.of("thread/name/updated") == []
+        await codex.request("thread/name/set", {"threadId": thread_id, "name": "Greeting"})
+        named = await codex.until("thread/name/updated")
+        assert named["params"] == {"threadId": thread_id, "threadName": "Greeting"}

@@ -36,6 +36,7 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
+    ProviderTitle,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
@@ -271,6 +272,11 @@ class CodexSession(CommandSession[Run]):
         if thread_id is not None and thread_id != self._thread_id:
             return  # another thread's news (none is opened on this connection today)
         run = self._run
+        if method == "thread/name/updated":  # thread-wide: the conversation's name
+            name = cast(protocol.ThreadNameUpdatedNotification, params).get("threadName")
+            if isinstance(name, str) and name.strip():
+                self._emit(ProviderTitle(name))
+            return
         if method == "serverRequest/resolved":  # carries no turn id
             resolved = cast(protocol.ServerRequestResolvedNotification, params)
             self._resolved(run, resolved.get("requestId"))

@@ -24,6 +24,7 @@ from corral_server.providers.base import (
     ProviderItem,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderTitle,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -101,6 +102,18 @@ async def test_deltas_sent_before_the_answer_to_turn_start_belong_to_the_turn(
         chunks = [e for e in events.seen if isinstance(e, ProviderItem)]
         assert [c.provider_message_id for c in chunks] == ["m1", "m1"]
         assert events.text() == "hello there"
+
+
+async def test_the_threads_name_codex_reports_is_the_agents_title(
+    tmp_path: Path, events: Events
+) -> None:
+    async for session in open_session("named", tmp_path, events):
+        ended = await run_turn(session, events, "hello")
+        assert isinstance(ended, ProviderTurnCompleted)
+        # Another thread's name and an empty one are not titles.
+        assert [e for e in events.seen if isinstance(e, ProviderTitle)] == [
+            ProviderTitle("Named by codex")
+        ]
 
 
 @pytest.mark.parametrize(
