@@ -5,7 +5,8 @@ the CLI showing them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ FALLBACK = "Please find out why the login page of the admin console…"
 PROMPT = agent_pb.TITLE_SOURCE_PROMPT
 PROVIDER = agent_pb.TITLE_SOURCE_PROVIDER
 USER = agent_pb.TITLE_SOURCE_USER
+
+
+@contextlib.asynccontextmanager
+async def serving(daemon: DaemonThread) -> AsyncIterator[Stubs]:
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        yield Stubs.of(channel)
+
+
+@pytest.fixture
+async def stubs() -> AsyncIterator[Stubs]:
+    with running_daemon() as daemon:
+        async with serving(daemon) as stubs:
+            yield stubs
 
 
 async def turn(stubs: Stubs, agent_id: str, *lines: str) -> None:
@@ -65,78 +79,67 @@ def titles_seen(watch: Watch) -> list[tuple[str, int]]:
 
 
 async def test_the_first_prompt_titles_an_untitled_agent_as_its_turn_starts(
-    tmp_path: Path,
+    stubs: Stubs, tmp_path: Path
 ) -> None:
-    with running_daemon() as daemon:
-        async with grpc.aio.insecure_channel(daemon.address) as channel:
-            stubs = Stubs.of(channel)
-            agent_id = await create(stubs, tmp_path)
-            untitled = await agent_of(stubs, agent_id)
-            assert (untitled.title, untitled.title_source) == ("", 0)
-            watch = await Watch(stubs, agent_id).synced()
-            await turn(stubs, agent_id, "", LONG_LINE, "and the rest of the prompt")
-            running = await watch.until(titled(FALLBACK))
-            # The same update that says the turn runs: no round trip to any model.
-            assert running.agent_upserted.agent.lifecycle.WhichOneof("state") == "running"
-            shown = await agent_of(stubs, agent_id)
-            assert (shown.title, shown.title_source) == (FALLBACK, PROMPT)
-            await turn(stubs, agent_id, "something else entirely")
-            assert (await agent_of(stubs, agent_id)).title == FALLBACK
-            watch.cancel()
+    agent_id = await create(stubs, tmp_path)
+    untitled = await agent_of(stubs, agent_id)
+    assert (untitled.title, untitled.title_source) == ("", 0)
+    watch = await Watch(stubs, agent_id).synced()
+    await turn(stubs, agent_id, "", LONG_LINE, "and the rest of the prompt")
+    running = await watch.until(titled(FALLBACK))
+    # The same update that says the turn runs: no round trip to any model.
+    assert running.agent_upserted.agent.lifecycle.WhichOneof("state") == "running"
+    shown = await agent_of(stubs, agent_id)
+    assert (shown.title, shown.title_source) == (FALLBACK, PROMPT)
+    await turn(stubs, agent_id, "something else entirely")
+    assert (await agent_of(stubs, agent_id)).title == FALLBACK
+    watch.cancel()
 
 
 async def test_the_providers_title_replaces_the_fallback_and_subscribers_see_both(
-    tmp_path: Path,
+    stubs: Stubs, tmp_path: Path
 ) -> None:
-    with running_daemon() as daemon:
-        async with grpc.aio.insecure_channel(daemon.address) as channel:
-            stubs = Stubs.of(channel)
-            agent_id = await create(stubs, tmp_path)
-            watch = await Watch(stubs, agent_id).synced()
-            await turn(stubs, agent_id, "fix the login", "/title Login  fix", "/reply done")
-            await watch.until(titled("Login fix"))
-            assert titles_seen(watch) == [("fix the login", PROMPT), ("Login fix", PROVIDER)]
-            # A later provider title replaces its own earlier one.
-            await turn(stubs, agent_id, "/title Login and logout fix")
-            shown = await agent_of(stubs, agent_id)
-            assert (shown.title, shown.title_source) == ("Login and logout fix", PROVIDER)
-            watch.cancel()
+    agent_id = await create(stubs, tmp_path)
+    watch = await Watch(stubs, agent_id).synced()
+    await turn(stubs, agent_id, "fix the login", "/title Login  fix", "/reply done")
+    await watch.until(titled("Login fix"))
+    assert titles_seen(watch) == [("fix the login", PROMPT), ("Login fix", PROVIDER)]
+    # A later provider title replaces its own earlier one.
+    await turn(stubs, agent_id, "/title Login and logout fix")
+    shown = await agent_of(stubs, agent_id)
+    assert (shown.title, shown.title_source) == ("Login and logout fix", PROVIDER)
+    watch.cancel()
 
 
-async def test_a_title_a_person_set_is_never_replaced(tmp_path: Path) -> None:
-    with running_daemon() as daemon:
-        async with grpc.aio.insecure_channel(daemon.address) as channel:
-            stubs = Stubs.of(channel)
-            created = await create(stubs, tmp_path, title="mine")
-            await turn(stubs, created, "a first prompt", "/title The provider's")
-            shown = await agent_of(stubs, created)
-            assert (shown.title, shown.title_source) == ("mine", USER)
-            # UpdateAgent takes over from the provider, and keeps it.
-            other = await create(stubs, tmp_path)
-            await turn(stubs, other, "hello", "/title From the provider")
-            mask = field_mask_pb2.FieldMask(paths=["title"])
-            update = svc_pb.UpdateAgentRequest(agent_id=other, title="renamed", update_mask=mask)
-            updated = (await stubs.agents.UpdateAgent(update)).agent
-            assert (updated.title, updated.title_source) == ("renamed", USER)
-            await turn(stubs, other, "/title From the provider again")
-            shown = await agent_of(stubs, other)
-            assert (shown.title, shown.title_source) == ("renamed", USER)
+async def test_a_title_a_person_set_is_never_replaced(stubs: Stubs, tmp_path: Path) -> None:
+    created = await create(stubs, tmp_path, title="mine")
+    await turn(stubs, created, "a first prompt", "/title The provider's")
+    shown = await agent_of(stubs, created)
+    assert (shown.title, shown.title_source) == ("mine", USER)
+    # UpdateAgent takes over from the provider, and keeps it.
+    other = await create(stubs, tmp_path)
+    await turn(stubs, other, "hello", "/title From the provider")
+    mask = field_mask_pb2.FieldMask(paths=["title"])
+    update = svc_pb.UpdateAgentRequest(agent_id=other, title="renamed", update_mask=mask)
+    updated = (await stubs.agents.UpdateAgent(update)).agent
+    assert (updated.title, updated.title_source) == ("renamed", USER)
+    await turn(stubs, other, "/title From the provider again")
+    shown = await agent_of(stubs, other)
+    assert (shown.title, shown.title_source) == ("renamed", USER)
 
 
 async def test_a_title_and_its_source_survive_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = DaemonThread(Config(state_dir=state)).start()
     try:
-        async with grpc.aio.insecure_channel(first.address) as channel:
-            stubs = Stubs.of(channel)
+        async with serving(first) as stubs:
             agent_id = await create(stubs, tmp_path)
             await turn(stubs, agent_id, "hello", "/title Named by the provider")
     finally:
         first.stop()
     second = DaemonThread(Config(state_dir=state)).start()
     try:
-        async with grpc.aio.insecure_channel(second.address) as channel:
-            stubs = Stubs.of(channel)
+        async with serving(second) as stubs:
             shown = await agent_of(stubs, agent_id)
             assert (shown.title, shown.title_source) == ("Named by the provider", PROVIDER)
             # Still the provider's: its next title replaces it; no prompt does.
@@ -146,16 +149,15 @@ async def test_a_title_and_its_source_survive_a_restart(tmp_path: Path) -> None:
         second.stop()
 
 
-async def test_a_bare_title_directive_is_refused_and_starts_nothing(tmp_path: Path) -> None:
-    with running_daemon() as daemon:
-        async with grpc.aio.insecure_channel(daemon.address) as channel:
-            stubs = Stubs.of(channel)
-            agent_id = await create(stubs, tmp_path)
-            request = turn_pb.SendPromptRequest(agent_id=agent_id, content=text("/title"))
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stubs.turns.SendPrompt(request)
-            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert (await agent_of(stubs, agent_id)).title == ""
+async def test_a_bare_title_directive_is_refused_and_starts_nothing(
+    stubs: Stubs, tmp_path: Path
+) -> None:
+    agent_id = await create(stubs, tmp_path)
+    request = turn_pb.SendPromptRequest(agent_id=agent_id, content=text("/title"))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stubs.turns.SendPrompt(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (await agent_of(stubs, agent_id)).title == ""
 
 
 def test_the_cli_shows_titles_and_where_they_came_from(

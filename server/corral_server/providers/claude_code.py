@@ -31,7 +31,7 @@ from corral_server.domain.agent import (
     PermissionBehavior,
     PermissionResponse,
 )
-from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.content import ImagePart, Prompt, TextPart, prompt_text
 from corral_server.errors import FailedPrecondition
 from corral_server.providers import claude_code_history
 from corral_server.providers import claude_code_items as items
@@ -42,6 +42,7 @@ from corral_server.providers.base import (
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderTitle,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
@@ -96,6 +97,10 @@ MODES = (
     ProviderMode("bypassPermissions", "Bypass permissions", "never asks (as root: IS_SANDBOX=1)"),
 )
 
+# The head of the first prompt a title is asked from: enough to name it, bounded whatever the
+# prompt's size.
+_TITLE_INPUT = 4_096
+
 ALLOW_ACTION = PermissionAction("allow", "Allow", "allow_once")
 DENY_ACTION = PermissionAction("deny", "Deny", "reject_once")
 
@@ -121,12 +126,20 @@ class ClaudeCodeProvider(CommandProvider):
     modes = MODES
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "claude-code"
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        name: str = "claude-code",
+        ask_title: bool = False,
     ) -> None:
         super().__init__(argv, env, name=name)
+        # Ask a new session's title of Claude Code (one model call of its own, beside the
+        # first turn: docs/design.md#titles). The daemon's providers do (registry.py).
+        self._ask_title = ask_title
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ClaudeCodeSession:
-        session = ClaudeCodeSession(config, sink)
+        session = ClaudeCodeSession(config, sink, ask_title=self._ask_title)
         env = {**self._env, **token_environment(config.mcp_servers)}
         await session.start(self.command(config, session.session_id), env)
         return session
@@ -161,7 +174,7 @@ class ClaudeCodeSession(CommandSession[_Run]):
     start_failed = ClaudeStartFailed
     cancel_reason = items.CANCELLED
 
-    def __init__(self, config: SessionConfig, sink: EventSink) -> None:
+    def __init__(self, config: SessionConfig, sink: EventSink, *, ask_title: bool = False) -> None:
         super().__init__(config, sink)
         self._control: ClaudeControl | None = None
         self._session_id = config.resume_session_id or str(uuid.uuid4())
@@ -169,6 +182,9 @@ class ClaudeCodeSession(CommandSession[_Run]):
         self._permission_ids = itertools.count(1)
         # The error of a result outside any turn (claude's reason to exit at start).
         self._stray_error = ""
+        # A new session asks for its title once, with its first prompt (a resumed one had
+        # its first turn before).
+        self._title_asked = bool(config.resume_session_id) or not ask_title
 
     @property
     def session_id(self) -> str:
@@ -205,7 +221,26 @@ class ClaudeCodeSession(CommandSession[_Run]):
             await self._control.send(line)
         except ConnectionLost as exc:
             self._end(run, ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_EXITED)))
+        if not self._title_asked and self._conn is not None and (text := prompt_text(prompt)):
+            self._title_asked = True
+            self._conn.start_handler(self._ask_title(text.strip()))
         return run.turn_id
+
+    async def _ask_title(self, description: str) -> None:
+        """Claude Code's side request for a session title (`generate_session_title`: one
+        model call of its own, beside the turn), reported as the provider's title. A failure
+        is only logged: a title never touches the turn (docs/design.md#titles). No deadline
+        of its own: close() ends it with the session."""
+        assert self._control is not None
+        request = {"subtype": "generate_session_title", "description": description[:_TITLE_INPUT]}
+        try:
+            answer = await self._control.control({**request, "persist": False})
+        except (RequestFailed, ConnectionLost) as exc:
+            logger.info("claude: no session title: %s", exc)
+            return
+        title = answer.get("title") if isinstance(answer, dict) else None
+        if isinstance(title, str) and title.strip():
+            self._emit(ProviderTitle(title))
 
     async def _interrupt(self, run: _Run) -> InterruptResult:
         assert self._control is not None

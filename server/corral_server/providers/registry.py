@@ -60,7 +60,7 @@ def _make(entry: ProviderEntry, clock: Clock, environ: Mapping[str, str]) -> Pro
         case "acp":
             return AcpProvider(argv, env, name=entry.name)
         case "claude-code":
-            return ClaudeCodeProvider(argv, env, name=entry.name)
+            return ClaudeCodeProvider(argv, env, name=entry.name, ask_title=True)
         case "codex":
             for key, value in entry.codex_config:  # before the adapter's `app-server`
                 argv += ["-c", f"{key}={value}"]
