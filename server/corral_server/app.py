@@ -244,7 +244,7 @@ class Daemon:
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
         self._credentials = server_credentials(config.tls) if config.tls else None
-        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)

@@ -169,6 +169,10 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Self_ = TypeVar("Self_")
 
+# A servicer's context as the servicers see it: they only hand it on to the decorators below,
+# which abort through it, so the request and response types it is generic in never matter.
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
 Unary = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 Streaming = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]
 

@@ -16,7 +16,6 @@ Must not: hold protobuf messages per event, or keep a subscription open after it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
@@ -59,7 +58,7 @@ def event_service_handler(
     presence: PresenceBook | None = None,
     clock: Clock | None = None,
     streams: StreamBook | None = None,
-) -> grpc.GenericRpcHandler[Any, Any]:
+) -> grpc.GenericRpcHandler:
     """The EventService handler for `server.add_generic_rpc_handlers`."""
     servicer = EventServicer(
         hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock, streams=streams
@@ -94,7 +93,7 @@ class EventServicer:
     def presence(self) -> dict[str, Presence]:
         return self.presence_book.clients
 
-    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+    def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
