@@ -141,7 +141,7 @@ def never_reading_streams(state: str) -> tuple[float, float, float, int, int, fl
                 caught_up = time.monotonic() - start
                 for client in hostile:
                     client.close()
-                call.cancel()  # type: ignore[attr-defined]
+                call.cancel()
                 return idle, opened, peak, reader.last, head, caught_up
     finally:
         daemon.stop()
@@ -156,7 +156,7 @@ def _head(stubs: Stubs) -> int:
                 if event.HasField("synced"):
                     return event.synced.revision
     finally:
-        call.cancel()  # type: ignore[attr-defined]
+        call.cancel()
     raise RuntimeError("no Synced")
 
 
@@ -176,7 +176,7 @@ def refused_requests(state: str) -> tuple[float, float, float | None, float]:
                 try:
                     clear(body)
                 except grpc.RpcError as error:
-                    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+                    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
             after = daemon.rss()
             start = time.monotonic()
             back: float | None = None

@@ -78,7 +78,7 @@ async def burst(rows: int) -> dict[str, Any]:
     }
     for synchronous in ("FULL", "NORMAL"):
         with _scratch() as directory:
-            database, store = await _sqlite(directory, synchronous)  # type: ignore[arg-type]
+            database, store = await _sqlite(directory, synchronous)
             commits = database.commits
             rate = await _pipelined(store, rows)
             out[f"sqlite {synchronous} pipelined"] = rate

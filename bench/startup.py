@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from corral_cli.health import health_stub
 from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
@@ -85,7 +86,7 @@ async def serving_after(state_dir: Path) -> tuple[float, int]:
         line = (await proc.stdout.readline()).decode()  # printed once it serves
         port = line.rsplit(":", 1)[1].split()[0]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            health = health_stub(channel)
             reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
             elapsed = time.perf_counter() - started
             assert reply.status == health_pb2.HealthCheckResponse.SERVING

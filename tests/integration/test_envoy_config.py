@@ -17,9 +17,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2, agent_service_pb2_grpc
+from corral_cli.health import health_stub
 from corral_server.app import Config
 from tests.support.daemon import DaemonThread
 
@@ -128,7 +129,7 @@ def test_envoy_routes_to_the_serving_daemon_only(envoy: Path, tmp_path: Path) ->
                 "its listener",
             )
             with grpc.insecure_channel(listener) as channel:
-                health = health_pb2_grpc.HealthStub(channel)
+                health = health_stub(channel)
                 reply = health.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
                 agents = agent_service_pb2_grpc.AgentServiceStub(channel)

@@ -22,7 +22,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2, struct_pb2, timestamp_pb2
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
@@ -35,6 +35,7 @@ from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES
 from tests.support.client import ErrorDetails, Stubs, create_request, error_details, text
 from tests.support.daemon import DaemonThread
@@ -228,7 +229,7 @@ class World:
         )
 
     def health(self, service: str = "") -> int:
-        stub = health_pb2_grpc.HealthStub(self.channel)
+        stub = health_stub(self.channel)
         request = health_pb2.HealthCheckRequest(service=service)
         status: int = stub.Check(request, timeout=DEADLINE_S).status
         return status

@@ -107,4 +107,4 @@ def test_never_reading_streams_are_bounded_ended_and_do_not_hold_back_a_reader(
                 else:
                     assert resume == 0 and not given
             client.close()
-        reader_call.cancel()  # type: ignore[attr-defined]
+        reader_call.cancel()

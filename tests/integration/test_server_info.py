@@ -15,12 +15,13 @@ from pathlib import Path
 import grpc
 import httpx2 as httpx
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
+from corral_cli.health import health_stub
 from corral_server.manager.validate import Limits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details
@@ -144,7 +145,7 @@ async def test_a_draining_daemon_says_draining_while_it_still_answers(tmp_path: 
             daemon.daemon.drain(grace_s=3.0, delay_s=60.0), daemon.loop
         )
         async with grpc.aio.insecure_channel(daemon.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            health = health_stub(channel)
             deadline = asyncio.get_running_loop().time() + TIMEOUT
             while (await health.Check(health_pb2.HealthCheckRequest())).status == (
                 health_pb2.HealthCheckResponse.SERVING

@@ -12,7 +12,7 @@ import pytest
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 
 
@@ -37,8 +37,7 @@ class Reader:
             if predicate(event):
                 return event
         while True:
-            response = await self.call.read()
-            assert response is not grpc.aio.EOF, "stream ended early"
+            response = await next_message(self.call)
             self.messages += 1
             self.events.extend(response.events)
             for event in response.events:
