@@ -29,7 +29,7 @@ import grpc
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, SyncStubs, create_request, prompt_request
 from tests.support.memory import rss_mb
 from tests.support.raw_h2 import NeverReadingClient
 
@@ -147,7 +147,7 @@ def never_reading_streams(state: str) -> tuple[float, float, float, int, int, fl
         daemon.stop()
 
 
-def _head(stubs: Stubs) -> int:
+def _head(stubs: SyncStubs) -> int:
     """The daemon's head revision: the Synced of a fresh subscription."""
     call = stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=60)
     try:
@@ -169,7 +169,7 @@ def refused_requests(state: str) -> tuple[float, float, float | None, float]:
             stubs.agents.ListAgents(agent_pb.ListAgentsRequest())
             idle = daemon.rss()
             body = agent_pb.ClearAttentionRequest(agent_ids=[""] * IDS).SerializeToString()
-            clear = channel.unary_unary(
+            clear: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
                 "/corral.v1.AgentService/ClearAttention", request_serializer=bytes
             )
             for _ in range(REFUSED):

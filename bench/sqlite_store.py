@@ -179,8 +179,8 @@ async def _pages_at(directory: str, size: int, samples: int) -> dict[str, float]
     }
 
 
-async def pages(sizes: tuple[int, int], samples: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+async def pages(sizes: tuple[int, int], samples: int) -> dict[int | str, Any]:
+    out: dict[int | str, Any] = {}  # by size, then the ratios and the memory
     for size in sizes:
         with _scratch() as directory:
             began = time.perf_counter()

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -38,7 +39,7 @@ async def fill(state_dir: Path, agents: int, rows: int) -> None:
         timeline = await SqliteTimelineStore.open(db, ITEM_CODEC)
         records = await SqliteAgentRecords.open(db, encode_agent, decode_agent)
         item = AssistantMessage("a row of about a hundred bytes of assistant text, " * 2, "m")
-        pending = []
+        pending: list[asyncio.Future[Any]] = []
         for n in range(agents):
             agent_id = f"{n:032x}"
             head = await timeline.create(agent_id)

@@ -135,6 +135,7 @@ def test_an_undecodable_body_without_a_token_is_unauthenticated_not_decoded(
     secured: DaemonThread,
 ) -> None:
     with grpc.insecure_channel(secured.address) as channel:
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.AgentService/ListAgents")
         with pytest.raises(grpc.RpcError) as caught:
             raw(b"\xff\xff\xff", timeout=TIMEOUT)
@@ -146,6 +147,7 @@ def test_an_unknown_method_without_a_token_is_unauthenticated_not_unimplemented(
 ) -> None:
     """Without a token a caller learns nothing, not even which methods exist."""
     with grpc.insecure_channel(secured.address) as channel:
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.NoSuchService/Probe")
         with pytest.raises(grpc.RpcError) as caught:
             raw(b"", timeout=TIMEOUT)

@@ -37,7 +37,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES
-from tests.support.client import ErrorDetails, Stubs, create_request, error_details, text
+from tests.support.client import ErrorDetails, Stubs, SyncStubs, create_request, error_details, text
 from tests.support.daemon import DaemonThread
 
 Code = grpc.StatusCode
@@ -159,7 +159,7 @@ class State:
 @dataclass
 class World:
     channel: grpc.Channel
-    stubs: Stubs
+    stubs: SyncStubs
     cwd: str
     idle: tuple[str, ...]  # never closed; running only between an OK prompt and `settle`
     busy: tuple[str, ...]  # running a SLEEP_FOREVER turn at the start of every example

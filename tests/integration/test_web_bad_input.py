@@ -96,6 +96,7 @@ async def test_an_undecodable_body_is_malformed_request_with_the_grpc_message(
 ) -> None:
     garbage = b"\xff\xff\xff"
     async with grpc.aio.insecure_channel(web_daemon.address) as channel:
+        raw: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.AgentService/CreateAgent")
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await raw(garbage)

@@ -5,7 +5,7 @@ point that skips nothing."""
 from __future__ import annotations
 
 from corral_server.hub import EventHub, SubscriptionState
-from tests.unit.hub.test_event_hub import Agents, drain, encode, publish_rows, rows
+from tests.unit.hub.test_event_hub import Agents, drain, encode, publish_rows, rows, state
 
 
 async def test_a_buffer_whose_oldest_event_left_the_ring_is_dropped_at_the_next_release() -> None:
@@ -14,10 +14,10 @@ async def test_a_buffer_whose_oldest_event_left_the_ring_is_dropped_at_the_next_
     assert drain(slow) == ["0:upsert a1", "0:synced 0"]
     publish_rows(hub, "a1", range(1, 31))
     # The ring keeps 21..30; the buffer may not keep 1..20 alive: demoted, nothing held.
-    assert slow.state is SubscriptionState.CATCHING_UP
+    assert state(slow) is SubscriptionState.CATCHING_UP
     assert slow.buffered_events == 0
     assert drain(slow) == ["0:reset 0 20", "0:upsert a1", "0:synced 30 reset"]
-    assert slow.state is SubscriptionState.LIVE
+    assert state(slow) is SubscriptionState.LIVE
 
 
 async def test_end_one_drops_what_was_not_taken_and_names_what_was_given() -> None:
