@@ -199,7 +199,7 @@ async def pages(sizes: tuple[int, int], samples: int) -> dict[int | str, Any]:
 # --- report ---------------------------------------------------------------------------------
 
 
-def report(burst_: dict[str, Any], group_: dict[str, Any], pages_: dict[str, Any]) -> str:
+def report(burst_: dict[str, Any], group_: dict[str, Any], pages_: dict[int | str, Any]) -> str:
     lines = ["SQLite store: one agent bursting single rows (rows/s, store alone; goal >= 80,000)"]
     lines += [f"  {name:<30} {value:>12,.0f}" for name, value in burst_.items()]
     lines.append("SQLite store: 100 agents, each awaiting its own one-row appends")

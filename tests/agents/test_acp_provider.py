@@ -130,7 +130,7 @@ async def test_an_acp_tool_call_waits_for_a_permission_that_corral_allows(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
     while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
-        assert event is not grpc.aio.EOF
+        pass
     asked = event.permission_requested.permission
     allow = next(a for a in asked.actions if a.kind == "allow_once")
     await stubs.turns.RespondToPermission(
@@ -187,7 +187,7 @@ async def test_an_acp_tool_call_that_corral_denies_does_not_run(stubs: Stubs, pl
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
     while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
-        assert event is not grpc.aio.EOF
+        pass
     asked = event.permission_requested.permission
     reject = next(a for a in asked.actions if a.kind == "reject_once")
     await stubs.turns.RespondToPermission(

@@ -168,8 +168,8 @@ async def check_event_log(stubs: Stubs, seen: Seen) -> None:
             head = synced[0].revision
             break
     assert sorted(replayed) == list(range(1, head + 1)), "revisions not contiguous"
-    for revision, event in seen.events.items():
-        assert replayed.get(revision) == event, f"event {revision} lost or changed"
+    for revision, body in seen.events.items():
+        assert replayed.get(revision) == body, f"event {revision} lost or changed"
 
 
 @pytest.mark.parametrize("iteration", range(ITERATIONS))

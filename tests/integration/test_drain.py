@@ -16,7 +16,7 @@ from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES, Config, Daemon
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, create_request, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -55,13 +55,13 @@ async def test_calls_are_answered_during_the_delay_and_streams_end_after_it(
         stubs = Stubs.of(channel)
         health = health_stub(channel)
         watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
-        assert (await watch.read()).status == SERVING
+        assert (await next_message(watch)).status == SERVING
         stream = stubs.events.Subscribe(event_pb.SubscribeRequest())
         incarnation = (await read_until_synced(stream))[-1].synced.incarnation
         drained = asyncio.run_coroutine_threadsafe(daemon.drain(grace_s=5.0), draining.loop)
 
         # 1. Health goes NOT_SERVING for the server and every service.
-        assert (await watch.read()).status == NOT_SERVING
+        assert (await next_message(watch)).status == NOT_SERVING
         for service in ("", *SERVICE_NAMES):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
             assert reply.status == NOT_SERVING

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -61,8 +62,12 @@ def test_envoy_refuses_a_broken_copy(envoy: Path, tmp_path: Path) -> None:
     assert "timeout" in done.stderr
 
 
-def poll(probe: Callable[[], str | None], what: str) -> str:
-    """Envoy checks on the wall clock (its own process): ask until `probe` answers."""
+T = TypeVar("T")
+
+
+def poll(probe: Callable[[], T | None], what: str) -> T:
+    """Envoy checks on the wall clock (its own process): ask until `probe` answers (a truthy
+    answer)."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         answer = probe()

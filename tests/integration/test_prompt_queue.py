@@ -155,7 +155,7 @@ async def test_replace_shows_no_idle_moment_to_a_subscriber(
     while not done:
         for event in (await next_message(watch)).events:
             if event.HasField("agent_upserted"):
-                states.append(event.agent_upserted.agent.lifecycle.WhichOneof("state"))
+                states.append(str(event.agent_upserted.agent.lifecycle.WhichOneof("state")))
             done = done or (
                 event.HasField("turn_completed")
                 and event.turn_completed.turn_id == replaced.turn_id

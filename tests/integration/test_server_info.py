@@ -49,7 +49,7 @@ def served() -> Iterator[DaemonThread]:
 
 
 @pytest.fixture
-async def info_stub(served: DaemonThread) -> AsyncIterator[server_grpc.ServerServiceStub]:
+async def info_stub(served: DaemonThread) -> AsyncIterator[server_grpc.ServerServiceAsyncStub]:
     async with grpc.aio.insecure_channel(served.address) as channel:
         yield server_grpc.ServerServiceStub(channel)
 
@@ -69,7 +69,7 @@ async def synced_of(stream: AsyncIterator[event_pb.SubscribeResponse]) -> event_
 
 
 async def test_it_says_its_version_api_limits_providers_and_features(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub
 ) -> None:
     info = await info_stub.GetServerInfo(server_pb.GetServerInfoRequest(), timeout=TIMEOUT)
     daemon = served.daemon
@@ -98,7 +98,7 @@ async def test_it_says_its_version_api_limits_providers_and_features(
 
 
 async def test_its_incarnation_and_head_are_those_subscribers_see(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub, tmp_path: Path
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub, tmp_path: Path
 ) -> None:
     async with grpc.aio.insecure_channel(served.address) as channel:
         stream = event_grpc.EventServiceStub(channel).Subscribe(event_pb.SubscribeRequest())
@@ -120,7 +120,7 @@ async def test_its_incarnation_and_head_are_those_subscribers_see(
 
 @pytest.mark.parametrize("json_codec", [False, True], ids=["proto", "json"])
 async def test_connect_on_the_web_port_answers_as_grpc_does(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub, json_codec: bool
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub, json_codec: bool
 ) -> None:
     async with await web_client(served) as client:
         answer = await Web(client).unary(

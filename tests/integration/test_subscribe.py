@@ -101,7 +101,7 @@ async def test_fresh_subscription_gets_snapshot_then_synced_then_live_events(
 
 
 def _agent_of(event: event_pb.Event) -> str:
-    payload = getattr(event, event.WhichOneof("payload"))
+    payload = getattr(event, str(event.WhichOneof("payload")))
     if event.WhichOneof("payload") == "agent_upserted":
         return str(payload.agent.id)
     return str(getattr(payload, "agent_id", ""))

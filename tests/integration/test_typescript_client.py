@@ -282,7 +282,7 @@ async def scenario(stubs: Stubs, py: PySubscriber, cwd: Path) -> None:
 
 def check_coverage(events: list[Event]) -> None:
     """The scenario produced what it claims to (so the comparison is not a vacuous one)."""
-    kinds = [e.WhichOneof("payload") for e in events]
+    kinds = [str(e.WhichOneof("payload")) for e in events]
     for kind, count in [
         ("timeline_reset", 2), ("permission_requested", 1), ("permission_resolved", 1),
         ("turn_failed", 1), ("turn_completed", 5), ("timeline_row_updated", 1),

@@ -31,12 +31,12 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.providers.child import MAX_LINE_BYTES
 from corral_server.providers.claude_code import (
     ClaudeCodeProvider,
     ClaudeCodeSession,
     ClaudeStartFailed,
 )
-from corral_server.providers.claude_code_wire import MAX_LINE_BYTES
 from tests.agents.child import tagged_processes
 
 STUB = Path(__file__).with_name("claude_code_stub.py")
