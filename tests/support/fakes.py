@@ -150,11 +150,12 @@ class FakeSession:
 
     async def respond_permission(
         self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
+    ) -> Prompt | None:
         self.calls.append("respond_permission")
         self.responses.append((turn_id, request_id, response))
         if self.respond_error is not None:
             raise self.respond_error
+        return None  # no follow-up prompt
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         self.calls.append("steer")

@@ -23,7 +23,7 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, cast
 
 import acp
 from acp.schema import PermissionOption, ToolCallUpdate
@@ -123,7 +123,8 @@ def raw(line: bytes) -> None:
 async def main() -> None:
     if MODE == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    await acp.run_agent(StubAgent())
+    # Only part of the SDK's Agent protocol: the methods corral's adapter calls.
+    await acp.run_agent(cast(acp.Agent, StubAgent()))
     if MODE == "hang":  # stdin closed: still not exiting
         await asyncio.Event().wait()
 

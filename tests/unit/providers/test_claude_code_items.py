@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from corral_server.domain.agent import AgentError, Usage
-from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    JsonValue,
+    Reasoning,
+    ToolCall,
+    ToolCallStatus,
+)
 from corral_server.providers.base import (
     ProviderItem,
     ProviderTurnCanceled,
@@ -146,7 +152,7 @@ def test_a_tool_result_with_an_error_fails_the_call_with_its_text() -> None:
 
 
 def test_lines_of_no_concern_and_odd_shapes_map_to_nothing() -> None:
-    odd = [
+    odd: list[dict[str, Any]] = [
         {"type": "system", "subtype": "init"},
         {"type": "stream_event", "event": "not a dict"},
         {"type": "stream_event", "event": {"type": "message_start"}, "api_message_id": "m"},
@@ -169,19 +175,23 @@ def test_lines_of_no_concern_and_odd_shapes_map_to_nothing() -> None:
 
 
 def test_result_subtypes_end_the_turn() -> None:
-    success = {
+    success: dict[str, JsonValue] = {
         "subtype": "success",
         "is_error": False,
         "usage": {"input_tokens": 1, "output_tokens": 2},
     }
-    api = {
+    api: dict[str, JsonValue] = {
         "subtype": "success",
         "is_error": True,
         "api_error_status": 429,
         "result": "API Error: 429 slow down",
     }
-    max_turns = {"subtype": "error_max_turns", "is_error": True}
-    during = {"subtype": "error_during_execution", "is_error": True, "errors": ["a", "b"]}
+    max_turns: dict[str, JsonValue] = {"subtype": "error_max_turns", "is_error": True}
+    during: dict[str, JsonValue] = {
+        "subtype": "error_during_execution",
+        "is_error": True,
+        "errors": ["a", "b"],
+    }
     assert terminal("t1", success, False) == ProviderTurnCompleted("t1", Usage(1, 2))
     assert terminal("t1", api, False) == ProviderTurnFailed(
         "t1", AgentError("API Error: 429 slow down", "MODEL_ERROR")
@@ -197,7 +207,7 @@ def test_result_subtypes_end_the_turn() -> None:
 
 
 def test_usage_counts_all_input_and_this_turns_cost() -> None:
-    result = {
+    result: dict[str, JsonValue] = {
         "usage": {
             "input_tokens": 10,
             "cache_creation_input_tokens": 4,

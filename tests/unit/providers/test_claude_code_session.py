@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def events() -> Events:
 
 
 async def open_session(
-    mode: str, tmp_path: Path, events: Events, **config: str
+    mode: str, tmp_path: Path, events: Events, **config: Any
 ) -> AsyncIterator[ClaudeCodeSession]:
     provider = stub(mode)
     session = await provider.create_session(SessionConfig("a1", str(tmp_path), **config), events)

@@ -10,6 +10,7 @@ import pytest
 
 from corral_server.domain.timeline import (
     AssistantMessage,
+    JsonValue,
     Reasoning,
     ToolCall,
     ToolCallStatus,
@@ -78,7 +79,7 @@ def test_a_claude_transcript_is_found_by_cwd_and_refuses_ids_that_leave_its_fold
 
 
 def test_a_codex_threads_turns_become_user_messages_and_completed_items() -> None:
-    thread = {
+    thread: dict[str, JsonValue] = {
         "id": "th",
         "turns": [
             {

@@ -128,12 +128,21 @@ class Recorded:
         self.clock = clock
 
 
+def fresh_recorded() -> type[Recorded]:
+    """A subclass with a record of its own, so one test never sees another's."""
+
+    class Fresh(Recorded):
+        made: list[tuple[list[str], dict[str, str], str]] = []
+
+    return Fresh
+
+
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))
 def test_an_adapter_in_the_build_gets_argv_env_and_name(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, cls = ADAPTERS[kind]
-    recorded = type("Recorded", (Recorded,), {"made": []})
+    recorded = fresh_recorded()
     monkeypatch.setattr(registry, cls, recorded)
     clock = FakeClock()
     extra = "\nconfig = { model = 'o3', retries = 0 }" if kind == "codex" else ""
@@ -148,7 +157,7 @@ def test_an_adapter_in_the_build_gets_argv_env_and_name(
 def test_inherit_env_false_gives_the_program_only_its_own_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    recorded = type("Recorded", (Recorded,), {"made": []})
+    recorded = fresh_recorded()
     monkeypatch.setattr(registry, "CodexProvider", recorded)
     text = "[providers.c]\nkind = 'codex'\ninherit_env = false\nenv = { CODEX_HOME = '/c' }"
     build(parse(text), FakeClock(), environ={"HOME": "/h", "SECRET": "s"})
