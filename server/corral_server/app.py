@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.connections import ConnectionBook, ConnectionLimit
 from corral_server.rpc.convert import encode_event
+from corral_server.rpc.error_counts import ErrorCounts
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
@@ -248,6 +250,8 @@ class Daemon:
         self._server: grpc.aio.Server | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)
+        # This daemon's calls answered with an error, by status code (both edges; metrics).
+        self.rpc_errors: Counter[str] = Counter()
         limits = StreamLimits(
             max_streams=config.max_streams,
             total_bytes=config.streams_total_bytes,
@@ -380,6 +384,7 @@ class Daemon:
         config = self.config
         server = grpc.aio.server(
             interceptors=[
+                ErrorCounts(self.rpc_errors),  # outermost: sees how every call ended
                 *auth,
                 ConnectionLimit(self.connections),
                 MalformedRequests(Reclaimer(self.clock)),
@@ -513,7 +518,7 @@ class Daemon:
             settings = replace(settings, static_dir=config.web_static_dir)
         descriptors = {name: _service_descriptor(name) for name in servicers}
         by_descriptor = {descriptors[name]: servicer for name, servicer in servicers.items()}
-        self.web = WebEndpoint(settings, by_descriptor, self.tokens)
+        self.web = WebEndpoint(settings, by_descriptor, self.tokens, self.rpc_errors)
         return self.web.start()
 
     def _serve_metrics(self, listen: str) -> int:  # on the loop: the collector needs it
@@ -521,7 +526,7 @@ class Daemon:
         behind the bearer tokens when the config asks for them."""
         host, _, port = listen.rpartition(":")
         loop = asyncio.get_running_loop()
-        registry = registry_for(self.manager, self.hub, loop, self.database)
+        registry = registry_for(self.manager, self.hub, loop, self.database, self.rpc_errors)
         tokens = self.tokens if self.config.metrics_token else None
         if self.config.metrics_token and tokens is None:
             raise OSError(f"metrics on {listen} need tokens: there is no auth_token_file")
