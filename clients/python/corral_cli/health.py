@@ -8,13 +8,13 @@ Must not: hold a channel, or decide what a status means (status.py does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import overload
+from typing import TypeAlias, overload
 
 import grpc
 from grpc_health.v1 import health_pb2
 
-_Request = health_pb2.HealthCheckRequest
-_Response = health_pb2.HealthCheckResponse
+_Request: TypeAlias = health_pb2.HealthCheckRequest
+_Response: TypeAlias = health_pb2.HealthCheckResponse
 
 
 @dataclass(frozen=True)
