@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.agents import programs
 
@@ -37,9 +40,19 @@ def changed_definitions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
+def update_asked(environ: Mapping[str, str]) -> bool:
+    """CORRAL_UPDATE_CODEX_SCHEMA=1 rewrites the snapshot from the pinned codex; refused under
+    CI (CI set, as CI runs set it), where a rewrite would turn protocol drift into a pass."""
+    if environ.get("CORRAL_UPDATE_CODEX_SCHEMA") != "1":
+        return False
+    ci = environ.get("CI", "")
+    assert ci in ("", "0", "false"), f"CORRAL_UPDATE_CODEX_SCHEMA is refused under CI (CI={ci})"
+    return True
+
+
 def test_the_pinned_codex_speaks_the_protocol_of_the_committed_snapshot(tmp_path: Path) -> None:
     generated = generate(tmp_path)
-    if os.environ.get("CORRAL_UPDATE_CODEX_SCHEMA") == "1":
+    if update_asked(os.environ):
         SNAPSHOT.write_bytes(generated)
     committed = SNAPSHOT.read_bytes()
     if generated != committed:
@@ -48,6 +61,15 @@ def test_the_pinned_codex_speaks_the_protocol_of_the_committed_snapshot(tmp_path
             f"codex's app-server protocol changed ({len(changed)} definitions: "
             f"{', '.join(changed[:40])}); see tests/agents/codex_schema/README.md"
         )
+
+
+def test_the_snapshot_is_rewritten_only_when_asked_and_never_under_ci() -> None:
+    asked = {"CORRAL_UPDATE_CODEX_SCHEMA": "1"}
+    assert update_asked(asked) and update_asked(asked | {"CI": "false"})
+    assert not update_asked({}) and not update_asked({"CI": "true"})
+    for ci in ("true", "1"):
+        with pytest.raises(AssertionError, match="refused under CI"):
+            update_asked(asked | {"CI": ci})
 
 
 def test_a_changed_definition_is_named() -> None:
