@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -88,7 +89,7 @@ class Daemon:
 
 
 class Reader(threading.Thread):
-    def __init__(self, call: grpc.Call) -> None:
+    def __init__(self, call: Iterator[event_pb.SubscribeResponse]) -> None:
         super().__init__(daemon=True)
         self.call = call
         self.events = 0
@@ -96,7 +97,7 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            for response in self.call:  # type: ignore[attr-defined]
+            for response in self.call:
                 for event in response.events:
                     self.events += 1
                     self.last = max(self.last, event.revision)

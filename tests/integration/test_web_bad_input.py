@@ -245,7 +245,9 @@ async def test_a_body_that_stops_arriving_is_refused_and_frees_its_slot(
         )
         writer.write(head.encode() + body[:1])  # and then nothing more
         head_bytes = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        length = int(re.search(rb"content-length: (\d+)", head_bytes).group(1))  # type: ignore[union-attr]
+        found = re.search(rb"content-length: (\d+)", head_bytes)
+        assert found is not None, head_bytes
+        length = int(found.group(1))
         answer = await asyncio.wait_for(reader.readexactly(length), 10)
         writer.close()
         assert head_bytes.startswith(b"HTTP/1.1 504 ") and b"deadline_exceeded" in answer
