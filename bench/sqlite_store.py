@@ -1,4 +1,4 @@
-"""The SQLite timeline store (issue 6), next to the in-memory store of the same run.
+"""The SQLite timeline store, next to the in-memory store of the same run.
 
   burst    one agent bursting single-row appends through the store alone (no actor, no hub):
            pipelined with append_nowait, as a single writer that keeps going while earlier rows

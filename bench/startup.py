@@ -1,4 +1,4 @@
-"""P3 (NORTH_STAR.md): start-up with 10 k stored agents, 1 k rows each, until health is SERVING.
+"""P3 (BENCHMARKS.md#goals): start-up with 10 k stored agents, 1 k rows each, until health is SERVING.
 
 A state directory is filled through the stores themselves (a daemon would take minutes to run
 10 M rows of turns): 10,000 agent records (scripted, idle) and their timelines of 1,000 rows

@@ -327,9 +327,10 @@ class Daemon:
         return run.run_id, run.child_agent_id
 
     async def _open_store(self, state_dir: Path) -> None:
-        """The durable store (issue 6): timelines and agent records in the state directory's
-        SQLite database; the stored agents come back (headers only) before anything serves.
-        Raises StoreError (a newer schema, an unusable directory) with a clear message."""
+        """The store (docs/design.md#durability): timelines and agent records in the state
+        directory's SQLite database; the stored agents come back (headers only) before
+        anything serves. Raises StoreError (a newer schema, an unusable directory) with a clear
+        message."""
         config = self.config
         await asyncio.to_thread(make_private, state_dir, DB_FILE)  # 0700, every file 0600
         self.database = database = await Database.open(state_dir, lock=config.lock_state_dir)

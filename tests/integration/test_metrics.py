@@ -1,8 +1,9 @@
-"""Prometheus metrics, scraped over HTTP from a real daemon after a known sequence of calls:
-exactly the turns, events, rows, agents and error answers of that sequence (each daemon counts
-into its own registry, so a call counted twice, or another daemon's, shows); with a state
-directory the store's commits (latency and batch size), provider call latency by kind, and
-the event log's pending events and failed commits while its commits fail."""
+"""Prometheus metrics (`--metrics-listen`), scraped over HTTP from a real daemon after a known
+sequence of calls: exactly the turns, events, rows, agents and error answers of that sequence
+(each daemon counts into its own registry, so a call counted twice, or another daemon's,
+shows); with a state directory the store's commits (latency and batch size), provider call
+latency by kind, and the event log's pending events and failed commits while its commits
+fail."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Sub-agent trees through the wire (issue 9, seed 002): scripted parents fan out with `/spawn`,
-every result reaches its requester exactly once, a child with pending descendants announces
-only after them, limits hold under concurrent spawns, kills cascade and archives end runs."""
+"""Sub-agent trees through the wire (docs/design.md#subagents): scripted parents fan out with
+`/spawn`, every result reaches its requester exactly once, a child with pending descendants
+announces only after them, limits hold under concurrent spawns, kills cascade and archives end
+runs."""
 
 from __future__ import annotations
 

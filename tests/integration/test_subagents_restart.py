@@ -1,4 +1,4 @@
-"""Sub-agent runs across a daemon restart (issue 9, seed 002 section 5.7): a deferred announce
+"""Sub-agent runs across a daemon restart (docs/design.md#resume): a deferred announce
 resumes and is delivered exactly once; runs whose child is gone end as orphans, visibly, and
 their requester is told. Daemons run in this process on the FakeClock, one after the other
 on the same state directory."""

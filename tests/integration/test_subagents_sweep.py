@@ -1,4 +1,4 @@
-"""The sweeper through the wire (issue 9 item 8, seed 002 section 5.7): the children of
+"""The sweeper through the wire (docs/design.md#subagents): the children of
 finished runs with cleanup DELETE are archived after the archive delay, and finished records
 are forgotten after the retention period, all on the daemon's clock."""
 

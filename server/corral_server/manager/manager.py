@@ -228,8 +228,8 @@ class AgentManager:
         await actor.call(lambda: actor.add_notice(notice, wake, client_message_id))
 
     async def rows_settled(self, agent_id: str) -> None:
-        """Until every row the agent has handed to its store so far is stored (a reader that
-        fetches next sees them). A closed agent's rows are already settled or about to be."""
+        """Until every row the agent has handed to its timeline store so far is stored (a reader
+        that fetches next sees them). A closed agent's rows are already settled or about to be."""
         actor = self._actor(agent_id)
         with contextlib.suppress(errors.AgentClosed):
             await actor.call(actor.barrier)
@@ -237,13 +237,14 @@ class AgentManager:
     async def respond_permission(
         self, agent_id: str, request_id: str, response: PermissionResponse
     ) -> Agent:
-        """Answer a pending permission (seed 000, section 10)."""
+        """Answer a pending permission (docs/design.md#permissions)."""
         actor = self._actor(agent_id)
         check_id("request_id", request_id, self.limits)
         return await actor.call(lambda: actor.respond_permission(request_id, response))
 
     async def rewind(self, agent_id: str, message_id: str) -> Agent:
-        """Rewind to before a user message the provider confirmed (seed 000, 6.4)."""
+        """Rewind to before a user message the provider confirmed
+        (docs/design.md#echo-and-rewind)."""
         self._check_open()
         actor = self._actor(agent_id)
         check_id("message_id", message_id, self.limits)
@@ -305,7 +306,7 @@ class AgentManager:
         return await actor.call(lambda: done_with(actor.detach()))
 
     async def reload(self, agent_id: str, rehydrate: bool) -> Agent:
-        """Restart the agent's provider session (seed 000, section 4.2): the running turn is
+        """Restart the agent's provider session (docs/design.md#resume): the running turn is
         canceled first, and a provider that refuses to stop it abandons the reload
         (PROVIDER_REFUSED_INTERRUPT) rather than forcing two turns onto one timeline."""
         self._check_open()

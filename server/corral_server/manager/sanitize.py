@@ -1,5 +1,5 @@
-"""Provider output made encodable: what a provider reports is cleaned here, before the writer
-stores it, so that no row can fail to encode after it was stored.
+"""Provider output made encodable: what a provider reports is cleaned here, before the timeline
+writer stores it, so that no row can fail to encode after it was stored.
 
 Rules (each keeps what can be kept and says what it replaced):
 

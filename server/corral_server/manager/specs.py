@@ -54,7 +54,7 @@ class CreateSpec:
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Deadlines of provider calls and the cancel waits (seed 000, section 5.4), measured on
+    """Deadlines of provider calls and the cancel waits (docs/design.md#cancel), measured on
     the manager's clock. A provider that misses one never holds its agent's queue longer."""
 
     create_session_s: float = 60.0  # a real agent process starts and handshakes

@@ -1,5 +1,5 @@
 """WaitForIdle: until an agent stops running, read from its snapshots (never through its
-queue: a wait must not hold the writer), woken by each change and by the drain.
+queue: a wait must not hold the single writer), woken by each change and by the drain.
 
 Must not: change an agent.
 """

@@ -1,4 +1,4 @@
-"""corral's sub-agent operations as MCP tools for the agents it runs (issue 9, item 10): an
+"""corral's sub-agent operations as MCP tools for the agents it runs (docs/mcp.md): an
 agent, named by its own token, sees and controls only its own descendants.
 
 The endpoint (`corral_server.mcp.server.McpEndpoint`) is imported only by a daemon that serves

@@ -31,7 +31,7 @@ class ClientGone(logging.Filter):
     a traceback whenever it cannot send an answer because the client has gone: it hung up,
     its deadline passed, or it refused the message as too big for its receive limit. That is
     the client's doing, not a fault of the daemon: such a record becomes one INFO line
-    without the traceback (issue 5, section 5)."""
+    without the traceback: a hang-up is the client's choice, not a daemon fault."""
 
     MARKER = "ExecuteBatchError raised in core"
 

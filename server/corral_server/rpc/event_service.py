@@ -37,7 +37,7 @@ MAX_CLIENT_ID_CHARS = 256
 
 # Ids one subscription may name (empty = every agent, which needs none): a client watching more
 # agents than this subscribes to all of them. Checked on the request before any set is built:
-# 400 k ids cost 65-200 MB per stream (issue 5).
+# 400 k ids cost 65-200 MB per stream (measured).
 MAX_SUBSCRIBE_AGENT_IDS = 1_000
 # An agent id is 32 hex characters; this is the manager's default `Limits.max_id_chars`.
 MAX_AGENT_ID_CHARS = 256

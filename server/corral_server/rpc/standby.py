@@ -1,4 +1,4 @@
-"""A hot standby's waiting server (issue 10, item 1): while another daemon holds the state
+"""A hot standby's waiting server (`corral serve --standby`): while another daemon holds the state
 directory, the standby listens on its address so a load balancer sees it, answers health
 NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every call of
 the agent services. Reflection (when on) and ServerService answer, so a person can ask it with

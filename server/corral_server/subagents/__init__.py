@@ -1,5 +1,5 @@
-"""Sub-agent trees (seed 002): run records, their limits, queries, the announce outbox, and the
-registry that is their single writer."""
+"""Sub-agent trees (docs/design.md#subagents): run records, their limits, queries, the announce
+outbox, and the registry that is their single writer."""
 
 from corral_server.domain.subagents import (
     RUN_ID_LABEL,

@@ -1,5 +1,5 @@
-"""The announce outbox (seed 002, 5.1-5.3): an ended run's result reaches its requester as one
-SubagentNotice row, exactly once, also across retries and restarts.
+"""The announce outbox (docs/design.md#subagents): an ended run's result reaches its requester as
+one SubagentNotice row, exactly once, also across retries and restarts.
 
 Each run with an announce due has one task here (never two: `start` is idempotent). The task
 asks the registry for the next step (a job on the registry's queue, which owns every state

@@ -1,4 +1,5 @@
-"""The sub-agent run registry (seed 002): the facade over the run records' single writer.
+"""The sub-agent run registry (docs/design.md#subagents): the facade over the run records' single
+writer.
 
 Owns which runs exist and every change to them, through its parts, each a module:
 - ledger.py: the records in memory and the one queue every change goes through;
@@ -6,7 +7,7 @@ Owns which runs exist and every change to them, through its parts, each a module
   spawns never pass a limit together), then creates the child and links it;
 - ending.py: a run ends once (its child settled, or a timeout decided it);
 - control.py: kill (with cascade) and archive;
-- steer.py: a running run replaced by a new run of its child (seed 002, 5.5);
+- steer.py: a running run replaced by a new run of its child;
 - outbox.py + announce.py: the announce outbox's states and the tasks that deliver;
 - recovery.py: restart recovery;
 - sweeper.py: children of finished DELETE runs archived, old records forgotten.
@@ -96,7 +97,7 @@ class SubagentRegistry:
         await self._ledger.open()
 
     async def recover(self) -> None:
-        """After the agents are restored (seed 002, 5.7): runs not ended are ended by what
+        """After the agents are restored (docs/design.md#resume): runs not ended are ended by what
         their child's state says, orphans visibly; due announces resume."""
         await self._ledger.call(self._recovery.recover)
         self._sweeper.start()
@@ -241,12 +242,13 @@ class SubagentRegistry:
 
     async def kill(self, run_id: str, cascade: bool) -> list[str]:
         """End the run (and with `cascade` every run below it) as KILLED, announces
-        suppressed, then stop their children (seed 002, 5.4)."""
+        suppressed, then stop their children (docs/design.md#subagents)."""
         return await self._control.kill(run_id, cascade)
 
     async def steer(self, run_id: str, message: str, controller: str = "") -> SubagentRun:
-        """Replace the running run with a new run of its child on `message` (seed 002, 5.5);
-        the new run. `controller`: who steers, for the rate limit ("": the run's own)."""
+        """Replace the running run with a new run of its child on `message`
+        (docs/design.md#subagents); the new run. `controller`: who steers, for the rate limit ("":
+        the run's own)."""
         return await self._steering.steer(run_id, message, controller)
 
     # --- the manager's hooks ---------------------------------------------------------------

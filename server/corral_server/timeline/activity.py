@@ -1,6 +1,6 @@
 """The activity digest: a timeline rendered as plain text for humans and other agents.
 
-Seed 000, section 8 ("活动摘要"): the same rows the timeline stores, squeezed into a bounded text
+The activity digest: the same rows the timeline stores, squeezed into a bounded text
 for a parent agent, a notification body or `corral logs`. One block per row, oldest first (a
 tool call's status updates and an assistant message's chunks are folded into one block); when
 the budget is too small the NEWEST rows win (what an agent did last matters most), whole blocks
@@ -103,9 +103,9 @@ def curate_activity(
 
 def _blocks_newest_first(rows: Sequence[TimelineRow]) -> Iterator[tuple[int, str | None]]:
     """(oldest seq covered, text) per entry, newest first. Folds what the provider reported
-    in pieces (seed 000, 6.2): a tool call appears once, with its latest status, where its
-    newest update is (older updates yield None); consecutive chunks of one assistant message
-    (same non-empty message_id) are joined into one block."""
+    in pieces (docs/design.md#coalescing): a tool call appears once, with its latest status,
+    where its newest update is (older updates yield None); consecutive chunks of one assistant
+    message (same non-empty message_id) are joined into one block."""
     seen_calls: set[str] = set()
     i = len(rows) - 1
     while i >= 0:

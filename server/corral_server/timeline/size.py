@@ -117,7 +117,7 @@ _TEXT_ROW = _ROW_OVERHEAD + 5 * _FIELD
 def row_bytes(row: TimelineRow) -> int:
     """Encoded size of a corral.v1.TimelineRow as an element of a repeated field."""
     item = row.item
-    if type(item) is AssistantMessage:  # the writer's hot path, measured in one step
+    if type(item) is AssistantMessage:  # the timeline writer's hot path, measured in one step
         text, message_id, turn_id, provider_id = (
             item.text,
             item.message_id,

@@ -1,4 +1,4 @@
-"""The timeline store contract (seed 000, section 7).
+"""The timeline store contract (docs/design.md#cursors).
 
 Only the agent's actor (its single writer) calls the mutating methods; any reader may fetch.
 Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1 M rows.
@@ -33,7 +33,7 @@ class NewRow(NamedTuple):
 class ItemCodec(Protocol):
     """How a durable store turns an item into bytes and back. The daemon's codec lives at the
     rpc edge (rpc/item_codec.py: the wire's protobuf encoding), so no store imports protobuf.
-    `decode(encode(item))` equals `item` for every item the writer stores."""
+    `decode(encode(item))` equals `item` for every item the timeline writer stores."""
 
     def encode(self, item: TimelineItem) -> bytes: ...
 
@@ -82,7 +82,8 @@ class TimelineStore(Protocol):
     async def set_provider_message_id(
         self, agent_id: str, seq: int, provider_message_id: str
     ) -> None:
-        """Echo reconciliation: the only in-place change a row may get (seed 000, 6.4)."""
+        """Echo reconciliation: the only in-place change a row may get
+        (docs/design.md#echo-and-rewind)."""
         ...
 
     async def drop(self, agent_id: str) -> None:

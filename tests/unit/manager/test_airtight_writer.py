@@ -1,4 +1,4 @@
-"""The single writer holds (issue 5, section 1 and 2): provider calls fenced by turn id and
+"""The single writer holds (docs/design.md#durability): provider calls fenced by turn id and
 bounded by deadlines on the FakeClock, shutdown through the queue, a failed writer step ends
 its turn instead of leaving the agent running, and nothing stored goes unpublished."""
 
@@ -53,7 +53,7 @@ async def stored_rows(world: World, agent_id: str) -> list[tuple[int, object]]:
     return [(row.seq, row.item) for row in await world.rows(agent_id)]
 
 
-# --- 1. the writer is really single ---------------------------------------------------------
+# --- 1. the single writer is really single --------------------------------------------------------
 
 
 async def test_a_cancel_whose_turn_ends_before_the_interrupt_lands_never_cancels_the_next_turn(
