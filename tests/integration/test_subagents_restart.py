@@ -13,7 +13,7 @@ from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral_server.app import Config
 from corral_server.domain.subagents import RunId, SubagentRun
-from corral_server.store import Database
+from corral_server.store.database import Database
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.subagents.codec import decode_run, encode_run
 from tests.support.client import Stubs, create_request, prompt_request

@@ -33,7 +33,6 @@ skip that row when it arrives, so it is rejected like any other cursor from the 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, assert_never
 
@@ -50,7 +49,7 @@ from corral_server.domain.timeline import (
 )
 from corral_server.errors import AgentNotFound, InvalidArgument
 from corral_server.timeline.size import row_bytes
-from corral_server.timeline.store import NewRow, check_options
+from corral_server.timeline.store import NewRow, check_options, new_epoch
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
@@ -59,10 +58,6 @@ if TYPE_CHECKING:
 # they are at least half the list: each compaction then moves no more rows than were dropped
 # since the last one, so dropping is amortised O(1) per row.
 _COMPACT_MIN_DEAD = 1024
-
-
-def _uuid_epoch() -> str:
-    return uuid.uuid4().hex
 
 
 class _Timeline:
@@ -112,7 +107,7 @@ class InMemoryTimelineStore:
         self,
         *,
         retain_rows: int | None = None,
-        epoch_factory: Callable[[], str] = _uuid_epoch,
+        epoch_factory: Callable[[], str] = new_epoch,
         max_page_rows: int = MAX_PAGE_ROWS,
         max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:

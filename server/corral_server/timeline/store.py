@@ -7,6 +7,7 @@ Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -18,6 +19,11 @@ from corral_server.domain.timeline import (
     TimelineItem,
     TimelineRow,
 )
+
+
+def new_epoch() -> str:
+    """A fresh timeline epoch: 128 random bits as 32 hex characters (every store's default)."""
+    return uuid.uuid4().hex
 
 
 class NewRow(NamedTuple):
