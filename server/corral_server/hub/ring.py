@@ -12,16 +12,21 @@ its frames, and each event is encoded and framed once for every subscriber.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import TypeAlias
 
+from corral_server.domain.events import Event, StreamControl
 from corral_server.varint import SMALL_VARINTS
 from corral_server.varint import encode_varint as _varint
 
 Entry: TypeAlias = tuple[int, str, bytes]
 """(revision, agent_id, frame): built once per published event and shared by the ring and
 by every subscriber buffer that holds it (a plain tuple: cheapest to build and index)."""
+
+Encoder: TypeAlias = Callable[[int, Event | StreamControl], bytes]
+"""(revision, event) -> the serialized corral.v1.Event, the payload of one frame; revision 0
+for snapshot and control entries (the rpc edge passes one: the hub never imports protobuf)."""
 
 frame_of = itemgetter(2)
 
