@@ -35,7 +35,7 @@ from corral_server.domain.events import (
 )
 from corral_server.hub.index import SubscriptionIndex
 from corral_server.hub.log_reader import LogReader
-from corral_server.hub.ring import Encoder, Entry, Ring, frame, take_batch
+from corral_server.hub.ring import Entry, Ring, StreamFormat, take_batch
 from corral_server.hub.subscription import FROM_LOG, FromLog, Subscription, SubscriptionState
 from corral_server.records.store import EventLog, LogEntry
 
@@ -48,20 +48,12 @@ _BEHIND = "the subscriber fell behind retained history"
 
 class CatchUp:
     def __init__(
-        self,
-        ring: Ring,
-        index: SubscriptionIndex,
-        encode: Encoder,
-        *,
-        batch_events: int,
-        incarnation: str,
-        log: EventLog | None,
+        self, ring: Ring, index: SubscriptionIndex, form: StreamFormat, log: EventLog | None
     ) -> None:
+        """`log`: the durable event log, read where the ring no longer reaches."""
         self._ring = ring
         self._index = index
-        self._encode = encode
-        self._batch_events = batch_events
-        self._incarnation = incarnation
+        self._form = form
         self._log = log
         self._reader = None if log is None else LogReader(log)
 
@@ -84,10 +76,10 @@ class CatchUp:
         """The first transition of a new subscription (see event_hub.py for its stream)."""
         head = self._ring.head
         if resume is None:
-            synced = Synced(revision=head, incarnation=self._incarnation)
+            synced = Synced(revision=head, incarnation=self._form.incarnation)
             self._set_prefix(sub, None, synced)
             self._join_live(sub)
-        elif resume_incarnation and resume_incarnation != self._incarnation:
+        elif resume_incarnation and resume_incarnation != self._form.incarnation:
             self.reset(sub, resume, "resume point is from another incarnation")
         elif self.earliest_resumable <= resume <= head:
             # Replay (r, head], then Synced(head) so the client knows it has caught up;
@@ -122,7 +114,7 @@ class CatchUp:
             earliest_revision=self.earliest_resumable,
             reason=reason,
         )
-        synced = Synced(self._ring.head, reset=True, incarnation=self._incarnation)
+        synced = Synced(self._ring.head, reset=True, incarnation=self._form.incarnation)
         sub.synced_at = None
         self._set_prefix(sub, reset, synced)
         self._join_live(sub)
@@ -196,14 +188,14 @@ class CatchUp:
         return data
 
     def _stretch(self, sub: Subscription) -> int:
-        return self._batch_events * (SCAN_BATCHES_PER_STEP if sub.scope else 1)
+        return self._form.batch_events * (SCAN_BATCHES_PER_STEP if sub.scope else 1)
 
     def _send(self, sub: Subscription, entries: list[Entry], upto: int) -> bytes:
         """The rest of a catch-up step over `entries`, the retained events after the
         subscription's position up to `upto`."""
         if sub.scope:
-            entries, upto = _matching(entries, sub.scope, self._batch_events, upto)
-        batch, data = take_batch(entries, self._batch_events, sub.batch_bytes)
+            entries, upto = _matching(entries, sub.scope, self._form.batch_events, upto)
+        batch, data = take_batch(entries, self._form.batch_events, sub.batch_bytes)
         # 3. Advance: past everything scanned if all matches fit, else to the last one sent.
         sub.position = upto if len(batch) == len(entries) else batch[-1][0]
         if batch:
@@ -211,8 +203,8 @@ class CatchUp:
         # 4. A resumed subscription's replay reached the head it subscribed at: Synced goes
         #    with this batch if it fits, else alone in the next step (position stays put).
         if sub.synced_at is not None and sub.position == sub.synced_at:
-            synced = Synced(revision=sub.synced_at, incarnation=self._incarnation)
-            framed = frame(self._encode(0, synced))
+            synced = Synced(revision=sub.synced_at, incarnation=self._form.incarnation)
+            framed = self._form.control(synced)
             if len(data) + len(framed) <= sub.batch_bytes or not data:
                 data += framed
                 sub.synced_at = None

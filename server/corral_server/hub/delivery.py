@@ -18,27 +18,17 @@ from typing import assert_never
 from corral_server.domain.events import Event, StreamControl, StreamEnding
 from corral_server.hub.catch_up import CatchUp
 from corral_server.hub.index import SubscriptionIndex
-from corral_server.hub.ring import Encoder, frame, take_batch
+from corral_server.hub.ring import StreamFormat, take_batch
 from corral_server.hub.subscription import FromLog, Subscription, SubscriptionState
 
 
 class Delivery:
-    __slots__ = ("_batch_events", "_catch_up", "_encode", "_incarnation", "_index")
+    __slots__ = ("_catch_up", "_form", "_index")
 
-    def __init__(
-        self,
-        index: SubscriptionIndex,
-        catch_up: CatchUp,
-        encode: Encoder,
-        *,
-        batch_events: int,
-        incarnation: str,
-    ) -> None:
+    def __init__(self, index: SubscriptionIndex, catch_up: CatchUp, form: StreamFormat) -> None:
         self._index = index
         self._catch_up = catch_up
-        self._encode = encode
-        self._batch_events = batch_events
-        self._incarnation = incarnation
+        self._form = form
 
     # --- the Feed a subscription reads -----------------------------------------------------
 
@@ -78,9 +68,9 @@ class Delivery:
         held, sub.held = sub.held, None
         frames: list[bytes] = [] if held is None else [held]
         size = 0 if held is None else len(held)
-        encode = self._encode
-        for item in islice(prefix, self._batch_events - len(frames)):
-            framed = frame(encode(0, item))
+        control = self._form.control
+        for item in islice(prefix, self._form.batch_events - len(frames)):
+            framed = control(item)
             if frames and size + len(framed) > sub.batch_bytes:
                 sub.held = framed
                 break
@@ -90,7 +80,7 @@ class Delivery:
 
     def _take_buffer(self, sub: Subscription) -> bytes:
         buffer = sub.buffer
-        batch, data = take_batch(buffer, self._batch_events, sub.batch_bytes)
+        batch, data = take_batch(buffer, self._form.batch_events, sub.batch_bytes)
         if len(batch) == len(buffer):
             sub.buffer = []
             sub.released = False
@@ -123,7 +113,7 @@ class Delivery:
             if _drop_pending(sub):
                 resume = 0
         sub.state = SubscriptionState.ENDED
-        sub.ending = frame(self._encode(0, StreamEnding(resume, reason, self._incarnation)))
+        sub.ending = self._form.control(StreamEnding(resume, reason, self._form.incarnation))
         sub.wake()
 
 

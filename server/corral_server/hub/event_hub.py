@@ -39,7 +39,7 @@ from corral_server.hub.delivery import Delivery
 from corral_server.hub.fanout import Fanout
 from corral_server.hub.index import SubscriptionIndex
 from corral_server.hub.log_writer import LogWriter
-from corral_server.hub.ring import Encoder, Entry, Ring, frame_with_revision
+from corral_server.hub.ring import Encoder, Entry, Ring, StreamFormat, frame_with_revision
 from corral_server.hub.subscription import SnapshotFn, Subscription
 from corral_server.records.store import EventLog, LogEntry
 
@@ -67,6 +67,24 @@ RETAIN_BYTES = 256 << 20
 
 
 class EventHub:
+    """The one hub of a daemon. Its constructor's arguments: the ring keeps the last
+    `retain_events` events and at most `retain_bytes` of their frames (None: no byte bound).
+    `batch_bytes` bounds a batch's size: no batch exceeds it unless it is one event that alone
+    does (rows are capped well below grpc's default 4 MiB receive limit); `batch_events`
+    bounds its event count; `buffer_events` a live subscription's buffer. `incarnation` is the
+    event log's identity: None mints a new one (a new, empty log); a log restored from storage
+    passes its own. `writes_per_s` paces live streams (pacing.py): under load the hub releases
+    buffered events about that many times a second in total over all live subscribers; None
+    releases at every commit. `clock` times the pacing.
+
+    `log`: the durable event log. Then the incarnation and revisions are the log's (the ring
+    starts empty at its head), every event is published only once the log has committed it
+    (log_writer.py), and a subscriber whose position left the ring catches up from the log
+    while the log still retains it. `joint_commits`: the log commits in the same journal as
+    the timeline store, behind what was handed to the store before (store/commits.py):
+    writers may then hand a row's event over with the row. `log_clock` times the retries
+    after a failed commit (default: `clock`)."""
+
     def __init__(
         self,
         encode: Encoder,
@@ -83,25 +101,9 @@ class EventHub:
         joint_commits: bool = False,
         log_clock: Clock | None = None,
     ) -> None:
-        """The ring keeps the last `retain_events` events and at most `retain_bytes` of
-        their frames (None: no byte bound). `batch_bytes` bounds a batch's size: no batch
-        exceeds it unless it is one event that alone does (rows are capped well below grpc's
-        default 4 MiB receive limit); `batch_events` bounds its event count. `incarnation` is
-        the event log's identity: None mints a new one (a new, empty log); a log restored from
-        storage passes its own. `writes_per_s` paces live streams (pacing.py): under load
-        the hub releases buffered events about that many times a second in total over all
-        live subscribers; None releases at every commit. `clock` times the pacing.
-
-        `log`: the durable event log. Then the incarnation and revisions are the log's (the
-        ring starts empty at its head), every event is published only once the log has
-        committed it (log_writer.py), and a subscriber whose position left the ring catches
-        up from the log while the log still retains it. `joint_commits`: the log commits in
-        the same journal as the timeline store, behind what was handed to the store before
-        (store/commits.py): writers may then hand a row's event over with the row. `log_clock`
-        times the retries after a failed commit (default: `clock`)."""
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
-        self.encode = encode
+        self._encode = encode
         # Revisions are comparable only within one incarnation: a resume point from another
         # one is answered with a reset, never replayed against this log.
         if log is not None:
@@ -110,25 +112,12 @@ class EventHub:
         clock = clock or SystemClock()
         self._writer = None if log is None else LogWriter(log, log_clock or clock, self._durable)
         self.joint_commits = joint_commits and log is not None
-        self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self._ring = Ring(retain_events, retain_bytes, 0 if log is None else log.head_revision)
         self._index = SubscriptionIndex()
-        self._catch_up = CatchUp(
-            self._ring,
-            self._index,
-            encode,
-            batch_events=batch_events,
-            incarnation=self.incarnation,
-            log=log,
-        )
-        self._delivery = Delivery(
-            self._index,
-            self._catch_up,
-            encode,
-            batch_events=batch_events,
-            incarnation=self.incarnation,
-        )
+        form = StreamFormat(encode, batch_events, self.incarnation)
+        self._catch_up = CatchUp(self._ring, self._index, form, log)
+        self._delivery = Delivery(self._index, self._catch_up, form)
         self._fanout = Fanout(
             self._index,
             self._ring,
@@ -167,7 +156,7 @@ class EventHub:
 
     def prepare(self, event: Event) -> Prepared:
         """Encode `event` now, without a revision. Raises whatever the encoder raises."""
-        return _new_prepared(Prepared, (event.agent_id, self.encode(0, event)))
+        return _new_prepared(Prepared, (event.agent_id, self._encode(0, event)))
 
     def commit(self, prepared: Prepared) -> int:
         """Number and retain a prepared event, hand it to every matching live subscriber, and
@@ -204,8 +193,8 @@ class EventHub:
         """`commit(prepare(event))`, for a writer with nothing to store between the two (one
         call fewer and no Prepared: the difference was measurable per row)."""
         if self._writer is not None:
-            return self._writer.append(((event.agent_id, self.encode(0, event)),))
-        return self._append(event.agent_id, self.encode(0, event))
+            return self._writer.append(((event.agent_id, self._encode(0, event)),))
+        return self._append(event.agent_id, self._encode(0, event))
 
     def discard(self, first: int, last: int) -> None:
         """Never publish the events numbered first..last (their rows failed to commit, and

@@ -36,8 +36,11 @@ class Fanout:
         writes_per_s: int | None,
         clock: Clock,
     ) -> None:
+        """`buffer_events`: the most events one subscription's buffer holds; `on_lag` gets
+        each one that falls further behind (or whose buffer outlives the ring's oldest)."""
         self._index = index
         self._ring = ring
+        # A subscription that can take no more, and the first revision it has not taken.
         self._on_lag = on_lag
         self._buffer_events = buffer_events
         # LIVE subscriptions given events since the last release (each once, flagged by its

@@ -13,6 +13,7 @@ its frames, and each event is encoded and framed once for every subscriber.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import TypeAlias
 
@@ -49,6 +50,20 @@ def frame(payload: bytes) -> bytes:
     if length < 4096:
         return _HEADERS[length] + payload
     return _header(length) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFormat:
+    """What every stream of one hub shares: the encoder, the most events in one batch, and the
+    incarnation every Synced and StreamEnding names."""
+
+    encode: Encoder
+    batch_events: int
+    incarnation: str
+
+    def control(self, item: Event | StreamControl) -> bytes:
+        """The frame of a snapshot or control entry (encoded with revision 0)."""
+        return frame(self.encode(0, item))
 
 
 # `Event.revision` is field 1, varint (tag 0x08). Revisions below 2**14 come whole from a
