@@ -164,14 +164,6 @@ class Ring:
         self.size_bytes = 0
 
     @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def max_bytes(self) -> int | None:
-        return self._max_bytes
-
-    @property
     def earliest_resumable(self) -> int:
         return self.first - 1
 

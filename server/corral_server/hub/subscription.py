@@ -1,7 +1,7 @@
 """One subscriber of the event hub: its state, and the async iterator its consumer reads.
 
-A subscription is state. It is in exactly one state (etcd's synced / unsynced / victim,
-renamed):
+A subscription is plain state, in exactly one of three states (etcd's synced / unsynced /
+victim, renamed):
 
     LIVE         in the live index (index.py); each matching event published is appended to
                  its buffer (fanout.py: never blocks, never waits for this reader), and the
@@ -15,9 +15,10 @@ renamed):
                  StreamEnding frame when the hub ended it), then iteration stops (delivery.py)
 
 The hub's parts write its fields, each field by the parts named beside it; this module
-writes none of them. Its consumer face asks its `Feed` (the hub's delivery part) for each
-batch and waits, for nothing, on a future that the hub resolves. Everything runs on one event
-loop, so a transition and the work that goes with it happen without an await in between.
+writes none of them but its reader's `waiter`. Its consumer face asks its `Feed` (the hub's
+delivery part) for each batch, and waits, costing nothing, on a future the hub resolves.
+Everything runs on one event loop, so a transition and the work that goes with it happen
+without an await in between.
 Each item the iterator yields is one framed batch: the payload of one SubscribeResponse.
 """
 
@@ -102,48 +103,53 @@ class Subscription:
         self, feed: Feed, scope: frozenset[str], snapshot: SnapshotFn, batch_bytes: int
     ) -> None:
         self._feed = feed
-        # Agent ids this subscription sees; empty = every agent. Never changes.
+        # Who writes each field is in brackets; everything runs on the hub's event loop.
+        # Agent ids this subscription sees; empty = every agent. [nobody: fixed]
         self.scope = scope
         self.snapshot = snapshot
-        # Written by catch_up.py (LIVE, CATCHING_UP) and delivery.py (ENDED).
+        # [catch_up: LIVE and CATCHING_UP; delivery: ENDED]
         self.state = SubscriptionState.LIVE
         # Snapshot entries and controls (encoded with revision 0, lazily, batch by batch), sent
-        # before anything in `buffer`. Set by catch_up.py; taken by delivery.py, which sets it
-        # to None once exhausted.
+        # before anything in `buffer`; None once exhausted. [catch_up sets; delivery takes]
         self.prefix: Iterator[Event | StreamControl] | None = None
         # A prefix entry already encoded that did not fit in the last batch: the next one
-        # starts with it (so a batch crosses batch_bytes only when one entry does).
+        # starts with it (so a batch crosses batch_bytes only when one entry does). [delivery]
         self.held: bytes | None = None
         # The most bytes of frames one batch of this subscription holds (a batch of one event
         # may exceed it). The hub's batch_bytes unless its stream's writer lowers it: what a
-        # client that stops reading leaves pending in the transport is one batch.
+        # client that stops reading leaves pending in the transport is one batch. [rpc edge]
         self.batch_bytes = batch_bytes
         # In revision order, at most the hub's buffer_events entries.
         # LIVE: every matching event published since the subscription (re)joined the live index
-        #   that the reader has not taken yet. fanout.py appends; delivery.py takes.
+        #   that the reader has not taken yet.
         # CATCHING_UP / ENDED: leftovers from LIVE, all with revision <= `position`
         #   (CATCHING_UP) or <= the StreamEnding's resume revision (ENDED).
+        # [fanout appends; delivery takes; catch_up drops it when it demotes]
         self.buffer: list[Entry] = []
-        # In the fan-out's list of subscriptions owed a release (set by the fan-out, cleared
-        # by its release), so it is listed once however many events it was handed.
+        # In the fan-out's list of subscriptions owed a release, so it is listed once however
+        # many events it was handed. [fanout]
         self.owed = False
         # LIVE: the hub released this buffer since the reader last emptied it, so the reader
         # may take it now. CATCHING_UP and ENDED readers take their buffer regardless.
+        # [fanout sets; delivery clears when it empties the buffer; catch_up when it demotes]
         self.released = False
-        # CATCHING_UP (catch_up.py): every matching event with revision <= position has been
-        # taken by the reader or is in `buffer`, and none with a greater revision has.
+        # CATCHING_UP: every matching event with revision <= position has been taken by the
+        # reader or is in `buffer`, and none with a greater revision has. [catch_up]
         self.position = 0
         # A resumed subscription owes Synced(revision=synced_at) right after its replay
         # reaches synced_at (the head when it subscribed). Only set while CATCHING_UP.
+        # [catch_up]
         self.synced_at: int | None = None
         # CATCHING_UP from the durable log: entries read and not yet sent, contiguous from
-        # position + 1 (empty otherwise).
+        # position + 1 (empty otherwise). [catch_up; delivery drops it at an end]
         self.ahead: list[Entry] = []
         # ENDED by the hub: the StreamEnding frame, sent once `prefix` and `buffer` drain.
+        # [delivery]
         self.ending: bytes | None = None
         # The revision of the last hub event this subscription yielded (0 before any).
+        # [delivery for a buffer it takes, catch_up for a step it sends]
         self.delivered = 0
-        # Set while the reader waits for publish; `wake` resolves it and clears it.
+        # Set while the reader waits for publish; `wake` resolves it and clears it. [this]
         self.waiter: asyncio.Future[None] | None = None
         self._closed = asyncio.Event()
 
@@ -189,7 +195,9 @@ class Subscription:
                 await self._wait_for_publish()
 
     def ready(self) -> bytes | FromLog | None:
-        """The next batch if one is ready now, without waiting (see `Feed.next_batch`)."""
+        """The next batch if one is ready now, without waiting (see `Feed.next_batch`). For
+        tests (tests/support/hub.py reads a subscription with it, step by step); consumers
+        iterate."""
         return self._feed.next_batch(self)
 
     async def _wait_for_publish(self) -> None:
