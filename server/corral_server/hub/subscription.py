@@ -113,7 +113,8 @@ class Subscription:
         # before anything in `buffer`; None once exhausted. [catch_up sets; delivery takes]
         self.prefix: Iterator[Event | StreamControl] | None = None
         # A prefix entry already encoded that did not fit in the last batch: the next one
-        # starts with it (so a batch crosses batch_bytes only when one entry does). [delivery]
+        # starts with it (so a batch crosses batch_bytes only when one entry does).
+        # [delivery; catch_up clears it with a new prefix]
         self.held: bytes | None = None
         # The most bytes of frames one batch of this subscription holds (a batch of one event
         # may exceed it). The hub's batch_bytes unless its stream's writer lowers it: what a
