@@ -13,7 +13,7 @@ which a subscription that is behind reaches the head: ring -> durable log -> liv
 
 Owns a subscription's `position`, `synced_at` and `ahead`, sets its prefix and its LIVE and
 CATCHING_UP states, and drops its buffer when it demotes it. Every step runs on the
-subscription's own reader's time (the hub's writer never waits for it) and scans a bounded
+subscription's own reader's time (publishing never waits for it) and scans a bounded
 stretch, so one step stays short however far behind or however narrow its scope.
 Must not: publish, end a subscription, or take what its reader was handed (delivery.py).
 """

@@ -82,7 +82,7 @@ class EventHub:
     (log_writer.py), and a subscriber whose position left the ring catches up from the log
     while the log still retains it. `joint_commits`: the log commits in the same journal as
     the timeline store, behind what was handed to the store before (store/commits.py):
-    writers may then hand a row's event over with the row. `log_clock` times the retries
+    timeline writers may then hand a row's event over with the row. `log_clock` times the retries
     after a failed commit (default: `clock`)."""
 
     def __init__(
@@ -148,11 +148,12 @@ class EventHub:
     def subscriptions(self) -> tuple[Subscription, ...]:
         return tuple(self._index.open)
 
-    # --- the writer -----------------------------------------------------------------------
+    # --- publishing -----------------------------------------------------------------------
 
-    # The writer encodes before it stores and publishes after: `prepare` is the only step
-    # that can fail (an event the encoder refuses), and it runs before anything is stored;
-    # `commit` cannot fail, so a stored event is always published.
+    # A timeline writer encodes before it stores and publishes after
+    # (docs/design.md#durability): `prepare` is the only step that can fail (an event the
+    # encoder refuses), and it runs before anything is stored; `commit` cannot fail, so a
+    # stored event is always published.
 
     def prepare(self, event: Event) -> Prepared:
         """Encode `event` now, without a revision. Raises whatever the encoder raises."""
@@ -190,7 +191,7 @@ class EventHub:
         return revision
 
     def publish(self, event: Event) -> int:
-        """`commit(prepare(event))`, for a writer with nothing to store between the two (one
+        """`commit(prepare(event))`, for a caller with nothing to store between the two (one
         call fewer and no Prepared: the difference was measurable per row)."""
         if self._writer is not None:
             return self._writer.append(((event.agent_id, self._encode(0, event)),))

@@ -117,7 +117,7 @@ class Subscription:
         # [delivery; catch_up clears it with a new prefix]
         self.held: bytes | None = None
         # The most bytes of frames one batch of this subscription holds (a batch of one event
-        # may exceed it). The hub's batch_bytes unless its stream's writer lowers it: what a
+        # may exceed it). The hub's batch_bytes unless its rpc stream lowers it: what a
         # client that stops reading leaves pending in the transport is one batch. [rpc edge]
         self.batch_bytes = batch_bytes
         # In revision order, at most the hub's buffer_events entries.
