@@ -55,7 +55,7 @@ async def test_a_batch_hands_each_subscriber_one_extend_and_one_wake() -> None:
     hub.commit_many(prepared_rows(hub, "a1", range(1, 101)))
     # One release for the whole batch: the reader takes all of it as one stream write.
     assert sub.buffered_events == 100
-    assert len(hub._owed) == 0 and sub.released
+    assert not sub.owed and sub.released
     assert drain(sub) == rows("a1", range(1, 101), 1)
 
 

@@ -31,6 +31,7 @@ from corral_server.errors import ShuttingDown
 from corral_server.hub import EventHub, Subscription, SubscriptionState, frame
 from corral_server.hub.ring import revision_field
 from tests.support.fakes import idle_agent as agent
+from tests.support.hub import poll
 
 
 def describe(event: Event | StreamControl) -> str:
@@ -99,7 +100,7 @@ class Agents:
 def drain(sub: Subscription) -> list[str]:
     """Everything the subscription has ready now, without waiting."""
     items: list[str] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         items += unframe(batch)
     return items
 
@@ -112,7 +113,7 @@ def state(sub: Subscription) -> SubscriptionState:
 
 def batches(sub: Subscription) -> list[list[str]]:
     out: list[list[str]] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         out.append(unframe(batch))
     return out
 
@@ -167,9 +168,9 @@ async def test_two_subscribers_with_the_same_scope_get_byte_identical_streams() 
         hub.publish(row("a2", seq))
         # Read at different paces: batch boundaries differ, bytes must not.
         for sub in (first,) if seq % 3 else (first, second):
-            while (batch := sub.poll()) is not None:
+            while (batch := poll(sub)) is not None:
                 received[sub] += batch
-    received[second] += b"".join(iter(second.poll, None))
+    received[second] += b"".join(iter(lambda: poll(second), None))
     assert received[first] == received[second]
     assert unframe(received[first])[-1] == "19:row a1 10"
 
@@ -324,7 +325,7 @@ async def test_batch_bytes_bounds_the_size_of_a_batch() -> None:
     drain(sub)
     publish_rows(hub, "a1", range(1, 21))
     sent: list[bytes] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         sent.append(batch)
     # Frames of revisions 1-9 are 12 bytes and 10-20 are 13 bytes: a batch ends before the
     # frame that would cross 100 bytes (8 x 12; 12 + 6 x 13; the 5 left).
@@ -340,7 +341,7 @@ async def test_only_an_event_that_alone_exceeds_batch_bytes_makes_a_bigger_batch
     hub.publish(row("a" * 200, 4))
     publish_rows(hub, "a1", range(5, 7))
     sent: list[bytes] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         sent.append(batch)
     assert [len(unframe(batch)) for batch in sent] == [3, 1, 2]
     assert len(sent[1]) > 100 and all(len(batch) <= 100 for batch in (sent[0], sent[2]))
@@ -471,7 +472,7 @@ def test_every_stream_is_gapless_and_ordered_under_any_interleaving(
             published.append(arg)
         else:
             assert isinstance(arg, int)
-            if (batch := subs[arg].poll()) is not None:
+            if (batch := poll(subs[arg])) is not None:
                 received[arg] += unframe(batch)
     hub.end_all("done")
     for index, (sub, scope) in enumerate(zip(subs, SCOPES, strict=True)):

@@ -13,7 +13,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -92,10 +91,11 @@ def events() -> Events:
 
 
 async def open_session(
-    mode: str, tmp_path: Path, events: Events, **config: Any
+    mode: str, tmp_path: Path, events: Events, resume_session_id: str = ""
 ) -> AsyncIterator[ClaudeCodeSession]:
     provider = stub(mode)
-    session = await provider.create_session(SessionConfig("a1", str(tmp_path), **config), events)
+    config = SessionConfig("a1", str(tmp_path), resume_session_id=resume_session_id)
+    session = await provider.create_session(config, events)
     try:
         yield session
     finally:
