@@ -123,10 +123,17 @@ class Recorded:
     made: list[tuple[list[str], dict[str, str], str]] = []
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], *, name: str, clock: object = None
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        name: str,
+        clock: object = None,
+        ask_title: bool = False,
     ) -> None:
         self.made.append((list(argv), dict(env), name))
         self.clock = clock
+        self.ask_title = ask_title
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))
@@ -142,6 +149,8 @@ def test_an_adapter_in_the_build_gets_argv_env_and_name(
     provider = build(parse(text), clock, environ={"HOME": "/h", "K": "old"})["mine"]
     assert isinstance(provider, Recorded)
     assert provider.clock is (clock if kind == "codex" else None)
+    # The daemon's Claude Code asks a new session for its title (docs/design.md#titles).
+    assert provider.ask_title is (kind == "claude-code")
     argv = ["/opt/x", "-c", 'model="o3"', "-c", "retries=0"] if kind == "codex" else ["/opt/x"]
     assert recorded.made == [(argv, {"HOME": "/h", "K": "v"}, "mine")]
 
