@@ -1,0 +1,213 @@
+"""Pages of the projected view, read through any timeline store's `fetch`
+(docs/design.md#projections).
+
+Owns how a projected page is cut and what its receipt says; the fold rules are
+timeline/projection.py's. It keeps nothing between calls and must not change a row.
+
+A projected page is a run of whole entries ordered by their first seq (the entry's `seq`):
+
+* TAIL: the newest `limit` entries; BEFORE c: the newest `limit` entries whose seq < c.seq;
+  AFTER c: the oldest `limit` entries whose seq > c.seq. `limit` counts entries (unset = 200,
+  0 = the window), within the raw page bounds (10,000 entries, 2 MiB, at least one entry).
+* An entry is never cut by a page: it belongs to the page holding its first row, with all its
+  rows, even those newer than the page's end cursor; the next page AFTER that cursor does not
+  repeat them (they are not first rows). So paging in either direction from the receipt's
+  cursors gives every entry once, exactly as projecting the whole timeline at once.
+* `start_cursor` / `end_cursor` are the first and last entry's seq, raw cursors of this epoch;
+  `has_older` / `has_newer` say whether entries exist before / after the page; epoch, window,
+  reset, stale_cursor and gap mean what they mean for raw pages (a reset page is the tail).
+
+To decide its first rows, a page reads FOLD_SPAN rows before its range (and after, to finish
+its entries), so it costs about FOLD_SPAN rows more than a raw page, whatever the timeline's
+length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from corral_server.domain.timeline import (
+    DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_BYTES,
+    MAX_PAGE_ROWS,
+    Cursor,
+    Direction,
+    FetchResult,
+    TimelineRow,
+    TimelineWindow,
+)
+from corral_server.timeline.projection import FOLD_SPAN, TimelineEntry, project
+from corral_server.timeline.size import item_bytes
+
+Fetch = Callable[[Direction, Cursor | None, int | None], Awaitable[FetchResult]]
+
+# Re-reads after the epoch changed under a page, before answering with what the last read saw.
+_MAX_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectedPage:
+    """A projected fetch receipt (the raw one's fields, entries for rows)."""
+
+    epoch: str
+    window: TimelineWindow
+    entries: tuple[TimelineEntry, ...]
+    has_older: bool
+    has_newer: bool
+    reset: bool = False
+    stale_cursor: bool = False
+    gap: bool = False
+
+    @property
+    def start_cursor(self) -> Cursor | None:
+        return Cursor(self.epoch, self.entries[0].seq) if self.entries else None
+
+    @property
+    def end_cursor(self) -> Cursor | None:
+        return Cursor(self.epoch, self.entries[-1].seq) if self.entries else None
+
+
+class _EpochMoved(Exception):
+    """The timeline was re-based while a page was being read."""
+
+
+@dataclass(slots=True)
+class _Slice:
+    """Contiguous rows read so far, and whether rows exist beyond either end."""
+
+    fetch: Fetch
+    epoch: str
+    window: TimelineWindow
+    rows: list[TimelineRow]
+    at_start: bool
+    at_end: bool
+
+    async def _read(self, direction: Direction, seq: int, count: int) -> FetchResult:
+        result = await self.fetch(direction, Cursor(self.epoch, seq), count)
+        if result.reset:
+            raise _EpochMoved
+        self.window = result.window
+        return result
+
+    async def grow_back(self, count: int) -> None:
+        result = await self._read(Direction.BEFORE, self.rows[0].seq, count)
+        self.rows[:0] = result.rows
+        self.at_start = not result.has_older
+
+    async def grow_forward(self, count: int) -> None:
+        result = await self._read(Direction.AFTER, self.rows[-1].seq, count)
+        self.rows.extend(result.rows)
+        self.at_end = not result.has_newer
+
+    def trusted(self) -> list[TimelineEntry]:
+        """The slice's entries whose first row surely is one (not a continuation of a row
+        before the slice)."""
+        entries = project(self.rows)
+        if self.at_start:
+            return entries
+        floor = self.rows[0].seq + FOLD_SPAN
+        return [e for e in entries if e.seq >= floor]
+
+    def finished(self, entry: TimelineEntry) -> bool:
+        return self.at_end or entry.last_seq + FOLD_SPAN <= self.rows[-1].seq
+
+
+async def fetch_projected(
+    fetch: Fetch, direction: Direction, cursor: Cursor | None, limit: int | None
+) -> ProjectedPage:
+    """A projected page with its receipt; errors (unknown agent, a cursor from the future)
+    are the raw fetch's."""
+    wanted = _entry_limit(limit)
+    for _ in range(_MAX_RETRIES):
+        try:
+            return await _page(fetch, direction, cursor, wanted)
+        except _EpochMoved:
+            continue
+    return await _page(fetch, Direction.TAIL, None, wanted)
+
+
+def _entry_limit(limit: int | None) -> int:
+    if limit is None:
+        return DEFAULT_PAGE_LIMIT
+    return MAX_PAGE_ROWS if limit == 0 else min(limit, MAX_PAGE_ROWS)
+
+
+async def _page(
+    fetch: Fetch, direction: Direction, cursor: Cursor | None, wanted: int
+) -> ProjectedPage:
+    first = await fetch(direction, cursor, wanted + FOLD_SPAN)
+    if first.reset:
+        direction = Direction.TAIL
+    receipt = ProjectedPage(
+        first.epoch, first.window, (), first.has_older, first.has_newer,
+        first.reset, first.stale_cursor, first.gap,
+    )  # fmt: skip
+    if not first.rows:
+        return receipt
+    part = _Slice(
+        fetch, first.epoch, first.window, list(first.rows), not first.has_older, not first.has_newer
+    )
+    if direction is Direction.AFTER:
+        assert cursor is not None
+        entries, has_newer = await _after(part, cursor.seq, wanted)
+    else:
+        bound = cursor.seq if direction is Direction.BEFORE and cursor else first.window.next_seq
+        entries, has_newer = await _before(part, bound, wanted)
+    has_older = bool(entries) and entries[0].seq > part.window.min_seq
+    return ProjectedPage(
+        part.epoch, part.window, tuple(entries), has_older, has_newer,
+        first.reset, first.stale_cursor, first.gap,
+    )  # fmt: skip
+
+
+async def _after(part: _Slice, after_seq: int, wanted: int) -> tuple[list[TimelineEntry], bool]:
+    """The oldest `wanted` entries with seq > after_seq, and whether more follow."""
+    if not part.at_start:
+        await part.grow_back(FOLD_SPAN)
+    step = wanted + FOLD_SPAN
+    while True:
+        found = [e for e in part.trusted() if e.seq > after_seq]
+        chosen = found[:wanted]
+        known = len(found) > wanted or part.at_end
+        if known and all(part.finished(e) for e in chosen):
+            break
+        await part.grow_forward(step)
+        step *= 2
+    kept = _within_bytes(chosen, newest_first=False)
+    return kept, len(found) > len(kept)
+
+
+async def _before(part: _Slice, below: int, wanted: int) -> tuple[list[TimelineEntry], bool]:
+    """The newest `wanted` entries with seq < below, and whether any entry follows them."""
+    step = wanted + FOLD_SPAN
+    while True:
+        trusted = part.trusted()
+        found = [e for e in trusted if e.seq < below]
+        if len(found) < wanted and not part.at_start:
+            await part.grow_back(step)
+            step *= 2
+            continue
+        chosen = found[-wanted:]
+        later_known = part.at_end or len(trusted) > len(found)
+        if later_known and all(part.finished(e) for e in chosen):
+            break
+        await part.grow_forward(FOLD_SPAN)
+    kept = _within_bytes(chosen, newest_first=True)
+    newer = len(trusted) > len(found)
+    return kept, newer
+
+
+def _within_bytes(entries: list[TimelineEntry], *, newest_first: bool) -> list[TimelineEntry]:
+    """The entries a page of MAX_PAGE_BYTES keeps (at least one), from the end it walks from."""
+    order = reversed(entries) if newest_first else iter(entries)
+    kept: list[TimelineEntry] = []
+    total = 0
+    for entry in order:
+        total += item_bytes(entry.item) + 16 * len(entry.ranges) + 64
+        if kept and total > MAX_PAGE_BYTES:
+            break
+        kept.append(entry)
+    if newest_first:
+        kept.reverse()
+    return kept
