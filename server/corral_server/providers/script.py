@@ -33,11 +33,14 @@ KNOWN_DIRECTIVES = (
     "/refuse-interrupt",
     "/replay-turn",
     "/reply",
+    "/reply+",
     "/sleep",
     "/spawn",
     "/terminal-without-id",
     "/think",
     "/tool",
+    "/tool-end",
+    "/tool-start",
 )
 
 # One day: long enough for any "keep the turn busy" test, short enough that no clock overflows
@@ -63,6 +66,9 @@ _TURN_ID = re.compile(r"\S{1,128}")
 @dataclass(frozen=True, slots=True)
 class Reply:
     text: str
+    # `/reply+`: more of the turn's previous reply (the same message id), so with a `/sleep`
+    # between them one message is stored as several rows, as a slow stream is.
+    continues: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,10 @@ class Tool:
     name: str
     # A JSON object, or None when the directive gave no input.
     input: JsonValue = None
+    # "call": RUNNING then COMPLETED at once; "start" (`/tool-start`): RUNNING only; "end"
+    # (`/tool-end NAME`): the COMPLETED update of the call `/tool-start NAME` began, so other
+    # steps can come between a call's updates.
+    phase: str = "call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +286,12 @@ def _parse_directive(line: str) -> Step:
     match name:
         case "/reply":
             return Reply(_required(name, argument, "the reply text"))
+        case "/reply+":
+            return Reply(_required(name, argument, "the reply text"), continues=True)
+        case "/tool-start":
+            return replace(_parse_tool(argument), phase="start")
+        case "/tool-end":
+            return Tool(_required(name, argument, "the tool name"), phase="end")
         case "/think":
             return Think(_required(name, argument, "the reasoning text"))
         case "/tool":

@@ -211,3 +211,26 @@ def _within_bytes(entries: list[TimelineEntry], *, newest_first: bool) -> list[T
     if newest_first:
         kept.reverse()
     return kept
+
+
+async def live_seed(fetch: Fetch, epoch: str, seq: int) -> list[TimelineRow]:
+    """The rows a live projector must be fed before row `seq` so that the rows from `seq` on
+    fold as in the whole timeline: from the first row of the oldest entry that a row at or
+    after `seq` could still join (timeline/projection.py's rules) up to `seq - 1`. Never a row
+    at or after `seq`. Empty when the epoch has moved on (the reset follows in the stream)."""
+    if seq <= 1:
+        return []
+    result = await fetch(Direction.BEFORE, Cursor(epoch, seq), 2 * FOLD_SPAN)
+    if result.reset or not result.rows:
+        return []
+    part = _Slice(fetch, epoch, result.window, list(result.rows), not result.has_older, True)
+    while True:
+        entries = project(part.rows)
+        open_entries = [e for e in entries if e.last_seq >= seq - FOLD_SPAN]
+        oldest = min(e.seq for e in open_entries) if open_entries else seq
+        if part.at_start or oldest >= part.rows[0].seq + FOLD_SPAN:
+            return [row for row in part.rows if row.seq >= oldest]
+        try:
+            await part.grow_back(4 * FOLD_SPAN)
+        except _EpochMoved:
+            return []

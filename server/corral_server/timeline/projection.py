@@ -9,7 +9,8 @@ The fold rules, each decided from at most FOLD_SPAN rows before a row, so any sl
 that starts FOLD_SPAN rows early projects its later rows exactly as the whole timeline would:
 
 1. a row of assistant text joins the entry of the row just before it (seq - 1) when that row
-   is assistant text of the same turn and message id; reasoning likewise (same turn);
+   is assistant text of the same turn and message (the key the coalescer joins fragments by,
+   docs/design.md#coalescing); reasoning likewise;
 2. a tool-call row joins the entry of the latest earlier row of the same call (same turn, same
    non-empty call id) when that row is at most FOLD_SPAN seqs back; a call whose updates lie
    further apart shows as two entries;
@@ -77,11 +78,13 @@ class TimelineEntry:
 
 
 def _text_key(row: TimelineRow) -> tuple[str, str, str] | None:
+    """What two adjacent text rows must share to be one message: kind, turn and the message
+    key the coalescer joins fragments by (the provider's message id, else the item's)."""
     item = row.item
     if type(item) is AssistantMessage:
-        return ("assistant", row.turn_id, item.message_id)
+        return ("assistant", row.turn_id, row.provider_message_id or item.message_id)
     if type(item) is Reasoning:
-        return ("reasoning", row.turn_id, "")
+        return ("reasoning", row.turn_id, row.provider_message_id)
     return None
 
 
