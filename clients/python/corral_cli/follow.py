@@ -55,8 +55,15 @@ def check(args: argparse.Namespace) -> str:
 
 
 def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
+    if args.projected:
+        from corral_cli import follow_projected
+
+        if args.follow:
+            follower = follow_projected.ProjectedFollower
+            return follower(client, console, args.agent, args.limit, args.until_idle).run()
+        return follow_projected.logs(client, console, args.agent, args.limit)
     if args.follow:
-        return _Follower(client, console, args.agent, args.limit, args.until_idle).run()
+        return Follower(client, console, args.agent, args.limit, args.until_idle).run()
     page = client.timeline.FetchTimeline(
         tl_pb.FetchTimelineRequest(
             agent_id=args.agent, direction=tl_pb.TIMELINE_DIRECTION_TAIL, limit=args.limit
@@ -80,7 +87,7 @@ def empty_timeline(epoch: str, next_seq: int) -> str:
 
 def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
     """Follow the agent's output live from now on, without its history."""
-    return _Follower(client, console, args.agent, 0, False, history=False).run()
+    return Follower(client, console, args.agent, 0, False, history=False).run()
 
 
 def _print_row(console: Console, row: timeline_pb.TimelineRow) -> None:
@@ -95,7 +102,10 @@ def _settled(agent: agent_types_pb.Agent) -> bool:
     return state_name(agent) not in _BUSY_STATES and not agent.queued_prompts
 
 
-class _Follower:
+class Follower:
+    # The view the subscription asks for (follow_projected.py asks for PROJECTED).
+    request_view: timeline_pb.TimelineView.ValueType = timeline_pb.TIMELINE_VIEW_RAW
+
     def __init__(
         self,
         client: Client,
@@ -122,7 +132,8 @@ class _Follower:
         self.asked: set[str] = set()
 
     def run(self) -> int:
-        call = self.client.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[self.agent_id]))
+        request = event_pb.SubscribeRequest(agent_ids=[self.agent_id], view=self.request_view)
+        call = self.client.events.Subscribe(request)
         try:
             for response in call:
                 exit_code = self._handle_all(response.events)
