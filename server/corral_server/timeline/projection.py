@@ -14,7 +14,10 @@ that starts FOLD_SPAN rows early projects its later rows exactly as the whole ti
 2. a tool-call row joins the entry of the latest earlier row of the same call (same turn, same
    non-empty call id) when that row is at most FOLD_SPAN seqs back; a call whose updates lie
    further apart shows as two entries;
-3. any other row is an entry of its own.
+3. any other row is an entry of its own;
+4. a long message is cut into entries at every seq that is a multiple of TEXT_CUT_EVERY whose
+   FOLD_SPAN rows before it are all of that message, so no entry (and no page) has to read
+   an unbounded run of rows; a message shorter than FOLD_SPAN rows is never cut.
 
 An entry's `seq` is its first row's (its anchor); entries are ordered by it, and each entry
 lists the exact seq ranges of its rows (`ranges`), which partition the rows it was made from.
@@ -41,6 +44,9 @@ from corral_server.timeline.size import item_bytes, text_bytes
 # coalescer stores a call's updates close together (a terminal status at once), so 32 covers
 # what providers send; a page reads this many rows before its range to decide its first rows.
 FOLD_SPAN = 32
+# Where a long run of one message's rows is cut into entries (rule 4 above): about every 256
+# rows, so a page finishing an entry reads at most that many more rows.
+TEXT_CUT_EVERY = 256
 # A folded text entry keeps at most this much text (UTF-8 bytes), so an entry is never larger
 # than one stored row can be; the rest is marked `truncated` (its rows hold all of it).
 MAX_ENTRY_TEXT_BYTES = MAX_ROW_BYTES - 64 * 1024
@@ -184,6 +190,8 @@ class Projector:
         self._text: _Fold | None = None
         self._text_key: tuple[str, str, str] | None = None
         self._last_seq = 0
+        # The first seq of the run of adjacent rows of one message the last row ends.
+        self._run_start = 0
         self._calls: dict[tuple[str, str], tuple[int, _Fold]] = {}
 
     def add(self, row: TimelineRow) -> TimelineEntry:
@@ -202,8 +210,11 @@ class Projector:
         item = row.item
         if type(item) is ToolCall and item.call_id:
             self._calls[(row.turn_id, item.call_id)] = (row.seq, fold)
-        self._text_key = _text_key(row)
-        self._text = fold if self._text_key is not None else None
+        key = _text_key(row)
+        if key is None or key != self._text_key or row.seq != self._last_seq + 1:
+            self._run_start = row.seq
+        self._text_key = key
+        self._text = fold if key is not None else None
         self._last_seq = row.seq
         if not self._keep_all and len(self._calls) > 4 * FOLD_SPAN:
             self._forget_calls(row.seq)
@@ -218,9 +229,11 @@ class Projector:
             if seen is not None and row.seq - seen[0] <= FOLD_SPAN:
                 return seen[1]
             return None
-        if row.seq == self._last_seq + 1 and _text_key(row) == self._text_key:
-            return self._text
-        return None
+        if row.seq != self._last_seq + 1 or _text_key(row) != self._text_key:
+            return None
+        if row.seq % TEXT_CUT_EVERY == 0 and self._run_start <= row.seq - FOLD_SPAN:
+            return None
+        return self._text
 
     def _forget_calls(self, seq: int) -> None:
         # A live projector keeps only the calls a later row could still join.

@@ -233,3 +233,26 @@ def test_a_page_that_starts_inside_a_fold_reads_back_far_enough_to_see_it() -> N
     page = asyncio.run(run())
     assert [e.seq for e in page.entries] == [2, 4]
     assert page.has_older and not page.has_newer
+
+
+def test_a_long_message_is_cut_at_fixed_seqs_and_a_short_one_never() -> None:
+    long_run = project(_rows(*[AssistantMessage("x", "m")] * 600))
+    assert [(e.seq, e.last_seq) for e in long_run] == [(1, 255), (256, 511), (512, 600)]
+    rows = _rows(*[UserMessage("u")] * 254, *[AssistantMessage("y", "m")] * 3)
+    assert project(rows)[-1].ranges == (SeqRange(255, 257),)  # across 256, but short
+
+
+def test_pages_over_a_long_message_give_the_entries_of_the_whole() -> None:
+    items = [UserMessage("u")] * 40 + [AssistantMessage("x", "m")] * 700 + [UserMessage("v")]
+
+    async def run() -> None:
+        store = InMemoryTimelineStore()
+        head = await store.create(AGENT)
+        await store.append(AGENT, [NewRow(item, 0, "t") for item in items])
+        rows = (await store.fetch(AGENT, Direction.AFTER, Cursor(head.epoch, 0), 0)).rows
+        whole = project(rows)
+        forward = [e for p in await _pages(store, Direction.AFTER, 1) for e in p.entries]
+        backward = [e for p in reversed(await _pages(store, Direction.TAIL, 1)) for e in p.entries]
+        assert forward == whole and backward == whole
+
+    asyncio.run(run())
