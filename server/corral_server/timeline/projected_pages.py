@@ -37,7 +37,7 @@ from corral_server.domain.timeline import (
     TimelineRow,
     TimelineWindow,
 )
-from corral_server.timeline.projection import FOLD_SPAN, TimelineEntry, project
+from corral_server.timeline.projection import FOLD_SPAN, Fold, Projector, TimelineEntry, project
 from corral_server.timeline.size import item_bytes
 
 Fetch = Callable[[Direction, Cursor | None, int | None], Awaitable[FetchResult]]
@@ -74,7 +74,8 @@ class _EpochMoved(Exception):
 
 @dataclass(slots=True)
 class _Slice:
-    """Contiguous rows read so far, and whether rows exist beyond either end."""
+    """Contiguous rows read so far, whether rows exist beyond either end, and their folds
+    (recomputed when rows are added in front, extended when added behind)."""
 
     fetch: Fetch
     epoch: str
@@ -82,6 +83,8 @@ class _Slice:
     rows: list[TimelineRow]
     at_start: bool
     at_end: bool
+    _projector: Projector | None = None
+    _fed: int = 0
 
     async def _read(self, direction: Direction, seq: int, count: int) -> FetchResult:
         result = await self.fetch(direction, Cursor(self.epoch, seq), count)
@@ -94,23 +97,28 @@ class _Slice:
         result = await self._read(Direction.BEFORE, self.rows[0].seq, count)
         self.rows[:0] = result.rows
         self.at_start = not result.has_older
+        self._projector = None  # earlier rows can change how later ones fold
 
     async def grow_forward(self, count: int) -> None:
         result = await self._read(Direction.AFTER, self.rows[-1].seq, count)
         self.rows.extend(result.rows)
         self.at_end = not result.has_newer
 
-    def trusted(self) -> list[TimelineEntry]:
-        """The slice's entries whose first row surely is one (not a continuation of a row
+    def trusted(self) -> list[Fold]:
+        """The slice's folds whose first row surely is one (not a continuation of a row
         before the slice)."""
-        entries = project(self.rows)
+        if self._projector is None:
+            self._projector, self._fed = Projector(), 0
+        self._projector.add_all(self.rows[self._fed :])
+        self._fed = len(self.rows)
+        folds = self._projector.folds()
         if self.at_start:
-            return entries
+            return folds
         floor = self.rows[0].seq + FOLD_SPAN
-        return [e for e in entries if e.seq >= floor]
+        return [f for f in folds if f.seq >= floor]
 
-    def finished(self, entry: TimelineEntry) -> bool:
-        return self.at_end or entry.last_seq + FOLD_SPAN <= self.rows[-1].seq
+    def finished(self, fold: Fold) -> bool:
+        return self.at_end or fold.last_seq + FOLD_SPAN <= self.rows[-1].seq
 
 
 async def fetch_projected(
@@ -136,7 +144,10 @@ def _entry_limit(limit: int | None) -> int:
 async def _page(
     fetch: Fetch, direction: Direction, cursor: Cursor | None, wanted: int
 ) -> ProjectedPage:
-    first = await fetch(direction, cursor, wanted + FOLD_SPAN)
+    # Entries often hold more than one row: read half as many rows again as entries wanted
+    # (a walk back must re-fold all it holds when it reads more in front).
+    ahead = wanted if direction is Direction.AFTER else wanted * 3 // 2 + FOLD_SPAN
+    first = await fetch(direction, cursor, ahead + FOLD_SPAN)
     if first.reset:
         direction = Direction.TAIL
     receipt = ProjectedPage(
@@ -165,37 +176,44 @@ async def _after(part: _Slice, after_seq: int, wanted: int) -> tuple[list[Timeli
     """The oldest `wanted` entries with seq > after_seq, and whether more follow."""
     if not part.at_start:
         await part.grow_back(FOLD_SPAN)
-    step = wanted + FOLD_SPAN
+    tries = 0
     while True:
         found = [e for e in part.trusted() if e.seq > after_seq]
         chosen = found[:wanted]
         known = len(found) > wanted or part.at_end
         if known and all(part.finished(e) for e in chosen):
             break
-        await part.grow_forward(step)
-        step *= 2
-    kept = _within_bytes(chosen, newest_first=False)
+        await part.grow_forward(_more_rows(part, wanted + 1 - len(found), tries))
+        tries += 1
+    kept = _within_bytes([f.entry() for f in chosen], newest_first=False)
     return kept, len(found) > len(kept)
 
 
 async def _before(part: _Slice, below: int, wanted: int) -> tuple[list[TimelineEntry], bool]:
     """The newest `wanted` entries with seq < below, and whether any entry follows them."""
-    step = wanted + FOLD_SPAN
+    tries = 0
     while True:
         trusted = part.trusted()
         found = [e for e in trusted if e.seq < below]
         if len(found) < wanted and not part.at_start:
-            await part.grow_back(step)
-            step *= 2
+            await part.grow_back(_more_rows(part, wanted - len(found), tries))
+            tries += 1
             continue
         chosen = found[-wanted:]
         later_known = part.at_end or len(trusted) > len(found)
         if later_known and all(part.finished(e) for e in chosen):
             break
         await part.grow_forward(FOLD_SPAN)
-    kept = _within_bytes(chosen, newest_first=True)
-    newer = len(trusted) > len(found)
-    return kept, newer
+    kept = _within_bytes([f.entry() for f in chosen], newest_first=True)
+    return kept, len(trusted) > len(found)
+
+
+def _more_rows(part: _Slice, entries: int, tries: int) -> int:
+    """Rows to read for about `entries` more entries, at the slice's rows per entry so far
+    (and twice as many on each further try), plus the rows that decide or finish them."""
+    folds = max(1, len(part.trusted()))
+    per_entry = len(part.rows) / folds
+    return int(max(1, entries) * per_entry * 1.25 * 2**tries) + FOLD_SPAN
 
 
 def _within_bytes(entries: list[TimelineEntry], *, newest_first: bool) -> list[TimelineEntry]:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from corral_server.domain.timeline import (
     MAX_ROW_BYTES,
@@ -52,19 +53,18 @@ TEXT_CUT_EVERY = 256
 MAX_ENTRY_TEXT_BYTES = MAX_ROW_BYTES - 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SeqRange:
+class SeqRange(NamedTuple):
     """Rows `start`..`end` (both inclusive) of one epoch."""
 
     start: int
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimelineEntry:
+class TimelineEntry(NamedTuple):
     """One projected entry. `seq` is its first row's seq; `ranges` are sorted and disjoint,
     and `ranges[-1].end` is its newest row. `truncated`: the text was longer than
-    MAX_ENTRY_TEXT_BYTES and the rest is only in the rows."""
+    MAX_ENTRY_TEXT_BYTES and the rest is only in the rows. (NamedTuples, as TimelineRow: a
+    page builds hundreds, at a third of a frozen dataclass's cost.)"""
 
     seq: int
     ranges: tuple[SeqRange, ...]
@@ -95,16 +95,27 @@ def _text_key(row: TimelineRow) -> tuple[str, str, str] | None:
 
 
 @dataclass(slots=True)
-class _Fold:
-    """An entry while rows still join it (mutable; frozen into a TimelineEntry on output)."""
+class Fold:
+    """An entry while rows may still join it (mutable); `entry()` freezes what it holds.
+    Deciding a page needs only `seq` and `last_seq`, so entries are built only for the folds
+    a page keeps."""
 
     first: TimelineRow
     ranges: list[list[int]]
     item: TimelineItem
     updated_ms: int
-    parts: list[str] = field(default_factory=list)
+    # The joined text once a second row joins (None: the first row's text alone).
+    parts: list[str] | None = None
     text_size: int = 0
     truncated: bool = False
+
+    @property
+    def seq(self) -> int:
+        return self.first.seq
+
+    @property
+    def last_seq(self) -> int:
+        return self.ranges[-1][1]
 
     def take(self, row: TimelineRow) -> None:
         last = self.ranges[-1]
@@ -114,13 +125,19 @@ class _Fold:
             self.ranges.append([row.seq, row.seq])
         self.updated_ms = row.timestamp_ms
         item = row.item
-        if isinstance(item, ToolCall):
-            assert isinstance(self.item, ToolCall)
-            self.item = _merged_call(self.item, item)
-        elif isinstance(item, AssistantMessage | Reasoning):
-            self.add_text(item.text)
+        if type(item) is ToolCall:
+            old = self.item
+            assert type(old) is ToolCall
+            self.item = _merged_call(old, item)
+        elif type(item) is AssistantMessage or type(item) is Reasoning:
+            self._add_text(item.text)
 
-    def add_text(self, text: str) -> None:
+    def _add_text(self, text: str) -> None:
+        if self.parts is None:
+            first = self.item
+            assert type(first) is AssistantMessage or type(first) is Reasoning
+            self.parts = [first.text]
+            self.text_size = text_bytes(first.text)
         if self.truncated:
             return
         size = text_bytes(text)
@@ -132,20 +149,31 @@ class _Fold:
 
     def entry(self) -> TimelineEntry:
         item = self.item
-        if self.parts and isinstance(item, AssistantMessage | Reasoning):
-            item = replace(item, text="".join(self.parts))
-        elif isinstance(item, ToolCall):
-            item = replace(item, input=finite_json(item.input), output=finite_json(item.output))
+        if self.parts is not None:
+            text = "".join(self.parts)
+            if type(item) is AssistantMessage:
+                item = AssistantMessage(text, item.message_id)
+            else:
+                item = Reasoning(text)
+        elif type(item) is ToolCall and (_nonfinite(item.input) or _nonfinite(item.output)):
+            item = ToolCall(
+                item.call_id,
+                item.name,
+                item.status,
+                finite_json(item.input),
+                finite_json(item.output),
+                item.error,
+            )
         first = self.first
         return TimelineEntry(
-            seq=first.seq,
-            ranges=tuple(SeqRange(a, b) for a, b in self.ranges),
-            item=item,
-            timestamp_ms=first.timestamp_ms,
-            updated_ms=self.updated_ms,
-            turn_id=first.turn_id,
-            provider_message_id=first.provider_message_id,
-            truncated=self.truncated,
+            first.seq,
+            tuple([SeqRange(a, b) for a, b in self.ranges]),
+            item,
+            first.timestamp_ms,
+            self.updated_ms,
+            first.turn_id,
+            first.provider_message_id,
+            self.truncated,
         )
 
 
@@ -154,9 +182,22 @@ def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
     keeping it would make the entry larger than one row may be."""
     name = new.name or old.name
     if new.input is not None or old.input is None:
-        return new if name == new.name else replace(new, name=name)
-    merged = replace(new, name=name, input=old.input)
+        if name == new.name:
+            return new
+        return ToolCall(new.call_id, name, new.status, new.input, new.output, new.error)
+    merged = ToolCall(new.call_id, name, new.status, old.input, new.output, new.error)
     return merged if item_bytes(merged) <= MAX_ROW_BYTES else new
+
+
+def _nonfinite(value: JsonValue) -> bool:
+    """Whether `value` holds a NaN or an infinity anywhere (without building anything)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_nonfinite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_nonfinite(v) for v in value)
+    return False
 
 
 def finite_json(value: JsonValue) -> JsonValue:
@@ -186,31 +227,29 @@ class Projector:
 
     def __init__(self, *, keep_all: bool = True) -> None:
         self._keep_all = keep_all
-        self._folds: list[_Fold] = []
-        self._text: _Fold | None = None
+        self._folds: list[Fold] = []
+        self._text: Fold | None = None
         self._text_key: tuple[str, str, str] | None = None
         self._last_seq = 0
         # The first seq of the run of adjacent rows of one message the last row ends.
         self._run_start = 0
-        self._calls: dict[tuple[str, str], tuple[int, _Fold]] = {}
+        self._calls: dict[tuple[str, str], tuple[int, Fold]] = {}
 
     def add(self, row: TimelineRow) -> TimelineEntry:
         return self._add(row).entry()
 
-    def _add(self, row: TimelineRow) -> _Fold:
-        fold = self._joins(row)
+    def _add(self, row: TimelineRow) -> Fold:
+        key = _text_key(row)
+        fold = self._joins(row, key)
         if fold is not None:
             fold.take(row)
         else:
-            fold = _Fold(row, [[row.seq, row.seq]], row.item, row.timestamp_ms)
-            if isinstance(row.item, AssistantMessage | Reasoning):
-                fold.add_text(row.item.text)
+            fold = Fold(row, [[row.seq, row.seq]], row.item, row.timestamp_ms)
             if self._keep_all:
                 self._folds.append(fold)
         item = row.item
         if type(item) is ToolCall and item.call_id:
             self._calls[(row.turn_id, item.call_id)] = (row.seq, fold)
-        key = _text_key(row)
         if key is None or key != self._text_key or row.seq != self._last_seq + 1:
             self._run_start = row.seq
         self._text_key = key
@@ -220,7 +259,7 @@ class Projector:
             self._forget_calls(row.seq)
         return fold
 
-    def _joins(self, row: TimelineRow) -> _Fold | None:
+    def _joins(self, row: TimelineRow, key: tuple[str, str, str] | None) -> Fold | None:
         item = row.item
         if type(item) is ToolCall:
             if not item.call_id:
@@ -229,7 +268,7 @@ class Projector:
             if seen is not None and row.seq - seen[0] <= FOLD_SPAN:
                 return seen[1]
             return None
-        if row.seq != self._last_seq + 1 or _text_key(row) != self._text_key:
+        if key is None or row.seq != self._last_seq + 1 or key != self._text_key:
             return None
         if row.seq % TEXT_CUT_EVERY == 0 and self._run_start <= row.seq - FOLD_SPAN:
             return None
@@ -242,6 +281,9 @@ class Projector:
     def add_all(self, rows: Iterable[TimelineRow]) -> None:
         for row in rows:
             self._add(row)
+
+    def folds(self) -> list[Fold]:
+        return self._folds
 
     def entries(self) -> list[TimelineEntry]:
         return [fold.entry() for fold in self._folds]
