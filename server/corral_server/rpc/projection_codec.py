@@ -9,14 +9,17 @@ from corral_server.rpc.items import cursor_to_pb, item_to_pb, timestamp
 from corral_server.timeline.projected_pages import ProjectedPage
 from corral_server.timeline.projection import TimelineEntry
 
+_RANGE = timeline_pb.SeqRange
+
 
 def entry_to_pb(entry: TimelineEntry) -> timeline_pb.TimelineEntry:
+    first = timestamp(entry.timestamp_ms)
     return timeline_pb.TimelineEntry(
         seq=entry.seq,
-        source_ranges=[timeline_pb.SeqRange(start=r.start, end=r.end) for r in entry.ranges],
+        source_ranges=[_RANGE(start=start, end=end) for start, end in entry.ranges],
         item=item_to_pb(entry.item),
-        timestamp=timestamp(entry.timestamp_ms),
-        updated=timestamp(entry.updated_ms),
+        timestamp=first,
+        updated=first if entry.updated_ms == entry.timestamp_ms else timestamp(entry.updated_ms),
         turn_id=entry.turn_id,
         provider_message_id=entry.provider_message_id,
         truncated=entry.truncated,

@@ -31,14 +31,16 @@ from corral_server.domain.timeline import (
     DEFAULT_PAGE_LIMIT,
     MAX_PAGE_BYTES,
     MAX_PAGE_ROWS,
+    AssistantMessage,
     Cursor,
     Direction,
     FetchResult,
+    Reasoning,
     TimelineRow,
     TimelineWindow,
 )
 from corral_server.timeline.projection import FOLD_SPAN, Fold, Projector, TimelineEntry, project
-from corral_server.timeline.size import item_bytes
+from corral_server.timeline.size import item_bytes, text_bytes
 
 Fetch = Callable[[Direction, Cursor | None, int | None], Awaitable[FetchResult]]
 
@@ -208,6 +210,16 @@ async def _before(part: _Slice, below: int, wanted: int) -> tuple[list[TimelineE
     return kept, len(trusted) > len(found)
 
 
+def _entry_bytes(entry: TimelineEntry) -> int:
+    """About the entry's encoded size: its item, two timestamps, ids and ranges."""
+    item = entry.item
+    if type(item) is AssistantMessage or type(item) is Reasoning:
+        size = text_bytes(item.text) + 64  # the text and a message id
+    else:
+        size = item_bytes(item)
+    return size + 16 * len(entry.ranges) + 64 + len(entry.turn_id)
+
+
 def _more_rows(part: _Slice, entries: int, tries: int) -> int:
     """Rows to read for about `entries` more entries, at the slice's rows per entry so far
     (and twice as many on each further try), plus the rows that decide or finish them."""
@@ -222,7 +234,7 @@ def _within_bytes(entries: list[TimelineEntry], *, newest_first: bool) -> list[T
     kept: list[TimelineEntry] = []
     total = 0
     for entry in order:
-        total += item_bytes(entry.item) + 16 * len(entry.ranges) + 64
+        total += _entry_bytes(entry)
         if kept and total > MAX_PAGE_BYTES:
             break
         kept.append(entry)

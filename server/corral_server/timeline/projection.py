@@ -39,7 +39,7 @@ from corral_server.domain.timeline import (
     TimelineRow,
     ToolCall,
 )
-from corral_server.timeline.size import item_bytes, text_bytes
+from corral_server.timeline.size import item_bytes, json_bytes, text_bytes
 
 # How far back (in seqs) a tool-call update may join an earlier update of the same call. The
 # coalescer stores a call's updates close together (a terminal status at once), so 32 covers
@@ -186,6 +186,9 @@ def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
             return new
         return ToolCall(new.call_id, name, new.status, new.input, new.output, new.error)
     merged = ToolCall(new.call_id, name, new.status, old.input, new.output, new.error)
+    # Each row is at most MAX_ROW_BYTES; measure only when the two parts together may not be.
+    if json_bytes(old.input) + json_bytes(new.output) <= MAX_ROW_BYTES // 2:
+        return merged
     return merged if item_bytes(merged) <= MAX_ROW_BYTES else new
 
 
