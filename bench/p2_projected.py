@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from bench.burst import TEXT, BurstProvider
+from bench.p2_rpc import CALLS
 from corral.v1 import timeline_pb2
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
@@ -38,7 +39,6 @@ from corral_server.manager.specs import CreateSpec
 from corral_server.timeline.store import NewRow
 
 PAGE = 200
-CALLS = 200
 ROWS = 1_000_000
 GOAL_RATIO = 1.5
 TURN_ROWS = 6
@@ -70,14 +70,19 @@ async def _fill(daemon: Daemon, cwd: str, rows: int) -> str:
     return agent.id
 
 
-async def _median_ms(stub: Any, request: tl_pb.FetchTimelineRequest) -> float:
-    samples = []
+async def _interleaved_ms(
+    stub: Any, requests: dict[str, tl_pb.FetchTimelineRequest]
+) -> dict[str, float]:
+    """Median ms of each request, the requests taking turns call by call, so load from
+    elsewhere on the machine falls on raw and projected pages alike."""
+    samples: dict[str, list[float]] = {name: [] for name in requests}
     for _ in range(CALLS):
-        start = time.perf_counter()
-        reply = await stub.FetchTimeline(request)
-        samples.append((time.perf_counter() - start) * 1000)
-        assert len(reply.rows) + len(reply.entries) == PAGE
-    return statistics.median(samples)
+        for name, request in requests.items():
+            start = time.perf_counter()
+            reply = await stub.FetchTimeline(request)
+            samples[name].append((time.perf_counter() - start) * 1000)
+            assert len(reply.rows) + len(reply.entries) == PAGE
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _requests(agent_id: str, epoch: str, middle: int) -> dict[str, tl_pb.FetchTimelineRequest]:
@@ -107,9 +112,8 @@ async def measure(rows: int = ROWS) -> dict[str, Any]:
             requests = _requests(agent_id, head.epoch, head.next_seq // 2)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 stub = tl_grpc.TimelineServiceStub(channel)
-                for request in requests.values():
-                    await _median_ms(stub, request)  # warm up
-                medians = {name: await _median_ms(stub, r) for name, r in requests.items()}
+                await _interleaved_ms(stub, requests)  # warm up
+                medians = await _interleaved_ms(stub, requests)
     finally:
         await daemon.drain(1.0)
     ratios = {

@@ -23,7 +23,7 @@ Must not: print a row twice, or skip one silently (retention that dropped rows i
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import event_service_pb2 as event_pb
@@ -259,18 +259,25 @@ class Follower:
         self.expected = 1
 
     def _live_row(self, appended: event_pb.TimelineRowAppended) -> None:
-        if self.in_snapshot or appended.agent_id != self.agent_id:
-            return
-        if appended.epoch != self.epoch:
-            return  # an old epoch's row, or a new epoch whose reset is still to come
         row = appended.row
-        if row.seq < self.expected:
+        self._live(
+            appended.agent_id, appended.epoch, row.seq, lambda: _print_row(self.console, row)
+        )
+
+    def _live(self, agent_id: str, epoch: str, seq: int, show: Callable[[], None]) -> None:
+        """Show what live row `seq` brought if it is the next one expected (catching up from
+        FetchTimeline first when it is beyond that)."""
+        if self.in_snapshot or agent_id != self.agent_id:
+            return
+        if epoch != self.epoch:
+            return  # an old epoch's row, or a new epoch whose reset is still to come
+        if seq < self.expected:
             return  # already printed from history
-        if row.seq > self.expected:
-            self._catch_up(row.seq)
-        if row.seq == self.expected:
-            _print_row(self.console, row)
-            self.expected = row.seq + 1
+        if seq > self.expected:
+            self._catch_up(seq)
+        if seq == self.expected:
+            show()
+            self.expected = seq + 1
 
     def _catch_up(self, until_seq: int) -> None:
         """Print rows expected .. until_seq-1 of the current epoch from FetchTimeline."""

@@ -68,15 +68,10 @@ class ProjectedFollower(Follower):
         return super()._handle(event)
 
     def _live_entry(self, upserted: event_pb.TimelineEntryUpserted) -> None:
-        if self.in_snapshot or upserted.agent_id != self.agent_id:
-            return
-        if upserted.epoch != self.epoch or upserted.row_seq < self.expected:
-            return  # another epoch's, or a row already printed as part of its entry
-        if upserted.row_seq > self.expected:
-            self._catch_up(upserted.row_seq)
-        if upserted.row_seq == self.expected:
-            print_entry(self.console, upserted.entry)
-            self.expected = upserted.row_seq + 1
+        # An update whose row is already printed (as part of its entry) is dropped.
+        entry = upserted.entry
+        show = lambda: print_entry(self.console, entry)  # noqa: E731
+        self._live(upserted.agent_id, upserted.epoch, upserted.row_seq, show)
 
     def _catch_up(self, until_seq: int) -> None:
         """Print the entries that begin at expected .. until_seq-1, each with all its rows."""

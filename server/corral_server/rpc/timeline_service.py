@@ -13,11 +13,11 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
-from corral_server.rpc.projection_codec import page_to_pb
+from corral_server.rpc.projection_codec import entry_to_pb
 from corral_server.rpc.timeline_search import search_timeline
 from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
-from corral_server.timeline.projected_pages import fetch_projected
+from corral_server.timeline.projected_pages import ProjectedPage, fetch_projected
 
 Ctx = Any
 
@@ -50,6 +50,16 @@ def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
         msg.start_cursor.CopyFrom(convert.cursor_to_pb(result.start_cursor))
     if result.end_cursor is not None:
         msg.end_cursor.CopyFrom(convert.cursor_to_pb(result.end_cursor))
+    return msg
+
+
+def page_to_pb(page: ProjectedPage) -> tl_pb.FetchTimelineResponse:
+    """A projected receipt: the raw one's fields, entries for rows, cursors of entries."""
+    msg = receipt_to_pb(page.receipt)
+    msg.entries.extend(entry_to_pb(entry) for entry in page.entries)
+    if page.start_cursor is not None and page.end_cursor is not None:
+        msg.start_cursor.CopyFrom(convert.cursor_to_pb(page.start_cursor))
+        msg.end_cursor.CopyFrom(convert.cursor_to_pb(page.end_cursor))
     return msg
 
 

@@ -25,7 +25,7 @@ length.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral_server.domain.timeline import (
     DEFAULT_PAGE_LIMIT,
@@ -50,24 +50,19 @@ _MAX_RETRIES = 3
 
 @dataclass(frozen=True, slots=True)
 class ProjectedPage:
-    """A projected fetch receipt (the raw one's fields, entries for rows)."""
+    """A projected fetch receipt: `receipt` is the raw one's (epoch, window, has_older /
+    has_newer about entries, reset, stale_cursor, gap) with no rows; `entries` stand for them."""
 
-    epoch: str
-    window: TimelineWindow
+    receipt: FetchResult
     entries: tuple[TimelineEntry, ...]
-    has_older: bool
-    has_newer: bool
-    reset: bool = False
-    stale_cursor: bool = False
-    gap: bool = False
 
     @property
     def start_cursor(self) -> Cursor | None:
-        return Cursor(self.epoch, self.entries[0].seq) if self.entries else None
+        return Cursor(self.receipt.epoch, self.entries[0].seq) if self.entries else None
 
     @property
     def end_cursor(self) -> Cursor | None:
-        return Cursor(self.epoch, self.entries[-1].seq) if self.entries else None
+        return Cursor(self.receipt.epoch, self.entries[-1].seq) if self.entries else None
 
 
 class _EpochMoved(Exception):
@@ -152,12 +147,8 @@ async def _page(
     first = await fetch(direction, cursor, ahead + FOLD_SPAN)
     if first.reset:
         direction = Direction.TAIL
-    receipt = ProjectedPage(
-        first.epoch, first.window, (), first.has_older, first.has_newer,
-        first.reset, first.stale_cursor, first.gap,
-    )  # fmt: skip
     if not first.rows:
-        return receipt
+        return ProjectedPage(first, ())
     part = _Slice(
         fetch, first.epoch, first.window, list(first.rows), not first.has_older, not first.has_newer
     )
@@ -168,10 +159,8 @@ async def _page(
         bound = cursor.seq if direction is Direction.BEFORE and cursor else first.window.next_seq
         entries, has_newer = await _before(part, bound, wanted)
     has_older = bool(entries) and entries[0].seq > part.window.min_seq
-    return ProjectedPage(
-        part.epoch, part.window, tuple(entries), has_older, has_newer,
-        first.reset, first.stale_cursor, first.gap,
-    )  # fmt: skip
+    receipt = replace(first, window=part.window, rows=(), has_older=has_older, has_newer=has_newer)
+    return ProjectedPage(receipt, tuple(entries))
 
 
 async def _after(part: _Slice, after_seq: int, wanted: int) -> tuple[list[TimelineEntry], bool]:

@@ -147,9 +147,9 @@ async def _pages(
     pages = [await fetch_projected(fetch, direction, start, limit)]
     while True:
         last = pages[-1]
-        if direction is Direction.AFTER and last.has_newer:
+        if direction is Direction.AFTER and last.receipt.has_newer:
             pages.append(await fetch_projected(fetch, Direction.AFTER, last.end_cursor, limit))
-        elif direction is Direction.TAIL and last.has_older:
+        elif direction is Direction.TAIL and last.receipt.has_older:
             pages.append(await fetch_projected(fetch, Direction.BEFORE, last.start_cursor, limit))
         else:
             return pages
@@ -232,7 +232,7 @@ def test_a_page_that_starts_inside_a_fold_reads_back_far_enough_to_see_it() -> N
 
     page = asyncio.run(run())
     assert [e.seq for e in page.entries] == [2, 4]
-    assert page.has_older and not page.has_newer
+    assert page.receipt.has_older and not page.receipt.has_newer
 
 
 def test_a_long_message_is_cut_at_fixed_seqs_and_a_short_one_never() -> None:
