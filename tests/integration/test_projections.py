@@ -234,3 +234,19 @@ async def test_projections_are_the_same_after_a_restart(tmp_path: Path) -> None:
         second.stop()
     assert_folded(after.entries)
     assert after == before
+
+
+async def test_a_stale_cursor_resets_to_the_projected_tail(
+    daemon: DaemonThread, aio_channel: grpc.aio.Channel, tmp_path: Path
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+    await run_turn(daemon, stubs, agent_id)
+    stale = timeline_pb.Cursor(epoch="0" * 32, seq=3)
+    page = await fetch(stubs, agent_id, AFTER, cursor=stale, view=PROJECTED)
+    assert page.reset and page.stale_cursor and not page.gap
+    assert_folded(page.entries)
+    empty = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+    nothing = await fetch(stubs, empty, view=PROJECTED)
+    assert not nothing.entries and not nothing.has_older and not nothing.has_newer
+    assert not nothing.HasField("start_cursor")
