@@ -68,6 +68,16 @@ async def drive_until(daemon: DaemonThread, stubs: Stubs, agent_id: str, rows: i
     raise AssertionError(f"the timeline did not reach {rows} rows")
 
 
+async def agent_after_script(
+    daemon: DaemonThread, channel: grpc.aio.Channel, cwd: Path
+) -> tuple[Stubs, str]:
+    """A new agent that has run SCRIPT."""
+    stubs = Stubs.of(channel)
+    agent_id = (await stubs.agents.CreateAgent(create_request(str(cwd)))).agent.id
+    await run_turn(daemon, stubs, agent_id)
+    return stubs, agent_id
+
+
 async def fetch(stubs: Stubs, agent_id: str, direction: int = TAIL, **kw: Any) -> Any:
     request = tl_pb.FetchTimelineRequest(agent_id=agent_id, direction=direction, **kw)
     return await stubs.timeline.FetchTimeline(request)
@@ -86,9 +96,7 @@ def assert_folded(entries: Any) -> None:
 async def test_a_projected_page_folds_a_call_and_a_message_and_names_their_rows(
     daemon: DaemonThread, aio_channel: grpc.aio.Channel, tmp_path: Path
 ) -> None:
-    stubs = Stubs.of(aio_channel)
-    agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-    await run_turn(daemon, stubs, agent_id)
+    stubs, agent_id = await agent_after_script(daemon, aio_channel, tmp_path)
     raw = await fetch(stubs, agent_id)
     assert [r.seq for r in raw.rows] == [1, 2, 3, 4, 5, 6] and not raw.entries
     page = await fetch(stubs, agent_id, view=PROJECTED)
@@ -107,9 +115,7 @@ async def test_a_projected_page_folds_a_call_and_a_message_and_names_their_rows(
 async def test_pages_of_one_entry_cut_through_the_call_and_still_give_each_entry_once(
     daemon: DaemonThread, aio_channel: grpc.aio.Channel, tmp_path: Path
 ) -> None:
-    stubs = Stubs.of(aio_channel)
-    agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-    await run_turn(daemon, stubs, agent_id)
+    stubs, agent_id = await agent_after_script(daemon, aio_channel, tmp_path)
     epoch = (await fetch(stubs, agent_id)).epoch
     forward, cursor = [], timeline_pb.Cursor(epoch=epoch, seq=0)
     while True:
@@ -239,9 +245,7 @@ async def test_projections_are_the_same_after_a_restart(tmp_path: Path) -> None:
 async def test_a_stale_cursor_resets_to_the_projected_tail(
     daemon: DaemonThread, aio_channel: grpc.aio.Channel, tmp_path: Path
 ) -> None:
-    stubs = Stubs.of(aio_channel)
-    agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-    await run_turn(daemon, stubs, agent_id)
+    stubs, agent_id = await agent_after_script(daemon, aio_channel, tmp_path)
     stale = timeline_pb.Cursor(epoch="0" * 32, seq=3)
     page = await fetch(stubs, agent_id, AFTER, cursor=stale, view=PROJECTED)
     assert page.reset and page.stale_cursor and not page.gap

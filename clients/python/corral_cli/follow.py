@@ -55,24 +55,28 @@ def check(args: argparse.Namespace) -> str:
 
 
 def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
+    follower: type[Follower] = Follower
     if args.projected:
+        # follow_projected builds on this module, so it is loaded only when asked for.
         from corral_cli import follow_projected
 
-        if args.follow:
-            follower = follow_projected.ProjectedFollower
-            return follower(client, console, args.agent, args.limit, args.until_idle).run()
-        return follow_projected.logs(client, console, args.agent, args.limit)
+        follower = follow_projected.ProjectedFollower
     if args.follow:
-        return Follower(client, console, args.agent, args.limit, args.until_idle).run()
+        return follower(client, console, args.agent, args.limit, args.until_idle).run()
     page = client.timeline.FetchTimeline(
         tl_pb.FetchTimelineRequest(
-            agent_id=args.agent, direction=tl_pb.TIMELINE_DIRECTION_TAIL, limit=args.limit
+            agent_id=args.agent,
+            direction=tl_pb.TIMELINE_DIRECTION_TAIL,
+            limit=args.limit,
+            view=follower.request_view,
         ),
         timeout=client.timeout_s,
     )
     for row in page.rows:
         _print_row(console, row)
-    if not page.rows:
+    if page.entries:
+        follow_projected.print_entries(console, page.entries)
+    elif not page.rows:
         console.note(empty_timeline(page.epoch, page.window.next_seq))
     return failure.EXIT_OK
 
@@ -279,18 +283,23 @@ class Follower:
             show()
             self.expected = seq + 1
 
+    def _page_after(self, limit: int) -> tl_pb.FetchTimelineResponse:
+        """The page after the last row printed, in the view the follower shows."""
+        return self.client.timeline.FetchTimeline(
+            tl_pb.FetchTimelineRequest(
+                agent_id=self.agent_id,
+                direction=tl_pb.TIMELINE_DIRECTION_AFTER,
+                cursor=timeline_pb.Cursor(epoch=self.epoch, seq=self.expected - 1),
+                limit=limit,
+                view=self.request_view,
+            ),
+            timeout=self.client.timeout_s,
+        )
+
     def _catch_up(self, until_seq: int) -> None:
         """Print rows expected .. until_seq-1 of the current epoch from FetchTimeline."""
         while self.expected < until_seq:
-            page = self.client.timeline.FetchTimeline(
-                tl_pb.FetchTimelineRequest(
-                    agent_id=self.agent_id,
-                    direction=tl_pb.TIMELINE_DIRECTION_AFTER,
-                    cursor=timeline_pb.Cursor(epoch=self.epoch, seq=self.expected - 1),
-                    limit=min(_PAGE_ROWS, until_seq - self.expected),
-                ),
-                timeout=self.client.timeout_s,
-            )
+            page = self._page_after(min(_PAGE_ROWS, until_seq - self.expected))
             if page.stale_cursor:
                 return  # the epoch moved on; its timeline_reset event is on the way
             if page.gap:

@@ -10,12 +10,11 @@ steps), counting by the seq of the row each update was made from.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
-from corral.v1 import timeline_service_pb2 as tl_pb
-from corral_cli import failure
-from corral_cli.client import Client
-from corral_cli.follow import Follower, empty_timeline
+from corral_cli.follow import Follower
 from corral_cli.render import Console, item_text, local_time
 
 PROJECTED = timeline_pb.TIMELINE_VIEW_PROJECTED
@@ -42,18 +41,9 @@ def print_entry(console: Console, entry: timeline_pb.TimelineEntry) -> None:
         console.line(entry_line(entry))
 
 
-def logs(client: Client, console: Console, agent_id: str, limit: int) -> int:
-    page = client.timeline.FetchTimeline(
-        tl_pb.FetchTimelineRequest(
-            agent_id=agent_id, direction=tl_pb.TIMELINE_DIRECTION_TAIL, limit=limit, view=PROJECTED
-        ),
-        timeout=client.timeout_s,
-    )
-    for entry in page.entries:
+def print_entries(console: Console, entries: Iterable[timeline_pb.TimelineEntry]) -> None:
+    for entry in entries:
         print_entry(console, entry)
-    if not page.entries:
-        console.note(empty_timeline(page.epoch, page.window.next_seq))
-    return failure.EXIT_OK
 
 
 class ProjectedFollower(Follower):
@@ -76,16 +66,7 @@ class ProjectedFollower(Follower):
     def _catch_up(self, until_seq: int) -> None:
         """Print the entries that begin at expected .. until_seq-1, each with all its rows."""
         while self.expected < until_seq:
-            page = self.client.timeline.FetchTimeline(
-                tl_pb.FetchTimelineRequest(
-                    agent_id=self.agent_id,
-                    direction=tl_pb.TIMELINE_DIRECTION_AFTER,
-                    cursor=timeline_pb.Cursor(epoch=self.epoch, seq=self.expected - 1),
-                    limit=_PAGE_ENTRIES,
-                    view=PROJECTED,
-                ),
-                timeout=self.client.timeout_s,
-            )
+            page = self._page_after(_PAGE_ENTRIES)
             if page.reset:
                 return  # the epoch moved on (its reset event is on the way) or rows retired
             chosen = [e for e in page.entries if e.seq < until_seq]
