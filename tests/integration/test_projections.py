@@ -78,7 +78,9 @@ async def agent_after_script(
     return stubs, agent_id
 
 
-async def fetch(stubs: Stubs, agent_id: str, direction: int = TAIL, **kw: Any) -> Any:
+async def fetch(
+    stubs: Stubs, agent_id: str, direction: tl_pb.TimelineDirection.ValueType = TAIL, **kw: Any
+) -> Any:
     request = tl_pb.FetchTimelineRequest(agent_id=agent_id, direction=direction, **kw)
     return await stubs.timeline.FetchTimeline(request)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
 
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
@@ -12,14 +11,12 @@ from corral_server import errors
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.projection_codec import entry_to_pb
 from corral_server.rpc.timeline_search import search_timeline
 from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
 from corral_server.timeline.projected_pages import ProjectedPage, fetch_projected
-
-Ctx = Any
 
 _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,
