@@ -29,6 +29,8 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
+from corral.v1 import workspace_service_pb2 as ws_pb
+from corral.v1 import workspace_service_pb2_grpc as ws_grpc
 from corral_server.clock import Clock, SystemClock
 from corral_server.domain.events import SubagentRunUpdated
 from corral_server.errors import CorralError
@@ -68,6 +70,7 @@ from corral_server.rpc.subagent_service import SubagentService
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
+from corral_server.rpc.workspace_service import WorkspaceService
 from corral_server.server_info import (
     ServerInfo,
     ServingState,
@@ -93,6 +96,7 @@ from corral_server.subagents import (
 from corral_server.subagents.codec import decode_run, encode_run
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
+from corral_server.workspace.worktrees import worktrees_for
 
 if TYPE_CHECKING:
     from corral_server.mcp.server import McpEndpoint
@@ -107,6 +111,7 @@ _SERVICE_FILES = {
     "EventService": event_pb,
     "SubagentService": sub_svc_pb,
     "ServerService": server_pb,
+    "WorkspaceService": ws_pb,
 }
 
 
@@ -121,6 +126,7 @@ SERVICE_NAMES = (
     event_pb.DESCRIPTOR.services_by_name["EventService"].full_name,
     sub_svc_pb.DESCRIPTOR.services_by_name["SubagentService"].full_name,
     server_pb.DESCRIPTOR.services_by_name["ServerService"].full_name,
+    ws_pb.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
 )
 
 
@@ -203,6 +209,10 @@ class Config:
     web_max_calls: int = 1_024
     # The dashboard's files (None: the package's web/static/).
     web_static_dir: Path | None = None
+    # Agents' git worktrees (workspace/): where they go (None: the state directory's
+    # worktrees/, or beside each repository without a state directory) and the git to run.
+    worktrees_dir: Path | None = None
+    git_program: str = "git"
 
 
 class Daemon:
@@ -227,6 +237,7 @@ class Daemon:
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
         )
+        self.worktrees = worktrees_for(config.worktrees_dir, config.state_dir, config.git_program)
         self.manager = self._manager(self.timeline, None)
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
@@ -294,6 +305,7 @@ class Daemon:
             requests=requests,
             finished=finished,
             daemon_tag=self.daemon_tag,
+            worktrees=self.worktrees,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -407,6 +419,7 @@ class Daemon:
         tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
         sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
         server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
+        ws_grpc.add_WorkspaceServiceServicer_to_server(servicers["WorkspaceService"], server)
         server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         if self.config.reflection:
@@ -461,11 +474,12 @@ class Daemon:
         """The service implementations, by service name: the gRPC server and the web port
         share these objects."""
         return {
-            "AgentService": AgentService(self.manager),
+            "AgentService": AgentService(self.manager, self.worktrees),
             "TurnService": TurnService(self.manager, self.hub, self.streams),
             "TimelineService": TimelineService(self.manager, self.search),
             "SubagentService": SubagentService(self.subagents),
             "ServerService": ServerService(self.server_info),
+            "WorkspaceService": WorkspaceService(self.manager, self.worktrees),
             "EventService": EventServicer(
                 self.hub,
                 self.manager.snapshot,

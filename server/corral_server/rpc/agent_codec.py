@@ -20,6 +20,7 @@ from corral_server.rpc.convert import (
     prompt_from_pb,
     timestamp_ms,
 )
+from corral_server.rpc.workspace_codec import workspace_from_pb
 
 _REASON_BACK = {
     agent_pb.ATTENTION_REASON_FINISHED: da.AttentionReason.FINISHED,
@@ -129,4 +130,5 @@ def agent_from_pb(msg: agent_pb.Agent) -> da.Agent:
         archived_at_ms=timestamp_ms(msg.archived_at) if msg.HasField("archived_at") else None,
         last_error=_error(msg.last_error) if msg.HasField("last_error") else None,
         last_usage=_usage(msg.last_usage) if msg.HasField("last_usage") else None,
+        workspace=workspace_from_pb(msg.workspace) if msg.HasField("workspace") else None,
     )

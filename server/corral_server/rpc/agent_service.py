@@ -12,6 +12,8 @@ from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
+from corral_server.rpc.workspace_codec import release_to_pb, worktree_request_from_pb
+from corral_server.workspace.worktrees import Worktrees
 
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
@@ -25,8 +27,9 @@ MAX_PAGE_BYTES = 3 << 20
 
 
 class AgentService(svc_grpc.AgentServiceServicer):
-    def __init__(self, manager: AgentManager) -> None:
+    def __init__(self, manager: AgentManager, worktrees: Worktrees | None = None) -> None:
         self._manager = manager
+        self._worktrees = worktrees or Worktrees()
 
     @unary
     async def CreateAgent(
@@ -47,6 +50,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
             labels=dict(request.labels),
             initial_prompt=convert.prompt_from_pb(list(request.initial_prompt)),
             request_id=request.request_id,
+            worktree=worktree_request_from_pb(request),
         )
         agent, turn_id = await self._manager.create(spec)
         return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
@@ -148,7 +152,10 @@ class AgentService(svc_grpc.AgentServiceServicer):
         self, request: svc_pb.ArchiveAgentRequest, context: Ctx
     ) -> svc_pb.ArchiveAgentResponse:
         archived = await self._manager.archive(request.agent_id)
-        return svc_pb.ArchiveAgentResponse(archived_agent_ids=archived)
+        released = await self._worktrees.release_all(map(self._manager.get, archived))
+        return svc_pb.ArchiveAgentResponse(
+            archived_agent_ids=archived, workspaces=[release_to_pb(r) for r in released]
+        )
 
     @unary
     async def DetachAgent(

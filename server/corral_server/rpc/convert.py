@@ -31,6 +31,7 @@ from corral_server.rpc.items import timestamp as timestamp
 from corral_server.rpc.items import timestamp_ms as timestamp_ms
 from corral_server.rpc.subagent_codec import run_to_pb
 from corral_server.rpc.wire import row_appended_event as _wire_row_appended
+from corral_server.rpc.workspace_codec import workspace_to_pb
 
 # --- content ------------------------------------------------------------------------------
 
@@ -181,6 +182,8 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         msg.last_error.CopyFrom(error_to_pb(agent.last_error))
     if agent.last_usage is not None:
         msg.last_usage.CopyFrom(usage_to_pb(agent.last_usage))
+    if agent.workspace is not None:
+        msg.workspace.CopyFrom(workspace_to_pb(agent.workspace))
     return msg
 
 

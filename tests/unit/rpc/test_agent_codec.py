@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
+from corral_server.domain.workspace import Workspace
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 
 texts = st.text(max_size=12)
@@ -68,6 +69,7 @@ agents = st.builds(
     archived_at_ms=st.one_of(st.none(), millis),
     last_error=st.one_of(st.none(), errors),
     last_usage=st.one_of(st.none(), usages),
+    workspace=st.one_of(st.none(), st.builds(Workspace, texts, texts, texts, texts, texts)),
 )
 
 

@@ -9,3 +9,4 @@ export * from "./corral/v1/subagent_service_pb.js";
 export * from "./corral/v1/timeline_pb.js";
 export * from "./corral/v1/timeline_service_pb.js";
 export * from "./corral/v1/turn_service_pb.js";
+export * from "./corral/v1/workspace_service_pb.js";

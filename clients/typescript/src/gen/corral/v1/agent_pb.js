@@ -10,7 +10,7 @@ import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bu
  * Describes the file corral/v1/agent.proto.
  */
 export const file_corral_v1_agent = /*@__PURE__*/
-  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSLBBQoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2UaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLOAwoOQWdlbnRMaWZlY3ljbGUSPgoMaW5pdGlhbGl6aW5nGAEgASgLMiYuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkluaXRpYWxpemluZ0gAEi4KBGlkbGUYAiABKAsyHi5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuSWRsZUgAEjQKB3J1bm5pbmcYAyABKAsyIS5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuUnVubmluZ0gAEjQKB2Vycm9yZWQYBCABKAsyIS5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuRXJyb3JlZEgAEjIKBmNsb3NlZBgFIAEoCzIgLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5DbG9zZWRIABoOCgxJbml0aWFsaXppbmcaBgoESWRsZRohCgdSdW5uaW5nEhYKDmFjdGl2ZV90dXJuX2lkGAEgASgJGi8KB0Vycm9yZWQSJAoFZXJyb3IYASABKAsyFS5jb3JyYWwudjEuQWdlbnRFcnJvcho3CgZDbG9zZWQSLQoJY2xvc2VkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIHCgVzdGF0ZSIrCgpBZ2VudEVycm9yEg8KB21lc3NhZ2UYASABKAkSDAoEY29kZRgCIAEoCSJxCglBdHRlbnRpb24SEAoIcmVxdWlyZWQYASABKAgSKgoGcmVhc29uGAIgASgOMhouY29ycmFsLnYxLkF0dGVudGlvblJlYXNvbhImCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiOwoQUGVybWlzc2lvbkFjdGlvbhIKCgJpZBgBIAEoCRINCgVsYWJlbBgCIAEoCRIMCgRraW5kGAMgASgJIt0BChFQZW5kaW5nUGVybWlzc2lvbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiwKB2FjdGlvbnMYBiADKAsyGy5jb3JyYWwudjEuUGVybWlzc2lvbkFjdGlvbhIPCgd0dXJuX2lkGAcgASgJEhUKDWlucHV0X2NsaXBwZWQYCCABKAgSEwoLaW5wdXRfYnl0ZXMYCSABKAQi7gEKDFF1ZXVlZFByb21wdBIZChFjbGllbnRfbWVzc2FnZV9pZBgBIAEoCRInCgdjb250ZW50GAIgAygLMhYuY29ycmFsLnYxLkNvbnRlbnRQYXJ0Ei0KCXF1ZXVlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdGV4dF9ieXRlcxgEIAEoBBINCgVjaGFycxgFIAEoBBITCgtpbWFnZV9jb3VudBgGIAEoDRIPCgdwcmV2aWV3GAcgASgJEg8KB2NsaXBwZWQYCCABKAgSEQoJcXVldWVkX2J5GAkgASgJIi8KDFRpbWVsaW5lSW5mbxINCgVlcG9jaBgBIAEoCRIQCghuZXh0X3NlcRgCIAEoBCJjCgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBBIbChNjYWNoZWRfaW5wdXRfdG9rZW5zGAMgASgEEhAKCGNvc3RfdXNkGAQgASgBKo8BCg9BdHRlbnRpb25SZWFzb24SIAocQVRURU5USU9OX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGUFUVEVOVElPTl9SRUFTT05fRklOSVNIRUQQARIaChZBVFRFTlRJT05fUkVBU09OX0VSUk9SEAISHwobQVRURU5USU9OX1JFQVNPTl9QRVJNSVNTSU9OEANCVgoNY29tLmNvcnJhbC52MUIKQWdlbnRQcm90b1ABWhJjb3JyYWwvdjE7Y29ycmFsdjGqAglDb3JyYWwuVjHKAglDb3JyYWxcVjHqAgpDb3JyYWw6OlYxYgZwcm90bzM", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSLqBQoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2USJwoJd29ya3NwYWNlGBQgASgLMhQuY29ycmFsLnYxLldvcmtzcGFjZRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImAKCVdvcmtzcGFjZRISCgpyZXBvc2l0b3J5GAEgASgJEg4KBmJyYW5jaBgCIAEoCRIMCgRiYXNlGAMgASgJEhMKC2Jhc2VfY29tbWl0GAQgASgJEgwKBHBhdGgYBSABKAkizgMKDkFnZW50TGlmZWN5Y2xlEj4KDGluaXRpYWxpemluZxgBIAEoCzImLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5Jbml0aWFsaXppbmdIABIuCgRpZGxlGAIgASgLMh4uY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLklkbGVIABI0CgdydW5uaW5nGAMgASgLMiEuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLlJ1bm5pbmdIABI0CgdlcnJvcmVkGAQgASgLMiEuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkVycm9yZWRIABIyCgZjbG9zZWQYBSABKAsyIC5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuQ2xvc2VkSAAaDgoMSW5pdGlhbGl6aW5nGgYKBElkbGUaIQoHUnVubmluZxIWCg5hY3RpdmVfdHVybl9pZBgBIAEoCRovCgdFcnJvcmVkEiQKBWVycm9yGAEgASgLMhUuY29ycmFsLnYxLkFnZW50RXJyb3IaNwoGQ2xvc2VkEi0KCWNsb3NlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBwoFc3RhdGUiKwoKQWdlbnRFcnJvchIPCgdtZXNzYWdlGAEgASgJEgwKBGNvZGUYAiABKAkicQoJQXR0ZW50aW9uEhAKCHJlcXVpcmVkGAEgASgIEioKBnJlYXNvbhgCIAEoDjIaLmNvcnJhbC52MS5BdHRlbnRpb25SZWFzb24SJgoCYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKEFBlcm1pc3Npb25BY3Rpb24SCgoCaWQYASABKAkSDQoFbGFiZWwYAiABKAkSDAoEa2luZBgDIAEoCSLdAQoRUGVuZGluZ1Blcm1pc3Npb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRraW5kGAMgASgJEg0KBXRpdGxlGAQgASgJEiYKBWlucHV0GAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgdhY3Rpb25zGAYgAygLMhsuY29ycmFsLnYxLlBlcm1pc3Npb25BY3Rpb24SDwoHdHVybl9pZBgHIAEoCRIVCg1pbnB1dF9jbGlwcGVkGAggASgIEhMKC2lucHV0X2J5dGVzGAkgASgEIu4BCgxRdWV1ZWRQcm9tcHQSGQoRY2xpZW50X21lc3NhZ2VfaWQYASABKAkSJwoHY29udGVudBgCIAMoCzIWLmNvcnJhbC52MS5Db250ZW50UGFydBItCglxdWV1ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRleHRfYnl0ZXMYBCABKAQSDQoFY2hhcnMYBSABKAQSEwoLaW1hZ2VfY291bnQYBiABKA0SDwoHcHJldmlldxgHIAEoCRIPCgdjbGlwcGVkGAggASgIEhEKCXF1ZXVlZF9ieRgJIAEoCSIvCgxUaW1lbGluZUluZm8SDQoFZXBvY2gYASABKAkSEAoIbmV4dF9zZXEYAiABKAQiYwoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSGwoTY2FjaGVkX2lucHV0X3Rva2VucxgDIAEoBBIQCghjb3N0X3VzZBgEIAEoASqPAQoPQXR0ZW50aW9uUmVhc29uEiAKHEFUVEVOVElPTl9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlBVFRFTlRJT05fUkVBU09OX0ZJTklTSEVEEAESGgoWQVRURU5USU9OX1JFQVNPTl9FUlJPUhACEh8KG0FUVEVOVElPTl9SRUFTT05fUEVSTUlTU0lPThADQlYKDWNvbS5jb3JyYWwudjFCCkFnZW50UHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message corral.v1.Agent.
@@ -20,95 +20,102 @@ export const AgentSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_agent, 0);
 
 /**
+ * Describes the message corral.v1.Workspace.
+ * Use `create(WorkspaceSchema)` to create a new message.
+ */
+export const WorkspaceSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_agent, 1);
+
+/**
  * Describes the message corral.v1.AgentLifecycle.
  * Use `create(AgentLifecycleSchema)` to create a new message.
  */
 export const AgentLifecycleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1);
+  messageDesc(file_corral_v1_agent, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Initializing.
  * Use `create(AgentLifecycle_InitializingSchema)` to create a new message.
  */
 export const AgentLifecycle_InitializingSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 0);
+  messageDesc(file_corral_v1_agent, 2, 0);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Idle.
  * Use `create(AgentLifecycle_IdleSchema)` to create a new message.
  */
 export const AgentLifecycle_IdleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 1);
+  messageDesc(file_corral_v1_agent, 2, 1);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Running.
  * Use `create(AgentLifecycle_RunningSchema)` to create a new message.
  */
 export const AgentLifecycle_RunningSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 2);
+  messageDesc(file_corral_v1_agent, 2, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Errored.
  * Use `create(AgentLifecycle_ErroredSchema)` to create a new message.
  */
 export const AgentLifecycle_ErroredSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 3);
+  messageDesc(file_corral_v1_agent, 2, 3);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Closed.
  * Use `create(AgentLifecycle_ClosedSchema)` to create a new message.
  */
 export const AgentLifecycle_ClosedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 4);
+  messageDesc(file_corral_v1_agent, 2, 4);
 
 /**
  * Describes the message corral.v1.AgentError.
  * Use `create(AgentErrorSchema)` to create a new message.
  */
 export const AgentErrorSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 2);
+  messageDesc(file_corral_v1_agent, 3);
 
 /**
  * Describes the message corral.v1.Attention.
  * Use `create(AttentionSchema)` to create a new message.
  */
 export const AttentionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 3);
+  messageDesc(file_corral_v1_agent, 4);
 
 /**
  * Describes the message corral.v1.PermissionAction.
  * Use `create(PermissionActionSchema)` to create a new message.
  */
 export const PermissionActionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 4);
+  messageDesc(file_corral_v1_agent, 5);
 
 /**
  * Describes the message corral.v1.PendingPermission.
  * Use `create(PendingPermissionSchema)` to create a new message.
  */
 export const PendingPermissionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 5);
+  messageDesc(file_corral_v1_agent, 6);
 
 /**
  * Describes the message corral.v1.QueuedPrompt.
  * Use `create(QueuedPromptSchema)` to create a new message.
  */
 export const QueuedPromptSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 6);
+  messageDesc(file_corral_v1_agent, 7);
 
 /**
  * Describes the message corral.v1.TimelineInfo.
  * Use `create(TimelineInfoSchema)` to create a new message.
  */
 export const TimelineInfoSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 7);
+  messageDesc(file_corral_v1_agent, 8);
 
 /**
  * Describes the message corral.v1.Usage.
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 8);
+  messageDesc(file_corral_v1_agent, 9);
 
 /**
  * Describes the enum corral.v1.AttentionReason.
