@@ -32,7 +32,7 @@ from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral.v1 import workspace_service_pb2 as ws_pb
 from corral.v1 import workspace_service_pb2_grpc as ws_grpc
 from corral_server.clock import Clock, SystemClock
-from corral_server.domain.events import SubagentRunUpdated
+from corral_server.domain.events import Event, SubagentRunUpdated
 from corral_server.errors import CorralError
 from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S, EventHub
 from corral_server.listen import (
@@ -96,6 +96,9 @@ from corral_server.subagents import (
 from corral_server.subagents.codec import decode_run, encode_run
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
+from corral_server.workspace.changes import Changes
+from corral_server.workspace.trees import Trees
+from corral_server.workspace.turn_trees import TurnTrees, WatchedPublisher
 from corral_server.workspace.worktrees import worktrees_for
 
 if TYPE_CHECKING:
@@ -238,6 +241,10 @@ class Daemon:
             retain_rows=config.timeline_retain_rows
         )
         self.worktrees = worktrees_for(config.worktrees_dir, config.state_dir, config.git_program)
+        # Working trees at turns' edges, and changes_updated after each turn (workspace/).
+        self.turn_trees = TurnTrees(
+            Trees(self.worktrees.git), lambda agent_id: self.manager.get(agent_id), self.hub_publish
+        )
         self.manager = self._manager(self.timeline, None)
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
@@ -297,7 +304,7 @@ class Daemon:
         return AgentManager(
             providers=self._providers,
             timeline=timeline,
-            publisher=self.hub,
+            publisher=WatchedPublisher(self.hub, self.turn_trees.observe),
             clock=self.clock,
             limits=config.limits,
             timeouts=config.timeouts,
@@ -324,6 +331,9 @@ class Daemon:
             return not self.manager.get(agent_id).is_closed
         except CorralError:
             return False
+
+    def hub_publish(self, event: Event) -> int:
+        return self.hub.publish(event)  # the current hub: `start` may replace it
 
     def _run_changed(self, event: SubagentRunUpdated) -> None:
         self.hub.publish(event)
@@ -479,7 +489,9 @@ class Daemon:
             "TimelineService": TimelineService(self.manager, self.search),
             "SubagentService": SubagentService(self.subagents),
             "ServerService": ServerService(self.server_info),
-            "WorkspaceService": WorkspaceService(self.manager, self.worktrees),
+            "WorkspaceService": WorkspaceService(
+                self.manager, self.worktrees, Changes(self.turn_trees.trees, self.turn_trees)
+            ),
             "EventService": EventServicer(
                 self.hub,
                 self.manager.snapshot,

@@ -122,6 +122,16 @@ class SubagentRunUpdated:
         return self.run.requester_agent_id
 
 
+@dataclass(frozen=True, slots=True)
+class ChangesUpdated:
+    """After a turn: how many files of the agent's workspace differ from its base now."""
+
+    agent_id: str
+    files: int
+    lines_added: int
+    lines_removed: int
+
+
 Event: TypeAlias = (
     AgentUpserted
     | AgentRemoved
@@ -136,6 +146,7 @@ Event: TypeAlias = (
     | PermissionResolved
     | AttentionRequired
     | SubagentRunUpdated
+    | ChangesUpdated
 )
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled

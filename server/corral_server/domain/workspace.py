@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 
@@ -34,3 +35,57 @@ class WorkspaceRelease:
     path: str
     removed: bool
     kept_reason: str = ""
+
+
+class ChangeKind(enum.Enum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file that differs (paths from the repository's top level)."""
+
+    path: str
+    kind: ChangeKind
+    old_path: str = ""  # a rename's path before
+    binary: bool = False
+    lines_added: int = 0
+    lines_removed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FileDiff:
+    path: str
+    diff: str
+    clipped: bool = False  # longer than its limit: `diff` is its start, cut at a line end
+
+
+class ChangesSince(enum.Enum):
+    BASE = "base"
+    LAST_TURN = "last-turn"
+    COMMIT = "commit"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesQuery:
+    since: ChangesSince = ChangesSince.BASE
+    commit: str = ""  # with COMMIT
+    diff_paths: tuple[str, ...] = ()
+    page_size: int = 0
+    page_token: str = ""
+    max_diff_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesPage:
+    repository: str
+    since_tree: str
+    files: tuple[FileChange, ...]
+    next_page_token: str
+    total_files: int
+    lines_added: int
+    lines_removed: int
+    diffs: tuple[FileDiff, ...] = ()

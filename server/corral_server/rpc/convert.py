@@ -293,6 +293,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 run=run_to_pb(run),
             )
             return E(revision=revision, subagent_run_updated=updated_run)
+        case de.ChangesUpdated():
+            changes = event_pb.ChangesUpdated(
+                agent_id=event.agent_id,
+                files=event.files,
+                lines_added=event.lines_added,
+                lines_removed=event.lines_removed,
+            )
+            return E(revision=revision, changes_updated=changes)
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
             synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
             return E(revision=revision, synced=synced)

@@ -7,10 +7,17 @@ from typing import Any
 
 from corral.v1 import workspace_service_pb2 as ws_pb
 from corral.v1 import workspace_service_pb2_grpc as ws_grpc
+from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds
 from corral_server.rpc.errors import unary
-from corral_server.rpc.workspace_codec import workspace_to_pb
+from corral_server.rpc.workspace_codec import (
+    changes_query_from_pb,
+    changes_to_pb,
+    known_since,
+    workspace_to_pb,
+)
+from corral_server.workspace.changes import Changes
 from corral_server.workspace.errors import NoWorkspace
 from corral_server.workspace.worktrees import Worktrees
 
@@ -18,9 +25,10 @@ Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 
 class WorkspaceService(ws_grpc.WorkspaceServiceServicer):
-    def __init__(self, manager: AgentManager, worktrees: Worktrees) -> None:
+    def __init__(self, manager: AgentManager, worktrees: Worktrees, changes: Changes) -> None:
         self._manager = manager
         self._worktrees = worktrees
+        self._changes = changes
 
     @unary
     async def DeleteWorkspace(
@@ -36,3 +44,14 @@ class WorkspaceService(ws_grpc.WorkspaceServiceServicer):
         return ws_pb.DeleteWorkspaceResponse(
             workspace=workspace_to_pb(agent.workspace), removed=removed
         )
+
+    @unary
+    async def GetChanges(
+        self, request: ws_pb.GetChangesRequest, context: Ctx
+    ) -> ws_pb.GetChangesResponse:
+        bounds.check_string(request.agent_id, self._manager.limits.max_id_chars, "agent_id")
+        if not known_since(request):
+            raise errors.InvalidArgument.field("since", f"unknown value {request.since}")
+        agent = self._manager.get(request.agent_id)
+        page = await self._changes.get(agent, changes_query_from_pb(request))
+        return changes_to_pb(page)

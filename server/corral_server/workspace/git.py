@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,11 @@ class Git:
     deadline_s: float = DEFAULT_DEADLINE_S
 
     async def run(
-        self, cwd: Path | str, *args: str, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        cwd: Path | str,
+        *args: str,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        env: Mapping[str, str] | None = None,
     ) -> GitResult:
         """`git ARGS` in `cwd`, whatever its exit status (GitMissing when git cannot be run,
         GitTimeout past the deadline)."""
@@ -58,7 +63,7 @@ class Git:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **_ENV},
+                env={**os.environ, **_ENV, **(env or {})},
             )
         except FileNotFoundError as exc:
             if not await asyncio.to_thread(Path(cwd).is_dir):
@@ -83,9 +88,15 @@ class Git:
             raise
         return GitResult(returncode, stdout, stderr.decode("utf-8", "replace")[:_MAX_STDERR], cut)
 
-    async def check(self, cwd: Path | str, *args: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    async def check(
+        self,
+        cwd: Path | str,
+        *args: str,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
         """`git ARGS`, its output as text; GitFailed when it exits non-zero."""
-        result = await self.run(cwd, *args, max_bytes=max_bytes)
+        result = await self.run(cwd, *args, max_bytes=max_bytes, env=env)
         if result.returncode != 0:
             raise GitFailed(result.stderr.strip() or f"exit status {result.returncode}", args)
         return result.text

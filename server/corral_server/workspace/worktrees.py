@@ -28,13 +28,13 @@ from corral_server.domain.agent import Agent
 from corral_server.domain.workspace import Workspace, WorkspaceRelease, WorktreeRequest
 from corral_server.workspace.errors import (
     AgentNotClosed,
-    BadRevision,
     BranchExists,
     GitFailed,
     NotARepository,
     WorkspaceDirty,
 )
 from corral_server.workspace.git import Git
+from corral_server.workspace.trees import resolve
 
 MAX_BRANCH_CHARS = 256
 # A derived branch holds the title's first words, up to this many characters.
@@ -136,18 +136,7 @@ class Worktrees:
         return Path(lines[0]), lines[1].rstrip("/") if len(lines) > 1 else ""
 
     async def resolve(self, repository: Path | str, revision: str, field_name: str) -> str:
-        """The commit `revision` names (BadRevision when none)."""
-        result = await self.git.run(
-            repository,
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            "--end-of-options",
-            f"{revision}^{{commit}}",
-        )
-        if result.returncode != 0 or not result.text.strip():
-            raise BadRevision(field_name, revision)
-        return result.text.strip()
+        return await resolve(self.git, repository, revision, field_name)
 
     async def _check_branch(self, repository: Path, branch: str) -> None:
         valid = await self.git.run(repository, "check-ref-format", "--branch", branch)

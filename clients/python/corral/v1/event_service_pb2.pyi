@@ -128,6 +128,7 @@ class Event(_message.Message):
     SUBSCRIPTION_RESET_FIELD_NUMBER: _builtins.int
     STREAM_ENDING_FIELD_NUMBER: _builtins.int
     TIMELINE_ROW_UPDATED_FIELD_NUMBER: _builtins.int
+    CHANGES_UPDATED_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     @_builtins.property
     def agent_upserted(self) -> Global___AgentUpserted: ...
@@ -161,6 +162,8 @@ class Event(_message.Message):
     def stream_ending(self) -> Global___StreamEnding: ...
     @_builtins.property
     def timeline_row_updated(self) -> Global___TimelineRowUpdated: ...
+    @_builtins.property
+    def changes_updated(self) -> Global___ChangesUpdated: ...
     def __init__(
         self,
         *,
@@ -181,16 +184,49 @@ class Event(_message.Message):
         subscription_reset: Global___SubscriptionReset | None = ...,
         stream_ending: Global___StreamEnding | None = ...,
         timeline_row_updated: Global___TimelineRowUpdated | None = ...,
+        changes_updated: Global___ChangesUpdated | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "changes_updated", b"changes_updated", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "changes_updated", b"changes_updated", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending", "timeline_row_updated"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending", "timeline_row_updated", "changes_updated"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class ChangesUpdated(_message.Message):
+    """After each turn of an agent whose workspace is a git repository: how many files differ
+    from its base now, so watchers refresh GetChanges (counts only: the files are GetChanges').
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    LINES_ADDED_FIELD_NUMBER: _builtins.int
+    LINES_REMOVED_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    files: _builtins.int
+    lines_added: _builtins.int
+    lines_removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        files: _builtins.int = ...,
+        lines_added: _builtins.int = ...,
+        lines_removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "files", b"files", "lines_added", b"lines_added", "lines_removed", b"lines_removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangesUpdated: _TypeAlias = ChangesUpdated  # noqa: Y015
 
 @_typing.final
 class AgentUpserted(_message.Message):

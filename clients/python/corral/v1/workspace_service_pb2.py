@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from corral.v1 import agent_pb2 as corral_dot_v1_dot_agent__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/v1/workspace_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\"9\n\x16\x44\x65leteWorkspaceRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"S\n\x17\x44\x65leteWorkspaceResponse\x12\'\n\tworkspace\x18\x01 \x01(\x0b\x32\x14.corral.v1.Workspace\x12\x0f\n\x07removed\x18\x02 \x01(\x08\x32l\n\x10WorkspaceService\x12X\n\x0f\x44\x65leteWorkspace\x12!.corral.v1.DeleteWorkspaceRequest\x1a\".corral.v1.DeleteWorkspaceResponseBa\n\rcom.corral.v1B\x15WorkspaceServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/v1/workspace_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\"9\n\x16\x44\x65leteWorkspaceRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"S\n\x17\x44\x65leteWorkspaceResponse\x12\'\n\tworkspace\x18\x01 \x01(\x0b\x32\x14.corral.v1.Workspace\x12\x0f\n\x07removed\x18\x02 \x01(\x08\"\xb0\x01\n\x11GetChangesRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12&\n\x05since\x18\x02 \x01(\x0e\x32\x17.corral.v1.ChangesSince\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\t\x12\x12\n\ndiff_paths\x18\x04 \x03(\t\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x16\n\x0emax_diff_bytes\x18\x07 \x01(\r\"\x8e\x01\n\x0b\x43hangedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08old_path\x18\x02 \x01(\t\x12#\n\x04kind\x18\x03 \x01(\x0e\x32\x15.corral.v1.ChangeKind\x12\x0e\n\x06\x62inary\x18\x04 \x01(\x08\x12\x13\n\x0blines_added\x18\x05 \x01(\r\x12\x15\n\rlines_removed\x18\x06 \x01(\r\"7\n\x08\x46ileDiff\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04\x64iff\x18\x02 \x01(\t\x12\x0f\n\x07\x63lipped\x18\x03 \x01(\x08\"\xe1\x01\n\x12GetChangesResponse\x12\x12\n\nrepository\x18\x01 \x01(\t\x12\x12\n\nsince_tree\x18\x02 \x01(\t\x12%\n\x05\x66iles\x18\x03 \x03(\x0b\x32\x16.corral.v1.ChangedFile\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\x12\x13\n\x0btotal_files\x18\x05 \x01(\r\x12\x13\n\x0blines_added\x18\x06 \x01(\x04\x12\x15\n\rlines_removed\x18\x07 \x01(\x04\x12\"\n\x05\x64iffs\x18\x08 \x03(\x0b\x32\x13.corral.v1.FileDiff*|\n\x0c\x43hangesSince\x12\x1d\n\x19\x43HANGES_SINCE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43HANGES_SINCE_BASE\x10\x01\x12\x1b\n\x17\x43HANGES_SINCE_LAST_TURN\x10\x02\x12\x18\n\x14\x43HANGES_SINCE_COMMIT\x10\x03*\x8c\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x43HANGE_KIND_ADDED\x10\x01\x12\x18\n\x14\x43HANGE_KIND_MODIFIED\x10\x02\x12\x17\n\x13\x43HANGE_KIND_DELETED\x10\x03\x12\x17\n\x13\x43HANGE_KIND_RENAMED\x10\x04\x32\xb7\x01\n\x10WorkspaceService\x12X\n\x0f\x44\x65leteWorkspace\x12!.corral.v1.DeleteWorkspaceRequest\x1a\".corral.v1.DeleteWorkspaceResponse\x12I\n\nGetChanges\x12\x1c.corral.v1.GetChangesRequest\x1a\x1d.corral.v1.GetChangesResponseBa\n\rcom.corral.v1B\x15WorkspaceServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,22 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.workspace_service
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\025WorkspaceServiceProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
+  _globals['_CHANGESSINCE']._serialized_start=824
+  _globals['_CHANGESSINCE']._serialized_end=948
+  _globals['_CHANGEKIND']._serialized_start=951
+  _globals['_CHANGEKIND']._serialized_end=1091
   _globals['_DELETEWORKSPACEREQUEST']._serialized_start=71
   _globals['_DELETEWORKSPACEREQUEST']._serialized_end=128
   _globals['_DELETEWORKSPACERESPONSE']._serialized_start=130
   _globals['_DELETEWORKSPACERESPONSE']._serialized_end=213
-  _globals['_WORKSPACESERVICE']._serialized_start=215
-  _globals['_WORKSPACESERVICE']._serialized_end=323
+  _globals['_GETCHANGESREQUEST']._serialized_start=216
+  _globals['_GETCHANGESREQUEST']._serialized_end=392
+  _globals['_CHANGEDFILE']._serialized_start=395
+  _globals['_CHANGEDFILE']._serialized_end=537
+  _globals['_FILEDIFF']._serialized_start=539
+  _globals['_FILEDIFF']._serialized_end=594
+  _globals['_GETCHANGESRESPONSE']._serialized_start=597
+  _globals['_GETCHANGESRESPONSE']._serialized_end=822
+  _globals['_WORKSPACESERVICE']._serialized_start=1094
+  _globals['_WORKSPACESERVICE']._serialized_end=1277
 # @@protoc_insertion_point(module_scope)

@@ -3,9 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from corral.v1 import agent_pb2 as _agent_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -16,6 +19,55 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ChangesSince:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ChangesSinceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangesSince.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CHANGES_SINCE_UNSPECIFIED: _ChangesSince.ValueType  # 0
+    """BASE."""
+    CHANGES_SINCE_BASE: _ChangesSince.ValueType  # 1
+    """The worktree's base commit; for an agent without a worktree, its repository's HEAD."""
+    CHANGES_SINCE_LAST_TURN: _ChangesSince.ValueType  # 2
+    """The tree as it was when the agent's last (or running) turn started."""
+    CHANGES_SINCE_COMMIT: _ChangesSince.ValueType  # 3
+    """`commit`."""
+
+class ChangesSince(_ChangesSince, metaclass=_ChangesSinceEnumTypeWrapper):
+    """What GetChanges compares the working tree with."""
+
+CHANGES_SINCE_UNSPECIFIED: ChangesSince.ValueType  # 0
+"""BASE."""
+CHANGES_SINCE_BASE: ChangesSince.ValueType  # 1
+"""The worktree's base commit; for an agent without a worktree, its repository's HEAD."""
+CHANGES_SINCE_LAST_TURN: ChangesSince.ValueType  # 2
+"""The tree as it was when the agent's last (or running) turn started."""
+CHANGES_SINCE_COMMIT: ChangesSince.ValueType  # 3
+"""`commit`."""
+Global___ChangesSince: _TypeAlias = ChangesSince  # noqa: Y015
+
+class _ChangeKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ChangeKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangeKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CHANGE_KIND_UNSPECIFIED: _ChangeKind.ValueType  # 0
+    CHANGE_KIND_ADDED: _ChangeKind.ValueType  # 1
+    CHANGE_KIND_MODIFIED: _ChangeKind.ValueType  # 2
+    CHANGE_KIND_DELETED: _ChangeKind.ValueType  # 3
+    CHANGE_KIND_RENAMED: _ChangeKind.ValueType  # 4
+
+class ChangeKind(_ChangeKind, metaclass=_ChangeKindEnumTypeWrapper): ...
+
+CHANGE_KIND_UNSPECIFIED: ChangeKind.ValueType  # 0
+CHANGE_KIND_ADDED: ChangeKind.ValueType  # 1
+CHANGE_KIND_MODIFIED: ChangeKind.ValueType  # 2
+CHANGE_KIND_DELETED: ChangeKind.ValueType  # 3
+CHANGE_KIND_RENAMED: ChangeKind.ValueType  # 4
+Global___ChangeKind: _TypeAlias = ChangeKind  # noqa: Y015
 
 @_typing.final
 class DeleteWorkspaceRequest(_message.Message):
@@ -63,3 +115,158 @@ class DeleteWorkspaceResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteWorkspaceResponse: _TypeAlias = DeleteWorkspaceResponse  # noqa: Y015
+
+@_typing.final
+class GetChangesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    DIFF_PATHS_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    MAX_DIFF_BYTES_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    since: Global___ChangesSince.ValueType
+    commit: _builtins.str
+    """With CHANGES_SINCE_COMMIT: a commit, branch or tag."""
+    page_size: _builtins.int
+    """Unset/0 = 200 files; at most 1000."""
+    page_token: _builtins.str
+    max_diff_bytes: _builtins.int
+    """Each diff's limit: unset/0 = 256 KiB; at most 1 MiB. All diffs of one answer share 2 MiB."""
+    @_builtins.property
+    def diff_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files (paths as `files` names them) whose unified diff to include: at most 16."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        since: Global___ChangesSince.ValueType = ...,
+        commit: _builtins.str = ...,
+        diff_paths: _abc.Iterable[_builtins.str] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        max_diff_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "commit", b"commit", "diff_paths", b"diff_paths", "max_diff_bytes", b"max_diff_bytes", "page_size", b"page_size", "page_token", b"page_token", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetChangesRequest: _TypeAlias = GetChangesRequest  # noqa: Y015
+
+@_typing.final
+class ChangedFile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    OLD_PATH_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    BINARY_FIELD_NUMBER: _builtins.int
+    LINES_ADDED_FIELD_NUMBER: _builtins.int
+    LINES_REMOVED_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Relative to the repository's top level."""
+    old_path: _builtins.str
+    """A renamed file's path before."""
+    kind: Global___ChangeKind.ValueType
+    binary: _builtins.bool
+    lines_added: _builtins.int
+    """0 for a binary file."""
+    lines_removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        old_path: _builtins.str = ...,
+        kind: Global___ChangeKind.ValueType = ...,
+        binary: _builtins.bool = ...,
+        lines_added: _builtins.int = ...,
+        lines_removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binary", b"binary", "kind", b"kind", "lines_added", b"lines_added", "lines_removed", b"lines_removed", "old_path", b"old_path", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangedFile: _TypeAlias = ChangedFile  # noqa: Y015
+
+@_typing.final
+class FileDiff(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    DIFF_FIELD_NUMBER: _builtins.int
+    CLIPPED_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    diff: _builtins.str
+    """`git diff` output for the file (not valid UTF-8 replaced by U+FFFD); empty for a path that
+    did not change.
+    """
+    clipped: _builtins.bool
+    """The diff was longer than its limit: `diff` is its start, cut at a line end."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        diff: _builtins.str = ...,
+        clipped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clipped", b"clipped", "diff", b"diff", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileDiff: _TypeAlias = FileDiff  # noqa: Y015
+
+@_typing.final
+class GetChangesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPOSITORY_FIELD_NUMBER: _builtins.int
+    SINCE_TREE_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_FILES_FIELD_NUMBER: _builtins.int
+    LINES_ADDED_FIELD_NUMBER: _builtins.int
+    LINES_REMOVED_FIELD_NUMBER: _builtins.int
+    DIFFS_FIELD_NUMBER: _builtins.int
+    repository: _builtins.str
+    """The repository's top level, and the commit or tree compared with."""
+    since_tree: _builtins.str
+    next_page_token: _builtins.str
+    total_files: _builtins.int
+    """Over every page."""
+    lines_added: _builtins.int
+    lines_removed: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChangedFile]:
+        """One page, by path."""
+
+    @_builtins.property
+    def diffs(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileDiff]: ...
+    def __init__(
+        self,
+        *,
+        repository: _builtins.str = ...,
+        since_tree: _builtins.str = ...,
+        files: _abc.Iterable[Global___ChangedFile] | None = ...,
+        next_page_token: _builtins.str = ...,
+        total_files: _builtins.int = ...,
+        lines_added: _builtins.int = ...,
+        lines_removed: _builtins.int = ...,
+        diffs: _abc.Iterable[Global___FileDiff] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diffs", b"diffs", "files", b"files", "lines_added", b"lines_added", "lines_removed", b"lines_removed", "next_page_token", b"next_page_token", "repository", b"repository", "since_tree", b"since_tree", "total_files", b"total_files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetChangesResponse: _TypeAlias = GetChangesResponse  # noqa: Y015

@@ -40,6 +40,11 @@ class WorkspaceServiceStub:
                 request_serializer=corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceResponse.FromString,
                 _registered_method=True)
+        self.GetChanges = channel.unary_unary(
+                '/corral.v1.WorkspaceService/GetChanges',
+                request_serializer=corral_dot_v1_dot_workspace__service__pb2.GetChangesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_workspace__service__pb2.GetChangesResponse.FromString,
+                _registered_method=True)
 
 
 class WorkspaceServiceServicer:
@@ -54,6 +59,14 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetChanges(self, request, context):
+        """The files changed in the agent's workspace (its worktree, or its cwd's repository),
+        untracked ones included, and on request their unified diffs; paged and bounded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +74,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.DeleteWorkspace,
                     request_deserializer=corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceRequest.FromString,
                     response_serializer=corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceResponse.SerializeToString,
+            ),
+            'GetChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetChanges,
+                    request_deserializer=corral_dot_v1_dot_workspace__service__pb2.GetChangesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_workspace__service__pb2.GetChangesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -91,6 +109,33 @@ class WorkspaceService:
             '/corral.v1.WorkspaceService/DeleteWorkspace',
             corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceRequest.SerializeToString,
             corral_dot_v1_dot_workspace__service__pb2.DeleteWorkspaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.WorkspaceService/GetChanges',
+            corral_dot_v1_dot_workspace__service__pb2.GetChangesRequest.SerializeToString,
+            corral_dot_v1_dot_workspace__service__pb2.GetChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,6 +37,10 @@ class WorkspaceServiceStub:
     """Removes a closed agent's worktree directory; its branch is kept. A worktree holding
     uncommitted changes is FAILED_PRECONDITION / WORKSPACE_DIRTY unless `force`.
     """
+    GetChanges: _grpc.UnaryUnaryMultiCallable[_workspace_service_pb2.GetChangesRequest, _workspace_service_pb2.GetChangesResponse]
+    """The files changed in the agent's workspace (its worktree, or its cwd's repository),
+    untracked ones included, and on request their unified diffs; paged and bounded.
+    """
 
 @_typing.type_check_only
 class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
@@ -46,6 +50,10 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     DeleteWorkspace: _aio.UnaryUnaryMultiCallable[_workspace_service_pb2.DeleteWorkspaceRequest, _workspace_service_pb2.DeleteWorkspaceResponse]  # type: ignore[assignment]
     """Removes a closed agent's worktree directory; its branch is kept. A worktree holding
     uncommitted changes is FAILED_PRECONDITION / WORKSPACE_DIRTY unless `force`.
+    """
+    GetChanges: _aio.UnaryUnaryMultiCallable[_workspace_service_pb2.GetChangesRequest, _workspace_service_pb2.GetChangesResponse]  # type: ignore[assignment]
+    """The files changed in the agent's workspace (its worktree, or its cwd's repository),
+    untracked ones included, and on request their unified diffs; paged and bounded.
     """
 
 class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -59,6 +67,16 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_workspace_service_pb2.DeleteWorkspaceResponse, _abc.Awaitable[_workspace_service_pb2.DeleteWorkspaceResponse]]:
         """Removes a closed agent's worktree directory; its branch is kept. A worktree holding
         uncommitted changes is FAILED_PRECONDITION / WORKSPACE_DIRTY unless `force`.
+        """
+
+    @_abc_1.abstractmethod
+    def GetChanges(
+        self,
+        request: _workspace_service_pb2.GetChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_service_pb2.GetChangesResponse, _abc.Awaitable[_workspace_service_pb2.GetChangesResponse]]:
+        """The files changed in the agent's workspace (its worktree, or its cwd's repository),
+        untracked ones included, and on request their unified diffs; paged and bounded.
         """
 
 def add_WorkspaceServiceServicer_to_server(servicer: WorkspaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -180,6 +180,12 @@ export declare type Event = Message<"corral.v1.Event"> & {
      */
     value: TimelineRowUpdated;
     case: "timelineRowUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.ChangesUpdated changes_updated = 20;
+     */
+    value: ChangesUpdated;
+    case: "changesUpdated";
   } | { case: undefined; value?: undefined };
 };
 
@@ -188,6 +194,40 @@ export declare type Event = Message<"corral.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * After each turn of an agent whose workspace is a git repository: how many files differ
+ * from its base now, so watchers refresh GetChanges (counts only: the files are GetChanges').
+ *
+ * @generated from message corral.v1.ChangesUpdated
+ */
+export declare type ChangesUpdated = Message<"corral.v1.ChangesUpdated"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: uint32 files = 2;
+   */
+  files: number;
+
+  /**
+   * @generated from field: uint64 lines_added = 3;
+   */
+  linesAdded: bigint;
+
+  /**
+   * @generated from field: uint64 lines_removed = 4;
+   */
+  linesRemoved: bigint;
+};
+
+/**
+ * Describes the message corral.v1.ChangesUpdated.
+ * Use `create(ChangesUpdatedSchema)` to create a new message.
+ */
+export declare const ChangesUpdatedSchema: GenMessage<ChangesUpdated>;
 
 /**
  * @generated from message corral.v1.AgentUpserted

@@ -2,7 +2,7 @@
 // @generated from file corral/v1/workspace_service.proto (package corral.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Workspace } from "./agent_pb.js";
 
@@ -58,6 +58,270 @@ export declare type DeleteWorkspaceResponse = Message<"corral.v1.DeleteWorkspace
 export declare const DeleteWorkspaceResponseSchema: GenMessage<DeleteWorkspaceResponse>;
 
 /**
+ * @generated from message corral.v1.GetChangesRequest
+ */
+export declare type GetChangesRequest = Message<"corral.v1.GetChangesRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ChangesSince since = 2;
+   */
+  since: ChangesSince;
+
+  /**
+   * With CHANGES_SINCE_COMMIT: a commit, branch or tag.
+   *
+   * @generated from field: string commit = 3;
+   */
+  commit: string;
+
+  /**
+   * Files (paths as `files` names them) whose unified diff to include: at most 16.
+   *
+   * @generated from field: repeated string diff_paths = 4;
+   */
+  diffPaths: string[];
+
+  /**
+   * Unset/0 = 200 files; at most 1000.
+   *
+   * @generated from field: uint32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
+
+  /**
+   * Each diff's limit: unset/0 = 256 KiB; at most 1 MiB. All diffs of one answer share 2 MiB.
+   *
+   * @generated from field: uint32 max_diff_bytes = 7;
+   */
+  maxDiffBytes: number;
+};
+
+/**
+ * Describes the message corral.v1.GetChangesRequest.
+ * Use `create(GetChangesRequestSchema)` to create a new message.
+ */
+export declare const GetChangesRequestSchema: GenMessage<GetChangesRequest>;
+
+/**
+ * @generated from message corral.v1.ChangedFile
+ */
+export declare type ChangedFile = Message<"corral.v1.ChangedFile"> & {
+  /**
+   * Relative to the repository's top level.
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * A renamed file's path before.
+   *
+   * @generated from field: string old_path = 2;
+   */
+  oldPath: string;
+
+  /**
+   * @generated from field: corral.v1.ChangeKind kind = 3;
+   */
+  kind: ChangeKind;
+
+  /**
+   * @generated from field: bool binary = 4;
+   */
+  binary: boolean;
+
+  /**
+   * 0 for a binary file.
+   *
+   * @generated from field: uint32 lines_added = 5;
+   */
+  linesAdded: number;
+
+  /**
+   * @generated from field: uint32 lines_removed = 6;
+   */
+  linesRemoved: number;
+};
+
+/**
+ * Describes the message corral.v1.ChangedFile.
+ * Use `create(ChangedFileSchema)` to create a new message.
+ */
+export declare const ChangedFileSchema: GenMessage<ChangedFile>;
+
+/**
+ * @generated from message corral.v1.FileDiff
+ */
+export declare type FileDiff = Message<"corral.v1.FileDiff"> & {
+  /**
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * `git diff` output for the file (not valid UTF-8 replaced by U+FFFD); empty for a path that
+   * did not change.
+   *
+   * @generated from field: string diff = 2;
+   */
+  diff: string;
+
+  /**
+   * The diff was longer than its limit: `diff` is its start, cut at a line end.
+   *
+   * @generated from field: bool clipped = 3;
+   */
+  clipped: boolean;
+};
+
+/**
+ * Describes the message corral.v1.FileDiff.
+ * Use `create(FileDiffSchema)` to create a new message.
+ */
+export declare const FileDiffSchema: GenMessage<FileDiff>;
+
+/**
+ * @generated from message corral.v1.GetChangesResponse
+ */
+export declare type GetChangesResponse = Message<"corral.v1.GetChangesResponse"> & {
+  /**
+   * The repository's top level, and the commit or tree compared with.
+   *
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * @generated from field: string since_tree = 2;
+   */
+  sinceTree: string;
+
+  /**
+   * One page, by path.
+   *
+   * @generated from field: repeated corral.v1.ChangedFile files = 3;
+   */
+  files: ChangedFile[];
+
+  /**
+   * @generated from field: string next_page_token = 4;
+   */
+  nextPageToken: string;
+
+  /**
+   * Over every page.
+   *
+   * @generated from field: uint32 total_files = 5;
+   */
+  totalFiles: number;
+
+  /**
+   * @generated from field: uint64 lines_added = 6;
+   */
+  linesAdded: bigint;
+
+  /**
+   * @generated from field: uint64 lines_removed = 7;
+   */
+  linesRemoved: bigint;
+
+  /**
+   * @generated from field: repeated corral.v1.FileDiff diffs = 8;
+   */
+  diffs: FileDiff[];
+};
+
+/**
+ * Describes the message corral.v1.GetChangesResponse.
+ * Use `create(GetChangesResponseSchema)` to create a new message.
+ */
+export declare const GetChangesResponseSchema: GenMessage<GetChangesResponse>;
+
+/**
+ * What GetChanges compares the working tree with.
+ *
+ * @generated from enum corral.v1.ChangesSince
+ */
+export enum ChangesSince {
+  /**
+   * BASE.
+   *
+   * @generated from enum value: CHANGES_SINCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The worktree's base commit; for an agent without a worktree, its repository's HEAD.
+   *
+   * @generated from enum value: CHANGES_SINCE_BASE = 1;
+   */
+  BASE = 1,
+
+  /**
+   * The tree as it was when the agent's last (or running) turn started.
+   *
+   * @generated from enum value: CHANGES_SINCE_LAST_TURN = 2;
+   */
+  LAST_TURN = 2,
+
+  /**
+   * `commit`.
+   *
+   * @generated from enum value: CHANGES_SINCE_COMMIT = 3;
+   */
+  COMMIT = 3,
+}
+
+/**
+ * Describes the enum corral.v1.ChangesSince.
+ */
+export declare const ChangesSinceSchema: GenEnum<ChangesSince>;
+
+/**
+ * @generated from enum corral.v1.ChangeKind
+ */
+export enum ChangeKind {
+  /**
+   * @generated from enum value: CHANGE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: CHANGE_KIND_ADDED = 1;
+   */
+  ADDED = 1,
+
+  /**
+   * @generated from enum value: CHANGE_KIND_MODIFIED = 2;
+   */
+  MODIFIED = 2,
+
+  /**
+   * @generated from enum value: CHANGE_KIND_DELETED = 3;
+   */
+  DELETED = 3,
+
+  /**
+   * @generated from enum value: CHANGE_KIND_RENAMED = 4;
+   */
+  RENAMED = 4,
+}
+
+/**
+ * Describes the enum corral.v1.ChangeKind.
+ */
+export declare const ChangeKindSchema: GenEnum<ChangeKind>;
+
+/**
  * WorkspaceService: the git worktrees corral makes for agents (CreateAgentRequest.worktree).
  *
  * @generated from service corral.v1.WorkspaceService
@@ -73,6 +337,17 @@ export declare const WorkspaceService: GenService<{
     methodKind: "unary";
     input: typeof DeleteWorkspaceRequestSchema;
     output: typeof DeleteWorkspaceResponseSchema;
+  },
+  /**
+   * The files changed in the agent's workspace (its worktree, or its cwd's repository),
+   * untracked ones included, and on request their unified diffs; paged and bounded.
+   *
+   * @generated from rpc corral.v1.WorkspaceService.GetChanges
+   */
+  getChanges: {
+    methodKind: "unary";
+    input: typeof GetChangesRequestSchema;
+    output: typeof GetChangesResponseSchema;
   },
 }>;
 

@@ -2,14 +2,14 @@
 // @generated from file corral/v1/workspace_service.proto (package corral.v1, syntax proto3)
 /* eslint-disable */
 
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc, tsEnum } from "@bufbuild/protobuf/codegenv2";
 import { file_corral_v1_agent } from "./agent_pb.js";
 
 /**
  * Describes the file corral/v1/workspace_service.proto.
  */
 export const file_corral_v1_workspace_service = /*@__PURE__*/
-  fileDesc("CiFjb3JyYWwvdjEvd29ya3NwYWNlX3NlcnZpY2UucHJvdG8SCWNvcnJhbC52MSI5ChZEZWxldGVXb3Jrc3BhY2VSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEg0KBWZvcmNlGAIgASgIIlMKF0RlbGV0ZVdvcmtzcGFjZVJlc3BvbnNlEicKCXdvcmtzcGFjZRgBIAEoCzIULmNvcnJhbC52MS5Xb3Jrc3BhY2USDwoHcmVtb3ZlZBgCIAEoCDJsChBXb3Jrc3BhY2VTZXJ2aWNlElgKD0RlbGV0ZVdvcmtzcGFjZRIhLmNvcnJhbC52MS5EZWxldGVXb3Jrc3BhY2VSZXF1ZXN0GiIuY29ycmFsLnYxLkRlbGV0ZVdvcmtzcGFjZVJlc3BvbnNlQmEKDWNvbS5jb3JyYWwudjFCFVdvcmtzcGFjZVNlcnZpY2VQcm90b1ABWhJjb3JyYWwvdjE7Y29ycmFsdjGqAglDb3JyYWwuVjHKAglDb3JyYWxcVjHqAgpDb3JyYWw6OlYxYgZwcm90bzM", [file_corral_v1_agent]);
+  fileDesc("CiFjb3JyYWwvdjEvd29ya3NwYWNlX3NlcnZpY2UucHJvdG8SCWNvcnJhbC52MSI5ChZEZWxldGVXb3Jrc3BhY2VSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEg0KBWZvcmNlGAIgASgIIlMKF0RlbGV0ZVdvcmtzcGFjZVJlc3BvbnNlEicKCXdvcmtzcGFjZRgBIAEoCzIULmNvcnJhbC52MS5Xb3Jrc3BhY2USDwoHcmVtb3ZlZBgCIAEoCCKwAQoRR2V0Q2hhbmdlc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSJgoFc2luY2UYAiABKA4yFy5jb3JyYWwudjEuQ2hhbmdlc1NpbmNlEg4KBmNvbW1pdBgDIAEoCRISCgpkaWZmX3BhdGhzGAQgAygJEhEKCXBhZ2Vfc2l6ZRgFIAEoDRISCgpwYWdlX3Rva2VuGAYgASgJEhYKDm1heF9kaWZmX2J5dGVzGAcgASgNIo4BCgtDaGFuZ2VkRmlsZRIMCgRwYXRoGAEgASgJEhAKCG9sZF9wYXRoGAIgASgJEiMKBGtpbmQYAyABKA4yFS5jb3JyYWwudjEuQ2hhbmdlS2luZBIOCgZiaW5hcnkYBCABKAgSEwoLbGluZXNfYWRkZWQYBSABKA0SFQoNbGluZXNfcmVtb3ZlZBgGIAEoDSI3CghGaWxlRGlmZhIMCgRwYXRoGAEgASgJEgwKBGRpZmYYAiABKAkSDwoHY2xpcHBlZBgDIAEoCCLhAQoSR2V0Q2hhbmdlc1Jlc3BvbnNlEhIKCnJlcG9zaXRvcnkYASABKAkSEgoKc2luY2VfdHJlZRgCIAEoCRIlCgVmaWxlcxgDIAMoCzIWLmNvcnJhbC52MS5DaGFuZ2VkRmlsZRIXCg9uZXh0X3BhZ2VfdG9rZW4YBCABKAkSEwoLdG90YWxfZmlsZXMYBSABKA0SEwoLbGluZXNfYWRkZWQYBiABKAQSFQoNbGluZXNfcmVtb3ZlZBgHIAEoBBIiCgVkaWZmcxgIIAMoCzITLmNvcnJhbC52MS5GaWxlRGlmZip8CgxDaGFuZ2VzU2luY2USHQoZQ0hBTkdFU19TSU5DRV9VTlNQRUNJRklFRBAAEhYKEkNIQU5HRVNfU0lOQ0VfQkFTRRABEhsKF0NIQU5HRVNfU0lOQ0VfTEFTVF9UVVJOEAISGAoUQ0hBTkdFU19TSU5DRV9DT01NSVQQAyqMAQoKQ2hhbmdlS2luZBIbChdDSEFOR0VfS0lORF9VTlNQRUNJRklFRBAAEhUKEUNIQU5HRV9LSU5EX0FEREVEEAESGAoUQ0hBTkdFX0tJTkRfTU9ESUZJRUQQAhIXChNDSEFOR0VfS0lORF9ERUxFVEVEEAMSFwoTQ0hBTkdFX0tJTkRfUkVOQU1FRBAEMrcBChBXb3Jrc3BhY2VTZXJ2aWNlElgKD0RlbGV0ZVdvcmtzcGFjZRIhLmNvcnJhbC52MS5EZWxldGVXb3Jrc3BhY2VSZXF1ZXN0GiIuY29ycmFsLnYxLkRlbGV0ZVdvcmtzcGFjZVJlc3BvbnNlEkkKCkdldENoYW5nZXMSHC5jb3JyYWwudjEuR2V0Q2hhbmdlc1JlcXVlc3QaHS5jb3JyYWwudjEuR2V0Q2hhbmdlc1Jlc3BvbnNlQmEKDWNvbS5jb3JyYWwudjFCFVdvcmtzcGFjZVNlcnZpY2VQcm90b1ABWhJjb3JyYWwvdjE7Y29ycmFsdjGqAglDb3JyYWwuVjHKAglDb3JyYWxcVjHqAgpDb3JyYWw6OlYxYgZwcm90bzM", [file_corral_v1_agent]);
 
 /**
  * Describes the message corral.v1.DeleteWorkspaceRequest.
@@ -24,6 +24,60 @@ export const DeleteWorkspaceRequestSchema = /*@__PURE__*/
  */
 export const DeleteWorkspaceResponseSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_workspace_service, 1);
+
+/**
+ * Describes the message corral.v1.GetChangesRequest.
+ * Use `create(GetChangesRequestSchema)` to create a new message.
+ */
+export const GetChangesRequestSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_workspace_service, 2);
+
+/**
+ * Describes the message corral.v1.ChangedFile.
+ * Use `create(ChangedFileSchema)` to create a new message.
+ */
+export const ChangedFileSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_workspace_service, 3);
+
+/**
+ * Describes the message corral.v1.FileDiff.
+ * Use `create(FileDiffSchema)` to create a new message.
+ */
+export const FileDiffSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_workspace_service, 4);
+
+/**
+ * Describes the message corral.v1.GetChangesResponse.
+ * Use `create(GetChangesResponseSchema)` to create a new message.
+ */
+export const GetChangesResponseSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_workspace_service, 5);
+
+/**
+ * Describes the enum corral.v1.ChangesSince.
+ */
+export const ChangesSinceSchema = /*@__PURE__*/
+  enumDesc(file_corral_v1_workspace_service, 0);
+
+/**
+ * What GetChanges compares the working tree with.
+ *
+ * @generated from enum corral.v1.ChangesSince
+ */
+export const ChangesSince = /*@__PURE__*/
+  tsEnum(ChangesSinceSchema);
+
+/**
+ * Describes the enum corral.v1.ChangeKind.
+ */
+export const ChangeKindSchema = /*@__PURE__*/
+  enumDesc(file_corral_v1_workspace_service, 1);
+
+/**
+ * @generated from enum corral.v1.ChangeKind
+ */
+export const ChangeKind = /*@__PURE__*/
+  tsEnum(ChangeKindSchema);
 
 /**
  * WorkspaceService: the git worktrees corral makes for agents (CreateAgentRequest.worktree).
