@@ -984,7 +984,7 @@ UNARY_METHODS = {
     ),
     "corral.v1.EventService": ("Heartbeat",),
     "corral.v1.ServerService": ("GetServerInfo",),
-    "corral.v1.WorkspaceService": ("DeleteWorkspace",),
+    "corral.v1.WorkspaceService": ("DeleteWorkspace", "GetChanges"),
 }
 STREAM_METHODS = {
     "corral.v1.TurnService": ("StreamTurn",),

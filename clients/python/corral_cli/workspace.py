@@ -41,7 +41,12 @@ def add_commands(sub: Subparsers, parents: Parents) -> None:
     diff.add_argument("agent", help="an agent id, or any unique prefix of one")
     diff.add_argument("file", nargs="?", default=None, help="only this file's diff")
     diff.add_argument("--stat", action="store_true", help="one line per file, no diffs")
-    diff.add_argument("--since", default="base", metavar="base|last-turn|COMMIT")
+    diff.add_argument(
+        "--since",
+        default="base",
+        metavar="base|last-turn|COMMIT",
+        help="what to compare with (default %(default)s)",
+    )
     diff.set_defaults(func=show_diff)
     worktree = command(
         sub,

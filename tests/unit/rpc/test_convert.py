@@ -364,6 +364,11 @@ EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
         "subagent_run_updated",
         {"run_id": "r1", "child_agent_id": "c1", "requester_agent_id": "a1"},
     ),
+    (
+        de.ChangesUpdated("a1", 3, 10, 2),
+        "changes_updated",
+        {"agent_id": "a1", "files": 3, "lines_added": 10, "lines_removed": 2},
+    ),
 ]
 
 
