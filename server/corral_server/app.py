@@ -21,6 +21,8 @@ from grpc_reflection.v1alpha import reflection
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import schedule_service_pb2 as sched_svc_pb
+from corral.v1 import schedule_service_pb2_grpc as sched_svc_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
@@ -64,6 +66,7 @@ from corral_server.rpc.convert import encode_event
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.rpc.malformed import MalformedRequests
+from corral_server.rpc.schedule_service import ScheduleService
 from corral_server.rpc.server_service import ServerService
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.subagent_service import SubagentService
@@ -71,6 +74,8 @@ from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.tls import TlsFiles, server_credentials
 from corral_server.rpc.turn_service import TurnService
 from corral_server.rpc.workspace_service import WorkspaceService
+from corral_server.schedules.scheduler import Scheduler
+from corral_server.schedules.store import SqliteSchedules
 from corral_server.server_info import (
     ServerInfo,
     ServingState,
@@ -115,6 +120,7 @@ _SERVICE_FILES = {
     "SubagentService": sub_svc_pb,
     "ServerService": server_pb,
     "WorkspaceService": ws_pb,
+    "ScheduleService": sched_svc_pb,
 }
 
 
@@ -130,6 +136,7 @@ SERVICE_NAMES = (
     sub_svc_pb.DESCRIPTOR.services_by_name["SubagentService"].full_name,
     server_pb.DESCRIPTOR.services_by_name["ServerService"].full_name,
     ws_pb.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
+    sched_svc_pb.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
 )
 
 
@@ -246,6 +253,8 @@ class Daemon:
             Trees(self.worktrees.git), lambda agent_id: self.manager.get(agent_id), self.hub_publish
         )
         self.manager = self._manager(self.timeline, None)
+        # Schedules (schedules/): in memory until `start` opens the state directory.
+        self.scheduler = Scheduler(self.clock, lambda: self.manager, self.hub_publish)
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
@@ -379,6 +388,8 @@ class Daemon:
             self.subagents = self._registry(runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
             await self.manager.restore(loaded)
+            self.scheduler.store = SqliteSchedules(database)
+            await self.scheduler.load()
         except BaseException:
             await database.close()
             self.database = None
@@ -430,6 +441,7 @@ class Daemon:
         sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
         server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
         ws_grpc.add_WorkspaceServiceServicer_to_server(servicers["WorkspaceService"], server)
+        sched_svc_grpc.add_ScheduleServiceServicer_to_server(servicers["ScheduleService"], server)
         server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         if self.config.reflection:
@@ -466,6 +478,7 @@ class Daemon:
             self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.scheduler.start()  # after serving: a missed firing runs once now
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
@@ -489,6 +502,7 @@ class Daemon:
             "TimelineService": TimelineService(self.manager, self.search),
             "SubagentService": SubagentService(self.subagents),
             "ServerService": ServerService(self.server_info),
+            "ScheduleService": ScheduleService(self.scheduler, self.manager, self.clock),
             "WorkspaceService": WorkspaceService(
                 self.manager, self.worktrees, Changes(self.turn_trees.trees, self.turn_trees)
             ),
@@ -595,6 +609,7 @@ class Daemon:
         log.info("draining: NOT_SERVING, still answering for %.1fs", delay_s)
         await self._hold(delay_s)  # 2
         self.manager.refuse_new_work()  # 3
+        self.scheduler.stop()
         self.hub.end_all("server draining")  # 4
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s

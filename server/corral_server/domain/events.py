@@ -14,6 +14,7 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.notification import NOBODY, NotificationPlan
+from corral_server.domain.schedules import ScheduleRun
 from corral_server.domain.subagents import SubagentRun
 from corral_server.domain.timeline import TimelineRow
 
@@ -132,6 +133,19 @@ class ChangesUpdated:
     lines_removed: int
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleFired:
+    """A schedule fired; scoped to the agent it prompted or created (none when it failed
+    to create one)."""
+
+    schedule_id: str
+    run: ScheduleRun
+
+    @property
+    def agent_id(self) -> str:
+        return self.run.agent_id
+
+
 Event: TypeAlias = (
     AgentUpserted
     | AgentRemoved
@@ -147,6 +161,7 @@ Event: TypeAlias = (
     | AttentionRequired
     | SubagentRunUpdated
     | ChangesUpdated
+    | ScheduleFired
 )
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled

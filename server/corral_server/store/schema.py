@@ -43,6 +43,10 @@ row.
 Version 5 adds `timeline_text`, the FTS5 full-text index of the timelines' rows (rowid =
 timeline_id * 2**32 + seq; store/search.py), and the 'search_backfill' cursor in `meta`: the
 rows a database from before v5 holds are indexed in the background after start-up.
+
+Version 8 adds `schedules`: schedule_id -> the schedule's record (JSON, schedules/store.py,
+opaque here: its timing, target, prompt, next firing and last run) and when it was created,
+so start-up restores schedules in creation order.
 """
 
 from __future__ import annotations
@@ -126,6 +130,14 @@ CREATE VIRTUAL TABLE timeline_text USING fts5(text, kind UNINDEXED, timestamp_ms
 INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V8_SCHEDULES = """
+CREATE TABLE schedules (
+    schedule_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V8_SCHEDULES)
 
 SCHEMA_VERSION = len(MIGRATIONS)

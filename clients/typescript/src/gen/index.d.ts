@@ -3,6 +3,8 @@ export * from "./corral/v1/agent_pb.js";
 export * from "./corral/v1/agent_service_pb.js";
 export * from "./corral/v1/content_pb.js";
 export * from "./corral/v1/event_service_pb.js";
+export * from "./corral/v1/schedule_pb.js";
+export * from "./corral/v1/schedule_service_pb.js";
 export * from "./corral/v1/server_service_pb.js";
 export * from "./corral/v1/subagent_pb.js";
 export * from "./corral/v1/subagent_service_pb.js";

@@ -5,6 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { PermissionRequested, PermissionResolved, TurnCanceled, TurnCompleted, TurnFailed, TurnStarted } from "./turn_service_pb.js";
+import type { ScheduleRun } from "./schedule_pb.js";
 import type { Agent, AttentionReason } from "./agent_pb.js";
 import type { TimelineRow } from "./timeline_pb.js";
 import type { SubagentRun } from "./subagent_pb.js";
@@ -186,6 +187,12 @@ export declare type Event = Message<"corral.v1.Event"> & {
      */
     value: ChangesUpdated;
     case: "changesUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.ScheduleFired schedule_fired = 21;
+     */
+    value: ScheduleFired;
+    case: "scheduleFired";
   } | { case: undefined; value?: undefined };
 };
 
@@ -194,6 +201,34 @@ export declare type Event = Message<"corral.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * A schedule fired (ScheduleService): what it did. Scoped to the agent it prompted or created.
+ *
+ * @generated from message corral.v1.ScheduleFired
+ */
+export declare type ScheduleFired = Message<"corral.v1.ScheduleFired"> & {
+  /**
+   * @generated from field: string schedule_id = 1;
+   */
+  scheduleId: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ScheduleRun run = 3;
+   */
+  run?: ScheduleRun | undefined;
+};
+
+/**
+ * Describes the message corral.v1.ScheduleFired.
+ * Use `create(ScheduleFiredSchema)` to create a new message.
+ */
+export declare const ScheduleFiredSchema: GenMessage<ScheduleFired>;
 
 /**
  * After each turn of an agent whose workspace is a git repository: how many files differ
