@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -152,42 +153,35 @@ async def test_an_agent_without_a_worktree_sees_its_repository_since_head_or_a_c
     assert [f.path for f in since_first.files] == ["b.txt", "c.txt"]
 
 
-@pytest.mark.parametrize(
-    ("case", "code", "reason", "field"),
-    [
-        ("bad commit", grpc.StatusCode.INVALID_ARGUMENT, "REVISION_NOT_FOUND", "commit"),
-        ("no commit", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "commit"),
-        ("outside", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "diff_paths"),
-        ("big page", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_size"),
-        ("bad token", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", "page_token"),
-        ("no turn", grpc.StatusCode.FAILED_PRECONDITION, "NO_TURN_RECORDED", ""),
-        ("not a repository", grpc.StatusCode.FAILED_PRECONDITION, "NOT_A_REPOSITORY", "cwd"),
-    ],
-)
+INVALID, PRECONDITION = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
+BAD_QUERIES: dict[str, tuple[grpc.StatusCode, str, str, dict[str, Any]]] = {
+    "bad commit": (
+        INVALID,
+        "REVISION_NOT_FOUND",
+        "commit",
+        {"since": ws_pb.CHANGES_SINCE_COMMIT, "commit": "nope"},
+    ),
+    "no commit": (INVALID, "INVALID_ARGUMENT", "commit", {"since": ws_pb.CHANGES_SINCE_COMMIT}),
+    "outside": (INVALID, "INVALID_ARGUMENT", "diff_paths", {"diff_paths": ["../secret"]}),
+    "big page": (INVALID, "INVALID_ARGUMENT", "page_size", {"page_size": 5000}),
+    "bad token": (INVALID, "INVALID_ARGUMENT", "page_token", {"page_token": "x"}),
+    "no turn": (PRECONDITION, "NO_TURN_RECORDED", "", {"since": ws_pb.CHANGES_SINCE_LAST_TURN}),
+    "not a repository": (PRECONDITION, "NOT_A_REPOSITORY", "cwd", {}),
+}
+
+
+@pytest.mark.parametrize("case", BAD_QUERIES)
 async def test_bad_change_queries_are_clear_statuses(
-    aio_channel: grpc.aio.Channel,
-    tmp_path: Path,
-    case: str,
-    code: grpc.StatusCode,
-    reason: str,
-    field: str,
+    aio_channel: grpc.aio.Channel, tmp_path: Path, case: str
 ) -> None:
+    code, reason, field, query = BAD_QUERIES[case]
     repo = make_repo(tmp_path / "repo")
     plain = tmp_path / "plain"
     plain.mkdir()
-    query: dict[str, object] = {
-        "bad commit": {"since": ws_pb.CHANGES_SINCE_COMMIT, "commit": "nope"},
-        "no commit": {"since": ws_pb.CHANGES_SINCE_COMMIT},
-        "outside": {"diff_paths": ["../secret"]},
-        "big page": {"page_size": 5000},
-        "bad token": {"page_token": "x"},
-        "no turn": {"since": ws_pb.CHANGES_SINCE_LAST_TURN},
-        "not a repository": {},
-    }[case]  # type: ignore[assignment]
     cwd = plain if case == "not a repository" else repo
     agent = (await Stubs.of(aio_channel).agents.CreateAgent(create_request(str(cwd)))).agent
     with pytest.raises(grpc.aio.AioRpcError) as failed:
-        await changes(aio_channel, agent.id, **query)  # type: ignore[arg-type]
+        await changes(aio_channel, agent.id, **query)
     details = error_details(failed.value)
     assert (details.code, details.reason) == (code, reason)
     assert not field or field in details.fields

@@ -50,6 +50,17 @@ async def schedule_of(stub: Any, schedule_id: str) -> sched_pb.Schedule:
     return found
 
 
+async def runs(stub: Any, schedule_id: str, count: int) -> sched_pb.Schedule:
+    """The schedule once it has run `count` times (its firings run on the daemon's loop)."""
+
+    async def ran() -> sched_pb.Schedule | None:
+        found = await schedule_of(stub, schedule_id)
+        return found if found.run_count >= count else None
+
+    found: sched_pb.Schedule = await poll(ran)
+    return found
+
+
 async def test_an_hourly_schedule_fires_three_days_of_prompts_in_one_advance(
     aio_channel: grpc.aio.Channel, daemon: DaemonThread, tmp_path: Path
 ) -> None:
@@ -69,12 +80,7 @@ async def test_an_hourly_schedule_fires_three_days_of_prompts_in_one_advance(
     start_ms = daemon.clock.now_ms()
     assert created.next_run_at.ToMilliseconds() == start_ms + HOUR_MS
     await daemon.advance_async(3 * DAY_MS)
-
-    async def fired_72() -> sched_pb.Schedule | None:
-        found = await schedule_of(schedules, created.id)
-        return found if found.run_count == 72 else None
-
-    done = await poll(fired_72)
+    done = await runs(schedules, created.id, 72)
     last = done.last_run
     assert last.due_at.ToMilliseconds() == start_ms + 72 * HOUR_MS
     assert last.outcome in (sched_pb.SCHEDULE_OUTCOME_STARTED, sched_pb.SCHEDULE_OUTCOME_QUEUED)
@@ -161,12 +167,7 @@ async def test_a_busy_agent_with_reject_records_the_refusal(
     )
     created = (await schedules.CreateSchedule(request)).schedule
     await daemon.advance_async(60_000)
-
-    async def ran() -> sched_pb.Schedule | None:
-        found = await schedule_of(schedules, created.id)
-        return found if found.run_count else None
-
-    last = (await poll(ran)).last_run
+    last = (await runs(schedules, created.id, 1)).last_run
     assert last.outcome == sched_pb.SCHEDULE_OUTCOME_BUSY and "AGENT_BUSY" in last.error
     await schedules.DeleteSchedule(sched_svc_pb.DeleteScheduleRequest(schedule_id=created.id))
     await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent.id))
@@ -248,13 +249,7 @@ async def test_a_daemon_down_over_firings_runs_the_schedule_once_at_start_up(
     second = DaemonThread(Config(state_dir=state), later).start()
     try:
         async with grpc.aio.insecure_channel(second.address) as channel:
-            schedules = sched_grpc.ScheduleServiceStub(channel)
-
-            async def caught_up() -> sched_pb.Schedule | None:
-                found = await schedule_of(schedules, created.id)
-                return found if found.run_count else None
-
-            done = await poll(caught_up)
+            done = await runs(sched_grpc.ScheduleServiceStub(channel), created.id, 1)
             assert done.run_count == 1  # once, not five times
             run = done.last_run
             assert (run.catch_up, run.missed) == (True, 5)

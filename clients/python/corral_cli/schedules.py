@@ -19,25 +19,22 @@ from corral.v1 import schedule_service_pb2_grpc as svc_grpc
 from corral_cli import failure
 from corral_cli.client import Client, parse_labels
 from corral_cli.commands import IF_RUNNING
-from corral_cli.grammar import Parents, Parser, Subparsers, command
+from corral_cli.grammar import Parents, Subparsers, command
 from corral_cli.render import Console, local_time, one_line
+from corral_cli.workspace import command_group
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PREVIEW = 40
 
 
 def add_commands(sub: Subparsers, parents: Parents) -> None:
-    schedule = command(
+    actions = command_group(
         sub,
-        [],
         "schedule",
         "Prompts the daemon sends on its own, on a cron expression or every interval.",
         "`schedule add` prints the new schedule's id and its first firing; `schedule ls` one\n"
         "line per schedule; `schedule pause|resume|rm ID` (an id or a unique prefix of one).\n"
         "A malformed cron expression or time zone is INVALID_ARGUMENT (exit 2): nothing is made.",
-    )
-    actions = schedule.add_subparsers(
-        dest="schedule_action", required=True, metavar="ACTION", parser_class=Parser
     )
     add = command(
         actions,

@@ -48,17 +48,13 @@ def add_commands(sub: Subparsers, parents: Parents) -> None:
         help="what to compare with (default %(default)s)",
     )
     diff.set_defaults(func=show_diff)
-    worktree = command(
+    actions = command_group(
         sub,
-        [],
         "worktree",
         "An agent's git worktree (made by `run --worktree`).",
         "`corral worktree rm AGENT` removes a closed agent's worktree directory; its branch is\n"
         "kept. A worktree with uncommitted changes is refused (WORKSPACE_DIRTY, exit 2) unless\n"
         "--force, which loses them.",
-    )
-    actions = worktree.add_subparsers(
-        dest="worktree_action", required=True, metavar="ACTION", parser_class=Parser
     )
     rm = command(
         actions,
@@ -85,6 +81,14 @@ def remove(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         console.line(f"already gone: {reply.workspace.path}")
     return failure.EXIT_OK
+
+
+def command_group(sub: Subparsers, name: str, summary: str, outcomes: str) -> Subparsers:
+    """A command whose first argument is an action (`corral NAME ACTION ...`)."""
+    group = command(sub, [], name, summary, outcomes)
+    return group.add_subparsers(
+        dest=f"{name}_action", required=True, metavar="ACTION", parser_class=Parser
+    )
 
 
 def _request(args: argparse.Namespace, **kw: object) -> ws_pb.GetChangesRequest:
