@@ -618,6 +618,9 @@ class Daemon:
                 await asyncio.wait_for(self.mcp.stop(), grace_s)
             await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
+            # Firings and tree captures under way finish (each git call has its deadline).
+            await asyncio.wait_for(self.scheduler.settled(), grace_s)
+            await asyncio.wait_for(self.turn_trees.settled(), grace_s)
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
         if self.web is not None:  # its streams ended with the hub's (step 4)
