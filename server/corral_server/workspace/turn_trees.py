@@ -11,7 +11,8 @@ turn starts and ends there and, for each agent:
    has no earlier capture; one is taken as the turn starts (so an edit in its first moments
    can be counted as before it).
 
-An agent whose cwd is in no git repository gets no capture and no event.
+An agent whose cwd is in no git repository gets no capture and no event, and is not looked
+at again while this daemon runs (one git call per such agent, not one per turn).
 
 Must not: delay an event (observing is a dictionary update and a task at most), or hold more
 than two tree ids per agent.
@@ -38,6 +39,7 @@ from corral_server.domain.workspace import FileChange
 from corral_server.errors import CorralError
 from corral_server.hub import Prepared
 from corral_server.manager.writer import Publisher
+from corral_server.workspace.errors import NotARepository
 from corral_server.workspace.trees import Trees, base_of
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class TurnTrees:
         self._before: dict[str, Tree] = {}  # the tree before the agent's last turn
         self._after: dict[str, Tree] = {}  # the tree when its last turn ended
         self._tasks: set[asyncio.Task[str | None]] = set()
+        self._no_repository: set[str] = set()  # agents whose cwd is in none
 
     def observe(self, event: Event) -> None:
         match event:
@@ -69,6 +72,7 @@ class TurnTrees:
             case AgentRemoved(agent_id=agent_id):
                 self._before.pop(agent_id, None)
                 self._after.pop(agent_id, None)
+                self._no_repository.discard(agent_id)
             case _:
                 pass
 
@@ -90,6 +94,8 @@ class TurnTrees:
         return task
 
     async def _capture(self, agent_id: str, announce: bool) -> str | None:
+        if agent_id in self._no_repository:
+            return None
         try:
             agent = self._agent_of(agent_id)
             top = await self.trees.top_level(agent.cwd)
@@ -99,7 +105,10 @@ class TurnTrees:
                 files = await self.trees.changes(top, base, tree)
                 self._publish(_counts(agent_id, files))
             return tree
-        except CorralError as exc:  # gone, no repository there, git refused: nothing to say
+        except NotARepository:
+            self._no_repository.add(agent_id)
+            return None
+        except CorralError as exc:  # gone, git refused: nothing to say
             log.debug("agent %s: no capture of its tree: %s", agent_id, exc.message)
             return None
         except Exception:
