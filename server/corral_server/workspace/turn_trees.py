@@ -122,8 +122,14 @@ def _counts(agent_id: str, files: Sequence[FileChange]) -> ChangesUpdated:
     return ChangesUpdated(agent_id, len(files), added, removed)
 
 
+# What `observe` looks at; the others (rows above all, the most numerous by far) pass with one
+# set lookup.
+WATCHED = frozenset({TurnStarted, TurnCompleted, TurnFailed, TurnCanceled, AgentRemoved})
+
+
 class WatchedPublisher:
-    """The hub as the manager sees it, with every event shown to `observe` first."""
+    """The hub as the manager sees it, with the turn and removal events shown to `observe`
+    first."""
 
     def __init__(self, inner: Publisher, observe: Callable[[Event], None]) -> None:
         self._inner = inner
@@ -137,7 +143,8 @@ class WatchedPublisher:
         self._inner.discard(first, last)
 
     def prepare(self, event: Event) -> Prepared:
-        self._observe(event)
+        if type(event) in WATCHED:
+            self._observe(event)
         return self._inner.prepare(event)
 
     def commit(self, prepared: Prepared) -> int:
@@ -147,5 +154,6 @@ class WatchedPublisher:
         return self._inner.commit_many(prepared)
 
     def publish(self, event: Event) -> int:
-        self._observe(event)
+        if type(event) in WATCHED:
+            self._observe(event)
         return self._inner.publish(event)
