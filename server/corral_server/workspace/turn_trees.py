@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
@@ -38,7 +38,6 @@ from corral_server.domain.events import (
 from corral_server.domain.workspace import FileChange
 from corral_server.errors import CorralError
 from corral_server.hub import Prepared
-from corral_server.manager.writer import Publisher
 from corral_server.workspace.errors import NotARepository
 from corral_server.workspace.trees import Trees, base_of
 
@@ -122,6 +121,24 @@ def _counts(agent_id: str, files: Sequence[FileChange]) -> ChangesUpdated:
     return ChangesUpdated(agent_id, len(files), added, removed)
 
 
+class Inner(Protocol):
+    """The hub as manager/writer.py's Publisher sees it (restated here: this package sits
+    below manager/ and never imports it)."""
+
+    @property
+    def joint_commits(self) -> bool: ...
+
+    def discard(self, first: int, last: int) -> None: ...
+
+    def prepare(self, event: Event) -> Prepared: ...
+
+    def commit(self, prepared: Prepared) -> int: ...
+
+    def commit_many(self, prepared: Sequence[Prepared]) -> int: ...
+
+    def publish(self, event: Event) -> int: ...
+
+
 # What `observe` looks at; the others (rows above all, the most numerous by far) pass with one
 # set lookup.
 WATCHED = frozenset({TurnStarted, TurnCompleted, TurnFailed, TurnCanceled, AgentRemoved})
@@ -131,7 +148,7 @@ class WatchedPublisher:
     """The hub as the manager sees it, with the turn and removal events shown to `observe`
     first."""
 
-    def __init__(self, inner: Publisher, observe: Callable[[Event], None]) -> None:
+    def __init__(self, inner: Inner, observe: Callable[[Event], None]) -> None:
         self._inner = inner
         self._observe = observe
 
