@@ -20,6 +20,8 @@ from corral.v1 import schedule_pb2 as sched_pb
 from corral.v1 import schedule_service_pb2 as sched_svc_pb
 from corral.v1 import schedule_service_pb2_grpc as sched_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral.v1.server_service_pb2 import GetServerInfoRequest
+from corral.v1.server_service_pb2_grpc import ServerServiceStub
 from corral_server.app import Config
 from corral_server.clock import FakeClock
 from tests.support.client import Stubs, create_request, error_details, prompt_request
@@ -94,7 +96,6 @@ async def test_a_cron_schedule_in_a_time_zone_creates_an_agent_each_morning(
 ) -> None:
     stubs = Stubs.of(aio_channel)
     schedules = sched_grpc.ScheduleServiceStub(aio_channel)
-    watch = stubs.events.Subscribe(event_pb.SubscribeRequest())
     spec = svc_pb.CreateAgentRequest(
         provider="scripted", cwd=str(tmp_path), title="morning", labels={"run": tmp_path.name}
     )
@@ -102,9 +103,17 @@ async def test_a_cron_schedule_in_a_time_zone_creates_an_agent_each_morning(
         create=spec, prompt="/reply good morning", cron="0 9 * * *", time_zone="Europe/Paris"
     )
     created = (await schedules.CreateSchedule(request)).schedule
+    # Read the events after the advance, from here: a stream left unread while the clock
+    # moves by days would be ended as stalled.
+    info = await ServerServiceStub(aio_channel).GetServerInfo(GetServerInfoRequest())
     first = created.next_run_at.ToMilliseconds()
     assert first % HOUR_MS == 0 and (first // HOUR_MS) % 24 in (7, 8)  # 09:00 Paris: CET or CEST
     await daemon.advance_async(first - daemon.clock.now_ms() + DAY_MS)
+    watch = stubs.events.Subscribe(
+        event_pb.SubscribeRequest(
+            resume_revision=info.head_revision, resume_incarnation=info.incarnation
+        )
+    )
     fired = []
     while len(fired) < 2:
         response = await watch.read()
