@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,9 @@ class Git:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, **_ENV, **(env or {})},
+                # Its own process group: a timeout kills git and whatever it started (hooks,
+                # filters), which would otherwise hold the pipes open past the kill.
+                start_new_session=True,
             )
         except FileNotFoundError as exc:
             if not await asyncio.to_thread(Path(cwd).is_dir):
@@ -78,13 +82,11 @@ class Git:
                 )
                 returncode = await proc.wait()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _kill_group(proc)
             await proc.wait()
             raise GitTimeout(args, self.deadline_s) from None
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _kill_group(proc)
             raise
         return GitResult(returncode, stdout, stderr.decode("utf-8", "replace")[:_MAX_STDERR], cut)
 
@@ -100,6 +102,11 @@ class Git:
         if result.returncode != 0:
             raise GitFailed(result.stderr.strip() or f"exit status {result.returncode}", args)
         return result.text
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def _read_bounded(proc: asyncio.subprocess.Process, max_bytes: int) -> tuple[bytes, bool]:
