@@ -1,4 +1,4 @@
-"""P4 and P5 (NORTH_STAR.md), against a daemon in its own process.
+"""P4 and P5 (BENCHMARKS.md#goals), against a daemon in its own process.
 
   P4  provider event to subscriber, for events that are not coalesced: 100 active agents run
       turns while 10 subscribers (every agent) watch; for each user-message and completed

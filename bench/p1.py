@@ -1,4 +1,4 @@
-"""P1 (NORTH_STAR.md): events/s that corral's Subscribe delivers to 1, 10 and 100 subscribers,
+"""P1 (BENCHMARKS.md#goals): events/s that corral's Subscribe delivers to 1, 10 and 100 subscribers,
 next to the two bare grpc.aio servers of p1_baselines.py, in the same run.
 
   corral live    subscribers are synced, then one agent bursts N rows; each subscriber reads

@@ -28,7 +28,8 @@ from typing import Any
 from bench import p2_pages
 from corral_server.domain.timeline import AssistantMessage, Cursor, Direction
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import Database, SqliteTimelineStore, Synchronous
+from corral_server.store.database import Database, Synchronous
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import NewRow, TimelineStore
 

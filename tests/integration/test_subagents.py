@@ -18,7 +18,7 @@ from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL
-from corral_server.subagents import SubagentLimits
+from corral_server.subagents.limits import SubagentLimits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details, prompt_request
 from tests.support.daemon import DaemonThread

@@ -14,7 +14,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
-from corral_server.subagents import SubagentLimits
+from corral_server.subagents.limits import SubagentLimits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details, prompt_request
 from tests.support.daemon import DaemonThread

@@ -240,11 +240,7 @@ class AgentActor:
     # --- prompts (actor_prompts.py) --------------------------------------------------------
 
     async def start_turn(
-        self,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        queued_by: QueuedBy = QueuedBy.CLIENT,
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
     ) -> StartedTurn:
         return await self._prompts.start_turn(prompt, client_message_id, if_running, queued_by)
 

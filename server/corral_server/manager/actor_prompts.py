@@ -61,11 +61,7 @@ class Prompts:
         return self._core.state.agent
 
     async def start_turn(
-        self,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        queued_by: QueuedBy = QueuedBy.CLIENT,
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
     ) -> StartedTurn:
         """A prompt, decided on the queue (docs/design.md#turns): start a turn when
         none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),

@@ -1,4 +1,4 @@
-"""What callers hand the manager: create and update requests, provider deadlines."""
+"""What callers hand the manager: create, update and list requests, provider deadlines."""
 
 from __future__ import annotations
 
@@ -9,6 +9,18 @@ from dataclasses import dataclass, field
 
 from corral_server.domain.content import Prompt, TextPart
 from corral_server.domain.workspace import WorktreeRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Which agents ListAgents answers, a page at a time in creation order: `page_size` 0 is
+    the default size, `page_token` the previous page's token ("" = the first page)."""
+
+    page_size: int = 0
+    page_token: str = ""
+    label_selector: str = ""
+    include_archived: bool = False
+    parent_agent_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,22 +51,6 @@ def _valid_timestamp(ts: timestamp_pb2.Timestamp) -> bool:
     return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
 
 
-def event_service_handler(
-    hub: EventHub,
-    snapshot: SnapshotFn,
-    *,
-    max_id_chars: int = MAX_AGENT_ID_CHARS,
-    presence: PresenceBook | None = None,
-    clock: Clock | None = None,
-    streams: StreamBook | None = None,
-) -> grpc.GenericRpcHandler[Any, Any]:
-    """The EventService handler for `server.add_generic_rpc_handlers`."""
-    servicer = EventServicer(
-        hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock, streams=streams
-    )
-    return servicer.handler()
-
-
 def _identity(data: bytes) -> bytes:
     return data
 

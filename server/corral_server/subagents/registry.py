@@ -13,8 +13,9 @@ Owns which runs exist and every change to them, through its parts, each a module
 - sweeper.py: children of finished DELETE runs archived, old records forgotten.
 
 The registry changes agents only through the manager's public methods (create, cancel, close,
-remove_queued, add_notice) and hears from them through the manager's two hooks: `on_settled`
-(an agent's turn ended and nothing follows) and `on_archive` (before an archive cascade).
+remove_queued, add_notice) and hears from them through two methods app.py sets as the
+manager's hooks (manager/hooks.py): `on_settled` (an agent's turn ended and nothing follows)
+and `on_archive` (before an archive cascade).
 
 Must not: change an agent except through the manager; import grpc or protobuf.
 """
@@ -34,6 +35,7 @@ from corral_server.domain.subagents import RUN_ID_LABEL, Outcome, RunId, Subagen
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.validate import Limits
+from corral_server.records.store import RunStore
 from corral_server.subagents import queries as q
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import stop_child
@@ -44,7 +46,6 @@ from corral_server.subagents.limits import SpawnRequest, SubagentLimits, check_s
 from corral_server.subagents.outbox import RunOutbox
 from corral_server.subagents.recovery import RunRecovery
 from corral_server.subagents.steer import RunSteering
-from corral_server.subagents.store import RunStore
 from corral_server.subagents.sweeper import RunSweeper
 
 
@@ -86,8 +87,6 @@ class SubagentRegistry:
             new_id=new_id,
         )
         self._sweeper = RunSweeper(ledger, manager, clock, self.limits)
-        manager.on_settled = self._on_settled
-        manager.on_archive = self._control.on_archive
 
     # --- life ------------------------------------------------------------------------------
 
@@ -251,16 +250,20 @@ class SubagentRegistry:
         the run's own)."""
         return await self._steering.steer(run_id, message, controller)
 
-    # --- the manager's hooks ---------------------------------------------------------------
+    # --- the manager's hooks (app.py sets them on the manager) ---------------------------
 
-    def _on_settled(self, agent: Agent, terminal: TurnTerminal) -> None:
-        """On the agent's task: never blocks."""
+    def on_settled(self, agent: Agent, terminal: TurnTerminal) -> None:
+        """An agent's turn ended and nothing follows it. On the agent's task: never blocks."""
         # Its newest run (a steered child has had several); before the run is linked, the
         # label.
         run_id = self._ledger.by_child.get(agent.id) or agent.labels.get(RUN_ID_LABEL)
         if run_id and not self._ledger.stopped:
             self._ledger.post(lambda: self._ending.child_settled(run_id, agent, terminal))
         self.announcer.kick()
+
+    async def on_archive(self, members: list[str]) -> None:
+        """Before an archive cascade closes `members` (the agent first)."""
+        await self._control.on_archive(members)
 
 
 def _parties(run: SubagentRun) -> tuple[str, str]:

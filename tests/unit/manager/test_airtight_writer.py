@@ -25,7 +25,7 @@ from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
 from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
-from corral_server.manager.specs import AgentUpdate
+from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
 from corral_server.providers.base import (
     InterruptResult,
@@ -173,9 +173,7 @@ async def test_a_create_whose_session_never_opens_fails_with_provider_timeout_an
     await world.clock.advance(CREATE_MS)
     with pytest.raises(ProviderTimeout):
         await creating
-    agents, _ = world.manager.list_agents(
-        page_size=0, page_token="", label_selector="", include_archived=True, parent_agent_id=""
-    )
+    agents, _ = world.manager.list_agents(ListQuery(include_archived=True))
     assert agents == []
 
 
