@@ -48,8 +48,9 @@ async def poll(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
 
 async def schedule_of(stub: Any, schedule_id: str) -> sched_pb.Schedule:
     listed = await stub.ListSchedules(sched_svc_pb.ListSchedulesRequest())
-    (found,) = [s for s in listed.schedules if s.id == schedule_id]
-    return found
+    found: list[sched_pb.Schedule] = [s for s in listed.schedules if s.id == schedule_id]
+    assert len(found) == 1
+    return found[0]
 
 
 async def runs(stub: Any, schedule_id: str, count: int) -> sched_pb.Schedule:
@@ -114,14 +115,15 @@ async def test_a_cron_schedule_in_a_time_zone_creates_an_agent_each_morning(
             resume_revision=info.head_revision, resume_incarnation=info.incarnation
         )
     )
-    fired = []
-    while len(fired) < 2:
-        response = await watch.read()
+    fired: list[event_pb.ScheduleFired] = []
+    async for response in watch:
         fired += [
             e.schedule_fired
             for e in response.events
             if e.HasField("schedule_fired") and e.schedule_fired.schedule_id == created.id
         ]
+        if len(fired) >= 2:
+            break
     watch.cancel()
     assert [f.schedule_id for f in fired] == [created.id, created.id]
     assert [f.run.due_at.ToMilliseconds() for f in fired] == [first, first + DAY_MS]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import schedule_pb2 as sched_pb
 from corral.v1 import schedule_service_pb2 as svc_pb
 from corral.v1 import schedule_service_pb2_grpc as svc_grpc
@@ -11,12 +9,10 @@ from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.schedule_codec import request_from_pb, schedule_to_pb
 from corral_server.schedules.scheduler import Scheduler
 from corral_server.schedules.validate import build
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 # A page ends before this many bytes of schedules (ListAgents' rule): one schedule is at most
 # about 100 KiB (its prompt, its create request's labels), so a page holds one at least.

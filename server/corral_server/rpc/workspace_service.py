@@ -3,14 +3,12 @@ snapshots."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import workspace_service_pb2 as ws_pb
 from corral.v1 import workspace_service_pb2_grpc as ws_grpc
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.workspace_codec import (
     changes_query_from_pb,
     changes_to_pb,
@@ -20,8 +18,6 @@ from corral_server.rpc.workspace_codec import (
 from corral_server.workspace.changes import Changes
 from corral_server.workspace.errors import NoWorkspace
 from corral_server.workspace.worktrees import Worktrees
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 
 class WorkspaceService(ws_grpc.WorkspaceServiceServicer):

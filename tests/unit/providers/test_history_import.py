@@ -12,6 +12,7 @@ from acp import schema
 
 from corral_server.domain.timeline import (
     AssistantMessage,
+    JsonValue,
     Reasoning,
     ToolCall,
     ToolCallStatus,
@@ -81,7 +82,7 @@ def test_a_claude_transcript_is_found_by_cwd_and_refuses_ids_that_leave_its_fold
 
 
 def test_a_codex_threads_turns_become_user_messages_and_completed_items() -> None:
-    thread = {
+    thread: dict[str, JsonValue] = {
         "id": "th",
         "turns": [
             {

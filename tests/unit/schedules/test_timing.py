@@ -17,8 +17,8 @@ from corral_server.schedules.timing import (
 )
 
 
-def ms(*args: int) -> int:
-    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)  # type: ignore[misc]
+def ms(year: int, month: int, day: int, hour: int = 0) -> int:
+    return int(datetime(year, month, day, hour, tzinfo=UTC).timestamp() * 1000)
 
 
 def test_nine_in_paris_is_eight_utc_in_winter_and_seven_in_summer() -> None:
