@@ -31,10 +31,12 @@ from corral.v1 import agent_pb2, timeline_pb2
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import schedule_service_pb2 as sched_pb
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral.v1 import workspace_service_pb2 as ws_pb
 from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES
 from tests.support.client import ErrorDetails, Stubs, SyncStubs, create_request, error_details, text
@@ -984,6 +986,13 @@ UNARY_METHODS = {
     ),
     "corral.v1.EventService": ("Heartbeat",),
     "corral.v1.ServerService": ("GetServerInfo",),
+    "corral.v1.WorkspaceService": ("DeleteWorkspace", "GetChanges"),
+    "corral.v1.ScheduleService": (
+        "CreateSchedule",
+        "ListSchedules",
+        "PauseSchedule",
+        "DeleteSchedule",
+    ),
 }
 STREAM_METHODS = {
     "corral.v1.TurnService": ("StreamTurn",),
@@ -997,7 +1006,8 @@ RAW_PATHS = [
 
 def test_every_corral_method_is_in_the_raw_bytes_table() -> None:
     declared: set[str] = set()
-    for module in (agent_pb, turn_pb, tl_pb, event_pb, sub_svc_pb, server_pb):
+    modules = (agent_pb, turn_pb, tl_pb, event_pb, sub_svc_pb, server_pb, ws_pb, sched_pb)
+    for module in modules:
         for service in module.DESCRIPTOR.services_by_name.values():
             declared.update(f"/{service.full_name}/{m.name}" for m in service.methods)
     assert {path for path, _ in RAW_PATHS} == declared

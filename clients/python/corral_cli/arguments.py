@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 
 from corral_cli import commands, follow, providers, show, status, subagents
+from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
+from corral_cli import workspace as workspace_cli
 from corral_cli.grammar import (
     EXIT_CODES,
     Parents,
@@ -55,6 +57,8 @@ def build_parser() -> Parser:
     _add_agents(sub, parents)
     _add_subagents(sub, parents)
     search_cli.add_command(sub, parents)
+    workspace_cli.add_commands(sub, parents)
+    schedules_cli.add_commands(sub, parents)
     completion = command(
         sub,
         [],
@@ -94,6 +98,16 @@ def _add_run(sub: Subparsers, parents: Parents) -> None:
     )
     run.add_argument("--model", default="", help="the provider's model id (see providers)")
     run.add_argument("--mode", default="", help="the provider's mode id (see providers)")
+    run.add_argument(
+        "--worktree",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="BRANCH",
+        help="run in a new git worktree of --cwd's repository, on a new branch BRANCH"
+        " (default: corral/<title words>)",
+    )
+    run.add_argument("--base", default="", help="the worktree branch's start (default: HEAD)")
     _prompt(run)
     run.set_defaults(func=commands.run)
 

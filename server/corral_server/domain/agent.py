@@ -13,6 +13,7 @@ from typing import NewType, TypeAlias
 
 from corral_server.domain.content import Prompt, PromptSummary
 from corral_server.domain.timeline import JsonValue
+from corral_server.domain.workspace import Workspace
 
 AgentId = NewType("AgentId", str)
 
@@ -175,6 +176,8 @@ class Agent:
     last_error: AgentError | None = None
     last_usage: Usage | None = None
     title_source: TitleSource = TitleSource.NONE
+    # The git worktree corral made for the agent, if it asked for one (never changes).
+    workspace: Workspace | None = None
 
     @property
     def parent_agent_id(self) -> str:

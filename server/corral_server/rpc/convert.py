@@ -29,8 +29,10 @@ from corral_server.rpc.items import row_from_pb as row_from_pb
 from corral_server.rpc.items import row_to_pb as row_to_pb
 from corral_server.rpc.items import timestamp as timestamp
 from corral_server.rpc.items import timestamp_ms as timestamp_ms
+from corral_server.rpc.schedule_codec import run_to_pb as schedule_run_to_pb
 from corral_server.rpc.subagent_codec import run_to_pb
 from corral_server.rpc.wire import row_appended_event as _wire_row_appended
+from corral_server.rpc.workspace_codec import workspace_to_pb
 
 # --- content ------------------------------------------------------------------------------
 
@@ -189,6 +191,8 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         msg.last_error.CopyFrom(error_to_pb(agent.last_error))
     if agent.last_usage is not None:
         msg.last_usage.CopyFrom(usage_to_pb(agent.last_usage))
+    if agent.workspace is not None:
+        msg.workspace.CopyFrom(workspace_to_pb(agent.workspace))
     return msg
 
 
@@ -298,6 +302,19 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 run=run_to_pb(run),
             )
             return E(revision=revision, subagent_run_updated=updated_run)
+        case de.ChangesUpdated():
+            changes = event_pb.ChangesUpdated(
+                agent_id=event.agent_id,
+                files=event.files,
+                lines_added=event.lines_added,
+                lines_removed=event.lines_removed,
+            )
+            return E(revision=revision, changes_updated=changes)
+        case de.ScheduleFired(schedule_id=schedule_id, run=run):
+            fired = event_pb.ScheduleFired(
+                schedule_id=schedule_id, agent_id=run.agent_id, run=schedule_run_to_pb(run)
+            )
+            return E(revision=revision, schedule_fired=fired)
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
             synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
             return E(revision=revision, synced=synced)

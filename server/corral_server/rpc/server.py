@@ -20,6 +20,8 @@ from grpc_reflection.v1alpha import reflection
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import schedule_service_pb2 as sched_svc_pb
+from corral.v1 import schedule_service_pb2_grpc as sched_svc_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
@@ -28,6 +30,8 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
+from corral.v1 import workspace_service_pb2 as ws_pb
+from corral.v1 import workspace_service_pb2_grpc as ws_grpc
 from corral_server.listen import socket_dir_problem, socket_in_use
 from corral_server.reclaim import Reclaimer
 from corral_server.rpc.auth import TokenFile
@@ -44,6 +48,8 @@ _SERVICE_FILES = {
     "EventService": event_pb,
     "SubagentService": sub_svc_pb,
     "ServerService": server_pb,
+    "WorkspaceService": ws_pb,
+    "ScheduleService": sched_svc_pb,
 }
 
 
@@ -108,6 +114,8 @@ def add_services(
     tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
     sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
     server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
+    ws_grpc.add_WorkspaceServiceServicer_to_server(servicers["WorkspaceService"], server)
+    sched_svc_grpc.add_ScheduleServiceServicer_to_server(servicers["ScheduleService"], server)
     server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if with_reflection:

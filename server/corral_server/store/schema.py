@@ -53,6 +53,10 @@ run's JSON record is rewritten as a corral.storage.v1.SubagentRun, and `meta` na
 ('record_format'). Agent records and timeline items need no rewrite: the storage messages kept
 the numbers of the API messages they were written as. A run whose JSON does not read is left as
 it is, for start-up to report as a bad record.
+
+Version 7 adds `schedules`: schedule_id -> the schedule's record (JSON, schedules/store.py,
+opaque here: its timing, target, prompt, next firing and last run) and when it was created,
+so start-up restores schedules in creation order.
 """
 
 from __future__ import annotations
@@ -165,7 +169,23 @@ def _records_in_storage_format(conn: sqlite3.Connection) -> None:
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _records_in_storage_format)
+_V7_SCHEDULES = """
+CREATE TABLE schedules (
+    schedule_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _records_in_storage_format,
+    _V7_SCHEDULES,
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

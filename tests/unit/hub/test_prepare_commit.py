@@ -15,6 +15,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.agent import AgentId
+from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
 from corral_server.domain.subagents import RunId, SubagentRun
 from corral_server.hub import EventHub, Prepared, frame
 from corral_server.hub.ring import frame_with_revision, revision_field
@@ -72,6 +73,8 @@ EVERY_KIND: list[de.Event] = [
     de.PermissionResolved("a1", "t1", "p1", None),
     de.SubagentRunUpdated(SubagentRun(RunId("r1"), "c1", "a1", "a1", "task", 1_000, 1)),
     de.AttentionRequired("a1", da.AttentionReason.FINISHED),
+    de.ChangesUpdated("a1", 2, 10, 3),
+    de.ScheduleFired("s1", ScheduleRun(1_000, 1_001, ScheduleOutcome.QUEUED, "a1")),
 ]
 
 REVISIONS = [1, 2, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 2**40]

@@ -113,6 +113,7 @@ class Agent(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
     TITLE_SOURCE_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     provider: _builtins.str
     cwd: _builtins.str
@@ -158,6 +159,10 @@ class Agent(_message.Message):
     def last_error(self) -> Global___AgentError: ...
     @_builtins.property
     def last_usage(self) -> Global___Usage: ...
+    @_builtins.property
+    def workspace(self) -> Global___Workspace:
+        """Unset unless CreateAgent asked for a git worktree (`CreateAgentRequest.worktree`)."""
+
     def __init__(
         self,
         *,
@@ -181,14 +186,53 @@ class Agent(_message.Message):
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
         title_source: Global___TitleSource.ValueType = ...,
+        workspace: Global___Workspace | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class Workspace(_message.Message):
+    """The git worktree corral made for an agent: a new `branch` from `base` (as the request named
+    it; `base_commit` is what it resolved to), checked out at `path`, a directory corral
+    manages, in the repository at `repository` (its main worktree's top level). The agent's
+    `cwd` is inside `path`. Archive and close keep the branch; the directory goes when
+    ArchiveAgent finds it clean or WorkspaceService.DeleteWorkspace removes it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPOSITORY_FIELD_NUMBER: _builtins.int
+    BRANCH_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    BASE_COMMIT_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    repository: _builtins.str
+    branch: _builtins.str
+    base: _builtins.str
+    base_commit: _builtins.str
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        repository: _builtins.str = ...,
+        branch: _builtins.str = ...,
+        base: _builtins.str = ...,
+        base_commit: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "base_commit", b"base_commit", "branch", b"branch", "path", b"path", "repository", b"repository"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Workspace: _TypeAlias = Workspace  # noqa: Y015
 
 @_typing.final
 class AgentLifecycle(_message.Message):

@@ -131,6 +131,13 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
    * @generated from field: corral.v1.TitleSource title_source = 23;
    */
   titleSource: TitleSource;
+
+  /**
+   * Unset unless CreateAgent asked for a git worktree (`CreateAgentRequest.worktree`).
+   *
+   * @generated from field: corral.v1.Workspace workspace = 20;
+   */
+  workspace?: Workspace | undefined;
 };
 
 /**
@@ -138,6 +145,48 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export declare const AgentSchema: GenMessage<Agent>;
+
+/**
+ * The git worktree corral made for an agent: a new `branch` from `base` (as the request named
+ * it; `base_commit` is what it resolved to), checked out at `path`, a directory corral
+ * manages, in the repository at `repository` (its main worktree's top level). The agent's
+ * `cwd` is inside `path`. Archive and close keep the branch; the directory goes when
+ * ArchiveAgent finds it clean or WorkspaceService.DeleteWorkspace removes it.
+ *
+ * @generated from message corral.v1.Workspace
+ */
+export declare type Workspace = Message<"corral.v1.Workspace"> & {
+  /**
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * @generated from field: string branch = 2;
+   */
+  branch: string;
+
+  /**
+   * @generated from field: string base = 3;
+   */
+  base: string;
+
+  /**
+   * @generated from field: string base_commit = 4;
+   */
+  baseCommit: string;
+
+  /**
+   * @generated from field: string path = 5;
+   */
+  path: string;
+};
+
+/**
+ * Describes the message corral.v1.Workspace.
+ * Use `create(WorkspaceSchema)` to create a new message.
+ */
+export declare const WorkspaceSchema: GenMessage<Workspace>;
 
 /**
  * AgentLifecycle is exactly one of five states. Illegal combinations (idle with an active

@@ -10,7 +10,7 @@ import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bu
  * Describes the file corral/v1/agent.proto.
  */
 export const file_corral_v1_agent = /*@__PURE__*/
-  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSLvBQoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2USLAoMdGl0bGVfc291cmNlGBcgASgOMhYuY29ycmFsLnYxLlRpdGxlU291cmNlGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEizgMKDkFnZW50TGlmZWN5Y2xlEj4KDGluaXRpYWxpemluZxgBIAEoCzImLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5Jbml0aWFsaXppbmdIABIuCgRpZGxlGAIgASgLMh4uY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLklkbGVIABI0CgdydW5uaW5nGAMgASgLMiEuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLlJ1bm5pbmdIABI0CgdlcnJvcmVkGAQgASgLMiEuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkVycm9yZWRIABIyCgZjbG9zZWQYBSABKAsyIC5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuQ2xvc2VkSAAaDgoMSW5pdGlhbGl6aW5nGgYKBElkbGUaIQoHUnVubmluZxIWCg5hY3RpdmVfdHVybl9pZBgBIAEoCRovCgdFcnJvcmVkEiQKBWVycm9yGAEgASgLMhUuY29ycmFsLnYxLkFnZW50RXJyb3IaNwoGQ2xvc2VkEi0KCWNsb3NlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBwoFc3RhdGUiKwoKQWdlbnRFcnJvchIPCgdtZXNzYWdlGAEgASgJEgwKBGNvZGUYAiABKAkicQoJQXR0ZW50aW9uEhAKCHJlcXVpcmVkGAEgASgIEioKBnJlYXNvbhgCIAEoDjIaLmNvcnJhbC52MS5BdHRlbnRpb25SZWFzb24SJgoCYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKEFBlcm1pc3Npb25BY3Rpb24SCgoCaWQYASABKAkSDQoFbGFiZWwYAiABKAkSDAoEa2luZBgDIAEoCSLdAQoRUGVuZGluZ1Blcm1pc3Npb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRraW5kGAMgASgJEg0KBXRpdGxlGAQgASgJEiYKBWlucHV0GAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgdhY3Rpb25zGAYgAygLMhsuY29ycmFsLnYxLlBlcm1pc3Npb25BY3Rpb24SDwoHdHVybl9pZBgHIAEoCRIVCg1pbnB1dF9jbGlwcGVkGAggASgIEhMKC2lucHV0X2J5dGVzGAkgASgEIu4BCgxRdWV1ZWRQcm9tcHQSGQoRY2xpZW50X21lc3NhZ2VfaWQYASABKAkSJwoHY29udGVudBgCIAMoCzIWLmNvcnJhbC52MS5Db250ZW50UGFydBItCglxdWV1ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRleHRfYnl0ZXMYBCABKAQSDQoFY2hhcnMYBSABKAQSEwoLaW1hZ2VfY291bnQYBiABKA0SDwoHcHJldmlldxgHIAEoCRIPCgdjbGlwcGVkGAggASgIEhEKCXF1ZXVlZF9ieRgJIAEoCSIvCgxUaW1lbGluZUluZm8SDQoFZXBvY2gYASABKAkSEAoIbmV4dF9zZXEYAiABKAQiYwoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSGwoTY2FjaGVkX2lucHV0X3Rva2VucxgDIAEoBBIQCghjb3N0X3VzZBgEIAEoASqPAQoPQXR0ZW50aW9uUmVhc29uEiAKHEFUVEVOVElPTl9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlBVFRFTlRJT05fUkVBU09OX0ZJTklTSEVEEAESGgoWQVRURU5USU9OX1JFQVNPTl9FUlJPUhACEh8KG0FUVEVOVElPTl9SRUFTT05fUEVSTUlTU0lPThADKnYKC1RpdGxlU291cmNlEhwKGFRJVExFX1NPVVJDRV9VTlNQRUNJRklFRBAAEhcKE1RJVExFX1NPVVJDRV9QUk9NUFQQARIZChVUSVRMRV9TT1VSQ0VfUFJPVklERVIQAhIVChFUSVRMRV9TT1VSQ0VfVVNFUhADQlYKDWNvbS5jb3JyYWwudjFCCkFnZW50UHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSKYBgoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2USLAoMdGl0bGVfc291cmNlGBcgASgOMhYuY29ycmFsLnYxLlRpdGxlU291cmNlEicKCXdvcmtzcGFjZRgUIAEoCzIULmNvcnJhbC52MS5Xb3Jrc3BhY2UaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJgCglXb3Jrc3BhY2USEgoKcmVwb3NpdG9yeRgBIAEoCRIOCgZicmFuY2gYAiABKAkSDAoEYmFzZRgDIAEoCRITCgtiYXNlX2NvbW1pdBgEIAEoCRIMCgRwYXRoGAUgASgJIs4DCg5BZ2VudExpZmVjeWNsZRI+Cgxpbml0aWFsaXppbmcYASABKAsyJi5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuSW5pdGlhbGl6aW5nSAASLgoEaWRsZRgCIAEoCzIeLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5JZGxlSAASNAoHcnVubmluZxgDIAEoCzIhLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5SdW5uaW5nSAASNAoHZXJyb3JlZBgEIAEoCzIhLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5FcnJvcmVkSAASMgoGY2xvc2VkGAUgASgLMiAuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkNsb3NlZEgAGg4KDEluaXRpYWxpemluZxoGCgRJZGxlGiEKB1J1bm5pbmcSFgoOYWN0aXZlX3R1cm5faWQYASABKAkaLwoHRXJyb3JlZBIkCgVlcnJvchgBIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yGjcKBkNsb3NlZBItCgljbG9zZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgcKBXN0YXRlIisKCkFnZW50RXJyb3ISDwoHbWVzc2FnZRgBIAEoCRIMCgRjb2RlGAIgASgJInEKCUF0dGVudGlvbhIQCghyZXF1aXJlZBgBIAEoCBIqCgZyZWFzb24YAiABKA4yGi5jb3JyYWwudjEuQXR0ZW50aW9uUmVhc29uEiYKAmF0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChBQZXJtaXNzaW9uQWN0aW9uEgoKAmlkGAEgASgJEg0KBWxhYmVsGAIgASgJEgwKBGtpbmQYAyABKAki3QEKEVBlbmRpbmdQZXJtaXNzaW9uEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEa2luZBgDIAEoCRINCgV0aXRsZRgEIAEoCRImCgVpbnB1dBgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLAoHYWN0aW9ucxgGIAMoCzIbLmNvcnJhbC52MS5QZXJtaXNzaW9uQWN0aW9uEg8KB3R1cm5faWQYByABKAkSFQoNaW5wdXRfY2xpcHBlZBgIIAEoCBITCgtpbnB1dF9ieXRlcxgJIAEoBCLuAQoMUXVldWVkUHJvbXB0EhkKEWNsaWVudF9tZXNzYWdlX2lkGAEgASgJEicKB2NvbnRlbnQYAiADKAsyFi5jb3JyYWwudjEuQ29udGVudFBhcnQSLQoJcXVldWVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0ZXh0X2J5dGVzGAQgASgEEg0KBWNoYXJzGAUgASgEEhMKC2ltYWdlX2NvdW50GAYgASgNEg8KB3ByZXZpZXcYByABKAkSDwoHY2xpcHBlZBgIIAEoCBIRCglxdWV1ZWRfYnkYCSABKAkiLwoMVGltZWxpbmVJbmZvEg0KBWVwb2NoGAEgASgJEhAKCG5leHRfc2VxGAIgASgEImMKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAIgASgEEhsKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKAQSEAoIY29zdF91c2QYBCABKAEqjwEKD0F0dGVudGlvblJlYXNvbhIgChxBVFRFTlRJT05fUkVBU09OX1VOU1BFQ0lGSUVEEAASHQoZQVRURU5USU9OX1JFQVNPTl9GSU5JU0hFRBABEhoKFkFUVEVOVElPTl9SRUFTT05fRVJST1IQAhIfChtBVFRFTlRJT05fUkVBU09OX1BFUk1JU1NJT04QAyp2CgtUaXRsZVNvdXJjZRIcChhUSVRMRV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNUSVRMRV9TT1VSQ0VfUFJPTVBUEAESGQoVVElUTEVfU09VUkNFX1BST1ZJREVSEAISFQoRVElUTEVfU09VUkNFX1VTRVIQA0JWCg1jb20uY29ycmFsLnYxQgpBZ2VudFByb3RvUAFaEmNvcnJhbC92MTtjb3JyYWx2MaoCCUNvcnJhbC5WMcoCCUNvcnJhbFxWMeoCCkNvcnJhbDo6VjFiBnByb3RvMw", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message corral.v1.Agent.
@@ -20,95 +20,102 @@ export const AgentSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_agent, 0);
 
 /**
+ * Describes the message corral.v1.Workspace.
+ * Use `create(WorkspaceSchema)` to create a new message.
+ */
+export const WorkspaceSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_agent, 1);
+
+/**
  * Describes the message corral.v1.AgentLifecycle.
  * Use `create(AgentLifecycleSchema)` to create a new message.
  */
 export const AgentLifecycleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1);
+  messageDesc(file_corral_v1_agent, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Initializing.
  * Use `create(AgentLifecycle_InitializingSchema)` to create a new message.
  */
 export const AgentLifecycle_InitializingSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 0);
+  messageDesc(file_corral_v1_agent, 2, 0);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Idle.
  * Use `create(AgentLifecycle_IdleSchema)` to create a new message.
  */
 export const AgentLifecycle_IdleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 1);
+  messageDesc(file_corral_v1_agent, 2, 1);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Running.
  * Use `create(AgentLifecycle_RunningSchema)` to create a new message.
  */
 export const AgentLifecycle_RunningSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 2);
+  messageDesc(file_corral_v1_agent, 2, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Errored.
  * Use `create(AgentLifecycle_ErroredSchema)` to create a new message.
  */
 export const AgentLifecycle_ErroredSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 3);
+  messageDesc(file_corral_v1_agent, 2, 3);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Closed.
  * Use `create(AgentLifecycle_ClosedSchema)` to create a new message.
  */
 export const AgentLifecycle_ClosedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 4);
+  messageDesc(file_corral_v1_agent, 2, 4);
 
 /**
  * Describes the message corral.v1.AgentError.
  * Use `create(AgentErrorSchema)` to create a new message.
  */
 export const AgentErrorSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 2);
+  messageDesc(file_corral_v1_agent, 3);
 
 /**
  * Describes the message corral.v1.Attention.
  * Use `create(AttentionSchema)` to create a new message.
  */
 export const AttentionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 3);
+  messageDesc(file_corral_v1_agent, 4);
 
 /**
  * Describes the message corral.v1.PermissionAction.
  * Use `create(PermissionActionSchema)` to create a new message.
  */
 export const PermissionActionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 4);
+  messageDesc(file_corral_v1_agent, 5);
 
 /**
  * Describes the message corral.v1.PendingPermission.
  * Use `create(PendingPermissionSchema)` to create a new message.
  */
 export const PendingPermissionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 5);
+  messageDesc(file_corral_v1_agent, 6);
 
 /**
  * Describes the message corral.v1.QueuedPrompt.
  * Use `create(QueuedPromptSchema)` to create a new message.
  */
 export const QueuedPromptSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 6);
+  messageDesc(file_corral_v1_agent, 7);
 
 /**
  * Describes the message corral.v1.TimelineInfo.
  * Use `create(TimelineInfoSchema)` to create a new message.
  */
 export const TimelineInfoSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 7);
+  messageDesc(file_corral_v1_agent, 8);
 
 /**
  * Describes the message corral.v1.Usage.
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 8);
+  messageDesc(file_corral_v1_agent, 9);
 
 /**
  * Describes the enum corral.v1.AttentionReason.

@@ -6,6 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import type { Message } from "@bufbuild/protobuf";
 import type { TimelineEntry, TimelineRow, TimelineView } from "./timeline_pb.js";
 import type { PermissionRequested, PermissionResolved, TurnCanceled, TurnCompleted, TurnFailed, TurnStarted } from "./turn_service_pb.js";
+import type { ScheduleRun } from "./schedule_pb.js";
 import type { Agent, AttentionReason } from "./agent_pb.js";
 import type { SubagentRun } from "./subagent_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
@@ -194,6 +195,18 @@ export declare type Event = Message<"corral.v1.Event"> & {
      */
     value: TimelineEntryUpserted;
     case: "timelineEntryUpserted";
+  } | {
+    /**
+     * @generated from field: corral.v1.ChangesUpdated changes_updated = 20;
+     */
+    value: ChangesUpdated;
+    case: "changesUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.ScheduleFired schedule_fired = 21;
+     */
+    value: ScheduleFired;
+    case: "scheduleFired";
   } | { case: undefined; value?: undefined };
 };
 
@@ -202,6 +215,68 @@ export declare type Event = Message<"corral.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * A schedule fired (ScheduleService): what it did. Scoped to the agent it prompted or created.
+ *
+ * @generated from message corral.v1.ScheduleFired
+ */
+export declare type ScheduleFired = Message<"corral.v1.ScheduleFired"> & {
+  /**
+   * @generated from field: string schedule_id = 1;
+   */
+  scheduleId: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ScheduleRun run = 3;
+   */
+  run?: ScheduleRun | undefined;
+};
+
+/**
+ * Describes the message corral.v1.ScheduleFired.
+ * Use `create(ScheduleFiredSchema)` to create a new message.
+ */
+export declare const ScheduleFiredSchema: GenMessage<ScheduleFired>;
+
+/**
+ * After each turn of an agent whose workspace is a git repository: how many files differ
+ * from its base now, so watchers refresh GetChanges (counts only: the files are GetChanges').
+ *
+ * @generated from message corral.v1.ChangesUpdated
+ */
+export declare type ChangesUpdated = Message<"corral.v1.ChangesUpdated"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: uint32 files = 2;
+   */
+  files: number;
+
+  /**
+   * @generated from field: uint64 lines_added = 3;
+   */
+  linesAdded: bigint;
+
+  /**
+   * @generated from field: uint64 lines_removed = 4;
+   */
+  linesRemoved: bigint;
+};
+
+/**
+ * Describes the message corral.v1.ChangesUpdated.
+ * Use `create(ChangesUpdatedSchema)` to create a new message.
+ */
+export declare const ChangesUpdatedSchema: GenMessage<ChangesUpdated>;
 
 /**
  * @generated from message corral.v1.AgentUpserted
