@@ -360,7 +360,8 @@ class Daemon:
             await database.close()
             self.database = None
             raise
-        log.info("state directory %s: %d agents restored", state_dir, len(loaded.agents))
+        # At DEBUG: the start-up line (startup_line.py) says it once the daemon serves.
+        log.debug("state directory %s: %d agents restored", state_dir, len(loaded.agents))
         backfill = Backfill(database, ITEM_CODEC.decode)
         self.search = SearchIndex(database, backfill, enabled=config.search_index)
         if config.search_index:
@@ -442,7 +443,7 @@ class Daemon:
             self.metrics_port = self._serve_metrics(self.config.metrics_listen)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("corral serving on %s (port %d)", self.config.listen, self.port)
+        log.debug("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
     async def _check_socket_path(self, path: Path) -> None:
@@ -529,7 +530,7 @@ class Daemon:
         self._metrics_server = server
         bound: int = server.server_port
         self._metrics_url = f"http://{host}:{bound}/metrics"
-        log.info("metrics on http://%s:%d/metrics", host, bound)
+        log.debug("metrics on http://%s:%d/metrics", host, bound)
         return bound
 
     async def drain(self, grace_s: float = 10.0, delay_s: float | None = None) -> None:

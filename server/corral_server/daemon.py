@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, NoReturn
 
-from corral_server import gc_tuning, logs, reclaim
+from corral_server import gc_tuning, logs, reclaim, startup_line
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
@@ -34,7 +34,7 @@ from corral_server.providers.config import load as load_providers
 from corral_server.rpc.auth import TokenFile, TokenFileError
 from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, TlsFiles, server_credentials
-from corral_server.server_info import API_VERSION, corral_version, standby_info
+from corral_server.server_info import standby_info
 from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
 from corral_server.store.private import make_private
@@ -311,18 +311,6 @@ def access_error(args: argparse.Namespace) -> str:
     return ""
 
 
-def _access_note(config: Config) -> str:
-    """What a client needs, for the "listening" line: e.g. "; TLS; tokens", or ""."""
-    notes: list[str] = []
-    if config.tls is not None:
-        notes.append("mutual TLS" if config.tls.client_ca else "TLS")
-    if config.auth_token_file is not None:
-        notes.append("tokens")
-    if not config.reflection:
-        notes.append("no reflection")
-    return "".join(f"; {note}" for note in notes)
-
-
 def port_taken(listen: str, flag: str = "--listen") -> str:
     """Why `listen` cannot be bound (another process listens there), or "". Checked before
     anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
@@ -380,11 +368,6 @@ def build_config(
         web_allow_origins=tuple(args.web_allow_origin),
         search_index=args.search_index,
     )
-
-
-def _log_version(what: str) -> None:
-    """Once it serves (a refused start prints its one error line only)."""
-    log.info("corral %s (API %s) %s", corral_version(), API_VERSION, what)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -454,23 +437,20 @@ async def serve(args: argparse.Namespace) -> int:
             logging.disable(logging.NOTSET)
         lock.close()
         return 2
-    _log_version("serving")
     gc_tuning.tune()
     reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # Before the "listening" line, so whoever waits for it may signal at once.
+    # Before the start-up line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
-    mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
-    print(
-        f"corral listening on {_bound(args.listen, port)} "
-        f"(state {state_dir}{_access_note(config)}{mcp})",
-        flush=True,
+    mcp_url = daemon.mcp.url if daemon.mcp is not None else ""
+    agents = len(daemon.manager.agents())
+    line = startup_line.serving(
+        daemon.server_info(), _bound(args.listen, port), state_dir, agents, mcp_url
     )
-    if daemon.web is not None:
-        print(f"dashboard: {daemon.web.url}", flush=True)
+    print(line, flush=True)
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.skip_drain_delay)
@@ -519,8 +499,7 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    _log_version("waiting as a standby")
-    print(f"corral standby on {_bound(config.listen, port)} (waiting for {state_dir})", flush=True)
+    print(startup_line.standby(info, _bound(config.listen, port), state_dir), flush=True)
     try:
         while not stop.is_set():
             try:

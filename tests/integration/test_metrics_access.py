@@ -82,9 +82,8 @@ def test_loopback_metrics_stay_open_with_tokens_on(tmp_path: Path, token_file: P
         tmp_path / "state", "--auth-token-file", str(token_file), "--metrics-listen", "127.0.0.1:0"
     ).start()
     try:
-        line = proc.wait_for_log("metrics on")
-        match = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line)
-        assert match is not None, line
+        match = re.search(r", metrics http://127\.0\.0\.1:(\d+)/metrics;", proc.first_line)
+        assert match is not None, proc.first_line
         code, body = scrape(int(match.group(1)))
         assert code == 200 and "corral_agents" in body
     finally:
