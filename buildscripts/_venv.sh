@@ -121,8 +121,12 @@ ensure_venv() {  # $1: "serve" for the runtime-only environment; else the develo
       pip=("$("$PY" -c 'import sys; print(sys._base_executable)')" -m pip --python "$PY")
     fi
     pip+=(--disable-pip-version-check)
+    # The runtime environment compiles what the daemon imports when it first imports it, not
+    # every module of every dependency at install time (about a third of pip's work).
+    local compile=()
+    [[ -z $extra ]] && compile=(--no-compile)
     if ! { { [[ -z $extra ]] || "${pip[@]}" install --upgrade pip; } &&
-      "${pip[@]}" install -e "$root$extra"; } 2>&1 | pip_progress "$log"; then
+      "${pip[@]}" install "${compile[@]}" -e "$root$extra"; } 2>&1 | pip_progress "$log"; then
       tail -n 30 "$log" >&2
       echo "corral: installing into $venv failed (full log: $log)" >&2
       return 1
