@@ -17,16 +17,17 @@ from pathlib import Path
 from corral_server.server_info import ServerFeatures, ServerInfo
 
 
-def serving(info: ServerInfo, address: str, state_dir: Path, agents: int, mcp_url: str) -> str:
-    """The line of a daemon that serves on `address` (gRPC) and the URLs in `info`."""
+def serving(
+    info: ServerInfo, address: str, state_dir: Path | None, agents: int, mcp_url: str
+) -> str:
+    """The line of a daemon that serves on `address` (gRPC) and the URLs in `info` (with no
+    state directory: one that keeps everything in memory)."""
     features = info.features
     urls = (("web", features.web_url), ("MCP", mcp_url), ("metrics", features.metrics_url))
     served = "".join(f", {label} {url}" for label, url in urls if url)
     kept = f"{agents} agent" + ("" if agents == 1 else "s")
-    return (
-        f"{_named(info)} listening on {address}{served}; "
-        f"state {state_dir} ({kept}){_access(features)}"
-    )
+    state = f"state {state_dir}" if state_dir is not None else "state in memory"
+    return f"{_named(info)} listening on {address}{served}; {state} ({kept}){_access(features)}"
 
 
 def standby(info: ServerInfo, address: str, state_dir: Path) -> str:
