@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
@@ -11,9 +9,7 @@ from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import unary
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
+from corral_server.rpc.errors import Ctx, unary
 
 _UPDATABLE = ("title", "labels", "mode", "model")
 # A selector is at most max_labels terms of a key and a value: 64 * (256 + 256 + 2) < 64 K.
