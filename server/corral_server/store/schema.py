@@ -170,7 +170,7 @@ def _records_in_storage_format(conn: sqlite3.Connection) -> None:
 Migration = str | Callable[[sqlite3.Connection], None]
 
 _V7_SCHEDULES = """
-CREATE TABLE schedules (
+CREATE TABLE IF NOT EXISTS schedules (
     schedule_id TEXT PRIMARY KEY,
     record TEXT NOT NULL,
     created_ms INTEGER NOT NULL
