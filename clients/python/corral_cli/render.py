@@ -191,6 +191,8 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
         case "tool_call":
             call = row.tool_call
             text = f"{call.name} {tool_status(call.status)}"
+            if call.HasField("output_ref"):
+                text += _kept_output(call)
             return f"{text}: {one_line(call.error)}" if call.error else text
         case "todo":
             return "; ".join(
@@ -206,6 +208,17 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
             return f"{notice.child_agent_id} {one_line(notice.text)}"
         case _:
             return ""
+
+
+# How much of a kept output's preview a log line shows.
+_PREVIEW_CHARS = 120
+
+
+def _kept_output(call: timeline_pb.ToolCall) -> str:
+    """The preview and size of an output kept apart, and the command that prints it."""
+    ref = call.output_ref
+    preview = one_line(call.output.string_value)[:_PREVIEW_CHARS]
+    return f": {preview}… [output of {ref.size_bytes} bytes: corral output AGENT {ref.blob_id}]"
 
 
 def log_line(row: timeline_pb.TimelineRow) -> str:

@@ -38,6 +38,7 @@ KNOWN_DIRECTIVES = (
     "/terminal-without-id",
     "/think",
     "/tool",
+    "/tool-output",
 )
 
 # One day: long enough for any "keep the turn busy" test, short enough that no clock overflows
@@ -75,6 +76,15 @@ class Tool:
     name: str
     # A JSON object, or None when the directive gave no input.
     input: JsonValue = None
+    # `/tool-output NAME BYTES`: the call's output is `output_text(BYTES)`, not {"ok": true}.
+    output_bytes: int | None = None
+
+
+def output_text(size: int) -> str:
+    """`/tool-output`'s output: the lines "000000000\n", "000000001\n", ... cut at `size`
+    bytes (ASCII, so bytes and characters agree)."""
+    lines = "".join(f"{i:09d}\n" for i in range(size // 10 + 1))
+    return lines[:size]
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +290,11 @@ def _parse_directive(line: str) -> Step:
             return Think(_required(name, argument, "the reasoning text"))
         case "/tool":
             return _parse_tool(argument)
+        case "/tool-output":
+            tool_name, _, size = argument.partition(" ")
+            if not tool_name:
+                raise _BadLine("/tool-output needs a tool name and an output size in bytes")
+            return Tool(tool_name, output_bytes=_parse_size(size.strip(), name))
         case "/sleep":
             return Sleep(_parse_ms(argument))
         case "/fail":
@@ -399,7 +414,7 @@ def _parse_follow_up(argument: str) -> str:
 def _parse_size(argument: str, directive: str) -> int:
     if not argument.isdigit() or int(argument) > MAX_INPUT_BYTES:
         raise _BadLine(
-            f"{directive}: an input size is a number of bytes from 0 to {MAX_INPUT_BYTES}, "
+            f"{directive}: a size is a number of bytes from 0 to {MAX_INPUT_BYTES}, "
             f"got {argument!r}"
         )
     return int(argument)

@@ -78,6 +78,7 @@ from corral_server.providers.script import (
     TerminalWithoutId,
     Think,
     Tool,
+    output_text,
     parse_script,
 )
 
@@ -510,7 +511,11 @@ class ScriptedSession:
             tool.name,
             ToolCallStatus.COMPLETED,
             input=tool.input,
-            output={"ok": True, "tool": tool.name},
+            output=(
+                {"ok": True, "tool": tool.name}
+                if tool.output_bytes is None
+                else output_text(tool.output_bytes)
+            ),
         )
         self._emit(ProviderItem(run.turn_id, completed))
 

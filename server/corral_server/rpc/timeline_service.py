@@ -17,6 +17,11 @@ from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
 
 Ctx = Any
 
+# FetchToolOutput's chunk when the request sets no limit, and the most it answers: 3 MiB of
+# data and a few bytes of framing stay under a default client's 4 MiB receive limit.
+DEFAULT_OUTPUT_CHUNK = 1024 * 1024
+MAX_OUTPUT_CHUNK = 3 * 1024 * 1024
+
 _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,
     tl_pb.TIMELINE_DIRECTION_TAIL: Direction.TAIL,
@@ -94,6 +99,21 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
             msg.start_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.first_seq)))
             msg.end_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.last_seq)))
         return msg
+
+    @unary
+    async def FetchToolOutput(
+        self, request: tl_pb.FetchToolOutputRequest, context: Ctx
+    ) -> tl_pb.FetchToolOutputResponse:
+        self._check_ids(request.agent_id, request.blob_id, "blob_id")
+        if not request.blob_id:
+            raise errors.InvalidArgument.field("blob_id", "required")
+        limit = min(request.limit or DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK)
+        chunk = await self._manager.fetch_tool_output(
+            request.agent_id, request.blob_id, request.offset, limit
+        )
+        return tl_pb.FetchToolOutputResponse(
+            data=chunk.data, offset=chunk.offset, size_bytes=chunk.size_bytes, json=chunk.json
+        )
 
     @unary
     async def SearchTimeline(

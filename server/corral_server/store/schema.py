@@ -53,6 +53,13 @@ run's JSON record is rewritten as a corral.storage.v1.SubagentRun, and `meta` na
 ('record_format'). Agent records and timeline items need no rewrite: the storage messages kept
 the numbers of the API messages they were written as. A run whose JSON does not read is left as
 it is, for start-up to report as a bad record.
+
+Version 9 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
+manager/tool_output.py), stored once, keyed by the blob id the row's item names
+(ToolCall.output_ref) and by the row that holds it (timeline_id, seq), with `json` (the bytes
+are JSON text) and `data`. It is written, trimmed and deleted with its row
+(store/tool_outputs.py). A rowid table: an output is megabytes, read in chunks by incremental
+blob I/O.
 """
 
 from __future__ import annotations
@@ -145,6 +152,18 @@ INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
 
+_V9_TOOL_OUTPUTS = """
+CREATE TABLE tool_outputs (
+    blob_id TEXT NOT NULL UNIQUE,
+    timeline_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    json INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX tool_outputs_row ON tool_outputs (timeline_id, seq);
+"""
+
+
 RECORD_FORMAT = "corral.storage.v1"
 
 
@@ -165,7 +184,15 @@ def _records_in_storage_format(conn: sqlite3.Connection) -> None:
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _records_in_storage_format)
+MIGRATIONS: tuple[Migration, ...] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _records_in_storage_format,
+    _V9_TOOL_OUTPUTS,
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
