@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
@@ -169,6 +170,20 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
         again.stop()
     with sqlite3.connect(state / "corral.db") as db:
         assert db.execute("SELECT blob_id FROM tool_outputs").fetchall() == [(kept,)]
+
+
+def test_a_rehydrating_reload_drops_the_outputs_with_the_rows(
+    daemon: DaemonThread, tmp_path: Path
+) -> None:
+    with grpc.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
+        run_turn(stubs, agent_id, "/tool-output shell 300000")
+        [blob_id] = blob_ids(stubs, agent_id)
+        reload = agent_pb.ReloadAgentRequest(agent_id=agent_id, rehydrate_from_disk=True)
+        stubs.agents.ReloadAgent(reload)
+        assert tool_rows(stubs, agent_id) == []
+        assert fetch_error(stubs, agent_id, blob_id).reason == "TOOL_OUTPUT_NOT_FOUND"
 
 
 def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:

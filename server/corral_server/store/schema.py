@@ -59,7 +59,7 @@ manager/tool_output.py), stored once, keyed by the blob id the row's item names
 (ToolCall.output_ref) and by the row that holds it (timeline_id, seq), with `json` (the bytes
 are JSON text) and `data`. It is written, trimmed and deleted with its row
 (store/tool_outputs.py). A rowid table: an output is megabytes, read in chunks by incremental
-blob I/O.
+blob I/O. IF NOT EXISTS: a database whose version was set back by hand migrates again intact.
 """
 
 from __future__ import annotations
@@ -153,14 +153,14 @@ INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 
 
 _V9_TOOL_OUTPUTS = """
-CREATE TABLE tool_outputs (
+CREATE TABLE IF NOT EXISTS tool_outputs (
     blob_id TEXT NOT NULL UNIQUE,
     timeline_id INTEGER NOT NULL,
     seq INTEGER NOT NULL,
     json INTEGER NOT NULL,
     data BLOB NOT NULL
 );
-CREATE INDEX tool_outputs_row ON tool_outputs (timeline_id, seq);
+CREATE INDEX IF NOT EXISTS tool_outputs_row ON tool_outputs (timeline_id, seq);
 """
 
 
