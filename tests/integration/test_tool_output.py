@@ -44,11 +44,24 @@ def daemon(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DaemonThr
     thread.stop()
 
 
+@pytest.fixture
+def stubs(daemon: DaemonThread) -> Iterator[Stubs]:
+    with grpc.insecure_channel(daemon.address) as channel:  # a default client: 4 MiB
+        yield Stubs.of(channel)
+
+
 def run_turn(stubs: Stubs, agent_id: str, *lines: str) -> str:
     request = turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
     events = list(stubs.turns.StreamTurn(request))
     assert events[-1].WhichOneof("event") == "turn_completed"
     return str(events[0].turn_started.turn_id)
+
+
+def agent_after(stubs: Stubs, cwd: Path, *lines: str) -> str:
+    """A new agent that ran one turn of `lines`."""
+    agent_id = str(stubs.agents.CreateAgent(create_request(str(cwd))).agent.id)
+    run_turn(stubs, agent_id, *lines)
+    return agent_id
 
 
 def tool_rows(stubs: Stubs, agent_id: str) -> list[timeline_pb.TimelineRow]:
@@ -82,61 +95,48 @@ def fetch_error(stubs: Stubs, agent_id: str, blob_id: str, offset: int = 0) -> E
     return error_details(caught.value)
 
 
-def test_a_10_mib_output_round_trips_byte_exact_through_pages(
-    daemon: DaemonThread, tmp_path: Path
-) -> None:
-    with grpc.insecure_channel(daemon.address) as channel:  # a default client: 4 MiB
-        stubs = Stubs.of(channel)
-        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        run_turn(stubs, agent_id, "/tool-output shell 10485760")
-        [row] = [r for r in tool_rows(stubs, agent_id) if r.item.tool_call.HasField("output_ref")]
-        call = row.item.tool_call
-        ref = call.output_ref
-        want = expected_output(10 * MIB)
-        assert (ref.size_bytes, ref.preview_truncated, ref.json) == (10 * MIB, True, False)
-        assert call.output.string_value.encode() == want[:4096]
-        assert row.ByteSize() < 8 * 1024  # the row itself stays small
-        assert fetch_all(stubs, agent_id, ref.blob_id) == want  # 1 MiB chunks by default
-        assert fetch_all(stubs, agent_id, ref.blob_id, limit=64 * MIB) == want  # 3 MiB at most
-        assert fetch_all(stubs, agent_id, ref.blob_id, limit=999_999) == want
+def test_a_10_mib_output_round_trips_byte_exact_through_pages(stubs: Stubs, tmp_path: Path) -> None:
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 10485760")
+    [row] = [r for r in tool_rows(stubs, agent_id) if r.item.tool_call.HasField("output_ref")]
+    call = row.item.tool_call
+    ref = call.output_ref
+    want = expected_output(10 * MIB)
+    assert (ref.size_bytes, ref.preview_truncated, ref.json) == (10 * MIB, True, False)
+    assert call.output.string_value.encode() == want[:4096]
+    assert row.ByteSize() < 8 * 1024  # the row itself stays small
+    assert fetch_all(stubs, agent_id, ref.blob_id) == want  # 1 MiB chunks by default
+    assert fetch_all(stubs, agent_id, ref.blob_id, limit=64 * MIB) == want  # 3 MiB at most
+    assert fetch_all(stubs, agent_id, ref.blob_id, limit=999_999) == want
 
 
-def test_an_output_under_the_threshold_stays_whole_in_its_row(
-    daemon: DaemonThread, tmp_path: Path
-) -> None:
-    with grpc.insecure_channel(daemon.address) as channel:
-        stubs = Stubs.of(channel)
-        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        run_turn(stubs, agent_id, "/tool-output small 262144")
-        call = tool_rows(stubs, agent_id)[-1].item.tool_call
-        assert not call.HasField("output_ref")
-        assert call.output.string_value.encode() == expected_output(262_144)
+def test_an_output_under_the_threshold_stays_whole_in_its_row(stubs: Stubs, tmp_path: Path) -> None:
+    agent_id = agent_after(stubs, tmp_path, "/tool-output small 262144")
+    call = tool_rows(stubs, agent_id)[-1].item.tool_call
+    assert not call.HasField("output_ref")
+    assert call.output.string_value.encode() == expected_output(262_144)
 
 
 def test_bad_requests_are_clear_errors_and_the_end_answers_no_data(
-    daemon: DaemonThread, tmp_path: Path
+    stubs: Stubs, tmp_path: Path
 ) -> None:
-    with grpc.insecure_channel(daemon.address) as channel:
-        stubs = Stubs.of(channel)
-        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        run_turn(stubs, agent_id, "/tool-output shell 300000")
-        blob_id = tool_rows(stubs, agent_id)[-1].item.tool_call.output_ref.blob_id
-        past = fetch_error(stubs, agent_id, blob_id, offset=300_001)
-        assert (past.code, past.fields) == (grpc.StatusCode.INVALID_ARGUMENT, ("offset",))
-        assert "300000 bytes" in past.message
-        end = stubs.timeline.FetchToolOutput(
-            tl_pb.FetchToolOutputRequest(agent_id=agent_id, blob_id=blob_id, offset=300_000)
-        )
-        assert (end.data, end.size_bytes) == (b"", 300_000)
-        unknown = fetch_error(stubs, agent_id, "0" * 32)
-        assert (unknown.code, unknown.reason) == (
-            grpc.StatusCode.NOT_FOUND,
-            "TOOL_OUTPUT_NOT_FOUND",
-        )
-        empty = fetch_error(stubs, agent_id, "")
-        assert (empty.code, empty.fields) == (grpc.StatusCode.INVALID_ARGUMENT, ("blob_id",))
-        other = fetch_error(stubs, "no-such-agent", blob_id)
-        assert (other.code, other.reason) == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND")
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
+    blob_id = blob_ids(stubs, agent_id)[-1]
+    past = fetch_error(stubs, agent_id, blob_id, offset=300_001)
+    assert (past.code, past.fields) == (grpc.StatusCode.INVALID_ARGUMENT, ("offset",))
+    assert "300000 bytes" in past.message
+    end = stubs.timeline.FetchToolOutput(
+        tl_pb.FetchToolOutputRequest(agent_id=agent_id, blob_id=blob_id, offset=300_000)
+    )
+    assert (end.data, end.size_bytes) == (b"", 300_000)
+    unknown = fetch_error(stubs, agent_id, "0" * 32)
+    assert (unknown.code, unknown.reason) == (
+        grpc.StatusCode.NOT_FOUND,
+        "TOOL_OUTPUT_NOT_FOUND",
+    )
+    empty = fetch_error(stubs, agent_id, "")
+    assert (empty.code, empty.fields) == (grpc.StatusCode.INVALID_ARGUMENT, ("blob_id",))
+    other = fetch_error(stubs, "no-such-agent", blob_id)
+    assert (other.code, other.reason) == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND")
 
 
 def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_rest(
@@ -147,8 +147,7 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
     try:
         with grpc.insecure_channel(first.address) as channel:
             stubs = Stubs.of(channel)
-            agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-            run_turn(stubs, agent_id, "/echo", "/tool-output one 300000")
+            agent_id = agent_after(stubs, tmp_path, "/echo", "/tool-output one 300000")
             second = run_turn(stubs, agent_id, "/echo", "/tool-output two 400000")
             kept, dropped = blob_ids(stubs, agent_id)
             rewind = turn_pb.RewindRequest(agent_id=agent_id, message_id=f"{second}-user")
@@ -172,18 +171,13 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
         assert db.execute("SELECT blob_id FROM tool_outputs").fetchall() == [(kept,)]
 
 
-def test_a_rehydrating_reload_drops_the_outputs_with_the_rows(
-    daemon: DaemonThread, tmp_path: Path
-) -> None:
-    with grpc.insecure_channel(daemon.address) as channel:
-        stubs = Stubs.of(channel)
-        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        run_turn(stubs, agent_id, "/tool-output shell 300000")
-        [blob_id] = blob_ids(stubs, agent_id)
-        reload = agent_pb.ReloadAgentRequest(agent_id=agent_id, rehydrate_from_disk=True)
-        stubs.agents.ReloadAgent(reload)
-        assert tool_rows(stubs, agent_id) == []
-        assert fetch_error(stubs, agent_id, blob_id).reason == "TOOL_OUTPUT_NOT_FOUND"
+def test_a_rehydrating_reload_drops_the_outputs_with_the_rows(stubs: Stubs, tmp_path: Path) -> None:
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
+    [blob_id] = blob_ids(stubs, agent_id)
+    reload = agent_pb.ReloadAgentRequest(agent_id=agent_id, rehydrate_from_disk=True)
+    stubs.agents.ReloadAgent(reload)
+    assert tool_rows(stubs, agent_id) == []
+    assert fetch_error(stubs, agent_id, blob_id).reason == "TOOL_OUTPUT_NOT_FOUND"
 
 
 def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:
@@ -191,9 +185,8 @@ def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:
     try:
         with grpc.insecure_channel(thread.address) as channel:
             stubs = Stubs.of(channel)
-            agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-            run_turn(stubs, agent_id, "/tool-output shell 300000")
-            blob_id = tool_rows(stubs, agent_id)[-1].item.tool_call.output_ref.blob_id
+            agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
+            blob_id = blob_ids(stubs, agent_id)[-1]
             assert fetch_all(stubs, agent_id, blob_id) == expected_output(300_000)
             run_turn(stubs, agent_id, "/reply later")
             run_turn(stubs, agent_id, "/reply later still")
@@ -205,13 +198,13 @@ def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:
 
 
 def test_the_cli_shows_the_preview_and_streams_the_whole_output(
-    daemon: DaemonThread, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+    daemon: DaemonThread,
+    stubs: Stubs,
+    tmp_path: Path,
+    capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:
-    with grpc.insecure_channel(daemon.address) as channel:
-        stubs = Stubs.of(channel)
-        agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        run_turn(stubs, agent_id, "/tool-output shell 5000000")
-        blob_id = tool_rows(stubs, agent_id)[-1].item.tool_call.output_ref.blob_id
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 5000000")
+    blob_id = blob_ids(stubs, agent_id)[-1]
     capsysbinary.readouterr()
     assert main(["--addr", daemon.address, "logs", agent_id]) == 0
     logs = capsysbinary.readouterr().out.decode()
