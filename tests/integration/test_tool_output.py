@@ -208,7 +208,7 @@ def test_the_cli_shows_the_preview_and_streams_the_whole_output(
     capsysbinary.readouterr()
     assert main(["--addr", daemon.address, "logs", agent_id]) == 0
     logs = capsysbinary.readouterr().out.decode()
-    assert f"[output of 5000000 bytes: corral output AGENT {blob_id}]" in logs
+    assert f"[output of 5000000 bytes: corral output {agent_id} {blob_id}]" in logs
     assert "000000000 ↵ 000000001 ↵" in logs  # the preview, on one line
     assert main(["--addr", daemon.address, "output", agent_id[:8], blob_id]) == 0
     assert capsysbinary.readouterr().out == expected_output(5_000_000)

@@ -64,7 +64,7 @@ def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
         timeout=client.timeout_s,
     )
     for row in page.rows:
-        _print_row(console, row)
+        _print_row(console, row, args.agent)
     if not page.rows:
         console.note(empty_timeline(page.epoch, page.window.next_seq))
     return failure.EXIT_OK
@@ -83,11 +83,11 @@ def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
     return _Follower(client, console, args.agent, 0, False, history=False).run()
 
 
-def _print_row(console: Console, row: timeline_pb.TimelineRow) -> None:
+def _print_row(console: Console, row: timeline_pb.TimelineRow, agent_id: str) -> None:
     if console.json:
         console.message(row)
     else:
-        console.line(log_line(row))
+        console.line(log_line(row, agent_id))
 
 
 def _settled(agent: agent_types_pb.Agent) -> bool:
@@ -258,7 +258,7 @@ class _Follower:
         if row.seq > self.expected:
             self._catch_up(row.seq)
         if row.seq == self.expected:
-            _print_row(self.console, row)
+            _print_row(self.console, row, self.agent_id)
             self.expected = row.seq + 1
 
     def _catch_up(self, until_seq: int) -> None:
@@ -283,7 +283,7 @@ class _Follower:
             before = self.expected
             for row in page.rows:
                 if self.expected <= row.seq < until_seq:
-                    _print_row(self.console, row)
+                    _print_row(self.console, row, self.agent_id)
                     self.expected = row.seq + 1
             if self.expected == before:
                 return  # no progress (rows retired meanwhile): the live stream goes on
