@@ -139,6 +139,34 @@ def test_bad_requests_are_clear_errors_and_the_end_answers_no_data(
     assert (other.code, other.reason) == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND")
 
 
+def test_a_rows_cursor_names_its_output_as_its_blob_id_does(stubs: Stubs, tmp_path: Path) -> None:
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
+    page = stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0))
+    [row] = [r for r in page.rows if r.item.tool_call.HasField("output_ref")]
+
+    def at(seq: int, epoch: str = page.epoch, blob_id: str = "") -> tl_pb.FetchToolOutputRequest:
+        cursor = timeline_pb.Cursor(epoch=epoch, seq=seq)
+        return tl_pb.FetchToolOutputRequest(agent_id=agent_id, cursor=cursor, blob_id=blob_id)
+
+    chunk = stubs.timeline.FetchToolOutput(at(row.seq))
+    assert (chunk.data, chunk.size_bytes) == (expected_output(300_000), 300_000)
+    for request, code, reason, fields in (
+        (at(1), grpc.StatusCode.NOT_FOUND, "TOOL_OUTPUT_NOT_FOUND", ()),  # the prompt's row
+        (at(row.seq, "f" * 32), grpc.StatusCode.NOT_FOUND, "TOOL_OUTPUT_NOT_FOUND", ()),
+        (at(0), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", ("cursor.seq",)),
+        (
+            at(row.seq, blob_id="x"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+            ("cursor",),
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            stubs.timeline.FetchToolOutput(request)
+        details = error_details(caught.value)
+        assert (details.code, details.reason, details.fields) == (code, reason, fields)
+
+
 def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_rest(
     tmp_path: Path,
 ) -> None:

@@ -134,6 +134,10 @@ class AgentManager:
         self._actor(agent_id)
         return await self._timeline.read_output(agent_id, blob_id, offset, limit)
 
+    async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
+        self._actor(agent_id)
+        return await reads.tool_output_id(self._timeline, agent_id, cursor)
+
     async def activity(
         self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int
     ) -> ActivityDigest:

@@ -105,15 +105,27 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
         self, request: tl_pb.FetchToolOutputRequest, context: Ctx
     ) -> tl_pb.FetchToolOutputResponse:
         self._check_ids(request.agent_id, request.blob_id, "blob_id")
-        if not request.blob_id:
-            raise errors.InvalidArgument.field("blob_id", "required")
+        blob_id = request.blob_id
+        if request.HasField("cursor"):
+            blob_id = await self._output_at(request)
+        elif not blob_id:
+            raise errors.InvalidArgument.field("blob_id", "required (or a cursor)")
         limit = min(request.limit or DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK)
         chunk = await self._manager.fetch_tool_output(
-            request.agent_id, request.blob_id, request.offset, limit
+            request.agent_id, blob_id, request.offset, limit
         )
         return tl_pb.FetchToolOutputResponse(
             data=chunk.data, offset=chunk.offset, size_bytes=chunk.size_bytes, json=chunk.json
         )
+
+    async def _output_at(self, request: tl_pb.FetchToolOutputRequest) -> str:
+        self._check_ids(request.agent_id, request.cursor.epoch, "cursor.epoch")
+        if request.blob_id:
+            raise errors.InvalidArgument.field("cursor", "give a blob_id or a cursor, not both")
+        if request.cursor.seq < 1:
+            raise errors.InvalidArgument.field("cursor.seq", "a row's seq is at least 1")
+        cursor = convert.cursor_from_pb(request.cursor)
+        return await self._manager.tool_output_id(request.agent_id, cursor)
 
     @unary
     async def SearchTimeline(

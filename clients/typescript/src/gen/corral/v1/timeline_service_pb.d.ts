@@ -379,7 +379,7 @@ export declare type FetchToolOutputRequest = Message<"corral.v1.FetchToolOutputR
   agentId: string;
 
   /**
-   * ToolCall.output_ref.blob_id of a row the agent's timeline retains.
+   * ToolCall.output_ref.blob_id of a row the agent's timeline retains (or set `cursor`).
    *
    * @generated from field: string blob_id = 2;
    */
@@ -398,6 +398,13 @@ export declare type FetchToolOutputRequest = Message<"corral.v1.FetchToolOutputR
    * @generated from field: uint32 limit = 4;
    */
   limit: number;
+
+  /**
+   * Instead of `blob_id`: the row (of the current epoch) whose ToolCall.output_ref to read.
+   *
+   * @generated from field: corral.v1.Cursor cursor = 5;
+   */
+  cursor?: Cursor | undefined;
 };
 
 /**
