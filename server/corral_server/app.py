@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from grpc_health.v1 import health, health_pb2
 from corral_server import edges
 from corral_server.clock import Clock, SystemClock
 from corral_server.config import Config, access_features, limits_of
-from corral_server.domain.events import SubagentRunUpdated
+from corral_server.domain.events import Event, SubagentRunUpdated
 from corral_server.durable import DurableStores, open_database, open_search, open_stores
 from corral_server.errors import CorralError
 from corral_server.hub import EventHub
@@ -34,7 +35,7 @@ from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
 from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 from corral_server.reclaim import Reclaimer
 from corral_server.records.memory import InMemoryRunStore
 from corral_server.records.store import EventLog, RunStore
@@ -46,6 +47,8 @@ from corral_server.rpc.server import SERVICE_NAMES
 from corral_server.rpc.services import build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.tls import server_credentials
+from corral_server.schedules.scheduler import Scheduler
+from corral_server.schedules.store import SqliteSchedules
 from corral_server.server_info import ServerInfo, ServingState, corral_version
 from corral_server.store.database import Database
 from corral_server.store.search import SearchIndex
@@ -53,6 +56,10 @@ from corral_server.subagents.limits import SpawnRequest
 from corral_server.subagents.registry import SubagentRegistry
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
+from corral_server.workspace.changes import Changes
+from corral_server.workspace.trees import Trees
+from corral_server.workspace.turn_trees import TurnTrees, WatchedPublisher
+from corral_server.workspace.worktrees import worktrees_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -101,7 +108,14 @@ class Daemon:
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
         )
+        self.worktrees = worktrees_for(config.worktrees_dir, config.state_dir, config.git_program)
+        # Working trees at turns' edges, and changes_updated after each turn (workspace/).
+        self.turn_trees = TurnTrees(
+            Trees(self.worktrees.git), lambda agent_id: self.manager.get(agent_id), self.hub_publish
+        )
         self.manager = self._manager(self.timeline, None)
+        # Schedules (schedules/): in memory until `start` opens the state directory.
+        self.scheduler = Scheduler(self.clock, lambda: self.manager, self.hub_publish)
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
@@ -117,10 +131,12 @@ class Daemon:
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
         self._credentials = server_credentials(config.tls) if config.tls else None
-        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)
+        # This daemon's calls answered with an error, by status code (both edges; metrics).
+        self.rpc_errors: Counter[str] = Counter()
         limits = StreamLimits(
             max_streams=config.max_streams,
             total_bytes=config.streams_total_bytes,
@@ -155,7 +171,7 @@ class Daemon:
         return AgentManager(
             providers=self._providers,
             timeline=timeline,
-            publisher=self.hub,
+            publisher=WatchedPublisher(self.hub, self.turn_trees.observe),
             clock=self.clock,
             limits=config.limits,
             timeouts=config.timeouts,
@@ -163,6 +179,7 @@ class Daemon:
             requests=stores.requests if stores else None,
             finished=stores.finished if stores else None,
             daemon_tag=self.daemon_tag,
+            worktrees=self.worktrees,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -184,6 +201,9 @@ class Daemon:
             return not self.manager.get(agent_id).is_closed
         except CorralError:
             return False
+
+    def hub_publish(self, event: Event) -> int:
+        return self.hub.publish(event)  # the current hub: `start` may replace it
 
     def _run_changed(self, event: SubagentRunUpdated) -> None:
         self.hub.publish(event)
@@ -210,6 +230,8 @@ class Daemon:
             self.subagents = self._registry(stores.runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
             await self.manager.restore(stores.loaded)
+            self.scheduler.store = SqliteSchedules(database)
+            await self.scheduler.load()
         except BaseException:
             await database.close()
             self.database = None
@@ -233,11 +255,15 @@ class Daemon:
             search=self.search,
             server_info=self.server_info,
             clock=self.clock,
+            worktrees=self.worktrees,
+            changes=Changes(self.turn_trees.trees, self.turn_trees),
+            scheduler=self.scheduler,
         )
         await self._serve_grpc(servicers)
         await self._serve_edges(servicers)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.scheduler.start()  # after serving: a missed firing runs once now
         log.info("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
@@ -246,6 +272,7 @@ class Daemon:
         server = grpc_server.build_server(
             tokens=self.tokens,
             connections=self.connections,
+            rpc_errors=self.rpc_errors,
             reclaimer=Reclaimer(self.clock),
             max_request_bytes=config.max_request_bytes,
             max_streams_per_connection=config.max_streams_per_connection,
@@ -266,7 +293,9 @@ class Daemon:
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
         config = self.config
         if config.web_listen:
-            self.web = edges.web_endpoint(config, config.web_listen, servicers, self.tokens)
+            self.web = edges.web_endpoint(
+                config, config.web_listen, servicers, self.tokens, self.rpc_errors
+            )
             self.web_port = self.web.start()
         if config.mcp_listen:
             self.mcp = await edges.start_mcp(
@@ -280,7 +309,12 @@ class Daemon:
                     f"metrics on {config.metrics_listen} need tokens: there is no auth_token_file"
                 )
             self._metrics = edges.start_metrics(
-                config.metrics_listen, self.manager, self.hub, self.database, tokens
+                config.metrics_listen,
+                self.manager,
+                self.hub,
+                self.database,
+                tokens,
+                self.rpc_errors,
             )
             self.metrics_port = self._metrics.port
 
@@ -341,6 +375,7 @@ class Daemon:
         log.info("draining: NOT_SERVING, still answering for %.1fs", delay_s)
         await self._hold(delay_s)  # 2
         self.manager.refuse_new_work()  # 3
+        self.scheduler.stop()
         self.hub.end_all("server draining")  # 4
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
@@ -349,6 +384,9 @@ class Daemon:
                 await asyncio.wait_for(self.mcp.stop(), grace_s)
             await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
+            # Firings and tree captures under way finish (each git call has its deadline).
+            await asyncio.wait_for(self.scheduler.settled(), grace_s)
+            await asyncio.wait_for(self.turn_trees.settled(), grace_s)
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
         if self.web is not None:  # its streams ended with the hub's (step 4)

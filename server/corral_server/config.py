@@ -107,6 +107,10 @@ class Config:
     web_max_calls: int = 1_024
     # The dashboard's files (None: the package's web/static/).
     web_static_dir: Path | None = None
+    # Agents' git worktrees (workspace/): where they go (None: the state directory's
+    # worktrees/, or beside each repository without a state directory) and the git to run.
+    worktrees_dir: Path | None = None
+    git_program: str = "git"
 
 
 def limits_of(config: Config) -> ServerLimits:

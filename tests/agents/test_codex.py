@@ -5,6 +5,7 @@ declined), interrupt, and a model HTTP error."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from tests.agents import programs
 from tests.agents.conftest import Place, Spawn, Timings
@@ -12,11 +13,12 @@ from tests.agents.drivers import CodexDriver
 from tests.support.fake_models import FakeModelServer
 
 
-async def turn(codex: CodexDriver, thread_id: str, text: str) -> dict:
+async def turn(codex: CodexDriver, thread_id: str, text: str) -> dict[str, Any]:
     turn_id = await codex.start_turn(thread_id, text)
     done = await codex.until("turn/completed")
     assert done["params"]["turn"]["id"] == turn_id
-    return done["params"]["turn"]
+    turn: dict[str, Any] = done["params"]["turn"]
+    return turn
 
 
 def agent_text(codex: CodexDriver) -> str:
@@ -159,3 +161,20 @@ async def test_codex_resumes_a_thread_in_a_new_process_with_its_history(
         for c in item["content"]
     ]
     assert "First [[reply: one]]" in texts and "one" in texts
+
+
+async def test_codex_reports_a_threads_name_as_thread_name_updated(
+    fake: FakeModelServer, place: Place, spawn: Spawn
+) -> None:
+    # corral maps this notification to the agent's title (docs/design.md#titles); the real
+    # program's shape is pinned here, naming the thread as a client of codex would.
+    async with spawn(programs.codex(place.home, place.cwd, fake.url)) as child:
+        codex = CodexDriver(child)
+        thread_id = await codex.start_thread(place.cwd)
+        done = await turn(codex, thread_id, "Say hi [[reply: hi]]")
+        assert done["status"] == "completed"
+        # The pinned codex names no thread by itself: a turn ends without a name.
+        assert codex.of("thread/name/updated") == []
+        await codex.request("thread/name/set", {"threadId": thread_id, "name": "Greeting"})
+        named = await codex.until("thread/name/updated")
+        assert named["params"] == {"threadId": thread_id, "threadName": "Greeting"}

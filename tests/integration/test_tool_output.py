@@ -19,7 +19,14 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli.main import main
 from corral_server.app import Config
-from tests.support.client import ErrorDetails, Stubs, create_request, error_details, text
+from tests.support.client import (
+    ErrorDetails,
+    Stubs,
+    SyncStubs,
+    create_request,
+    error_details,
+    text,
+)
 from tests.support.daemon import DaemonThread
 
 MIB = 1024 * 1024
@@ -45,35 +52,35 @@ def daemon(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DaemonThr
 
 
 @pytest.fixture
-def stubs(daemon: DaemonThread) -> Iterator[Stubs]:
+def stubs(daemon: DaemonThread) -> Iterator[SyncStubs]:
     with grpc.insecure_channel(daemon.address) as channel:  # a default client: 4 MiB
         yield Stubs.of(channel)
 
 
-def run_turn(stubs: Stubs, agent_id: str, *lines: str) -> str:
+def run_turn(stubs: SyncStubs, agent_id: str, *lines: str) -> str:
     request = turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
     events = list(stubs.turns.StreamTurn(request))
     assert events[-1].WhichOneof("event") == "turn_completed"
     return str(events[0].turn_started.turn_id)
 
 
-def agent_after(stubs: Stubs, cwd: Path, *lines: str) -> str:
+def agent_after(stubs: SyncStubs, cwd: Path, *lines: str) -> str:
     """A new agent that ran one turn of `lines`."""
     agent_id = str(stubs.agents.CreateAgent(create_request(str(cwd))).agent.id)
     run_turn(stubs, agent_id, *lines)
     return agent_id
 
 
-def tool_rows(stubs: Stubs, agent_id: str) -> list[timeline_pb.TimelineRow]:
+def tool_rows(stubs: SyncStubs, agent_id: str) -> list[timeline_pb.TimelineRow]:
     page = stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0))
     return [row for row in page.rows if row.item.HasField("tool_call")]
 
 
-def blob_ids(stubs: Stubs, agent_id: str) -> list[str]:
+def blob_ids(stubs: SyncStubs, agent_id: str) -> list[str]:
     return [row.item.tool_call.output_ref.blob_id for row in tool_rows(stubs, agent_id)]
 
 
-def fetch_all(stubs: Stubs, agent_id: str, blob_id: str, limit: int = 0) -> bytes:
+def fetch_all(stubs: SyncStubs, agent_id: str, blob_id: str, limit: int = 0) -> bytes:
     data, offset = b"", 0
     while True:
         request = tl_pb.FetchToolOutputRequest(
@@ -88,14 +95,16 @@ def fetch_all(stubs: Stubs, agent_id: str, blob_id: str, limit: int = 0) -> byte
         assert chunk.data  # a chunk short of the end always carries bytes
 
 
-def fetch_error(stubs: Stubs, agent_id: str, blob_id: str, offset: int = 0) -> ErrorDetails:
+def fetch_error(stubs: SyncStubs, agent_id: str, blob_id: str, offset: int = 0) -> ErrorDetails:
     request = tl_pb.FetchToolOutputRequest(agent_id=agent_id, blob_id=blob_id, offset=offset)
     with pytest.raises(grpc.RpcError) as caught:
         stubs.timeline.FetchToolOutput(request)
     return error_details(caught.value)
 
 
-def test_a_10_mib_output_round_trips_byte_exact_through_pages(stubs: Stubs, tmp_path: Path) -> None:
+def test_a_10_mib_output_round_trips_byte_exact_through_pages(
+    stubs: SyncStubs, tmp_path: Path
+) -> None:
     agent_id = agent_after(stubs, tmp_path, "/tool-output shell 10485760")
     [row] = [r for r in tool_rows(stubs, agent_id) if r.item.tool_call.HasField("output_ref")]
     call = row.item.tool_call
@@ -109,7 +118,9 @@ def test_a_10_mib_output_round_trips_byte_exact_through_pages(stubs: Stubs, tmp_
     assert fetch_all(stubs, agent_id, ref.blob_id, limit=999_999) == want
 
 
-def test_an_output_under_the_threshold_stays_whole_in_its_row(stubs: Stubs, tmp_path: Path) -> None:
+def test_an_output_under_the_threshold_stays_whole_in_its_row(
+    stubs: SyncStubs, tmp_path: Path
+) -> None:
     agent_id = agent_after(stubs, tmp_path, "/tool-output small 262144")
     call = tool_rows(stubs, agent_id)[-1].item.tool_call
     assert not call.HasField("output_ref")
@@ -117,7 +128,7 @@ def test_an_output_under_the_threshold_stays_whole_in_its_row(stubs: Stubs, tmp_
 
 
 def test_bad_requests_are_clear_errors_and_the_end_answers_no_data(
-    stubs: Stubs, tmp_path: Path
+    stubs: SyncStubs, tmp_path: Path
 ) -> None:
     agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
     blob_id = blob_ids(stubs, agent_id)[-1]
@@ -139,7 +150,9 @@ def test_bad_requests_are_clear_errors_and_the_end_answers_no_data(
     assert (other.code, other.reason) == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND")
 
 
-def test_a_rows_cursor_names_its_output_as_its_blob_id_does(stubs: Stubs, tmp_path: Path) -> None:
+def test_a_rows_cursor_names_its_output_as_its_blob_id_does(
+    stubs: SyncStubs, tmp_path: Path
+) -> None:
     agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
     page = stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0))
     [row] = [r for r in page.rows if r.item.tool_call.HasField("output_ref")]
@@ -199,7 +212,9 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
         assert db.execute("SELECT blob_id FROM tool_outputs").fetchall() == [(kept,)]
 
 
-def test_a_rehydrating_reload_drops_the_outputs_with_the_rows(stubs: Stubs, tmp_path: Path) -> None:
+def test_a_rehydrating_reload_drops_the_outputs_with_the_rows(
+    stubs: SyncStubs, tmp_path: Path
+) -> None:
     agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
     [blob_id] = blob_ids(stubs, agent_id)
     reload = agent_pb.ReloadAgentRequest(agent_id=agent_id, rehydrate_from_disk=True)
@@ -227,7 +242,7 @@ def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:
 
 def test_the_cli_shows_the_preview_and_streams_the_whole_output(
     daemon: DaemonThread,
-    stubs: Stubs,
+    stubs: SyncStubs,
     tmp_path: Path,
     capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:

@@ -34,9 +34,9 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"records", "timeline", "providers"}),  # record protocols, timelines, agents
-    frozenset({"hub", "store"}),  # the event hub; the SQLite implementations
+    frozenset({"hub", "store", "workspace"}),  # the event hub; the SQLite implementations; git
     frozenset({"manager"}),  # the single writer of every agent
-    frozenset({"subagents"}),  # run trees, on the manager's public methods
+    frozenset({"subagents", "schedules"}),  # run trees, schedules: on the manager's methods
     frozenset({"rpc", "web", "mcp", "metrics", "metrics_http", "asgi_server"}),  # the edges
     frozenset({"config", "durable", "edges"}),  # what the daemon is built from
     frozenset({"app"}),  # the daemon assembled and wired

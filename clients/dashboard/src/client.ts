@@ -9,6 +9,7 @@ import {
   SubagentService,
   TimelineService,
   TurnService,
+  WorkspaceService,
 } from "./gen";
 
 const TOKEN_KEY = "corral.token";
@@ -47,6 +48,7 @@ export const events = createClient(EventService, transport);
 export const timeline = createClient(TimelineService, transport);
 export const turns = createClient(TurnService, transport);
 export const subagents = createClient(SubagentService, transport);
+export const workspaces = createClient(WorkspaceService, transport);
 
 export function isUnauthenticated(err: unknown): boolean {
   return err instanceof ConnectError && err.code === Code.Unauthenticated;

@@ -19,6 +19,7 @@ type Resync = (reason: string) => void;
 const timelineListeners = new Set<(ev: TimelineEvent) => void>();
 const resyncListeners = new Set<Resync>();
 const attentionListeners = new Set<(ev: Event) => void>();
+const changesListeners = new Map<string, Set<() => void>>();
 
 let lastRevision: bigint | undefined;
 let incarnation = "";
@@ -109,6 +110,17 @@ async function subscribeOnce(): Promise<"ended" | "failed" | "token"> {
   }
 }
 
+/** Called after each turn of the agent that changed what GetChanges answers (counts only). */
+export function onChanges(agentId: string, fn: () => void): () => void {
+  const set = changesListeners.get(agentId) ?? new Set();
+  set.add(fn);
+  changesListeners.set(agentId, set);
+  return () => {
+    set.delete(fn);
+    if (!set.size) changesListeners.delete(agentId);
+  };
+}
+
 /** One stream's progress: whether it is still in a snapshot, and what a `synced` means. */
 class Session {
   private snapshot: Map<string, Agent> | null;
@@ -148,6 +160,9 @@ class Session {
         break;
       case "attentionRequired":
         for (const fn of [...attentionListeners]) fn(ev);
+        break;
+      case "changesUpdated":
+        for (const fn of [...(changesListeners.get(p.value.agentId) ?? [])]) fn();
         break;
       default:
         break;

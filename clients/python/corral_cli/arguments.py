@@ -9,7 +9,9 @@ import argparse
 
 from corral_cli import commands, follow, providers, show, status, subagents
 from corral_cli import output as output_cli
+from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
+from corral_cli import workspace as workspace_cli
 from corral_cli.grammar import (
     EXIT_CODES,
     Parents,
@@ -57,6 +59,8 @@ def build_parser() -> Parser:
     _add_subagents(sub, parents)
     search_cli.add_command(sub, parents)
     output_cli.add_command(sub, parents)
+    workspace_cli.add_commands(sub, parents)
+    schedules_cli.add_commands(sub, parents)
     completion = command(
         sub,
         [],
@@ -96,6 +100,16 @@ def _add_run(sub: Subparsers, parents: Parents) -> None:
     )
     run.add_argument("--model", default="", help="the provider's model id (see providers)")
     run.add_argument("--mode", default="", help="the provider's mode id (see providers)")
+    run.add_argument(
+        "--worktree",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="BRANCH",
+        help="run in a new git worktree of --cwd's repository, on a new branch BRANCH"
+        " (default: corral/<title words>)",
+    )
+    run.add_argument("--base", default="", help="the worktree branch's start (default: HEAD)")
     _prompt(run)
     run.set_defaults(func=commands.run)
 
@@ -245,6 +259,12 @@ def _add_following(sub: Subparsers, parents: Parents) -> None:
     logs.add_argument("-f", "--follow", action="store_true", help="follow new rows live")
     logs.add_argument(
         "--limit", type=int, default=200, metavar="N", help="last N rows (0 = all; default 200)"
+    )
+    logs.add_argument(
+        "--projected",
+        action="store_true",
+        help="one line per entry: a tool call's updates and a message's rows folded, "
+        "`#RANGES` naming the rows (-f: an entry again each time a row changes it)",
     )
     logs.add_argument(
         "--until-idle",

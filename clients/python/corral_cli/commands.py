@@ -52,12 +52,17 @@ def run(client: Client, console: Console, args: argparse.Namespace) -> int:
         labels=labels,
         initial_prompt=content,
     )
+    if args.worktree is not None:
+        request.worktree.CopyFrom(agent_pb.WorktreeRequest(branch=args.worktree, base=args.base))
     # A real agent's session can take a while to start (the daemon allows it 60 s).
     with waiting(console, f"the {args.provider} session to start", "up to 60 s"):
         created = client.agents.CreateAgent(request, timeout=client.timeout_s)
     if console.json:
         console.message(created)
     console.note(f"agent {created.agent.id}")
+    if created.agent.HasField("workspace"):
+        ws = created.agent.workspace
+        console.note(f"worktree {ws.path} on branch {ws.branch} from {ws.base}")
     return follow_first_turn(client, console, created.agent.id, created.turn_id, after_revision)
 
 
@@ -265,6 +270,11 @@ def archive(client: Client, console: Console, args: argparse.Namespace) -> int:
     else:
         for agent_id in reply.archived_agent_ids:
             console.line(f"archived {agent_id}")
+        for ws in reply.workspaces:
+            if ws.removed:
+                console.line(f"removed worktree {ws.path} (branch kept)")
+            else:
+                console.line(f"kept worktree {ws.path}: {ws.kept_reason}")
     return failure.EXIT_OK
 
 

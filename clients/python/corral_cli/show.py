@@ -50,6 +50,19 @@ def _children(client: Client, agent_id: str) -> list[agent_types_pb.Agent]:
         request.page_token = page.next_page_token
 
 
+# Where a title came from, when not from a person (who knows where theirs came from).
+_TITLE_FROM = {
+    agent_types_pb.TITLE_SOURCE_PROMPT: " (from the first prompt)",
+    agent_types_pb.TITLE_SOURCE_PROVIDER: " (from the provider)",
+}
+
+
+def _title(agent: agent_types_pb.Agent) -> str:
+    if not agent.title:
+        return "-"
+    return one_line(agent.title) + _TITLE_FROM.get(agent.title_source, "")
+
+
 def describe(
     agent: agent_types_pb.Agent, children: list[agent_types_pb.Agent]
 ) -> list[tuple[str, str]]:
@@ -60,7 +73,7 @@ def describe(
         ("cwd", agent.cwd),
         ("model", agent.model or "-"),
         ("mode", agent.mode or "-"),
-        ("title", one_line(agent.title) or "-"),
+        ("title", _title(agent)),
         ("state", _lifecycle(agent)),
         ("attention", _attention(agent.attention)),
     ]

@@ -13,6 +13,7 @@ from typing import NewType, TypeAlias
 
 from corral_server.domain.content import Prompt, PromptSummary
 from corral_server.domain.timeline import JsonValue
+from corral_server.domain.workspace import Workspace
 
 AgentId = NewType("AgentId", str)
 
@@ -113,6 +114,15 @@ class PermissionResponse:
     updated_input: Mapping[str, JsonValue] | None = None
 
 
+class TitleSource(enum.Enum):
+    """Who set an agent's title (docs/design.md#titles). A USER title is never replaced."""
+
+    NONE = ""  # no title yet
+    PROMPT = "prompt"  # the first line of the first prompt
+    PROVIDER = "provider"  # the provider named the conversation
+    USER = "user"  # CreateAgent's or UpdateAgent's title
+
+
 class QueuedBy(enum.Enum):
     """What queued a prompt."""
 
@@ -165,6 +175,9 @@ class Agent:
     archived_at_ms: int | None = None
     last_error: AgentError | None = None
     last_usage: Usage | None = None
+    title_source: TitleSource = TitleSource.NONE
+    # The git worktree corral made for the agent, if it asked for one (never changes).
+    workspace: Workspace | None = None
 
     @property
     def parent_agent_id(self) -> str:

@@ -14,6 +14,7 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.notification import NOBODY, NotificationPlan
+from corral_server.domain.schedules import ScheduleRun
 from corral_server.domain.subagents import SubagentRun
 from corral_server.domain.timeline import TimelineRow
 
@@ -122,6 +123,29 @@ class SubagentRunUpdated:
         return self.run.requester_agent_id
 
 
+@dataclass(frozen=True, slots=True)
+class ChangesUpdated:
+    """After a turn: how many files of the agent's workspace differ from its base now."""
+
+    agent_id: str
+    files: int
+    lines_added: int
+    lines_removed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFired:
+    """A schedule fired; scoped to the agent it prompted or created (none when it failed
+    to create one)."""
+
+    schedule_id: str
+    run: ScheduleRun
+
+    @property
+    def agent_id(self) -> str:
+        return self.run.agent_id
+
+
 Event: TypeAlias = (
     AgentUpserted
     | AgentRemoved
@@ -136,6 +160,8 @@ Event: TypeAlias = (
     | PermissionResolved
     | AttentionRequired
     | SubagentRunUpdated
+    | ChangesUpdated
+    | ScheduleFired
 )
 
 TurnTerminal: TypeAlias = TurnCompleted | TurnFailed | TurnCanceled

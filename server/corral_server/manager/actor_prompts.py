@@ -24,6 +24,7 @@ from corral_server.domain.agent import (
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import SubagentNotice, UserMessage
 from corral_server.hub import Prepared
+from corral_server.manager import titles
 from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.deadlines import deadline
@@ -115,7 +116,7 @@ class Prompts:
                 )
             raise
         settled = asyncio.get_running_loop().create_future()
-        started = self.begin(ForegroundRun(turn_id, settled), queued_after)
+        started = self.begin(ForegroundRun(turn_id, settled), queued_after, prompt)
         text = prompt_text(prompt)
         message = UserMessage(text, client_message_id, client_message_id)
         row = NewRow(message, deps.clock.now_ms(), turn_id)
@@ -125,16 +126,25 @@ class Prompts:
         await self._core.state.durable()
         return turn_id
 
-    def begin(self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None) -> Prepared:
+    def begin(
+        self,
+        active: ActiveTurn,
+        queued: tuple[QueuedPrompt, ...] | None = None,
+        prompt: Prompt | None = None,
+    ) -> Prepared:
         """The manager's own, authoritative turn_started (docs/design.md#turns): the turn
         runs from here; the caller publishes the returned event (a foreground turn, right
-        before its prompt's row, once that row is committed: the stream's ack is durable)."""
+        before its prompt's row, once that row is committed: the stream's ack is durable).
+        A prompt gives an untitled agent its fallback title (docs/design.md#titles) in the
+        same change."""
         started = self._core.deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
         self._core.turns.active = active
         if self._core.deps.counts is not None:
             self._core.deps.counts.started += 1
         agent = self._core.state.snapshot
         queue = agent.queued_prompts if queued is None else queued
+        if prompt is not None:
+            agent = titles.with_prompt_title(agent, prompt)
         self._core.state.set(
             replace(agent, lifecycle=Running(active.turn_id), queued_prompts=queue)
         )

@@ -23,6 +23,7 @@ from corral_server.domain.agent import (
     AttentionReason,
     Closed,
     Errored,
+    TitleSource,
 )
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.specs import AgentUpdate
@@ -85,6 +86,7 @@ class AgentState:
             replace(
                 agent,
                 title=agent.title if change.title is None else change.title,
+                title_source=agent.title_source if change.title is None else TitleSource.USER,
                 labels=agent.labels if change.labels is None else dict(change.labels),
                 mode=agent.mode if change.mode is None else change.mode,
                 model=agent.model if change.model is None else change.model,

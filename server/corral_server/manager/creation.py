@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy
+from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy, TitleSource
 from corral_server.domain.events import AgentRemoved, AgentUpserted
+from corral_server.domain.workspace import Workspace
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.deadlines import deadline
@@ -36,6 +37,7 @@ from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider
 from corral_server.records.store import AgentRecords, CreateRequests
 from corral_server.timeline.store import TimelineStore
+from corral_server.workspace.worktrees import Worktrees
 
 # CreateAgent request ids remembered for idempotent retries: the most recent this many, so
 # hostile clients cannot grow the table without bound.
@@ -58,6 +60,8 @@ class Creation:
     # CreateAgent request ids kept durably (None: only the in-memory window below).
     requests: CreateRequests | None = None
     daemon_tag: str = ""
+    # Makes the git worktree a create asks for (workspace/worktrees.py).
+    worktrees: Worktrees = field(default_factory=Worktrees)
     _creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = field(
         default_factory=dict
     )
@@ -142,7 +146,13 @@ class Creation:
         return provider
 
     async def _new_actor(
-        self, provider: Provider, provider_name: str, cwd: str, title: str, labels: dict[str, str]
+        self,
+        provider: Provider,
+        provider_name: str,
+        cwd: str,
+        title: str,
+        labels: dict[str, str],
+        workspace: Workspace | None = None,
     ) -> AgentActor:
         """A new agent, Initializing, with a fresh timeline (a new epoch), listed at once."""
         agent_id = AgentId(self.new_id())
@@ -159,6 +169,8 @@ class Creation:
             next_seq=head.next_seq,
             title=title,
             labels=labels,
+            title_source=TitleSource.USER if title else TitleSource.NONE,
+            workspace=workspace,
         )
         actor = AgentActor(agent, self.deps(provider))
         self.directory.add(actor)
@@ -166,9 +178,17 @@ class Creation:
         return actor
 
     async def _create(self, spec: CreateSpec, provider: Provider) -> tuple[Agent, str]:
-        actor = await self._new_actor(
-            provider, spec.provider, spec.cwd, spec.title, dict(spec.labels)
-        )
+        workspace, cwd = None, spec.cwd
+        if spec.worktree is not None:  # made last of the checks: nothing to undo before it
+            workspace, cwd = await self.worktrees.make(spec.cwd, spec.worktree, spec.title)
+        try:
+            actor = await self._new_actor(
+                provider, spec.provider, cwd, spec.title, dict(spec.labels), workspace
+            )
+        except BaseException:
+            if workspace is not None:
+                await self.worktrees.undo(workspace)
+            raise
         try:
             registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
             turn_id = ""
@@ -217,6 +237,8 @@ class Creation:
         await self.timeline.drop(agent_id)
         if self.records is not None:
             await self.records.delete(agent_id)
+        if actor.agent.workspace is not None:
+            await self.worktrees.undo(actor.agent.workspace)
         self.publisher.publish(AgentRemoved(agent_id))
 
     def names(self) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns, LoadedAgents
 from corral_server.timeline.activity import ActivityDigest
 from corral_server.timeline.store import OutputChunk, TimelineStore
+from corral_server.workspace.worktrees import Worktrees
 
 __all__ = ["MAX_WAIT_S", "AgentManager"]
 
@@ -65,6 +66,7 @@ class AgentManager:
         requests: CreateRequests | None = None,
         finished: FinishedTurns | None = None,
         daemon_tag: str = "",
+        worktrees: Worktrees | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -96,6 +98,7 @@ class AgentManager:
             records=records,
             requests=requests,
             daemon_tag=daemon_tag,
+            worktrees=worktrees or Worktrees(),
         )
         self._closes = stopping.Closes(self._told_closed)
         # Set by refuse_new_work (the drain): new turns and creates answer SHUTTING_DOWN,

@@ -10,13 +10,14 @@ Must not: end a turn itself (the actor's `finish` does) or take an event of anot
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import assert_never
 
 from corral_server.domain import events as ev
 from corral_server.domain.agent import AgentError, Closed
-from corral_server.manager import permissions
+from corral_server.manager import permissions, titles
 from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_history import HistoryKeeper
 from corral_server.manager.actor_permissions import PermissionDesk
@@ -30,12 +31,15 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
+    ProviderTitle,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     ProviderTurnStarted,
 )
 from corral_server.timeline.store import NewRow
+
+log = logging.getLogger(__name__)
 
 
 class ProviderEvents:
@@ -119,8 +123,22 @@ class ProviderEvents:
                     self._permissions.resolve({request_id}, behavior)
             case ProviderSessionDied():
                 pass  # each session's own sink posts its death (actor_session.py)
+            case ProviderTitle(title=title):
+                self._retitle(title)
             case _:
                 assert_never(event)
+
+    def _retitle(self, title: str) -> None:
+        """A provider's title, kept unless a person set one; a title is never worth failing
+        anything for (docs/design.md#titles)."""
+        state = self._core.state
+        try:
+            titled = titles.with_provider_title(state.snapshot, title)
+        except Exception:
+            log.warning("agent %s: a provider title was dropped", state.snapshot.id, exc_info=True)
+            return
+        if titled is not state.snapshot:
+            state.set(titled)
 
     def _offer(self, event: ProviderItem) -> tuple[NewRow, ...]:
         """Admit a provider fragment (the provider boundary) and give it to the coalescer;

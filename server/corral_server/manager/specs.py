@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral_server.domain.content import Prompt, TextPart
+from corral_server.domain.workspace import WorktreeRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class CreateSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     initial_prompt: Prompt = ()
     request_id: str = ""
+    worktree: WorktreeRequest | None = None
 
     def fingerprint(self) -> bytes:
         """What `same_request` compares, as bytes for the durable store: a SHA-256 of the
@@ -51,6 +53,8 @@ class CreateSpec:
             sorted(self.labels.items()),
             parts,
         ]
+        if self.worktree is not None:  # appended: fingerprints stored before stay the same
+            fields.append([self.worktree.branch, self.worktree.base])
         return hashlib.sha256(json.dumps(fields, ensure_ascii=False).encode()).digest()
 
     def same_request(self, other: CreateSpec) -> bool:
@@ -61,7 +65,7 @@ class CreateSpec:
             other.mode,
             other.title,
             dict(other.labels),
-        ) and self.initial_prompt == other.initial_prompt
+        ) and (self.initial_prompt, self.worktree) == (other.initial_prompt, other.worktree)
 
 
 @dataclass(frozen=True, slots=True)

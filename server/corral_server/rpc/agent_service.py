@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
@@ -11,9 +9,9 @@ from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import unary
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
+from corral_server.rpc.errors import Ctx, unary
+from corral_server.rpc.workspace_codec import release_to_pb, worktree_request_from_pb
+from corral_server.workspace.worktrees import Worktrees
 
 _UPDATABLE = ("title", "labels", "mode", "model")
 # A selector is at most max_labels terms of a key and a value: 64 * (256 + 256 + 2) < 64 K.
@@ -25,8 +23,9 @@ MAX_PAGE_BYTES = 3 << 20
 
 
 class AgentService(svc_grpc.AgentServiceServicer):
-    def __init__(self, manager: AgentManager) -> None:
+    def __init__(self, manager: AgentManager, worktrees: Worktrees | None = None) -> None:
         self._manager = manager
+        self._worktrees = worktrees or Worktrees()
 
     @unary
     async def CreateAgent(
@@ -47,6 +46,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
             labels=dict(request.labels),
             initial_prompt=convert.prompt_from_pb(list(request.initial_prompt)),
             request_id=request.request_id,
+            worktree=worktree_request_from_pb(request),
         )
         agent, turn_id = await self._manager.create(spec)
         return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
@@ -149,7 +149,10 @@ class AgentService(svc_grpc.AgentServiceServicer):
         self, request: svc_pb.ArchiveAgentRequest, context: Ctx
     ) -> svc_pb.ArchiveAgentResponse:
         archived = await self._manager.archive(request.agent_id)
-        return svc_pb.ArchiveAgentResponse(archived_agent_ids=archived)
+        released = await self._worktrees.release_all(map(self._manager.get, archived))
+        return svc_pb.ArchiveAgentResponse(
+            archived_agent_ids=archived, workspaces=[release_to_pb(r) for r in released]
+        )
 
     @unary
     async def DetachAgent(

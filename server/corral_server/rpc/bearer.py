@@ -22,7 +22,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -38,6 +38,8 @@ from corral_server.rpc.auth import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -167,13 +169,7 @@ def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, reason: str) -> An
             return grpc.stream_stream_rpc_method_handler(streaming, **kw)
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class BearerTokens(_Interceptor):
+class BearerTokens(grpc.aio.ServerInterceptor):
     """Refuses, with UNAUTHENTICATED, every call but health that lacks a good bearer token,
     and ends a call let in when its token is revoked. Runs first, so a refused call's body is
     never decoded."""
@@ -184,10 +180,10 @@ class BearerTokens(_Interceptor):
     async def intercept_service(
         self,
         continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
         ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         method: str = handler_call_details.method
         if method.startswith(EXEMPT_PREFIXES):
             return await continuation(handler_call_details)
@@ -195,7 +191,7 @@ class BearerTokens(_Interceptor):
         reason, token = checked_token(self._tokens, metadata)
         handler = await continuation(handler_call_details)
         if not reason:
-            return revocable(handler, self._tokens, token)  # type: ignore[return-value]
+            return revocable(handler, self._tokens, token)
         log.debug("refused %s: %s", method, reason)
-        result: grpc.RpcMethodHandler[Any, Any] = _refusal(handler, reason)
+        result: grpc.RpcMethodHandler[Req, Resp] = _refusal(handler, reason)
         return result

@@ -29,8 +29,10 @@ from corral_server.rpc.items import row_from_pb as row_from_pb
 from corral_server.rpc.items import row_to_pb as row_to_pb
 from corral_server.rpc.items import timestamp as timestamp
 from corral_server.rpc.items import timestamp_ms as timestamp_ms
+from corral_server.rpc.schedule_codec import run_to_pb as schedule_run_to_pb
 from corral_server.rpc.subagent_codec import run_to_pb
 from corral_server.rpc.wire import row_appended_event as _wire_row_appended
+from corral_server.rpc.workspace_codec import workspace_to_pb
 
 # --- content ------------------------------------------------------------------------------
 
@@ -68,6 +70,13 @@ _REASON = {
     da.AttentionReason.FINISHED: agent_pb.ATTENTION_REASON_FINISHED,
     da.AttentionReason.ERROR: agent_pb.ATTENTION_REASON_ERROR,
     da.AttentionReason.PERMISSION: agent_pb.ATTENTION_REASON_PERMISSION,
+}
+
+_TITLE_SOURCE = {
+    da.TitleSource.NONE: agent_pb.TITLE_SOURCE_UNSPECIFIED,
+    da.TitleSource.PROMPT: agent_pb.TITLE_SOURCE_PROMPT,
+    da.TitleSource.PROVIDER: agent_pb.TITLE_SOURCE_PROVIDER,
+    da.TitleSource.USER: agent_pb.TITLE_SOURCE_USER,
 }
 
 
@@ -174,6 +183,7 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         created_at=timestamp(agent.created_at_ms),
         updated_at=timestamp(agent.updated_at_ms),
         timeline=agent_pb.TimelineInfo(epoch=agent.epoch, next_seq=agent.next_seq),
+        title_source=_TITLE_SOURCE[agent.title_source],
     )
     if agent.archived_at_ms is not None:
         msg.archived_at.CopyFrom(timestamp(agent.archived_at_ms))
@@ -181,6 +191,8 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         msg.last_error.CopyFrom(error_to_pb(agent.last_error))
     if agent.last_usage is not None:
         msg.last_usage.CopyFrom(usage_to_pb(agent.last_usage))
+    if agent.workspace is not None:
+        msg.workspace.CopyFrom(workspace_to_pb(agent.workspace))
     return msg
 
 
@@ -290,6 +302,19 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 run=run_to_pb(run),
             )
             return E(revision=revision, subagent_run_updated=updated_run)
+        case de.ChangesUpdated():
+            changes = event_pb.ChangesUpdated(
+                agent_id=event.agent_id,
+                files=event.files,
+                lines_added=event.lines_added,
+                lines_removed=event.lines_removed,
+            )
+            return E(revision=revision, changes_updated=changes)
+        case de.ScheduleFired(schedule_id=schedule_id, run=run):
+            fired = event_pb.ScheduleFired(
+                schedule_id=schedule_id, agent_id=run.agent_id, run=schedule_run_to_pb(run)
+            )
+            return E(revision=revision, schedule_fired=fired)
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
             synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
             return E(revision=revision, synced=synced)

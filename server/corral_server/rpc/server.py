@@ -8,6 +8,7 @@ follow the same socket rules. Must not: open the store or start agents (app.py d
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from grpc_reflection.v1alpha import reflection
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import schedule_service_pb2 as sched_svc_pb
+from corral.v1 import schedule_service_pb2_grpc as sched_svc_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
@@ -27,11 +30,14 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
+from corral.v1 import workspace_service_pb2 as ws_pb
+from corral.v1 import workspace_service_pb2_grpc as ws_grpc
 from corral_server.listen import socket_dir_problem, socket_in_use
 from corral_server.reclaim import Reclaimer
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.connections import ConnectionBook, ConnectionLimit
+from corral_server.rpc.error_counts import ErrorCounts
 from corral_server.rpc.errors import install_client_gone
 from corral_server.rpc.malformed import MalformedRequests
 
@@ -42,6 +48,8 @@ _SERVICE_FILES = {
     "EventService": event_pb,
     "SubagentService": sub_svc_pb,
     "ServerService": server_pb,
+    "WorkspaceService": ws_pb,
+    "ScheduleService": sched_svc_pb,
 }
 
 
@@ -58,6 +66,7 @@ def build_server(
     *,
     tokens: TokenFile | None,
     connections: ConnectionBook,
+    rpc_errors: Counter[str],
     reclaimer: Reclaimer,
     max_request_bytes: int,
     max_streams_per_connection: int,
@@ -68,7 +77,12 @@ def build_server(
     # The token check runs first: a refused call's body is never decoded.
     auth = [BearerTokens(tokens)] if tokens is not None else []
     return grpc.aio.server(
-        interceptors=[*auth, ConnectionLimit(connections), MalformedRequests(reclaimer)],
+        interceptors=[
+            ErrorCounts(rpc_errors),  # outermost: sees how every call ended
+            *auth,
+            ConnectionLimit(connections),
+            MalformedRequests(reclaimer),
+        ],
         options=[
             # A second daemon on the same port must fail to bind, not share the port.
             ("grpc.so_reuseport", 0),
@@ -100,6 +114,8 @@ def add_services(
     tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
     sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
     server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
+    ws_grpc.add_WorkspaceServiceServicer_to_server(servicers["WorkspaceService"], server)
+    sched_svc_grpc.add_ScheduleServiceServicer_to_server(servicers["ScheduleService"], server)
     server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if with_reflection:

@@ -8,11 +8,10 @@ service's prefix through), while every agent call there answers STANDBY.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.server_info import ServerInfo, ServingState
 
 SERVICE_NAME = server_pb.DESCRIPTOR.services_by_name["ServerService"].full_name
@@ -66,6 +65,6 @@ class ServerService(server_grpc.ServerServiceServicer):
 
     @unary
     async def GetServerInfo(
-        self, request: server_pb.GetServerInfoRequest, context: Any
+        self, request: server_pb.GetServerInfoRequest, context: Ctx
     ) -> server_pb.GetServerInfoResponse:
         return encode_server_info(self._describe())

@@ -11,15 +11,20 @@ from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc.agent_service import AgentService
 from corral_server.rpc.event_service import EventServicer
+from corral_server.rpc.schedule_service import ScheduleService
 from corral_server.rpc.server import service_descriptor
 from corral_server.rpc.server_service import ServerService
 from corral_server.rpc.streams import StreamBook
 from corral_server.rpc.subagent_service import SubagentService
 from corral_server.rpc.timeline_service import TimelineService
 from corral_server.rpc.turn_service import TurnService
+from corral_server.rpc.workspace_service import WorkspaceService
+from corral_server.schedules.scheduler import Scheduler
 from corral_server.server_info import ServerInfo
 from corral_server.store.search import SearchIndex
 from corral_server.subagents.registry import SubagentRegistry
+from corral_server.workspace.changes import Changes
+from corral_server.workspace.worktrees import Worktrees
 
 
 def build_servicers(
@@ -31,13 +36,18 @@ def build_servicers(
     search: SearchIndex | None,
     server_info: Callable[[], ServerInfo],
     clock: Clock,
+    worktrees: Worktrees,
+    changes: Changes,
+    scheduler: Scheduler,
 ) -> dict[str, Any]:
     return {
-        "AgentService": AgentService(manager),
+        "AgentService": AgentService(manager, worktrees),
         "TurnService": TurnService(manager, hub, streams),
         "TimelineService": TimelineService(manager, search),
         "SubagentService": SubagentService(subagents),
         "ServerService": ServerService(server_info),
+        "WorkspaceService": WorkspaceService(manager, worktrees, changes),
+        "ScheduleService": ScheduleService(scheduler, manager, clock),
         "EventService": EventServicer(
             hub,
             manager.snapshot,
@@ -45,6 +55,7 @@ def build_servicers(
             presence=manager.presence,
             clock=clock,
             streams=streams,
+            fetch_timeline=manager.fetch_timeline,
         ),
     }
 

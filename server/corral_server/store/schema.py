@@ -54,7 +54,11 @@ run's JSON record is rewritten as a corral.storage.v1.SubagentRun, and `meta` na
 the numbers of the API messages they were written as. A run whose JSON does not read is left as
 it is, for start-up to report as a bad record.
 
-Version 9 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
+Version 7 adds `schedules`: schedule_id -> the schedule's record (JSON, schedules/store.py,
+opaque here: its timing, target, prompt, next firing and last run) and when it was created,
+so start-up restores schedules in creation order.
+
+Version 8 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
 manager/tool_output.py), stored once, keyed by the blob id the row's item names
 (ToolCall.output_ref) and by the row that holds it (timeline_id, seq), with `json` (the bytes
 are JSON text) and `data`. It is written, trimmed and deleted with its row
@@ -152,18 +156,6 @@ INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
 
-_V9_TOOL_OUTPUTS = """
-CREATE TABLE IF NOT EXISTS tool_outputs (
-    blob_id TEXT NOT NULL UNIQUE,
-    timeline_id INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    json INTEGER NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tool_outputs_row ON tool_outputs (timeline_id, seq);
-"""
-
-
 RECORD_FORMAT = "corral.storage.v1"
 
 
@@ -184,6 +176,25 @@ def _records_in_storage_format(conn: sqlite3.Connection) -> None:
 
 Migration = str | Callable[[sqlite3.Connection], None]
 
+_V7_SCHEDULES = """
+CREATE TABLE schedules (
+    schedule_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_V8_TOOL_OUTPUTS = """
+CREATE TABLE IF NOT EXISTS tool_outputs (
+    blob_id TEXT NOT NULL UNIQUE,
+    timeline_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    json INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tool_outputs_row ON tool_outputs (timeline_id, seq);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -191,7 +202,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V4,
     _V5,
     _records_in_storage_format,
-    _V9_TOOL_OUTPUTS,
+    _V7_SCHEDULES,
+    _V8_TOOL_OUTPUTS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,12 +15,14 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.agent import AgentId
+from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
 from corral_server.domain.subagents import RunId, SubagentRun
 from corral_server.hub import EventHub, Prepared, frame
 from corral_server.hub.ring import frame_with_revision, revision_field
 from corral_server.rpc import wire
 from corral_server.rpc.convert import encode_event
 from tests.support.fakes import idle_agent
+from tests.support.hub import poll
 
 BUSY = da.Agent(
     id=AgentId("a" * 32),
@@ -71,6 +73,8 @@ EVERY_KIND: list[de.Event] = [
     de.PermissionResolved("a1", "t1", "p1", None),
     de.SubagentRunUpdated(SubagentRun(RunId("r1"), "c1", "a1", "a1", "task", 1_000, 1)),
     de.AttentionRequired("a1", da.AttentionReason.FINISHED),
+    de.ChangesUpdated("a1", 2, 10, 3),
+    de.ScheduleFired("s1", ScheduleRun(1_000, 1_001, ScheduleOutcome.QUEUED, "a1")),
 ]
 
 REVISIONS = [1, 2, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 2**40]
@@ -78,7 +82,7 @@ REVISIONS = [1, 2, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 2**40]
 
 def test_every_event_kind_is_covered() -> None:
     covered = {type(event) for event in EVERY_KIND}
-    assert covered == set(de.Event.__args__)  # type: ignore[attr-defined]
+    assert covered == set(de.Event.__args__)
 
 
 @pytest.mark.parametrize("event", EVERY_KIND, ids=lambda e: type(e).__name__)
@@ -101,22 +105,22 @@ def test_numbering_a_row_of_any_size_matches_protobuf(revision: int, text: str) 
 def test_commit_frames_the_prepared_event_with_the_next_revision() -> None:
     hub = EventHub(encode_event)
     sub = hub.subscribe(frozenset(), None, lambda scope: ())
-    sub.poll()  # the snapshot: just Synced(0)
+    poll(sub)  # the snapshot: just Synced(0)
     expected = b""
     for revision, event in enumerate(EVERY_KIND, start=1):
         prepared = hub.prepare(event)
         assert prepared == Prepared(event.agent_id, encode_event(0, event))
         assert hub.commit(prepared) == revision
         expected += frame(encode_event(revision, event))
-    assert sub.poll() == expected
+    assert poll(sub) == expected
 
 
 def test_publish_is_prepare_then_commit() -> None:
     hub = EventHub(encode_event)
     sub = hub.subscribe(frozenset(), None, lambda scope: ())
-    sub.poll()
+    poll(sub)
     assert hub.publish(EVERY_KIND[3]) == 1
-    assert sub.poll() == frame(encode_event(1, EVERY_KIND[3]))
+    assert poll(sub) == frame(encode_event(1, EVERY_KIND[3]))
 
 
 def test_an_event_the_encoder_refuses_fails_in_prepare_and_takes_no_revision() -> None:

@@ -53,7 +53,7 @@ def delta(text: str) -> None:
 
 
 def complete(status: str = "completed") -> None:
-    turn = {"id": TURN, "items": [], "status": status, "error": None}
+    turn: dict[str, Any] = {"id": TURN, "items": [], "status": status, "error": None}
     send({"method": "turn/completed", "params": {"threadId": THREAD, "turn": turn}})
 
 
@@ -105,6 +105,11 @@ def turn(rid: Any, text: str) -> None:
     if MODE in ("hang", "slow"):
         return
     delta(text[len(text) // 2 :] if MODE == "echo" else text)
+    if MODE == "named":  # codex names the thread: another thread's name, no name, then ours
+        name = {"method": "thread/name/updated"}
+        send(name | {"params": {"threadId": "other", "threadName": "Not ours"}})
+        send(name | {"params": {"threadId": THREAD, "threadName": None}})
+        send(name | {"params": {"threadId": THREAD, "threadName": "Named by codex"}})
     complete()
 
 

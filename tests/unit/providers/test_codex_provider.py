@@ -24,6 +24,7 @@ from corral_server.providers.base import (
     ProviderItem,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderTitle,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -103,12 +104,24 @@ async def test_deltas_sent_before_the_answer_to_turn_start_belong_to_the_turn(
         assert events.text() == "hello there"
 
 
+async def test_the_threads_name_codex_reports_is_the_agents_title(
+    tmp_path: Path, events: Events
+) -> None:
+    async for session in open_session("named", tmp_path, events):
+        ended = await run_turn(session, events, "hello")
+        assert isinstance(ended, ProviderTurnCompleted)
+        # Another thread's name and an empty one are not titles.
+        assert [e for e in events.seen if isinstance(e, ProviderTitle)] == [
+            ProviderTitle("Named by codex")
+        ]
+
+
 @pytest.mark.parametrize(
     ("mode", "code", "why"),
     [
         ("crash", "AGENT_EXITED", "status 3"),
         ("huge", "AGENT_PROTOCOL_ERROR", "over 16777216 bytes"),
-        ("garbage", "AGENT_PROTOCOL_ERROR", "not a JSON object: b'not json at all'"),
+        ("garbage", "AGENT_PROTOCOL_ERROR", "not JSON: b'not json at all'"),
     ],
 )
 async def test_a_codex_that_dies_or_breaks_the_framing_fails_the_turn_clearly(

@@ -21,6 +21,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
 from corral_server.domain.subagents import RunId, SubagentRun
 from corral_server.rpc import convert
 
@@ -131,7 +132,8 @@ def test_every_tool_status_maps_to_a_distinct_wire_value() -> None:
         msg = convert.item_to_pb(dt.ToolCall("c", "n", status)).tool_call
         assert msg.status != timeline_pb.TOOL_CALL_STATUS_UNSPECIFIED
         wire_values.add(msg.status)
-        assert item_round_trip(dt.ToolCall("c", "n", status)).status is status  # type: ignore[union-attr]
+        back = item_round_trip(dt.ToolCall("c", "n", status))
+        assert isinstance(back, dt.ToolCall) and back.status is status
     assert len(wire_values) == len(dt.ToolCallStatus)
 
 
@@ -365,6 +367,16 @@ EVENTS: list[tuple[de.Event | de.StreamControl, str, dict[str, Any]]] = [
         de.SubagentRunUpdated(SubagentRun(RunId("r1"), "c1", "a1", "a1", "do it", 1_000, 1)),
         "subagent_run_updated",
         {"run_id": "r1", "child_agent_id": "c1", "requester_agent_id": "a1"},
+    ),
+    (
+        de.ChangesUpdated("a1", 3, 10, 2),
+        "changes_updated",
+        {"agent_id": "a1", "files": 3, "lines_added": 10, "lines_removed": 2},
+    ),
+    (
+        de.ScheduleFired("s1", ScheduleRun(60_000, 61_000, ScheduleOutcome.BUSY, "a1")),
+        "schedule_fired",
+        {"schedule_id": "s1", "agent_id": "a1"},
     ),
 ]
 

@@ -23,6 +23,7 @@ from corral_server.domain import agent as da
 from corral_server.domain import subagents as ds
 from corral_server.domain import timeline as dt
 from corral_server.domain.content import ImagePart, PromptSummary, TextPart
+from corral_server.domain.workspace import Workspace
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.format.agents import decode_agent, encode_agent
 from corral_server.store.format.runs import decode_run, encode_run
@@ -97,6 +98,8 @@ AGENT_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     archived_at_ms=st.one_of(st.none(), millis),
     last_error=st.one_of(st.none(), errors),
     last_usage=st.one_of(st.none(), usages),
+    title_source=st.sampled_from(da.TitleSource),
+    workspace=st.one_of(st.none(), st.builds(Workspace, texts, texts, texts, texts, texts)),
 )
 agents = st.builds(da.Agent, **AGENT_FIELDS)
 

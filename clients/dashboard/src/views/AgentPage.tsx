@@ -8,6 +8,7 @@ import type { Agent } from "../gen";
 import { setFocus } from "../presence";
 import { useStore } from "../store";
 import { TimelineModel } from "../timeline";
+import { Changes } from "./Changes";
 import { Permission } from "./Permissions";
 import { PromptBox } from "./PromptBox";
 import { Runs } from "./Runs";
@@ -58,6 +59,7 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
       ))}
       <Queued agent={agent} />
       <Runs agentId={id} />
+      <Changes agentId={id} />
       <TimelineList model={model} />
       {state === "running" && (
         <div class="live" role="status">
@@ -91,6 +93,11 @@ function Header({ agent, children }: { agent: Agent; children: Agent[] }): JSX.E
         <span class="meta" title={agent.cwd}>
           {agent.cwd}
         </span>
+        {agent.workspace && (
+          <span class="meta" data-testid="branch" title={agent.workspace.path}>
+            ⎇ {agent.workspace.branch}
+          </span>
+        )}
         {agent.archivedAt && <span class="meta">archived</span>}
         {agent.parentAgentId && (
           <span>

@@ -41,6 +41,32 @@ ATTENTION_REASON_ERROR: AttentionReason.ValueType  # 2
 ATTENTION_REASON_PERMISSION: AttentionReason.ValueType  # 3
 Global___AttentionReason: _TypeAlias = AttentionReason  # noqa: Y015
 
+class _TitleSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TitleSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TitleSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TITLE_SOURCE_UNSPECIFIED: _TitleSource.ValueType  # 0
+    TITLE_SOURCE_PROMPT: _TitleSource.ValueType  # 1
+    """The first line of the agent's first prompt, cut on a word boundary."""
+    TITLE_SOURCE_PROVIDER: _TitleSource.ValueType  # 2
+    """The provider named the conversation (Codex's thread name, a scripted `title:` step)."""
+    TITLE_SOURCE_USER: _TitleSource.ValueType  # 3
+    """A person: CreateAgent's or UpdateAgent's title."""
+
+class TitleSource(_TitleSource, metaclass=_TitleSourceEnumTypeWrapper):
+    """TitleSource says where an agent's title came from (docs/design.md#titles)."""
+
+TITLE_SOURCE_UNSPECIFIED: TitleSource.ValueType  # 0
+TITLE_SOURCE_PROMPT: TitleSource.ValueType  # 1
+"""The first line of the agent's first prompt, cut on a word boundary."""
+TITLE_SOURCE_PROVIDER: TitleSource.ValueType  # 2
+"""The provider named the conversation (Codex's thread name, a scripted `title:` step)."""
+TITLE_SOURCE_USER: TitleSource.ValueType  # 3
+"""A person: CreateAgent's or UpdateAgent's title."""
+Global___TitleSource: _TypeAlias = TitleSource  # noqa: Y015
+
 @_typing.final
 class Agent(_message.Message):
     """Agent is the snapshot of one agent: its live state and the head of its timeline."""
@@ -86,6 +112,8 @@ class Agent(_message.Message):
     TIMELINE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
+    TITLE_SOURCE_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     provider: _builtins.str
     cwd: _builtins.str
@@ -95,6 +123,10 @@ class Agent(_message.Message):
     provider_session_id: _builtins.str
     parent_agent_id: _builtins.str
     """Derived from the label `corral.parent-agent-id`; empty for a root agent."""
+    title_source: Global___TitleSource.ValueType
+    """Who set `title` (docs/design.md#titles): a title a person set (USER) is never replaced
+    by a PROMPT or PROVIDER one. UNSPECIFIED: no title yet.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -127,6 +159,10 @@ class Agent(_message.Message):
     def last_error(self) -> Global___AgentError: ...
     @_builtins.property
     def last_usage(self) -> Global___Usage: ...
+    @_builtins.property
+    def workspace(self) -> Global___Workspace:
+        """Unset unless CreateAgent asked for a git worktree (`CreateAgentRequest.worktree`)."""
+
     def __init__(
         self,
         *,
@@ -149,14 +185,54 @@ class Agent(_message.Message):
         timeline: Global___TimelineInfo | None = ...,
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
+        title_source: Global___TitleSource.ValueType = ...,
+        workspace: Global___Workspace | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class Workspace(_message.Message):
+    """The git worktree corral made for an agent: a new `branch` from `base` (as the request named
+    it; `base_commit` is what it resolved to), checked out at `path`, a directory corral
+    manages, in the repository at `repository` (its main worktree's top level). The agent's
+    `cwd` is inside `path`. Archive and close keep the branch; the directory goes when
+    ArchiveAgent finds it clean or WorkspaceService.DeleteWorkspace removes it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPOSITORY_FIELD_NUMBER: _builtins.int
+    BRANCH_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    BASE_COMMIT_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    repository: _builtins.str
+    branch: _builtins.str
+    base: _builtins.str
+    base_commit: _builtins.str
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        repository: _builtins.str = ...,
+        branch: _builtins.str = ...,
+        base: _builtins.str = ...,
+        base_commit: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "base_commit", b"base_commit", "branch", b"branch", "path", b"path", "repository", b"repository"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Workspace: _TypeAlias = Workspace  # noqa: Y015
 
 @_typing.final
 class AgentLifecycle(_message.Message):

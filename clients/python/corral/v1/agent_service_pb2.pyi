@@ -53,6 +53,7 @@ class CreateAgentRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     INITIAL_PROMPT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    WORKTREE_FIELD_NUMBER: _builtins.int
     provider: _builtins.str
     cwd: _builtins.str
     model: _builtins.str
@@ -66,6 +67,12 @@ class CreateAgentRequest(_message.Message):
     def initial_prompt(self) -> _containers.RepeatedCompositeFieldContainer[_content_pb2.ContentPart]:
         """When set, a first turn starts with this prompt once the agent is idle."""
 
+    @_builtins.property
+    def worktree(self) -> Global___WorktreeRequest:
+        """When set, `cwd` must be inside a git repository: the agent runs in a new git worktree of
+        it, on a new branch (docs/api.md#workspaces).
+        """
+
     def __init__(
         self,
         *,
@@ -77,14 +84,41 @@ class CreateAgentRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         initial_prompt: _abc.Iterable[_content_pb2.ContentPart] | None = ...,
         request_id: _builtins.str = ...,
+        worktree: Global___WorktreeRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["worktree", b"worktree"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "initial_prompt", b"initial_prompt", "labels", b"labels", "mode", b"mode", "model", b"model", "provider", b"provider", "request_id", b"request_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "initial_prompt", b"initial_prompt", "labels", b"labels", "mode", b"mode", "model", b"model", "provider", b"provider", "request_id", b"request_id", "title", b"title", "worktree", b"worktree"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateAgentRequest: _TypeAlias = CreateAgentRequest  # noqa: Y015
+
+@_typing.final
+class WorktreeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BRANCH_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    branch: _builtins.str
+    """The new branch; empty = derived from the title (`corral/<title words>`, or
+    `corral/agent-<hex>` without one). A branch that exists is ALREADY_EXISTS.
+    """
+    base: _builtins.str
+    """What the branch starts from: a branch, tag or commit; empty = the repository's HEAD."""
+    def __init__(
+        self,
+        *,
+        branch: _builtins.str = ...,
+        base: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "branch", b"branch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorktreeRequest: _TypeAlias = WorktreeRequest  # noqa: Y015
 
 @_typing.final
 class CreateAgentResponse(_message.Message):
@@ -433,20 +467,57 @@ class ArchiveAgentResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ARCHIVED_AGENT_IDS_FIELD_NUMBER: _builtins.int
+    WORKSPACES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def archived_agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def workspaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceRelease]:
+        """One per archived agent that has a worktree: removed when it held no uncommitted change,
+        else kept (with the reason). The branch is always kept.
+        """
+
     def __init__(
         self,
         *,
         archived_agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+        workspaces: _abc.Iterable[Global___WorkspaceRelease] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_agent_ids", b"archived_agent_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_agent_ids", b"archived_agent_ids", "workspaces", b"workspaces"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ArchiveAgentResponse: _TypeAlias = ArchiveAgentResponse  # noqa: Y015
+
+@_typing.final
+class WorkspaceRelease(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    KEPT_REASON_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    path: _builtins.str
+    removed: _builtins.bool
+    kept_reason: _builtins.str
+    """Why it was kept, e.g. "2 uncommitted changes"; empty when removed."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        removed: _builtins.bool = ...,
+        kept_reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "kept_reason", b"kept_reason", "path", b"path", "removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceRelease: _TypeAlias = WorkspaceRelease  # noqa: Y015
 
 @_typing.final
 class DetachAgentRequest(_message.Message):

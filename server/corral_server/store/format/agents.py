@@ -22,6 +22,7 @@ from corral.storage.v1 import records_pb2 as pb
 from corral_server.domain import agent as da
 from corral_server.domain.content import ImagePart, Prompt, PromptSummary, TextPart
 from corral_server.domain.timeline import JsonValue
+from corral_server.domain.workspace import Workspace
 from corral_server.store.format.common import ms, parse, timestamp, usage, usage_record
 
 _REASONS = (
@@ -32,6 +33,7 @@ _REASONS = (
 _REASON = dict(_REASONS)
 _REASON_BACK = {stored: reason for reason, stored in _REASONS}
 _QUEUED_BY = {by.value: by for by in da.QueuedBy}
+_TITLE_SOURCE = {source.value: source for source in da.TitleSource}
 
 
 # Stored as they are.
@@ -48,6 +50,8 @@ def encode_agent(agent: da.Agent) -> bytes:
         archived_at=None if agent.archived_at_ms is None else timestamp(agent.archived_at_ms),
         last_error=None if agent.last_error is None else _error_record(agent.last_error),
         last_usage=None if agent.last_usage is None else usage_record(agent.last_usage),
+        title_source=agent.title_source.value,
+        workspace=None if agent.workspace is None else _workspace_record(agent.workspace),
     )
     _put_lifecycle(record.lifecycle, agent.lifecycle)
     attention = agent.attention
@@ -85,10 +89,24 @@ def decode_agent(data: bytes) -> da.Agent:
         archived_at_ms=ms(record.archived_at) if record.HasField("archived_at") else None,
         last_error=_error(record.last_error) if record.HasField("last_error") else None,
         last_usage=usage(record.last_usage) if record.HasField("last_usage") else None,
+        # "" (and a record from before sources were stored) is NONE; the title rules treat
+        # a title without a source as a person's (manager/titles.py).
+        title_source=_TITLE_SOURCE.get(record.title_source, da.TitleSource.NONE),
+        workspace=_workspace(record.workspace) if record.HasField("workspace") else None,
     )
 
 
 # --- parts ------------------------------------------------------------------------------------
+
+_WORKSPACE = ("repository", "branch", "base", "base_commit", "path")
+
+
+def _workspace_record(workspace: Workspace) -> pb.Workspace:
+    return pb.Workspace(**{name: getattr(workspace, name) for name in _WORKSPACE})
+
+
+def _workspace(stored: pb.Workspace) -> Workspace:
+    return Workspace(*(getattr(stored, name) for name in _WORKSPACE))
 
 
 def _put_lifecycle(into: pb.AgentLifecycle, lifecycle: da.Lifecycle) -> None:

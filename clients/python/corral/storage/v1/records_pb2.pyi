@@ -184,6 +184,8 @@ class Agent(_message.Message):
     TIMELINE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
+    TITLE_SOURCE_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     provider: _builtins.str
     cwd: _builtins.str
@@ -191,6 +193,8 @@ class Agent(_message.Message):
     mode: _builtins.str
     title: _builtins.str
     provider_session_id: _builtins.str
+    title_source: _builtins.str
+    """Who set `title`: "" (no title yet), "prompt", "provider" or "user"."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -219,6 +223,10 @@ class Agent(_message.Message):
     def last_error(self) -> Global___AgentError: ...
     @_builtins.property
     def last_usage(self) -> Global___Usage: ...
+    @_builtins.property
+    def workspace(self) -> Global___Workspace:
+        """The git worktree corral made for the agent (the API's Agent.workspace, same number)."""
+
     def __init__(
         self,
         *,
@@ -240,14 +248,47 @@ class Agent(_message.Message):
         timeline: Global___TimelineInfo | None = ...,
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
+        title_source: _builtins.str = ...,
+        workspace: Global___Workspace | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Agent: _TypeAlias = Agent  # noqa: Y015
+
+@_typing.final
+class Workspace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPOSITORY_FIELD_NUMBER: _builtins.int
+    BRANCH_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    BASE_COMMIT_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    repository: _builtins.str
+    branch: _builtins.str
+    base: _builtins.str
+    base_commit: _builtins.str
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        repository: _builtins.str = ...,
+        branch: _builtins.str = ...,
+        base: _builtins.str = ...,
+        base_commit: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "base_commit", b"base_commit", "branch", b"branch", "path", b"path", "repository", b"repository"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Workspace: _TypeAlias = Workspace  # noqa: Y015
 
 @_typing.final
 class AgentLifecycle(_message.Message):
@@ -909,7 +950,7 @@ class ToolCall(_message.Message):
     def output(self) -> _struct_pb2.Value: ...
     @_builtins.property
     def output_ref(self) -> Global___OutputRef:
-        """The output kept in the `tool_outputs` table (schema version 9); `output` is its preview."""
+        """The output kept in the `tool_outputs` table (schema version 8); `output` is its preview."""
 
     def __init__(
         self,

@@ -123,6 +123,21 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
    * @generated from field: corral.v1.Usage last_usage = 19;
    */
   lastUsage?: Usage | undefined;
+
+  /**
+   * Who set `title` (docs/design.md#titles): a title a person set (USER) is never replaced
+   * by a PROMPT or PROVIDER one. UNSPECIFIED: no title yet.
+   *
+   * @generated from field: corral.v1.TitleSource title_source = 23;
+   */
+  titleSource: TitleSource;
+
+  /**
+   * Unset unless CreateAgent asked for a git worktree (`CreateAgentRequest.worktree`).
+   *
+   * @generated from field: corral.v1.Workspace workspace = 20;
+   */
+  workspace?: Workspace | undefined;
 };
 
 /**
@@ -130,6 +145,48 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export declare const AgentSchema: GenMessage<Agent>;
+
+/**
+ * The git worktree corral made for an agent: a new `branch` from `base` (as the request named
+ * it; `base_commit` is what it resolved to), checked out at `path`, a directory corral
+ * manages, in the repository at `repository` (its main worktree's top level). The agent's
+ * `cwd` is inside `path`. Archive and close keep the branch; the directory goes when
+ * ArchiveAgent finds it clean or WorkspaceService.DeleteWorkspace removes it.
+ *
+ * @generated from message corral.v1.Workspace
+ */
+export declare type Workspace = Message<"corral.v1.Workspace"> & {
+  /**
+   * @generated from field: string repository = 1;
+   */
+  repository: string;
+
+  /**
+   * @generated from field: string branch = 2;
+   */
+  branch: string;
+
+  /**
+   * @generated from field: string base = 3;
+   */
+  base: string;
+
+  /**
+   * @generated from field: string base_commit = 4;
+   */
+  baseCommit: string;
+
+  /**
+   * @generated from field: string path = 5;
+   */
+  path: string;
+};
+
+/**
+ * Describes the message corral.v1.Workspace.
+ * Use `create(WorkspaceSchema)` to create a new message.
+ */
+export declare const WorkspaceSchema: GenMessage<Workspace>;
 
 /**
  * AgentLifecycle is exactly one of five states. Illegal combinations (idle with an active
@@ -560,4 +617,42 @@ export enum AttentionReason {
  * Describes the enum corral.v1.AttentionReason.
  */
 export declare const AttentionReasonSchema: GenEnum<AttentionReason>;
+
+/**
+ * TitleSource says where an agent's title came from (docs/design.md#titles).
+ *
+ * @generated from enum corral.v1.TitleSource
+ */
+export enum TitleSource {
+  /**
+   * @generated from enum value: TITLE_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The first line of the agent's first prompt, cut on a word boundary.
+   *
+   * @generated from enum value: TITLE_SOURCE_PROMPT = 1;
+   */
+  PROMPT = 1,
+
+  /**
+   * The provider named the conversation (Codex's thread name, a scripted `title:` step).
+   *
+   * @generated from enum value: TITLE_SOURCE_PROVIDER = 2;
+   */
+  PROVIDER = 2,
+
+  /**
+   * A person: CreateAgent's or UpdateAgent's title.
+   *
+   * @generated from enum value: TITLE_SOURCE_USER = 3;
+   */
+  USER = 3,
+}
+
+/**
+ * Describes the enum corral.v1.TitleSource.
+ */
+export declare const TitleSourceSchema: GenEnum<TitleSource>;
 

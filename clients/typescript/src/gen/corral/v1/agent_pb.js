@@ -10,7 +10,7 @@ import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bu
  * Describes the file corral/v1/agent.proto.
  */
 export const file_corral_v1_agent = /*@__PURE__*/
-  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSLBBQoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2UaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLOAwoOQWdlbnRMaWZlY3ljbGUSPgoMaW5pdGlhbGl6aW5nGAEgASgLMiYuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkluaXRpYWxpemluZ0gAEi4KBGlkbGUYAiABKAsyHi5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuSWRsZUgAEjQKB3J1bm5pbmcYAyABKAsyIS5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuUnVubmluZ0gAEjQKB2Vycm9yZWQYBCABKAsyIS5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuRXJyb3JlZEgAEjIKBmNsb3NlZBgFIAEoCzIgLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5DbG9zZWRIABoOCgxJbml0aWFsaXppbmcaBgoESWRsZRohCgdSdW5uaW5nEhYKDmFjdGl2ZV90dXJuX2lkGAEgASgJGi8KB0Vycm9yZWQSJAoFZXJyb3IYASABKAsyFS5jb3JyYWwudjEuQWdlbnRFcnJvcho3CgZDbG9zZWQSLQoJY2xvc2VkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIHCgVzdGF0ZSIrCgpBZ2VudEVycm9yEg8KB21lc3NhZ2UYASABKAkSDAoEY29kZRgCIAEoCSJxCglBdHRlbnRpb24SEAoIcmVxdWlyZWQYASABKAgSKgoGcmVhc29uGAIgASgOMhouY29ycmFsLnYxLkF0dGVudGlvblJlYXNvbhImCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiOwoQUGVybWlzc2lvbkFjdGlvbhIKCgJpZBgBIAEoCRINCgVsYWJlbBgCIAEoCRIMCgRraW5kGAMgASgJIt0BChFQZW5kaW5nUGVybWlzc2lvbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiwKB2FjdGlvbnMYBiADKAsyGy5jb3JyYWwudjEuUGVybWlzc2lvbkFjdGlvbhIPCgd0dXJuX2lkGAcgASgJEhUKDWlucHV0X2NsaXBwZWQYCCABKAgSEwoLaW5wdXRfYnl0ZXMYCSABKAQi7gEKDFF1ZXVlZFByb21wdBIZChFjbGllbnRfbWVzc2FnZV9pZBgBIAEoCRInCgdjb250ZW50GAIgAygLMhYuY29ycmFsLnYxLkNvbnRlbnRQYXJ0Ei0KCXF1ZXVlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdGV4dF9ieXRlcxgEIAEoBBINCgVjaGFycxgFIAEoBBITCgtpbWFnZV9jb3VudBgGIAEoDRIPCgdwcmV2aWV3GAcgASgJEg8KB2NsaXBwZWQYCCABKAgSEQoJcXVldWVkX2J5GAkgASgJIi8KDFRpbWVsaW5lSW5mbxINCgVlcG9jaBgBIAEoCRIQCghuZXh0X3NlcRgCIAEoBCJjCgVVc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAQSFQoNb3V0cHV0X3Rva2VucxgCIAEoBBIbChNjYWNoZWRfaW5wdXRfdG9rZW5zGAMgASgEEhAKCGNvc3RfdXNkGAQgASgBKo8BCg9BdHRlbnRpb25SZWFzb24SIAocQVRURU5USU9OX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGUFUVEVOVElPTl9SRUFTT05fRklOSVNIRUQQARIaChZBVFRFTlRJT05fUkVBU09OX0VSUk9SEAISHwobQVRURU5USU9OX1JFQVNPTl9QRVJNSVNTSU9OEANCVgoNY29tLmNvcnJhbC52MUIKQWdlbnRQcm90b1ABWhJjb3JyYWwvdjE7Y29ycmFsdjGqAglDb3JyYWwuVjHKAglDb3JyYWxcVjHqAgpDb3JyYWw6OlYxYgZwcm90bzM", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChVjb3JyYWwvdjEvYWdlbnQucHJvdG8SCWNvcnJhbC52MSKYBgoFQWdlbnQSCgoCaWQYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDY3dkGAMgASgJEg0KBW1vZGVsGAQgASgJEgwKBG1vZGUYBSABKAkSDQoFdGl0bGUYBiABKAkSLAoGbGFiZWxzGAcgAygLMhwuY29ycmFsLnYxLkFnZW50LkxhYmVsc0VudHJ5EiwKCWxpZmVjeWNsZRgIIAEoCzIZLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZRInCglhdHRlbnRpb24YCSABKAsyFC5jb3JyYWwudjEuQXR0ZW50aW9uEjkKE3BlbmRpbmdfcGVybWlzc2lvbnMYCiADKAsyHC5jb3JyYWwudjEuUGVuZGluZ1Blcm1pc3Npb24SLwoOcXVldWVkX3Byb21wdHMYCyADKAsyFy5jb3JyYWwudjEuUXVldWVkUHJvbXB0EhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYDCABKAkSFwoPcGFyZW50X2FnZW50X2lkGA0gASgJEi4KCmNyZWF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2FyY2hpdmVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgh0aW1lbGluZRgRIAEoCzIXLmNvcnJhbC52MS5UaW1lbGluZUluZm8SKQoKbGFzdF9lcnJvchgSIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yEiQKCmxhc3RfdXNhZ2UYEyABKAsyEC5jb3JyYWwudjEuVXNhZ2USLAoMdGl0bGVfc291cmNlGBcgASgOMhYuY29ycmFsLnYxLlRpdGxlU291cmNlEicKCXdvcmtzcGFjZRgUIAEoCzIULmNvcnJhbC52MS5Xb3Jrc3BhY2UaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJgCglXb3Jrc3BhY2USEgoKcmVwb3NpdG9yeRgBIAEoCRIOCgZicmFuY2gYAiABKAkSDAoEYmFzZRgDIAEoCRITCgtiYXNlX2NvbW1pdBgEIAEoCRIMCgRwYXRoGAUgASgJIs4DCg5BZ2VudExpZmVjeWNsZRI+Cgxpbml0aWFsaXppbmcYASABKAsyJi5jb3JyYWwudjEuQWdlbnRMaWZlY3ljbGUuSW5pdGlhbGl6aW5nSAASLgoEaWRsZRgCIAEoCzIeLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5JZGxlSAASNAoHcnVubmluZxgDIAEoCzIhLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5SdW5uaW5nSAASNAoHZXJyb3JlZBgEIAEoCzIhLmNvcnJhbC52MS5BZ2VudExpZmVjeWNsZS5FcnJvcmVkSAASMgoGY2xvc2VkGAUgASgLMiAuY29ycmFsLnYxLkFnZW50TGlmZWN5Y2xlLkNsb3NlZEgAGg4KDEluaXRpYWxpemluZxoGCgRJZGxlGiEKB1J1bm5pbmcSFgoOYWN0aXZlX3R1cm5faWQYASABKAkaLwoHRXJyb3JlZBIkCgVlcnJvchgBIAEoCzIVLmNvcnJhbC52MS5BZ2VudEVycm9yGjcKBkNsb3NlZBItCgljbG9zZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgcKBXN0YXRlIisKCkFnZW50RXJyb3ISDwoHbWVzc2FnZRgBIAEoCRIMCgRjb2RlGAIgASgJInEKCUF0dGVudGlvbhIQCghyZXF1aXJlZBgBIAEoCBIqCgZyZWFzb24YAiABKA4yGi5jb3JyYWwudjEuQXR0ZW50aW9uUmVhc29uEiYKAmF0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChBQZXJtaXNzaW9uQWN0aW9uEgoKAmlkGAEgASgJEg0KBWxhYmVsGAIgASgJEgwKBGtpbmQYAyABKAki3QEKEVBlbmRpbmdQZXJtaXNzaW9uEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDAoEa2luZBgDIAEoCRINCgV0aXRsZRgEIAEoCRImCgVpbnB1dBgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLAoHYWN0aW9ucxgGIAMoCzIbLmNvcnJhbC52MS5QZXJtaXNzaW9uQWN0aW9uEg8KB3R1cm5faWQYByABKAkSFQoNaW5wdXRfY2xpcHBlZBgIIAEoCBITCgtpbnB1dF9ieXRlcxgJIAEoBCLuAQoMUXVldWVkUHJvbXB0EhkKEWNsaWVudF9tZXNzYWdlX2lkGAEgASgJEicKB2NvbnRlbnQYAiADKAsyFi5jb3JyYWwudjEuQ29udGVudFBhcnQSLQoJcXVldWVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0ZXh0X2J5dGVzGAQgASgEEg0KBWNoYXJzGAUgASgEEhMKC2ltYWdlX2NvdW50GAYgASgNEg8KB3ByZXZpZXcYByABKAkSDwoHY2xpcHBlZBgIIAEoCBIRCglxdWV1ZWRfYnkYCSABKAkiLwoMVGltZWxpbmVJbmZvEg0KBWVwb2NoGAEgASgJEhAKCG5leHRfc2VxGAIgASgEImMKBVVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAIgASgEEhsKE2NhY2hlZF9pbnB1dF90b2tlbnMYAyABKAQSEAoIY29zdF91c2QYBCABKAEqjwEKD0F0dGVudGlvblJlYXNvbhIgChxBVFRFTlRJT05fUkVBU09OX1VOU1BFQ0lGSUVEEAASHQoZQVRURU5USU9OX1JFQVNPTl9GSU5JU0hFRBABEhoKFkFUVEVOVElPTl9SRUFTT05fRVJST1IQAhIfChtBVFRFTlRJT05fUkVBU09OX1BFUk1JU1NJT04QAyp2CgtUaXRsZVNvdXJjZRIcChhUSVRMRV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNUSVRMRV9TT1VSQ0VfUFJPTVBUEAESGQoVVElUTEVfU09VUkNFX1BST1ZJREVSEAISFQoRVElUTEVfU09VUkNFX1VTRVIQA0JWCg1jb20uY29ycmFsLnYxQgpBZ2VudFByb3RvUAFaEmNvcnJhbC92MTtjb3JyYWx2MaoCCUNvcnJhbC5WMcoCCUNvcnJhbFxWMeoCCkNvcnJhbDo6VjFiBnByb3RvMw", [file_corral_v1_content, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message corral.v1.Agent.
@@ -20,95 +20,102 @@ export const AgentSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_agent, 0);
 
 /**
+ * Describes the message corral.v1.Workspace.
+ * Use `create(WorkspaceSchema)` to create a new message.
+ */
+export const WorkspaceSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_agent, 1);
+
+/**
  * Describes the message corral.v1.AgentLifecycle.
  * Use `create(AgentLifecycleSchema)` to create a new message.
  */
 export const AgentLifecycleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1);
+  messageDesc(file_corral_v1_agent, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Initializing.
  * Use `create(AgentLifecycle_InitializingSchema)` to create a new message.
  */
 export const AgentLifecycle_InitializingSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 0);
+  messageDesc(file_corral_v1_agent, 2, 0);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Idle.
  * Use `create(AgentLifecycle_IdleSchema)` to create a new message.
  */
 export const AgentLifecycle_IdleSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 1);
+  messageDesc(file_corral_v1_agent, 2, 1);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Running.
  * Use `create(AgentLifecycle_RunningSchema)` to create a new message.
  */
 export const AgentLifecycle_RunningSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 2);
+  messageDesc(file_corral_v1_agent, 2, 2);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Errored.
  * Use `create(AgentLifecycle_ErroredSchema)` to create a new message.
  */
 export const AgentLifecycle_ErroredSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 3);
+  messageDesc(file_corral_v1_agent, 2, 3);
 
 /**
  * Describes the message corral.v1.AgentLifecycle.Closed.
  * Use `create(AgentLifecycle_ClosedSchema)` to create a new message.
  */
 export const AgentLifecycle_ClosedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 1, 4);
+  messageDesc(file_corral_v1_agent, 2, 4);
 
 /**
  * Describes the message corral.v1.AgentError.
  * Use `create(AgentErrorSchema)` to create a new message.
  */
 export const AgentErrorSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 2);
+  messageDesc(file_corral_v1_agent, 3);
 
 /**
  * Describes the message corral.v1.Attention.
  * Use `create(AttentionSchema)` to create a new message.
  */
 export const AttentionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 3);
+  messageDesc(file_corral_v1_agent, 4);
 
 /**
  * Describes the message corral.v1.PermissionAction.
  * Use `create(PermissionActionSchema)` to create a new message.
  */
 export const PermissionActionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 4);
+  messageDesc(file_corral_v1_agent, 5);
 
 /**
  * Describes the message corral.v1.PendingPermission.
  * Use `create(PendingPermissionSchema)` to create a new message.
  */
 export const PendingPermissionSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 5);
+  messageDesc(file_corral_v1_agent, 6);
 
 /**
  * Describes the message corral.v1.QueuedPrompt.
  * Use `create(QueuedPromptSchema)` to create a new message.
  */
 export const QueuedPromptSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 6);
+  messageDesc(file_corral_v1_agent, 7);
 
 /**
  * Describes the message corral.v1.TimelineInfo.
  * Use `create(TimelineInfoSchema)` to create a new message.
  */
 export const TimelineInfoSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 7);
+  messageDesc(file_corral_v1_agent, 8);
 
 /**
  * Describes the message corral.v1.Usage.
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent, 8);
+  messageDesc(file_corral_v1_agent, 9);
 
 /**
  * Describes the enum corral.v1.AttentionReason.
@@ -121,4 +128,18 @@ export const AttentionReasonSchema = /*@__PURE__*/
  */
 export const AttentionReason = /*@__PURE__*/
   tsEnum(AttentionReasonSchema);
+
+/**
+ * Describes the enum corral.v1.TitleSource.
+ */
+export const TitleSourceSchema = /*@__PURE__*/
+  enumDesc(file_corral_v1_agent, 1);
+
+/**
+ * TitleSource says where an agent's title came from (docs/design.md#titles).
+ *
+ * @generated from enum corral.v1.TitleSource
+ */
+export const TitleSource = /*@__PURE__*/
+  tsEnum(TitleSourceSchema);
 

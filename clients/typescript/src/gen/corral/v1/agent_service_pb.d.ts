@@ -60,6 +60,14 @@ export declare type CreateAgentRequest = Message<"corral.v1.CreateAgentRequest">
    * @generated from field: string request_id = 8;
    */
   requestId: string;
+
+  /**
+   * When set, `cwd` must be inside a git repository: the agent runs in a new git worktree of
+   * it, on a new branch (docs/api.md#workspaces).
+   *
+   * @generated from field: corral.v1.WorktreeRequest worktree = 9;
+   */
+  worktree?: WorktreeRequest | undefined;
 };
 
 /**
@@ -67,6 +75,32 @@ export declare type CreateAgentRequest = Message<"corral.v1.CreateAgentRequest">
  * Use `create(CreateAgentRequestSchema)` to create a new message.
  */
 export declare const CreateAgentRequestSchema: GenMessage<CreateAgentRequest>;
+
+/**
+ * @generated from message corral.v1.WorktreeRequest
+ */
+export declare type WorktreeRequest = Message<"corral.v1.WorktreeRequest"> & {
+  /**
+   * The new branch; empty = derived from the title (`corral/<title words>`, or
+   * `corral/agent-<hex>` without one). A branch that exists is ALREADY_EXISTS.
+   *
+   * @generated from field: string branch = 1;
+   */
+  branch: string;
+
+  /**
+   * What the branch starts from: a branch, tag or commit; empty = the repository's HEAD.
+   *
+   * @generated from field: string base = 2;
+   */
+  base: string;
+};
+
+/**
+ * Describes the message corral.v1.WorktreeRequest.
+ * Use `create(WorktreeRequestSchema)` to create a new message.
+ */
+export declare const WorktreeRequestSchema: GenMessage<WorktreeRequest>;
 
 /**
  * @generated from message corral.v1.CreateAgentResponse
@@ -378,6 +412,14 @@ export declare type ArchiveAgentResponse = Message<"corral.v1.ArchiveAgentRespon
    * @generated from field: repeated string archived_agent_ids = 1;
    */
   archivedAgentIds: string[];
+
+  /**
+   * One per archived agent that has a worktree: removed when it held no uncommitted change,
+   * else kept (with the reason). The branch is always kept.
+   *
+   * @generated from field: repeated corral.v1.WorkspaceRelease workspaces = 2;
+   */
+  workspaces: WorkspaceRelease[];
 };
 
 /**
@@ -385,6 +427,39 @@ export declare type ArchiveAgentResponse = Message<"corral.v1.ArchiveAgentRespon
  * Use `create(ArchiveAgentResponseSchema)` to create a new message.
  */
 export declare const ArchiveAgentResponseSchema: GenMessage<ArchiveAgentResponse>;
+
+/**
+ * @generated from message corral.v1.WorkspaceRelease
+ */
+export declare type WorkspaceRelease = Message<"corral.v1.WorkspaceRelease"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * @generated from field: bool removed = 3;
+   */
+  removed: boolean;
+
+  /**
+   * Why it was kept, e.g. "2 uncommitted changes"; empty when removed.
+   *
+   * @generated from field: string kept_reason = 4;
+   */
+  keptReason: string;
+};
+
+/**
+ * Describes the message corral.v1.WorkspaceRelease.
+ * Use `create(WorkspaceReleaseSchema)` to create a new message.
+ */
+export declare const WorkspaceReleaseSchema: GenMessage<WorkspaceRelease>;
 
 /**
  * @generated from message corral.v1.DetachAgentRequest

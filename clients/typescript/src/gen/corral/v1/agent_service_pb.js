@@ -11,7 +11,7 @@ import { file_google_protobuf_field_mask } from "@bufbuild/protobuf/wkt";
  * Describes the file corral/v1/agent_service.proto.
  */
 export const file_corral_v1_agent_service = /*@__PURE__*/
-  fileDesc("Ch1jb3JyYWwvdjEvYWdlbnRfc2VydmljZS5wcm90bxIJY29ycmFsLnYxIo0CChJDcmVhdGVBZ2VudFJlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSCwoDY3dkGAIgASgJEg0KBW1vZGVsGAMgASgJEgwKBG1vZGUYBCABKAkSDQoFdGl0bGUYBSABKAkSOQoGbGFiZWxzGAYgAygLMikuY29ycmFsLnYxLkNyZWF0ZUFnZW50UmVxdWVzdC5MYWJlbHNFbnRyeRIuCg5pbml0aWFsX3Byb21wdBgHIAMoCzIWLmNvcnJhbC52MS5Db250ZW50UGFydBISCgpyZXF1ZXN0X2lkGAggASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoTQ3JlYXRlQWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLmNvcnJhbC52MS5BZ2VudBIPCgd0dXJuX2lkGAIgASgJIiMKD0dldEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSIzChBHZXRBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50IoUBChFMaXN0QWdlbnRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIWCg5sYWJlbF9zZWxlY3RvchgDIAEoCRIYChBpbmNsdWRlX2FyY2hpdmVkGAQgASgIEhcKD3BhcmVudF9hZ2VudF9pZBgFIAEoCSJPChJMaXN0QWdlbnRzUmVzcG9uc2USIAoGYWdlbnRzGAEgAygLMhAuY29ycmFsLnYxLkFnZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSLtAQoSVXBkYXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEg0KBXRpdGxlGAIgASgJEjkKBmxhYmVscxgDIAMoCzIpLmNvcnJhbC52MS5VcGRhdGVBZ2VudFJlcXVlc3QuTGFiZWxzRW50cnkSDAoEbW9kZRgEIAEoCRINCgVtb2RlbBgFIAEoCRIvCgt1cGRhdGVfbWFzaxgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2saLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI2ChNVcGRhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50IkMKElJlbG9hZEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRIbChNyZWh5ZHJhdGVfZnJvbV9kaXNrGAIgASgIIjYKE1JlbG9hZEFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQiUAoSSW1wb3J0QWdlbnRSZXF1ZXN0EhAKCHByb3ZpZGVyGAEgASgJEhsKE3Byb3ZpZGVyX3Nlc3Npb25faWQYAiABKAkSCwoDY3dkGAMgASgJIjYKE0ltcG9ydEFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQiJQoRQ2xvc2VBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiNQoSQ2xvc2VBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50IicKE0FyY2hpdmVBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiMgoUQXJjaGl2ZUFnZW50UmVzcG9uc2USGgoSYXJjaGl2ZWRfYWdlbnRfaWRzGAEgAygJIiYKEkRldGFjaEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSI2ChNEZXRhY2hBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50IioKFUNsZWFyQXR0ZW50aW9uUmVxdWVzdBIRCglhZ2VudF9pZHMYASADKAkiOgoWQ2xlYXJBdHRlbnRpb25SZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5jb3JyYWwudjEuQWdlbnQiFgoUTGlzdFByb3ZpZGVyc1JlcXVlc3QiPgoMUHJvdmlkZXJNb2RlEgoKAmlkGAEgASgJEg0KBWxhYmVsGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIioKDVByb3ZpZGVyTW9kZWwSCgoCaWQYASABKAkSDQoFbGFiZWwYAiABKAkipwEKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRIRCglhdmFpbGFibGUYAyABKAgSGgoSdW5hdmFpbGFibGVfcmVhc29uGAQgASgJEiYKBW1vZGVzGAUgAygLMhcuY29ycmFsLnYxLlByb3ZpZGVyTW9kZRIoCgZtb2RlbHMYBiADKAsyGC5jb3JyYWwudjEuUHJvdmlkZXJNb2RlbCI/ChVMaXN0UHJvdmlkZXJzUmVzcG9uc2USJgoJcHJvdmlkZXJzGAEgAygLMhMuY29ycmFsLnYxLlByb3ZpZGVyMusGCgxBZ2VudFNlcnZpY2USTAoLQ3JlYXRlQWdlbnQSHS5jb3JyYWwudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2USQwoIR2V0QWdlbnQSGi5jb3JyYWwudjEuR2V0QWdlbnRSZXF1ZXN0GhsuY29ycmFsLnYxLkdldEFnZW50UmVzcG9uc2USSQoKTGlzdEFnZW50cxIcLmNvcnJhbC52MS5MaXN0QWdlbnRzUmVxdWVzdBodLmNvcnJhbC52MS5MaXN0QWdlbnRzUmVzcG9uc2USTAoLVXBkYXRlQWdlbnQSHS5jb3JyYWwudjEuVXBkYXRlQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLlVwZGF0ZUFnZW50UmVzcG9uc2USTAoLUmVsb2FkQWdlbnQSHS5jb3JyYWwudjEuUmVsb2FkQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLlJlbG9hZEFnZW50UmVzcG9uc2USTAoLSW1wb3J0QWdlbnQSHS5jb3JyYWwudjEuSW1wb3J0QWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkltcG9ydEFnZW50UmVzcG9uc2USSQoKQ2xvc2VBZ2VudBIcLmNvcnJhbC52MS5DbG9zZUFnZW50UmVxdWVzdBodLmNvcnJhbC52MS5DbG9zZUFnZW50UmVzcG9uc2USTwoMQXJjaGl2ZUFnZW50Eh4uY29ycmFsLnYxLkFyY2hpdmVBZ2VudFJlcXVlc3QaHy5jb3JyYWwudjEuQXJjaGl2ZUFnZW50UmVzcG9uc2USTAoLRGV0YWNoQWdlbnQSHS5jb3JyYWwudjEuRGV0YWNoQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkRldGFjaEFnZW50UmVzcG9uc2USVQoOQ2xlYXJBdHRlbnRpb24SIC5jb3JyYWwudjEuQ2xlYXJBdHRlbnRpb25SZXF1ZXN0GiEuY29ycmFsLnYxLkNsZWFyQXR0ZW50aW9uUmVzcG9uc2USUgoNTGlzdFByb3ZpZGVycxIfLmNvcnJhbC52MS5MaXN0UHJvdmlkZXJzUmVxdWVzdBogLmNvcnJhbC52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2VCXQoNY29tLmNvcnJhbC52MUIRQWdlbnRTZXJ2aWNlUHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_agent, file_corral_v1_content, file_google_protobuf_field_mask]);
+  fileDesc("Ch1jb3JyYWwvdjEvYWdlbnRfc2VydmljZS5wcm90bxIJY29ycmFsLnYxIrsCChJDcmVhdGVBZ2VudFJlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSCwoDY3dkGAIgASgJEg0KBW1vZGVsGAMgASgJEgwKBG1vZGUYBCABKAkSDQoFdGl0bGUYBSABKAkSOQoGbGFiZWxzGAYgAygLMikuY29ycmFsLnYxLkNyZWF0ZUFnZW50UmVxdWVzdC5MYWJlbHNFbnRyeRIuCg5pbml0aWFsX3Byb21wdBgHIAMoCzIWLmNvcnJhbC52MS5Db250ZW50UGFydBISCgpyZXF1ZXN0X2lkGAggASgJEiwKCHdvcmt0cmVlGAkgASgLMhouY29ycmFsLnYxLldvcmt0cmVlUmVxdWVzdBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIi8KD1dvcmt0cmVlUmVxdWVzdBIOCgZicmFuY2gYASABKAkSDAoEYmFzZRgCIAEoCSJHChNDcmVhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50Eg8KB3R1cm5faWQYAiABKAkiIwoPR2V0QWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIjMKEEdldEFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQihQEKEUxpc3RBZ2VudHNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEhYKDmxhYmVsX3NlbGVjdG9yGAMgASgJEhgKEGluY2x1ZGVfYXJjaGl2ZWQYBCABKAgSFwoPcGFyZW50X2FnZW50X2lkGAUgASgJIk8KEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5jb3JyYWwudjEuQWdlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIu0BChJVcGRhdGVBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSDQoFdGl0bGUYAiABKAkSOQoGbGFiZWxzGAMgAygLMikuY29ycmFsLnYxLlVwZGF0ZUFnZW50UmVxdWVzdC5MYWJlbHNFbnRyeRIMCgRtb2RlGAQgASgJEg0KBW1vZGVsGAUgASgJEi8KC3VwZGF0ZV9tYXNrGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLkZpZWxkTWFzaxotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQiQwoSUmVsb2FkQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEhsKE3JlaHlkcmF0ZV9mcm9tX2Rpc2sYAiABKAgiNgoTUmVsb2FkQWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLmNvcnJhbC52MS5BZ2VudCJQChJJbXBvcnRBZ2VudFJlcXVlc3QSEAoIcHJvdmlkZXIYASABKAkSGwoTcHJvdmlkZXJfc2Vzc2lvbl9pZBgCIAEoCRILCgNjd2QYAyABKAkiNgoTSW1wb3J0QWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLmNvcnJhbC52MS5BZ2VudCIlChFDbG9zZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSI1ChJDbG9zZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQiJwoTQXJjaGl2ZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJjChRBcmNoaXZlQWdlbnRSZXNwb25zZRIaChJhcmNoaXZlZF9hZ2VudF9pZHMYASADKAkSLwoKd29ya3NwYWNlcxgCIAMoCzIbLmNvcnJhbC52MS5Xb3Jrc3BhY2VSZWxlYXNlIlgKEFdvcmtzcGFjZVJlbGVhc2USEAoIYWdlbnRfaWQYASABKAkSDAoEcGF0aBgCIAEoCRIPCgdyZW1vdmVkGAMgASgIEhMKC2tlcHRfcmVhc29uGAQgASgJIiYKEkRldGFjaEFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSI2ChNEZXRhY2hBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAuY29ycmFsLnYxLkFnZW50IioKFUNsZWFyQXR0ZW50aW9uUmVxdWVzdBIRCglhZ2VudF9pZHMYASADKAkiOgoWQ2xlYXJBdHRlbnRpb25SZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5jb3JyYWwudjEuQWdlbnQiFgoUTGlzdFByb3ZpZGVyc1JlcXVlc3QiPgoMUHJvdmlkZXJNb2RlEgoKAmlkGAEgASgJEg0KBWxhYmVsGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJIioKDVByb3ZpZGVyTW9kZWwSCgoCaWQYASABKAkSDQoFbGFiZWwYAiABKAkipwEKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSDAoEa2luZBgCIAEoCRIRCglhdmFpbGFibGUYAyABKAgSGgoSdW5hdmFpbGFibGVfcmVhc29uGAQgASgJEiYKBW1vZGVzGAUgAygLMhcuY29ycmFsLnYxLlByb3ZpZGVyTW9kZRIoCgZtb2RlbHMYBiADKAsyGC5jb3JyYWwudjEuUHJvdmlkZXJNb2RlbCI/ChVMaXN0UHJvdmlkZXJzUmVzcG9uc2USJgoJcHJvdmlkZXJzGAEgAygLMhMuY29ycmFsLnYxLlByb3ZpZGVyMusGCgxBZ2VudFNlcnZpY2USTAoLQ3JlYXRlQWdlbnQSHS5jb3JyYWwudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2USQwoIR2V0QWdlbnQSGi5jb3JyYWwudjEuR2V0QWdlbnRSZXF1ZXN0GhsuY29ycmFsLnYxLkdldEFnZW50UmVzcG9uc2USSQoKTGlzdEFnZW50cxIcLmNvcnJhbC52MS5MaXN0QWdlbnRzUmVxdWVzdBodLmNvcnJhbC52MS5MaXN0QWdlbnRzUmVzcG9uc2USTAoLVXBkYXRlQWdlbnQSHS5jb3JyYWwudjEuVXBkYXRlQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLlVwZGF0ZUFnZW50UmVzcG9uc2USTAoLUmVsb2FkQWdlbnQSHS5jb3JyYWwudjEuUmVsb2FkQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLlJlbG9hZEFnZW50UmVzcG9uc2USTAoLSW1wb3J0QWdlbnQSHS5jb3JyYWwudjEuSW1wb3J0QWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkltcG9ydEFnZW50UmVzcG9uc2USSQoKQ2xvc2VBZ2VudBIcLmNvcnJhbC52MS5DbG9zZUFnZW50UmVxdWVzdBodLmNvcnJhbC52MS5DbG9zZUFnZW50UmVzcG9uc2USTwoMQXJjaGl2ZUFnZW50Eh4uY29ycmFsLnYxLkFyY2hpdmVBZ2VudFJlcXVlc3QaHy5jb3JyYWwudjEuQXJjaGl2ZUFnZW50UmVzcG9uc2USTAoLRGV0YWNoQWdlbnQSHS5jb3JyYWwudjEuRGV0YWNoQWdlbnRSZXF1ZXN0Gh4uY29ycmFsLnYxLkRldGFjaEFnZW50UmVzcG9uc2USVQoOQ2xlYXJBdHRlbnRpb24SIC5jb3JyYWwudjEuQ2xlYXJBdHRlbnRpb25SZXF1ZXN0GiEuY29ycmFsLnYxLkNsZWFyQXR0ZW50aW9uUmVzcG9uc2USUgoNTGlzdFByb3ZpZGVycxIfLmNvcnJhbC52MS5MaXN0UHJvdmlkZXJzUmVxdWVzdBogLmNvcnJhbC52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2VCXQoNY29tLmNvcnJhbC52MUIRQWdlbnRTZXJ2aWNlUHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_agent, file_corral_v1_content, file_google_protobuf_field_mask]);
 
 /**
  * Describes the message corral.v1.CreateAgentRequest.
@@ -21,172 +21,186 @@ export const CreateAgentRequestSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_agent_service, 0);
 
 /**
+ * Describes the message corral.v1.WorktreeRequest.
+ * Use `create(WorktreeRequestSchema)` to create a new message.
+ */
+export const WorktreeRequestSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_agent_service, 1);
+
+/**
  * Describes the message corral.v1.CreateAgentResponse.
  * Use `create(CreateAgentResponseSchema)` to create a new message.
  */
 export const CreateAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 1);
+  messageDesc(file_corral_v1_agent_service, 2);
 
 /**
  * Describes the message corral.v1.GetAgentRequest.
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 2);
+  messageDesc(file_corral_v1_agent_service, 3);
 
 /**
  * Describes the message corral.v1.GetAgentResponse.
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 3);
+  messageDesc(file_corral_v1_agent_service, 4);
 
 /**
  * Describes the message corral.v1.ListAgentsRequest.
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 4);
+  messageDesc(file_corral_v1_agent_service, 5);
 
 /**
  * Describes the message corral.v1.ListAgentsResponse.
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 5);
+  messageDesc(file_corral_v1_agent_service, 6);
 
 /**
  * Describes the message corral.v1.UpdateAgentRequest.
  * Use `create(UpdateAgentRequestSchema)` to create a new message.
  */
 export const UpdateAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 6);
+  messageDesc(file_corral_v1_agent_service, 7);
 
 /**
  * Describes the message corral.v1.UpdateAgentResponse.
  * Use `create(UpdateAgentResponseSchema)` to create a new message.
  */
 export const UpdateAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 7);
+  messageDesc(file_corral_v1_agent_service, 8);
 
 /**
  * Describes the message corral.v1.ReloadAgentRequest.
  * Use `create(ReloadAgentRequestSchema)` to create a new message.
  */
 export const ReloadAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 8);
+  messageDesc(file_corral_v1_agent_service, 9);
 
 /**
  * Describes the message corral.v1.ReloadAgentResponse.
  * Use `create(ReloadAgentResponseSchema)` to create a new message.
  */
 export const ReloadAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 9);
+  messageDesc(file_corral_v1_agent_service, 10);
 
 /**
  * Describes the message corral.v1.ImportAgentRequest.
  * Use `create(ImportAgentRequestSchema)` to create a new message.
  */
 export const ImportAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 10);
+  messageDesc(file_corral_v1_agent_service, 11);
 
 /**
  * Describes the message corral.v1.ImportAgentResponse.
  * Use `create(ImportAgentResponseSchema)` to create a new message.
  */
 export const ImportAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 11);
+  messageDesc(file_corral_v1_agent_service, 12);
 
 /**
  * Describes the message corral.v1.CloseAgentRequest.
  * Use `create(CloseAgentRequestSchema)` to create a new message.
  */
 export const CloseAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 12);
+  messageDesc(file_corral_v1_agent_service, 13);
 
 /**
  * Describes the message corral.v1.CloseAgentResponse.
  * Use `create(CloseAgentResponseSchema)` to create a new message.
  */
 export const CloseAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 13);
+  messageDesc(file_corral_v1_agent_service, 14);
 
 /**
  * Describes the message corral.v1.ArchiveAgentRequest.
  * Use `create(ArchiveAgentRequestSchema)` to create a new message.
  */
 export const ArchiveAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 14);
+  messageDesc(file_corral_v1_agent_service, 15);
 
 /**
  * Describes the message corral.v1.ArchiveAgentResponse.
  * Use `create(ArchiveAgentResponseSchema)` to create a new message.
  */
 export const ArchiveAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 15);
+  messageDesc(file_corral_v1_agent_service, 16);
+
+/**
+ * Describes the message corral.v1.WorkspaceRelease.
+ * Use `create(WorkspaceReleaseSchema)` to create a new message.
+ */
+export const WorkspaceReleaseSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_agent_service, 17);
 
 /**
  * Describes the message corral.v1.DetachAgentRequest.
  * Use `create(DetachAgentRequestSchema)` to create a new message.
  */
 export const DetachAgentRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 16);
+  messageDesc(file_corral_v1_agent_service, 18);
 
 /**
  * Describes the message corral.v1.DetachAgentResponse.
  * Use `create(DetachAgentResponseSchema)` to create a new message.
  */
 export const DetachAgentResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 17);
+  messageDesc(file_corral_v1_agent_service, 19);
 
 /**
  * Describes the message corral.v1.ClearAttentionRequest.
  * Use `create(ClearAttentionRequestSchema)` to create a new message.
  */
 export const ClearAttentionRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 18);
+  messageDesc(file_corral_v1_agent_service, 20);
 
 /**
  * Describes the message corral.v1.ClearAttentionResponse.
  * Use `create(ClearAttentionResponseSchema)` to create a new message.
  */
 export const ClearAttentionResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 19);
+  messageDesc(file_corral_v1_agent_service, 21);
 
 /**
  * Describes the message corral.v1.ListProvidersRequest.
  * Use `create(ListProvidersRequestSchema)` to create a new message.
  */
 export const ListProvidersRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 20);
+  messageDesc(file_corral_v1_agent_service, 22);
 
 /**
  * Describes the message corral.v1.ProviderMode.
  * Use `create(ProviderModeSchema)` to create a new message.
  */
 export const ProviderModeSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 21);
+  messageDesc(file_corral_v1_agent_service, 23);
 
 /**
  * Describes the message corral.v1.ProviderModel.
  * Use `create(ProviderModelSchema)` to create a new message.
  */
 export const ProviderModelSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 22);
+  messageDesc(file_corral_v1_agent_service, 24);
 
 /**
  * Describes the message corral.v1.Provider.
  * Use `create(ProviderSchema)` to create a new message.
  */
 export const ProviderSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 23);
+  messageDesc(file_corral_v1_agent_service, 25);
 
 /**
  * Describes the message corral.v1.ListProvidersResponse.
  * Use `create(ListProvidersResponseSchema)` to create a new message.
  */
 export const ListProvidersResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_agent_service, 24);
+  messageDesc(file_corral_v1_agent_service, 26);
 
 /**
  * AgentService owns agents: creating, reading, updating and closing them.

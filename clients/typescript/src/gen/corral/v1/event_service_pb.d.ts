@@ -4,9 +4,10 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
+import type { TimelineEntry, TimelineRow, TimelineView } from "./timeline_pb.js";
 import type { PermissionRequested, PermissionResolved, TurnCanceled, TurnCompleted, TurnFailed, TurnStarted } from "./turn_service_pb.js";
+import type { ScheduleRun } from "./schedule_pb.js";
 import type { Agent, AttentionReason } from "./agent_pb.js";
-import type { TimelineRow } from "./timeline_pb.js";
 import type { SubagentRun } from "./subagent_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
@@ -45,6 +46,14 @@ export declare type SubscribeRequest = Message<"corral.v1.SubscribeRequest"> & {
    * @generated from field: string resume_incarnation = 3;
    */
   resumeIncarnation: string;
+
+  /**
+   * PROJECTED: each `timeline_row_appended` is sent as `timeline_entry_upserted` instead
+   * (the entry the row made or changed), with the same revision.
+   *
+   * @generated from field: corral.v1.TimelineView view = 4;
+   */
+  view: TimelineView;
 };
 
 /**
@@ -180,6 +189,24 @@ export declare type Event = Message<"corral.v1.Event"> & {
      */
     value: TimelineRowUpdated;
     case: "timelineRowUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.TimelineEntryUpserted timeline_entry_upserted = 18;
+     */
+    value: TimelineEntryUpserted;
+    case: "timelineEntryUpserted";
+  } | {
+    /**
+     * @generated from field: corral.v1.ChangesUpdated changes_updated = 20;
+     */
+    value: ChangesUpdated;
+    case: "changesUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.ScheduleFired schedule_fired = 21;
+     */
+    value: ScheduleFired;
+    case: "scheduleFired";
   } | { case: undefined; value?: undefined };
 };
 
@@ -188,6 +215,68 @@ export declare type Event = Message<"corral.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * A schedule fired (ScheduleService): what it did. Scoped to the agent it prompted or created.
+ *
+ * @generated from message corral.v1.ScheduleFired
+ */
+export declare type ScheduleFired = Message<"corral.v1.ScheduleFired"> & {
+  /**
+   * @generated from field: string schedule_id = 1;
+   */
+  scheduleId: string;
+
+  /**
+   * @generated from field: string agent_id = 2;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ScheduleRun run = 3;
+   */
+  run?: ScheduleRun | undefined;
+};
+
+/**
+ * Describes the message corral.v1.ScheduleFired.
+ * Use `create(ScheduleFiredSchema)` to create a new message.
+ */
+export declare const ScheduleFiredSchema: GenMessage<ScheduleFired>;
+
+/**
+ * After each turn of an agent whose workspace is a git repository: how many files differ
+ * from its base now, so watchers refresh GetChanges (counts only: the files are GetChanges').
+ *
+ * @generated from message corral.v1.ChangesUpdated
+ */
+export declare type ChangesUpdated = Message<"corral.v1.ChangesUpdated"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: uint32 files = 2;
+   */
+  files: number;
+
+  /**
+   * @generated from field: uint64 lines_added = 3;
+   */
+  linesAdded: bigint;
+
+  /**
+   * @generated from field: uint64 lines_removed = 4;
+   */
+  linesRemoved: bigint;
+};
+
+/**
+ * Describes the message corral.v1.ChangesUpdated.
+ * Use `create(ChangesUpdatedSchema)` to create a new message.
+ */
+export declare const ChangesUpdatedSchema: GenMessage<ChangesUpdated>;
 
 /**
  * @generated from message corral.v1.AgentUpserted
@@ -538,6 +627,41 @@ export declare type HeartbeatResponse = Message<"corral.v1.HeartbeatResponse"> &
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export declare const HeartbeatResponseSchema: GenMessage<HeartbeatResponse>;
+
+/**
+ * TimelineEntryUpserted is a projected subscriber's form of a row appended: the entry that row
+ * made (a new `entry.seq`) or changed in place (an entry it holds: replace it by `entry.seq`,
+ * with its new `source_ranges`). `row_seq` is the appended row's seq.
+ *
+ * @generated from message corral.v1.TimelineEntryUpserted
+ */
+export declare type TimelineEntryUpserted = Message<"corral.v1.TimelineEntryUpserted"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string epoch = 2;
+   */
+  epoch: string;
+
+  /**
+   * @generated from field: corral.v1.TimelineEntry entry = 3;
+   */
+  entry?: TimelineEntry | undefined;
+
+  /**
+   * @generated from field: uint64 row_seq = 4;
+   */
+  rowSeq: bigint;
+};
+
+/**
+ * Describes the message corral.v1.TimelineEntryUpserted.
+ * Use `create(TimelineEntryUpsertedSchema)` to create a new message.
+ */
+export declare const TimelineEntryUpsertedSchema: GenMessage<TimelineEntryUpserted>;
 
 /**
  * @generated from enum corral.v1.NotificationKind

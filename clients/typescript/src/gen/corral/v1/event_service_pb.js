@@ -4,6 +4,7 @@
 
 import { enumDesc, fileDesc, messageDesc, serviceDesc, tsEnum } from "@bufbuild/protobuf/codegenv2";
 import { file_corral_v1_agent } from "./agent_pb.js";
+import { file_corral_v1_schedule } from "./schedule_pb.js";
 import { file_corral_v1_subagent } from "./subagent_pb.js";
 import { file_corral_v1_timeline } from "./timeline_pb.js";
 import { file_corral_v1_turn_service } from "./turn_service_pb.js";
@@ -13,7 +14,7 @@ import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
  * Describes the file corral/v1/event_service.proto.
  */
 export const file_corral_v1_event_service = /*@__PURE__*/
-  fileDesc("Ch1jb3JyYWwvdjEvZXZlbnRfc2VydmljZS5wcm90bxIJY29ycmFsLnYxInMKEFN1YnNjcmliZVJlcXVlc3QSEQoJYWdlbnRfaWRzGAEgAygJEhwKD3Jlc3VtZV9yZXZpc2lvbhgCIAEoBEgAiAEBEhoKEnJlc3VtZV9pbmNhcm5hdGlvbhgDIAEoCUISChBfcmVzdW1lX3JldmlzaW9uIjUKEVN1YnNjcmliZVJlc3BvbnNlEiAKBmV2ZW50cxgBIAMoCzIQLmNvcnJhbC52MS5FdmVudCKOBwoFRXZlbnQSEAoIcmV2aXNpb24YASABKAQSMgoOYWdlbnRfdXBzZXJ0ZWQYAiABKAsyGC5jb3JyYWwudjEuQWdlbnRVcHNlcnRlZEgAEjAKDWFnZW50X3JlbW92ZWQYAyABKAsyFy5jb3JyYWwudjEuQWdlbnRSZW1vdmVkSAASPwoVdGltZWxpbmVfcm93X2FwcGVuZGVkGAQgASgLMh4uY29ycmFsLnYxLlRpbWVsaW5lUm93QXBwZW5kZWRIABIyCg50aW1lbGluZV9yZXNldBgFIAEoCzIYLmNvcnJhbC52MS5UaW1lbGluZVJlc2V0SAASLgoMdHVybl9zdGFydGVkGAYgASgLMhYuY29ycmFsLnYxLlR1cm5TdGFydGVkSAASMgoOdHVybl9jb21wbGV0ZWQYByABKAsyGC5jb3JyYWwudjEuVHVybkNvbXBsZXRlZEgAEiwKC3R1cm5fZmFpbGVkGAggASgLMhUuY29ycmFsLnYxLlR1cm5GYWlsZWRIABIwCg10dXJuX2NhbmNlbGVkGAkgASgLMhcuY29ycmFsLnYxLlR1cm5DYW5jZWxlZEgAEj4KFHBlcm1pc3Npb25fcmVxdWVzdGVkGAogASgLMh4uY29ycmFsLnYxLlBlcm1pc3Npb25SZXF1ZXN0ZWRIABI8ChNwZXJtaXNzaW9uX3Jlc29sdmVkGAsgASgLMh0uY29ycmFsLnYxLlBlcm1pc3Npb25SZXNvbHZlZEgAEjoKEmF0dGVudGlvbl9yZXF1aXJlZBgMIAEoCzIcLmNvcnJhbC52MS5BdHRlbnRpb25SZXF1aXJlZEgAEj0KFHN1YmFnZW50X3J1bl91cGRhdGVkGA0gASgLMh0uY29ycmFsLnYxLlN1YmFnZW50UnVuVXBkYXRlZEgAEiMKBnN5bmNlZBgOIAEoCzIRLmNvcnJhbC52MS5TeW5jZWRIABI6ChJzdWJzY3JpcHRpb25fcmVzZXQYDyABKAsyHC5jb3JyYWwudjEuU3Vic2NyaXB0aW9uUmVzZXRIABIwCg1zdHJlYW1fZW5kaW5nGBAgASgLMhcuY29ycmFsLnYxLlN0cmVhbUVuZGluZ0gAEj0KFHRpbWVsaW5lX3Jvd191cGRhdGVkGBEgASgLMh0uY29ycmFsLnYxLlRpbWVsaW5lUm93VXBkYXRlZEgAQgkKB3BheWxvYWQiMAoNQWdlbnRVcHNlcnRlZBIfCgVhZ2VudBgBIAEoCzIQLmNvcnJhbC52MS5BZ2VudCIgCgxBZ2VudFJlbW92ZWQSEAoIYWdlbnRfaWQYASABKAkiWwoTVGltZWxpbmVSb3dBcHBlbmRlZBIQCghhZ2VudF9pZBgBIAEoCRINCgVlcG9jaBgCIAEoCRIjCgNyb3cYAyABKAsyFi5jb3JyYWwudjEuVGltZWxpbmVSb3ciXwoSVGltZWxpbmVSb3dVcGRhdGVkEhAKCGFnZW50X2lkGAEgASgJEg0KBWVwb2NoGAIgASgJEgsKA3NlcRgDIAEoBBIbChNwcm92aWRlcl9tZXNzYWdlX2lkGAQgASgJIkAKDVRpbWVsaW5lUmVzZXQSEAoIYWdlbnRfaWQYASABKAkSDQoFZXBvY2gYAiABKAkSDgoGcmVhc29uGAMgASgJIoABChFBdHRlbnRpb25SZXF1aXJlZBIQCghhZ2VudF9pZBgBIAEoCRIqCgZyZWFzb24YAiABKA4yGi5jb3JyYWwudjEuQXR0ZW50aW9uUmVhc29uEi0KDG5vdGlmaWNhdGlvbhgDIAEoCzIXLmNvcnJhbC52MS5Ob3RpZmljYXRpb24iTAoMTm90aWZpY2F0aW9uEikKBGtpbmQYASABKA4yGy5jb3JyYWwudjEuTm90aWZpY2F0aW9uS2luZBIRCgljbGllbnRfaWQYAiABKAkifQoSU3ViYWdlbnRSdW5VcGRhdGVkEg4KBnJ1bl9pZBgBIAEoCRIWCg5jaGlsZF9hZ2VudF9pZBgCIAEoCRIaChJyZXF1ZXN0ZXJfYWdlbnRfaWQYAyABKAkSIwoDcnVuGAQgASgLMhYuY29ycmFsLnYxLlN1YmFnZW50UnVuIj4KBlN5bmNlZBIQCghyZXZpc2lvbhgBIAEoBBINCgVyZXNldBgCIAEoCBITCgtpbmNhcm5hdGlvbhgDIAEoCSJaChFTdWJzY3JpcHRpb25SZXNldBIaChJyZXF1ZXN0ZWRfcmV2aXNpb24YASABKAQSGQoRZWFybGllc3RfcmV2aXNpb24YAiABKAQSDgoGcmVhc29uGAMgASgJIkwKDFN0cmVhbUVuZGluZxIXCg9yZXN1bWVfcmV2aXNpb24YASABKAQSDgoGcmVhc29uGAIgASgJEhMKC2luY2FybmF0aW9uGAMgASgJIp8BChBIZWFydGJlYXRSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRITCgtjbGllbnRfdHlwZRgCIAEoCRIYChBmb2N1c2VkX2FnZW50X2lkGAMgASgJEhMKC2FwcF92aXNpYmxlGAQgASgIEjQKEGxhc3RfYWN0aXZpdHlfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIhMKEUhlYXJ0YmVhdFJlc3BvbnNlKosBChBOb3RpZmljYXRpb25LaW5kEiEKHU5PVElGSUNBVElPTl9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWTk9USUZJQ0FUSU9OX0tJTkRfTk9ORRABEhwKGE5PVElGSUNBVElPTl9LSU5EX0lOX0FQUBACEhoKFk5PVElGSUNBVElPTl9LSU5EX1BVU0gQAzKgAQoMRXZlbnRTZXJ2aWNlEkgKCVN1YnNjcmliZRIbLmNvcnJhbC52MS5TdWJzY3JpYmVSZXF1ZXN0GhwuY29ycmFsLnYxLlN1YnNjcmliZVJlc3BvbnNlMAESRgoJSGVhcnRiZWF0EhsuY29ycmFsLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHC5jb3JyYWwudjEuSGVhcnRiZWF0UmVzcG9uc2VCXQoNY29tLmNvcnJhbC52MUIRRXZlbnRTZXJ2aWNlUHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_agent, file_corral_v1_subagent, file_corral_v1_timeline, file_corral_v1_turn_service, file_google_protobuf_timestamp]);
+  fileDesc("Ch1jb3JyYWwvdjEvZXZlbnRfc2VydmljZS5wcm90bxIJY29ycmFsLnYxIpoBChBTdWJzY3JpYmVSZXF1ZXN0EhEKCWFnZW50X2lkcxgBIAMoCRIcCg9yZXN1bWVfcmV2aXNpb24YAiABKARIAIgBARIaChJyZXN1bWVfaW5jYXJuYXRpb24YAyABKAkSJQoEdmlldxgEIAEoDjIXLmNvcnJhbC52MS5UaW1lbGluZVZpZXdCEgoQX3Jlc3VtZV9yZXZpc2lvbiI1ChFTdWJzY3JpYmVSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5jb3JyYWwudjEuRXZlbnQivQgKBUV2ZW50EhAKCHJldmlzaW9uGAEgASgEEjIKDmFnZW50X3Vwc2VydGVkGAIgASgLMhguY29ycmFsLnYxLkFnZW50VXBzZXJ0ZWRIABIwCg1hZ2VudF9yZW1vdmVkGAMgASgLMhcuY29ycmFsLnYxLkFnZW50UmVtb3ZlZEgAEj8KFXRpbWVsaW5lX3Jvd19hcHBlbmRlZBgEIAEoCzIeLmNvcnJhbC52MS5UaW1lbGluZVJvd0FwcGVuZGVkSAASMgoOdGltZWxpbmVfcmVzZXQYBSABKAsyGC5jb3JyYWwudjEuVGltZWxpbmVSZXNldEgAEi4KDHR1cm5fc3RhcnRlZBgGIAEoCzIWLmNvcnJhbC52MS5UdXJuU3RhcnRlZEgAEjIKDnR1cm5fY29tcGxldGVkGAcgASgLMhguY29ycmFsLnYxLlR1cm5Db21wbGV0ZWRIABIsCgt0dXJuX2ZhaWxlZBgIIAEoCzIVLmNvcnJhbC52MS5UdXJuRmFpbGVkSAASMAoNdHVybl9jYW5jZWxlZBgJIAEoCzIXLmNvcnJhbC52MS5UdXJuQ2FuY2VsZWRIABI+ChRwZXJtaXNzaW9uX3JlcXVlc3RlZBgKIAEoCzIeLmNvcnJhbC52MS5QZXJtaXNzaW9uUmVxdWVzdGVkSAASPAoTcGVybWlzc2lvbl9yZXNvbHZlZBgLIAEoCzIdLmNvcnJhbC52MS5QZXJtaXNzaW9uUmVzb2x2ZWRIABI6ChJhdHRlbnRpb25fcmVxdWlyZWQYDCABKAsyHC5jb3JyYWwudjEuQXR0ZW50aW9uUmVxdWlyZWRIABI9ChRzdWJhZ2VudF9ydW5fdXBkYXRlZBgNIAEoCzIdLmNvcnJhbC52MS5TdWJhZ2VudFJ1blVwZGF0ZWRIABIjCgZzeW5jZWQYDiABKAsyES5jb3JyYWwudjEuU3luY2VkSAASOgoSc3Vic2NyaXB0aW9uX3Jlc2V0GA8gASgLMhwuY29ycmFsLnYxLlN1YnNjcmlwdGlvblJlc2V0SAASMAoNc3RyZWFtX2VuZGluZxgQIAEoCzIXLmNvcnJhbC52MS5TdHJlYW1FbmRpbmdIABI9ChR0aW1lbGluZV9yb3dfdXBkYXRlZBgRIAEoCzIdLmNvcnJhbC52MS5UaW1lbGluZVJvd1VwZGF0ZWRIABJDChd0aW1lbGluZV9lbnRyeV91cHNlcnRlZBgSIAEoCzIgLmNvcnJhbC52MS5UaW1lbGluZUVudHJ5VXBzZXJ0ZWRIABI0Cg9jaGFuZ2VzX3VwZGF0ZWQYFCABKAsyGS5jb3JyYWwudjEuQ2hhbmdlc1VwZGF0ZWRIABIyCg5zY2hlZHVsZV9maXJlZBgVIAEoCzIYLmNvcnJhbC52MS5TY2hlZHVsZUZpcmVkSABCCQoHcGF5bG9hZCJbCg1TY2hlZHVsZUZpcmVkEhMKC3NjaGVkdWxlX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEiMKA3J1bhgDIAEoCzIWLmNvcnJhbC52MS5TY2hlZHVsZVJ1biJdCg5DaGFuZ2VzVXBkYXRlZBIQCghhZ2VudF9pZBgBIAEoCRINCgVmaWxlcxgCIAEoDRITCgtsaW5lc19hZGRlZBgDIAEoBBIVCg1saW5lc19yZW1vdmVkGAQgASgEIjAKDUFnZW50VXBzZXJ0ZWQSHwoFYWdlbnQYASABKAsyEC5jb3JyYWwudjEuQWdlbnQiIAoMQWdlbnRSZW1vdmVkEhAKCGFnZW50X2lkGAEgASgJIlsKE1RpbWVsaW5lUm93QXBwZW5kZWQSEAoIYWdlbnRfaWQYASABKAkSDQoFZXBvY2gYAiABKAkSIwoDcm93GAMgASgLMhYuY29ycmFsLnYxLlRpbWVsaW5lUm93Il8KElRpbWVsaW5lUm93VXBkYXRlZBIQCghhZ2VudF9pZBgBIAEoCRINCgVlcG9jaBgCIAEoCRILCgNzZXEYAyABKAQSGwoTcHJvdmlkZXJfbWVzc2FnZV9pZBgEIAEoCSJACg1UaW1lbGluZVJlc2V0EhAKCGFnZW50X2lkGAEgASgJEg0KBWVwb2NoGAIgASgJEg4KBnJlYXNvbhgDIAEoCSKAAQoRQXR0ZW50aW9uUmVxdWlyZWQSEAoIYWdlbnRfaWQYASABKAkSKgoGcmVhc29uGAIgASgOMhouY29ycmFsLnYxLkF0dGVudGlvblJlYXNvbhItCgxub3RpZmljYXRpb24YAyABKAsyFy5jb3JyYWwudjEuTm90aWZpY2F0aW9uIkwKDE5vdGlmaWNhdGlvbhIpCgRraW5kGAEgASgOMhsuY29ycmFsLnYxLk5vdGlmaWNhdGlvbktpbmQSEQoJY2xpZW50X2lkGAIgASgJIn0KElN1YmFnZW50UnVuVXBkYXRlZBIOCgZydW5faWQYASABKAkSFgoOY2hpbGRfYWdlbnRfaWQYAiABKAkSGgoScmVxdWVzdGVyX2FnZW50X2lkGAMgASgJEiMKA3J1bhgEIAEoCzIWLmNvcnJhbC52MS5TdWJhZ2VudFJ1biI+CgZTeW5jZWQSEAoIcmV2aXNpb24YASABKAQSDQoFcmVzZXQYAiABKAgSEwoLaW5jYXJuYXRpb24YAyABKAkiWgoRU3Vic2NyaXB0aW9uUmVzZXQSGgoScmVxdWVzdGVkX3JldmlzaW9uGAEgASgEEhkKEWVhcmxpZXN0X3JldmlzaW9uGAIgASgEEg4KBnJlYXNvbhgDIAEoCSJMCgxTdHJlYW1FbmRpbmcSFwoPcmVzdW1lX3JldmlzaW9uGAEgASgEEg4KBnJlYXNvbhgCIAEoCRITCgtpbmNhcm5hdGlvbhgDIAEoCSKfAQoQSGVhcnRiZWF0UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLY2xpZW50X3R5cGUYAiABKAkSGAoQZm9jdXNlZF9hZ2VudF9pZBgDIAEoCRITCgthcHBfdmlzaWJsZRgEIAEoCBI0ChBsYXN0X2FjdGl2aXR5X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCITChFIZWFydGJlYXRSZXNwb25zZSJyChVUaW1lbGluZUVudHJ5VXBzZXJ0ZWQSEAoIYWdlbnRfaWQYASABKAkSDQoFZXBvY2gYAiABKAkSJwoFZW50cnkYAyABKAsyGC5jb3JyYWwudjEuVGltZWxpbmVFbnRyeRIPCgdyb3dfc2VxGAQgASgEKosBChBOb3RpZmljYXRpb25LaW5kEiEKHU5PVElGSUNBVElPTl9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWTk9USUZJQ0FUSU9OX0tJTkRfTk9ORRABEhwKGE5PVElGSUNBVElPTl9LSU5EX0lOX0FQUBACEhoKFk5PVElGSUNBVElPTl9LSU5EX1BVU0gQAzKgAQoMRXZlbnRTZXJ2aWNlEkgKCVN1YnNjcmliZRIbLmNvcnJhbC52MS5TdWJzY3JpYmVSZXF1ZXN0GhwuY29ycmFsLnYxLlN1YnNjcmliZVJlc3BvbnNlMAESRgoJSGVhcnRiZWF0EhsuY29ycmFsLnYxLkhlYXJ0YmVhdFJlcXVlc3QaHC5jb3JyYWwudjEuSGVhcnRiZWF0UmVzcG9uc2VCXQoNY29tLmNvcnJhbC52MUIRRXZlbnRTZXJ2aWNlUHJvdG9QAVoSY29ycmFsL3YxO2NvcnJhbHYxqgIJQ29ycmFsLlYxygIJQ29ycmFsXFYx6gIKQ29ycmFsOjpWMWIGcHJvdG8z", [file_corral_v1_agent, file_corral_v1_schedule, file_corral_v1_subagent, file_corral_v1_timeline, file_corral_v1_turn_service, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message corral.v1.SubscribeRequest.
@@ -37,95 +38,116 @@ export const EventSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_event_service, 2);
 
 /**
+ * Describes the message corral.v1.ScheduleFired.
+ * Use `create(ScheduleFiredSchema)` to create a new message.
+ */
+export const ScheduleFiredSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_event_service, 3);
+
+/**
+ * Describes the message corral.v1.ChangesUpdated.
+ * Use `create(ChangesUpdatedSchema)` to create a new message.
+ */
+export const ChangesUpdatedSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_event_service, 4);
+
+/**
  * Describes the message corral.v1.AgentUpserted.
  * Use `create(AgentUpsertedSchema)` to create a new message.
  */
 export const AgentUpsertedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 3);
+  messageDesc(file_corral_v1_event_service, 5);
 
 /**
  * Describes the message corral.v1.AgentRemoved.
  * Use `create(AgentRemovedSchema)` to create a new message.
  */
 export const AgentRemovedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 4);
+  messageDesc(file_corral_v1_event_service, 6);
 
 /**
  * Describes the message corral.v1.TimelineRowAppended.
  * Use `create(TimelineRowAppendedSchema)` to create a new message.
  */
 export const TimelineRowAppendedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 5);
+  messageDesc(file_corral_v1_event_service, 7);
 
 /**
  * Describes the message corral.v1.TimelineRowUpdated.
  * Use `create(TimelineRowUpdatedSchema)` to create a new message.
  */
 export const TimelineRowUpdatedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 6);
+  messageDesc(file_corral_v1_event_service, 8);
 
 /**
  * Describes the message corral.v1.TimelineReset.
  * Use `create(TimelineResetSchema)` to create a new message.
  */
 export const TimelineResetSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 7);
+  messageDesc(file_corral_v1_event_service, 9);
 
 /**
  * Describes the message corral.v1.AttentionRequired.
  * Use `create(AttentionRequiredSchema)` to create a new message.
  */
 export const AttentionRequiredSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 8);
+  messageDesc(file_corral_v1_event_service, 10);
 
 /**
  * Describes the message corral.v1.Notification.
  * Use `create(NotificationSchema)` to create a new message.
  */
 export const NotificationSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 9);
+  messageDesc(file_corral_v1_event_service, 11);
 
 /**
  * Describes the message corral.v1.SubagentRunUpdated.
  * Use `create(SubagentRunUpdatedSchema)` to create a new message.
  */
 export const SubagentRunUpdatedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 10);
+  messageDesc(file_corral_v1_event_service, 12);
 
 /**
  * Describes the message corral.v1.Synced.
  * Use `create(SyncedSchema)` to create a new message.
  */
 export const SyncedSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 11);
+  messageDesc(file_corral_v1_event_service, 13);
 
 /**
  * Describes the message corral.v1.SubscriptionReset.
  * Use `create(SubscriptionResetSchema)` to create a new message.
  */
 export const SubscriptionResetSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 12);
+  messageDesc(file_corral_v1_event_service, 14);
 
 /**
  * Describes the message corral.v1.StreamEnding.
  * Use `create(StreamEndingSchema)` to create a new message.
  */
 export const StreamEndingSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 13);
+  messageDesc(file_corral_v1_event_service, 15);
 
 /**
  * Describes the message corral.v1.HeartbeatRequest.
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 14);
+  messageDesc(file_corral_v1_event_service, 16);
 
 /**
  * Describes the message corral.v1.HeartbeatResponse.
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema = /*@__PURE__*/
-  messageDesc(file_corral_v1_event_service, 15);
+  messageDesc(file_corral_v1_event_service, 17);
+
+/**
+ * Describes the message corral.v1.TimelineEntryUpserted.
+ * Use `create(TimelineEntryUpsertedSchema)` to create a new message.
+ */
+export const TimelineEntryUpsertedSchema = /*@__PURE__*/
+  messageDesc(file_corral_v1_event_service, 18);
 
 /**
  * Describes the enum corral.v1.NotificationKind.

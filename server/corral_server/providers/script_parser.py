@@ -1,9 +1,9 @@
-"""The grammar of the built-in `scripted` provider (API.md, "The built-in scripted provider").
+"""The grammar of the built-in `scripted` provider (docs/api.md, "The scripted provider").
 
-This module owns parsing only: a prompt's text becomes a `Script` (the plain text plus an
-ordered tuple of steps) or an `InvalidArgument` whose field violations name every bad line. It
-never runs a step, never sleeps and knows nothing of sessions, events or which capabilities the
-server has delivered yet (that is `scripted.py`'s concern).
+This module owns parsing only: a prompt's text becomes a `Script` (script_steps.py: the plain
+text plus an ordered tuple of steps) or an `InvalidArgument` whose field violations name every
+bad line. It never runs a step, never sleeps and knows nothing of sessions, events or which
+capabilities the server has delivered yet (that is `scripted_turn.py`'s concern).
 
 Grammar: a line that starts with `/` is a directive; every other line is text. The text is the
 non-directive lines joined with newlines, without leading or trailing blank lines.
@@ -13,11 +13,32 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
-from typing import TypeAlias
+from dataclasses import replace
 
 from corral_server.domain.timeline import JsonValue
 from corral_server.errors import FieldViolation, InvalidArgument
+from corral_server.providers.script_steps import (
+    Autonomous,
+    DuplicateTerminal,
+    Echo,
+    Fail,
+    FollowUp,
+    HangInterrupt,
+    History,
+    Permission,
+    Permissions,
+    RefuseInterrupt,
+    ReplayTurn,
+    Reply,
+    Script,
+    Sleep,
+    Spawn,
+    Step,
+    TerminalWithoutId,
+    Think,
+    Title,
+    Tool,
+)
 
 # Listed in error messages, so a user who mistyped one sees what exists.
 KNOWN_DIRECTIVES = (
@@ -33,12 +54,16 @@ KNOWN_DIRECTIVES = (
     "/refuse-interrupt",
     "/replay-turn",
     "/reply",
+    "/reply+",
     "/sleep",
     "/spawn",
     "/terminal-without-id",
     "/think",
+    "/title",
     "/tool",
+    "/tool-end",
     "/tool-output",
+    "/tool-start",
 )
 
 # One day: long enough for any "keep the turn busy" test, short enough that no clock overflows
@@ -59,167 +84,6 @@ _TOOL = re.compile(r"(\S+)(?:\s+(.*))?", re.DOTALL)
 _MS = re.compile(r"[0-9]{1,9}")
 _COUNT = re.compile(r"[0-9]{1,5}")
 _TURN_ID = re.compile(r"\S{1,128}")
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Think:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    name: str
-    # A JSON object, or None when the directive gave no input.
-    input: JsonValue = None
-    # `/tool-output NAME BYTES`: the call's output is `output_text(BYTES)`, not {"ok": true}.
-    output_bytes: int | None = None
-
-
-def output_text(size: int) -> str:
-    """`/tool-output`'s output: the lines "000000000\n", "000000001\n", ... cut at `size`
-    bytes (ASCII, so bytes and characters agree)."""
-    lines = "".join(f"{i:09d}\n" for i in range(size // 10 + 1))
-    return lines[:size]
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class RefuseInterrupt:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Permission:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Spawn:
-    task: str
-
-
-@dataclass(frozen=True, slots=True)
-class Echo:
-    """The provider reports the prompt back as a user message with its own message id, as
-    real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """The provider replays `count` items of earlier history (`from_history`), as a resumed
-    session does: alternately a user and an assistant message."""
-
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
-    next, as a prompt replacing the running turn (seed 000, section 10). `text` is itself a
-    valid script."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    """`count` permission requests at once (named `permission-1` ...); the turn goes on when
-    every one is answered. With `input_bytes`, each request's tool input is
-    {"content": that many "x"}: a provider asking with large inputs."""
-
-    count: int
-    input_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HangInterrupt:
-    """From this step on, an interrupt of the turn never answers (until the session closes):
-    the provider call corral makes runs into its deadline."""
-
-
-@dataclass(frozen=True, slots=True)
-class TerminalWithoutId:
-    """The turn's terminal event (completed or failed) names no turn: corral gives it the
-    running turn's id (seed 000, 5.2)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicateTerminal:
-    """The turn's terminal event is reported twice, the copy right after it."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayTurn:
-    """Once the turn has ended, the provider reports turn `turn_id`'s start and completion
-    again, as a provider replaying a finished turn's events does (after a reconnect, say)."""
-
-    turn_id: str
-
-
-Step: TypeAlias = (
-    Reply
-    | Think
-    | Tool
-    | Sleep
-    | Fail
-    | RefuseInterrupt
-    | Permission
-    | Permissions
-    | Spawn
-    | Echo
-    | History
-    | FollowUp
-    | HangInterrupt
-    | TerminalWithoutId
-    | DuplicateTerminal
-    | ReplayTurn
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Autonomous:
-    """`/autonomous [no-id]`: the prompt's lines after it are a script the provider runs as a
-    turn it starts by itself once the prompt's turn has ended (seed 000, 5.1). With `no-id`,
-    every event of that turn names no turn."""
-
-    script: Script
-    with_id: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """A parsed prompt. Invariant: `text`, `steps` or `autonomous` is non-empty (an
-    autonomous section itself may be empty: it then answers `You said nothing.`)."""
-
-    text: str
-    steps: tuple[Step, ...]
-    autonomous: Autonomous | None = None
-
-    @property
-    def needs_default_reply(self) -> bool:
-        """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`),
-        so the session answers `You said: <text>` after the other steps."""
-        return not any(isinstance(step, Reply | Fail | Spawn) for step in self.steps)
-
-    def all_steps(self) -> tuple[Step, ...]:
-        """The steps of this script and of its autonomous section."""
-        if self.autonomous is None:
-            return self.steps
-        return (*self.steps, *self.autonomous.script.steps)
 
 
 class _BadLine(ValueError):
@@ -286,15 +150,20 @@ def _parse_directive(line: str) -> Step:
     match name:
         case "/reply":
             return Reply(_required(name, argument, "the reply text"))
+        case "/reply+":
+            return Reply(_required(name, argument, "the reply text"), continues=True)
+        case "/tool-start":
+            return replace(_parse_tool(argument), phase="start")
+        case "/tool-end":
+            return Tool(_required(name, argument, "the tool name"), phase="end")
         case "/think":
             return Think(_required(name, argument, "the reasoning text"))
+        case "/title":
+            return Title(_required(name, argument, "the title"))
         case "/tool":
             return _parse_tool(argument)
         case "/tool-output":
-            tool_name, _, size = argument.partition(" ")
-            if not tool_name:
-                raise _BadLine("/tool-output needs a tool name and an output size in bytes")
-            return Tool(tool_name, output_bytes=_parse_size(size.strip(), name))
+            return _parse_tool_output(argument)
         case "/sleep":
             return Sleep(_parse_ms(argument))
         case "/fail":
@@ -409,6 +278,13 @@ def _parse_follow_up(argument: str) -> str:
     except InvalidArgument as bad:
         raise _BadLine(f"/follow-up: its prompt is invalid: {bad.message}") from bad
     return text
+
+
+def _parse_tool_output(argument: str) -> Tool:
+    tool_name, _, size = argument.partition(" ")
+    if not tool_name:
+        raise _BadLine("/tool-output needs a tool name and an output size in bytes")
+    return Tool(tool_name, output_bytes=_parse_size(size.strip(), "/tool-output"))
 
 
 def _parse_size(argument: str, directive: str) -> int:
