@@ -236,7 +236,8 @@ class Daemon:
             await database.close()
             self.database = None
             raise
-        log.info("state directory %s: %d agents restored", state_dir, len(stores.loaded.agents))
+        # At DEBUG: the start-up line (startup_line.py) says it once the daemon serves.
+        log.debug("state directory %s: %d agents restored", state_dir, len(stores.loaded.agents))
         self.search = await open_search(database, self.config)
 
     async def start(self) -> int:
@@ -264,7 +265,7 @@ class Daemon:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.scheduler.start()  # after serving: a missed firing runs once now
-        log.info("corral serving on %s (port %d)", self.config.listen, self.port)
+        log.debug("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
     async def _serve_grpc(self, servicers: dict[str, Any]) -> None:

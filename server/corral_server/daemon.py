@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
-from corral_server import gc_tuning, logs, reclaim
+from corral_server import gc_tuning, logs, reclaim, startup_line
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.config import standby_info
 from corral_server.listen import is_local, is_loopback, port_taken, unix_path
@@ -35,13 +35,11 @@ from corral_server.rpc.standby import start_standby_server
 from corral_server.rpc.tls import TlsFileError, server_credentials
 from corral_server.serve_flags import (
     access_error,
-    access_note,
     build_config,
     build_parser,
     reflection_on,
     web_listen,
 )
-from corral_server.server_info import API_VERSION, corral_version
 from corral_server.state_lock import StateDirLocked, lock_state_dir
 from corral_server.store.database import LOCK_FILE
 from corral_server.store.errors import StoreError
@@ -58,11 +56,6 @@ STANDBY_POLL_S = 0.05
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "corral"
-
-
-def _log_version(what: str) -> None:
-    """Once it serves (a refused start prints its one error line only)."""
-    log.info("corral %s (API %s) %s", corral_version(), API_VERSION, what)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -172,23 +165,20 @@ async def _serve_until_signalled(
     args: argparse.Namespace, config: Config, daemon: Daemon, port: int
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain (a second signal ends the drain's delay)."""
-    _log_version("serving")
     gc_tuning.tune()
     reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # Before the "listening" line, so whoever waits for it may signal at once.
+    # Before the start-up line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
-    mcp = f"; MCP tools on {daemon.mcp.url}" if daemon.mcp is not None else ""
-    print(
-        f"corral listening on {_bound(config.listen, port)} "
-        f"(state {config.state_dir}{access_note(config)}{mcp})",
-        flush=True,
+    mcp_url = daemon.mcp.url if daemon.mcp is not None else ""
+    agents = len(daemon.manager.agents())
+    line = startup_line.serving(
+        daemon.server_info(), _bound(config.listen, port), config.state_dir, agents, mcp_url
     )
-    if daemon.web is not None:
-        print(f"dashboard: {daemon.web.url}", flush=True)
+    print(line, flush=True)
     await stop.wait()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.skip_drain_delay)
@@ -234,8 +224,7 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
-    _log_version("waiting as a standby")
-    print(f"corral standby on {_bound(config.listen, port)} (waiting for {state_dir})", flush=True)
+    print(startup_line.standby(info, _bound(config.listen, port), state_dir), flush=True)
     try:
         while not stop.is_set():
             try:

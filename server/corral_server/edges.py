@@ -99,5 +99,5 @@ def start_metrics(
     registry = registry_for(manager, hub, asyncio.get_running_loop(), database, rpc_errors)
     server = serve_metrics(host.strip("[]"), int(port), registry, tokens)
     bound: int = server.server_port
-    log.info("metrics on http://%s:%d/metrics", host, bound)
+    log.debug("metrics on http://%s:%d/metrics", host, bound)  # in the start-up line
     return MetricsServer(server, bound, f"http://{host}:{bound}/metrics")

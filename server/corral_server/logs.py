@@ -9,6 +9,9 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+# Loggers of libraries the daemon serves with (uvicorn, the MCP SDK).
+QUIET_LIBRARIES = ("uvicorn", "mcp")
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -30,3 +33,9 @@ def configure(level: str, fmt: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    # The web and MCP servers' own start and stop chatter ("Started server process", "session
+    # manager started") says nothing the start-up line does not: their warnings and errors only,
+    # unless debugging.
+    if logging.getLevelName(level) != logging.DEBUG:
+        for library in QUIET_LIBRARIES:
+            logging.getLogger(library).setLevel(logging.WARNING)

@@ -299,15 +299,3 @@ def build_config(
         web_allow_origins=tuple(args.web_allow_origin),
         search_index=args.search_index,
     )
-
-
-def access_note(config: Config) -> str:
-    """What a client needs, for the "listening" line: e.g. "; TLS; tokens", or ""."""
-    notes: list[str] = []
-    if config.tls is not None:
-        notes.append("mutual TLS" if config.tls.client_ca else "TLS")
-    if config.auth_token_file is not None:
-        notes.append("tokens")
-    if not config.reflection:
-        notes.append("no reflection")
-    return "".join(f"; {note}" for note in notes)

@@ -138,7 +138,7 @@ def test_reflection_auto_is_on_only_on_loopback() -> None:
 def refused_start(tmp_path: Path, *args: str, listen: str = "127.0.0.1:0") -> tuple[int, str]:
     proc = DaemonProcess(tmp_path / "state", *args, listen=listen).start(expect_ready=False)
     code, out, err = proc.wait()
-    assert "Traceback" not in err and "corral listening" not in out, err
+    assert "Traceback" not in err and "listening" not in out, err
     return code, err
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -337,9 +338,10 @@ async def test_clients_through_envoy_lose_and_double_nothing_when_the_serving_da
     outputs = (Output(serving), Output(standby))
     try:
         assert standby.proc is not None and standby.proc.stdout is not None
-        waiting = standby.proc.stdout.readline()  # "corral standby on HOST:PORT (...)"
-        assert "corral standby on" in waiting, waiting
-        standby_port = int(waiting.split()[3].rsplit(":", 1)[1])
+        waiting = standby.proc.stdout.readline()  # "corral V (API A) standby on HOST:PORT ..."
+        found = re.search(r" standby on \S+:(\d+) ", waiting)
+        assert found is not None, waiting
+        standby_port = int(found.group(1))
         serving_port = int(serving.address.rsplit(":", 1)[1])
         with running_envoy(tmp_path, serving_port, standby_port) as envoy:
             await envoy.until_health(serving_port, "healthy")

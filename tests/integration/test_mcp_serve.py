@@ -11,7 +11,7 @@ import httpx2
 
 from tests.support.daemon import DaemonProcess
 
-MCP_URL = re.compile(r"MCP tools on (http://127\.0\.0\.1:\d+/mcp)")
+MCP_URL = re.compile(r", MCP (http://127\.0\.0\.1:\d+/mcp)[,;]")
 
 
 def test_the_daemon_serves_mcp_and_still_drains_on_sigterm(tmp_path: Path) -> None:

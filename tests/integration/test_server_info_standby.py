@@ -38,7 +38,7 @@ def grpcurl(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def port_in(line: str, what: str) -> str:
-    match = re.search(rf"corral {what} on \S+:(\d+)", line)
+    match = re.search(rf" {what} on [^\s,;]+:(\d+)", line)
     assert match is not None, line
     return f"127.0.0.1:{match.group(1)}"
 
@@ -61,11 +61,11 @@ async def test_a_standby_answers_grpcurl_and_the_cli_what_it_is_then_serves(
         state, "--standby", "--auth-token-file", str(tokens), "--max-prompt-chars", "4321"
     ).start(expect_ready=False)
     try:
-        line = holder.wait_for_log(f"corral {version} (API corral.v1) serving")
-        assert " INFO corral: " in line
+        assert holder.first_line.startswith(f"corral {version} (API corral.v1) listening on ")
         assert standby.proc is not None and standby.proc.stdout is not None
-        waiting = port_in(standby.proc.stdout.readline(), "standby")
-        standby.wait_for_log(f"corral {version} (API corral.v1) waiting as a standby")
+        line = standby.proc.stdout.readline()
+        assert line.startswith(f"corral {version} (API corral.v1) standby on "), line
+        waiting = port_in(line, "standby")
 
         refused = grpcurl(waiting, "list")
         assert refused.returncode != 0 and "Unauthenticated" in refused.stderr, refused

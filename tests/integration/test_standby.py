@@ -22,7 +22,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def address_in(line: str, what: str) -> str:
-    match = re.search(rf"corral {what} (?:on )?(\S+):(\d+)", line)
+    match = re.search(rf" {what} on ([^\s,;]+):(\d+)", line)
     assert match is not None, line
     return f"127.0.0.1:{match.group(2)}"
 

@@ -1,5 +1,5 @@
 """`corral serve` and its web port as a process: on by default (port 0 next to a port-0
---listen), its URL printed after the listening line, `off`, the token rule for other
+--listen), its URL printed in the start-up line, `off`, the token rule for other
 addresses, and a standby that binds the web port when it takes over."""
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import httpx2 as httpx
 from corral.v1 import agent_service_pb2 as agent_pb
 from tests.support.daemon import DaemonProcess
 
-DASHBOARD = re.compile(r"^dashboard: (http://127\.0\.0\.1:(\d+)/)$")
+WEB = re.compile(r", web (http://127\.0\.0\.1:(\d+)/)[,;]")
 
 
-def _dashboard(process: DaemonProcess) -> str:
-    assert process.proc is not None and process.proc.stdout is not None
-    line = process.proc.stdout.readline().strip()
-    match = DASHBOARD.match(line)
+def _dashboard(line: str) -> str:
+    """The web port's URL in a start-up line."""
+    match = WEB.search(line)
     assert match is not None, line
     return match.group(1)
 
@@ -39,7 +38,7 @@ def _list_agents(url: str) -> agent_pb.ListAgentsResponse:
 def test_serve_opens_the_web_port_by_default_and_prints_its_url(tmp_path: Path) -> None:
     daemon = DaemonProcess(tmp_path / "state").start()
     try:
-        url = _dashboard(daemon)
+        url = _dashboard(daemon.first_line)
         assert _list_agents(url) == agent_pb.ListAgentsResponse()
         assert httpx.get(url, timeout=30).status_code == 200
     finally:
@@ -53,7 +52,7 @@ def test_web_listen_off_opens_no_web_port(tmp_path: Path) -> None:
     assert daemon.proc is not None
     daemon.proc.send_signal(signal.SIGTERM)
     code, out, _ = daemon.wait()
-    assert code == 0 and "dashboard" not in out
+    assert code == 0 and out == "" and " web " not in daemon.first_line, daemon.first_line
 
 
 def test_a_web_port_off_loopback_needs_a_token_file(tmp_path: Path) -> None:
@@ -70,14 +69,15 @@ def test_a_standby_binds_its_web_port_when_it_takes_over(tmp_path: Path) -> None
     serving = DaemonProcess(state, "--drain-delay-s", "0").start()
     standby = DaemonProcess(state, "--standby").start(expect_ready=False)
     try:
-        _dashboard(serving)
+        _dashboard(serving.first_line)
         assert standby.proc is not None and standby.proc.stdout is not None
         assert "standby" in standby.proc.stdout.readline()
         assert serving.proc is not None
         serving.proc.send_signal(signal.SIGTERM)
         assert serving.wait(30)[0] == 0
-        assert "listening" in standby.proc.stdout.readline()  # blocks until the takeover
-        assert _list_agents(_dashboard(standby)) == agent_pb.ListAgentsResponse()
+        line = standby.proc.stdout.readline()  # blocks until the takeover
+        assert " listening on " in line, line
+        assert _list_agents(_dashboard(line)) == agent_pb.ListAgentsResponse()
     finally:
         serving.stop()
         standby.stop()

@@ -84,8 +84,9 @@ def running_daemon(config: Config | None = None) -> Iterator[DaemonThread]:
 class DaemonProcess:
     """`corral serve` as a subprocess on a free loopback port."""
 
-    LISTENING = re.compile(r"corral listening on (\S+):(\d+)")
-    UNIX_LISTENING = re.compile(r"corral listening on (unix:\S+)")
+    # The start-up line (corral_server/startup_line.py): the gRPC address follows "listening on".
+    LISTENING = re.compile(r"^corral \S+ \(API \S+\) listening on ([^\s,;]+):(\d+)[,;]")
+    UNIX_LISTENING = re.compile(r"^corral \S+ \(API \S+\) listening on (unix:[^\s,;]+)")
 
     def __init__(self, state_dir: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
         self.state_dir = state_dir

@@ -40,7 +40,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"rpc", "web", "mcp", "metrics", "metrics_http", "asgi_server"}),  # the edges
     frozenset({"config", "durable", "edges"}),  # what the daemon is built from
     frozenset({"app"}),  # the daemon assembled and wired
-    frozenset({"daemon", "serve_flags", "state_lock"}),  # `corral serve`
+    frozenset({"daemon", "serve_flags", "state_lock", "startup_line"}),  # `corral serve`
 )
 
 # Imports across layers that are known and wait for a move (module -> module it may import).

@@ -247,7 +247,7 @@ class McpEndpoint:
         auth = _AgentAuth(app, requests, self.tokens, self._admits)
         self._server = AsgiServer(auth, "corral-mcp", STOP_GRACE_S)
         self.port = self._server.start(f"{self._host}:{self._port}")
-        log.info("MCP tools on %s", self.url)
+        log.debug("MCP tools on %s", self.url)  # in the start-up line
         return self.port
 
     @property

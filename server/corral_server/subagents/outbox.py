@@ -71,7 +71,13 @@ class RunOutbox:
                 f"{pending} descendant runs were still pending"
             )
         result = run.result_text
-        if run.deferred_since_ms is not None:  # the child may have answered its children since
+        # The child may have answered its children's notices since its run ended: while this
+        # announce waited for them, or before its first step when they were quick (then nothing
+        # was pending any more, but the answer came after the result was taken).
+        had_children = bool(run.child_agent_id) and bool(
+            q.descendant_runs(self._ledger.index(), run.child_agent_id)
+        )
+        if run.deferred_since_ms is not None or had_children:
             reply = await last_reply(self._manager, run.child_agent_id)
             result = reply[:MAX_RESULT_CHARS] or result
         try:

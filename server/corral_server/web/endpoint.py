@@ -69,7 +69,7 @@ class WebEndpoint:
         except OSError as exc:
             why = exc.strerror or str(exc)
             raise OSError(f"cannot listen on {self.settings.listen} (--web-listen): {why}") from exc
-        log.info("web (Connect, gRPC-Web, dashboard) on %s", self.url)
+        log.debug("web (Connect, gRPC-Web, dashboard) on %s", self.url)  # in the start-up line
         return self.port
 
     async def stop(self, grace_s: float | None = None) -> None:

@@ -49,6 +49,7 @@ def stored(state: Path) -> tuple[int, int, list[str]]:
             " FROM queued_prompts"
         ).fetchone()[0]
         ids = [r[0] for r in conn.execute("SELECT DISTINCT client_message_id FROM queued_prompts")]
+    conn.close()  # `with` commits but does not close (Python 3.13 warns of the open connection)
     return record, content, sorted(ids)
 
 
