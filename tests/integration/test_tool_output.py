@@ -255,3 +255,18 @@ def test_the_cli_shows_the_preview_and_streams_the_whole_output(
     assert "000000000 ↵ 000000001 ↵" in logs  # the preview, on one line
     assert main(["--addr", daemon.address, "output", agent_id[:8], blob_id]) == 0
     assert capsysbinary.readouterr().out == expected_output(5_000_000)
+
+
+def test_the_projected_logs_name_the_agent_in_the_output_hint(
+    daemon: DaemonThread,
+    stubs: SyncStubs,
+    tmp_path: Path,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    agent_id = agent_after(stubs, tmp_path, "/tool-output shell 300000")
+    blob_id = blob_ids(stubs, agent_id)[-1]
+    capsysbinary.readouterr()
+    assert main(["--addr", daemon.address, "logs", "--projected", agent_id]) == 0
+    logs = capsysbinary.readouterr().out.decode()
+    # The tool call's two rows are one entry, with the completed update's hint.
+    assert f"[output of 300000 bytes: corral output {agent_id} {blob_id}]" in logs
