@@ -7,6 +7,7 @@
     │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
     │   ├── PermissionNotFound                                            -> NOT_FOUND
     │   ├── SubagentRunNotFound                                           -> NOT_FOUND
+    │   ├── ToolOutputNotFound   no retained row keeps that output         -> NOT_FOUND
     │   ├── ProviderSessionNotFound  ImportAgent of a session the provider lacks -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
@@ -78,6 +79,17 @@ class AgentNotFound(NotFound):
     def __init__(self, agent_id: str) -> None:
         super().__init__(f"agent {agent_id!r} not found", metadata={"agent_id": agent_id})
         self.agent_id = agent_id
+
+
+class ToolOutputNotFound(NotFound):
+    reason = "TOOL_OUTPUT_NOT_FOUND"
+
+    def __init__(self, agent_id: str, blob_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r} keeps no tool output {blob_id!r} (its row was rewound, dropped"
+            " by retention, or, without a state directory, evicted from memory)",
+            metadata={"agent_id": agent_id, "blob_id": blob_id},
+        )
 
 
 class QueuedPromptNotFound(NotFound):

@@ -78,6 +78,10 @@ def items(text: st.SearchStrategy[str], json: st.SearchStrategy[Any]) -> st.Sear
             st.none() | json,
             st.none() | json,
             text,
+            st.none()
+            | st.builds(
+                dt.OutputRef, text, st.integers(0, 2**64 - 1), st.booleans(), st.booleans()
+            ),
         ),
         st.builds(dt.Todo, st.lists(st.builds(dt.TodoEntry, text, st.booleans())).map(tuple)),
         st.builds(dt.ErrorItem, text, text),

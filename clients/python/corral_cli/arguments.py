@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from corral_cli import commands, follow, providers, show, status, subagents
+from corral_cli import output as output_cli
 from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
 from corral_cli import workspace as workspace_cli
@@ -57,6 +58,7 @@ def build_parser() -> Parser:
     _add_agents(sub, parents)
     _add_subagents(sub, parents)
     search_cli.add_command(sub, parents)
+    output_cli.add_command(sub, parents)
     workspace_cli.add_commands(sub, parents)
     schedules_cli.add_commands(sub, parents)
     completion = command(

@@ -73,9 +73,9 @@ def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
         timeout=client.timeout_s,
     )
     for row in page.rows:
-        _print_row(console, row)
+        _print_row(console, row, args.agent)
     if page.entries:
-        follow_projected.print_entries(console, page.entries)
+        follow_projected.print_entries(console, page.entries, args.agent)
     elif not page.rows:
         console.note(empty_timeline(page.epoch, page.window.next_seq))
     return failure.EXIT_OK
@@ -94,11 +94,11 @@ def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
     return Follower(client, console, args.agent, 0, False, history=False).run()
 
 
-def _print_row(console: Console, row: timeline_pb.TimelineRow) -> None:
+def _print_row(console: Console, row: timeline_pb.TimelineRow, agent_id: str) -> None:
     if console.json:
         console.message(row)
     else:
-        console.line(log_line(row))
+        console.line(log_line(row, agent_id))
 
 
 def _settled(agent: agent_types_pb.Agent) -> bool:
@@ -265,7 +265,10 @@ class Follower:
     def _live_row(self, appended: event_pb.TimelineRowAppended) -> None:
         row = appended.row
         self._live(
-            appended.agent_id, appended.epoch, row.seq, lambda: _print_row(self.console, row)
+            appended.agent_id,
+            appended.epoch,
+            row.seq,
+            lambda: _print_row(self.console, row, self.agent_id),
         )
 
     def _live(self, agent_id: str, epoch: str, seq: int, show: Callable[[], None]) -> None:
@@ -310,7 +313,7 @@ class Follower:
             before = self.expected
             for row in page.rows:
                 if self.expected <= row.seq < until_seq:
-                    _print_row(self.console, row)
+                    _print_row(self.console, row, self.agent_id)
                     self.expected = row.seq + 1
             if self.expected == before:
                 return  # no progress (rows retired meanwhile): the live stream goes on

@@ -27,23 +27,25 @@ def ranges_text(entry: timeline_pb.TimelineEntry) -> str:
     )
 
 
-def entry_line(entry: timeline_pb.TimelineEntry) -> str:
+def entry_line(entry: timeline_pb.TimelineEntry, agent_id: str = "AGENT") -> str:
     when = local_time(entry.updated, "%H:%M:%S")
     kind = entry.item.WhichOneof("kind") or "unknown"
-    line = f"#{ranges_text(entry)}  {when}  {kind}  {item_text(entry.item)}".rstrip()
+    line = f"#{ranges_text(entry)}  {when}  {kind}  {item_text(entry.item, agent_id)}".rstrip()
     return line + "  (truncated)" if entry.truncated else line
 
 
-def print_entry(console: Console, entry: timeline_pb.TimelineEntry) -> None:
+def print_entry(console: Console, entry: timeline_pb.TimelineEntry, agent_id: str) -> None:
     if console.json:
         console.message(entry)
     else:
-        console.line(entry_line(entry))
+        console.line(entry_line(entry, agent_id))
 
 
-def print_entries(console: Console, entries: Iterable[timeline_pb.TimelineEntry]) -> None:
+def print_entries(
+    console: Console, entries: Iterable[timeline_pb.TimelineEntry], agent_id: str
+) -> None:
     for entry in entries:
-        print_entry(console, entry)
+        print_entry(console, entry, agent_id)
 
 
 class ProjectedFollower(Follower):
@@ -60,7 +62,7 @@ class ProjectedFollower(Follower):
     def _live_entry(self, upserted: event_pb.TimelineEntryUpserted) -> None:
         # An update whose row is already printed (as part of its entry) is dropped.
         entry = upserted.entry
-        show = lambda: print_entry(self.console, entry)  # noqa: E731
+        show = lambda: print_entry(self.console, entry, self.agent_id)  # noqa: E731
         self._live(upserted.agent_id, upserted.epoch, upserted.row_seq, show)
 
     def _catch_up(self, until_seq: int) -> None:
@@ -71,7 +73,7 @@ class ProjectedFollower(Follower):
                 return  # the epoch moved on (its reset event is on the way) or rows retired
             chosen = [e for e in page.entries if e.seq < until_seq]
             for entry in chosen:
-                print_entry(self.console, entry)
+                print_entry(self.console, entry, self.agent_id)
             if not chosen:
                 return
             # Every row up to the last entry's newest is printed; later rows come live.

@@ -185,8 +185,9 @@ def item_kind(row: timeline_pb.TimelineRow) -> str:
     return row.item.WhichOneof("kind") or "unknown"
 
 
-def item_text(row: timeline_pb.TimelineItem) -> str:
-    """A one-line summary of an item, for log lines."""
+def item_text(row: timeline_pb.TimelineItem, agent_id: str = "AGENT") -> str:
+    """A one-line summary of an item, for log lines (`agent_id`: the agent a kept tool
+    output's `corral output` hint names)."""
     kind = row.WhichOneof("kind")
     match kind:
         case "user_message":
@@ -198,6 +199,8 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
         case "tool_call":
             call = row.tool_call
             text = f"{call.name} {tool_status(call.status)}"
+            if call.HasField("output_ref"):
+                text += _kept_output(call, agent_id)
             return f"{text}: {one_line(call.error)}" if call.error else text
         case "todo":
             return "; ".join(
@@ -215,11 +218,24 @@ def item_text(row: timeline_pb.TimelineItem) -> str:
             return ""
 
 
-def log_line(row: timeline_pb.TimelineRow) -> str:
+# How much of a kept output's preview a log line shows.
+_PREVIEW_CHARS = 120
+
+
+def _kept_output(call: timeline_pb.ToolCall, agent_id: str) -> str:
+    """The preview and size of an output kept apart, and the command that prints it."""
+    ref = call.output_ref
+    preview = one_line(call.output.string_value)[:_PREVIEW_CHARS]
+    return (
+        f": {preview}… [output of {ref.size_bytes} bytes: corral output {agent_id} {ref.blob_id}]"
+    )
+
+
+def log_line(row: timeline_pb.TimelineRow, agent_id: str = "AGENT") -> str:
     """`#seq  HH:MM:SS  kind  text`, and `(message ID)` after a user message the provider
     confirmed (the id `corral rewind` takes)."""
     when = local_time(row.timestamp, "%H:%M:%S")
-    line = f"#{row.seq}  {when}  {item_kind(row)}  {item_text(row.item)}".rstrip()
+    line = f"#{row.seq}  {when}  {item_kind(row)}  {item_text(row.item, agent_id)}".rstrip()
     if row.provider_message_id and row.item.HasField("user_message"):
         line += f"  (message {row.provider_message_id})"
     return line

@@ -60,6 +60,17 @@ class ToolCallStatus(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class OutputRef:
+    """A tool call's output kept apart from its row (manager/tool_output.py): `size_bytes` of
+    UTF-8 text, or of compact JSON text when `json`; the row's `output` is its preview."""
+
+    blob_id: str
+    size_bytes: int
+    preview_truncated: bool = True
+    json: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     call_id: str
     name: str
@@ -67,6 +78,7 @@ class ToolCall:
     input: JsonValue = None
     output: JsonValue = None
     error: str = ""
+    output_ref: OutputRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_session import SessionKeeper
 from corral_server.manager.echo_book import EchoBook
 from corral_server.manager.sanitize import sanitize_text
+from corral_server.manager.tool_output import spill
 from corral_server.manager.turns import ActiveTurn, AutonomousRun
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
@@ -71,7 +72,8 @@ class HistoryKeeper:
         StreamTurn never carries it (it names no turn)."""
         admitted = self._core.writer.admit(event, None)  # the provider boundary: mended text
         now = self._core.deps.clock.now_ms()
-        return NewRow(admitted.item, now, "", admitted.provider_message_id)
+        item, output = spill(admitted.item)  # a replayed large tool output is kept apart too
+        return NewRow(item, now, "", admitted.provider_message_id, output)
 
     async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
         """ImportAgent: a new agent's timeline primed with a provider session's conversation,

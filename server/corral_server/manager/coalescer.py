@@ -8,7 +8,8 @@
 No row is bigger than `max_row_bytes` (MAX_ROW_BYTES; manager/oversize.py states the rules):
 assistant and reasoning text that would make a bigger row is split into consecutive rows of
 the same message at a character boundary: each full row is ready at once, the rest stays
-pending. Any other item too big is cut by `fit_item`, with a marker.
+pending. A tool call's output over 256 KiB is kept apart, whole (manager/tool_output.py); any
+other item too big is cut by `fit_item`, with a marker.
 
 Pure logic: the actor owns the 60 ms timer and calls `flush` when it fires. At most one row is
 pending at any time, so a flush is never more than one row.
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from corral_server.domain.timeline import MAX_ROW_BYTES, AssistantMessage, Reasoning, ToolCall
 from corral_server.manager.oversize import fit_item, text_pieces
+from corral_server.manager.tool_output import spill
 from corral_server.providers.base import ProviderItem
 from corral_server.timeline.size import text_bytes
 from corral_server.timeline.store import NewRow
@@ -128,8 +130,9 @@ class Coalescer:
 
     def _fitted(self, event: ProviderItem, now_ms: int) -> NewRow:
         row = _new_row(event, now_ms)
-        item = fit_item(row.item, self._max_row_bytes)
-        return row if item is row.item else row._replace(item=item)
+        item, output = spill(row.item)  # a large tool output is kept apart, whole
+        item = fit_item(item, self._max_row_bytes)
+        return row if item is row.item else row._replace(item=item, output=output)
 
 
 def _message_key(event: ProviderItem) -> str:

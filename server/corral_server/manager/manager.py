@@ -45,7 +45,7 @@ from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns, LoadedAgents
 from corral_server.timeline.activity import ActivityDigest
-from corral_server.timeline.store import TimelineStore
+from corral_server.timeline.store import OutputChunk, TimelineStore
 from corral_server.workspace.worktrees import Worktrees
 
 __all__ = ["MAX_WAIT_S", "AgentManager"]
@@ -129,6 +129,17 @@ class AgentManager:
     ) -> FetchResult:
         self._actor(agent_id)
         return await self._timeline.fetch(agent_id, direction, cursor, limit)
+
+    async def fetch_tool_output(
+        self, agent_id: str, blob_id: str, offset: int, limit: int
+    ) -> OutputChunk:
+        """One chunk of a tool output kept apart from its row (manager/tool_output.py)."""
+        self._actor(agent_id)
+        return await self._timeline.read_output(agent_id, blob_id, offset, limit)
+
+    async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
+        self._actor(agent_id)
+        return await reads.tool_output_id(self._timeline, agent_id, cursor)
 
     async def activity(
         self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int

@@ -1,4 +1,5 @@
-"""Reads of an agent's timeline that need more than one page call: GetActivity's digest.
+"""Reads of an agent's timeline that need more than one page call: GetActivity's digest, and
+the tool output a row keeps apart (FetchToolOutput by cursor).
 
 Must not: change anything (a read never takes the agent's queue).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from corral_server import errors
-from corral_server.domain.timeline import Cursor, Direction
+from corral_server.domain.timeline import Cursor, Direction, ToolCall
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
@@ -45,3 +46,14 @@ async def activity(
     if page.has_older and (start is None or (rows and rows[0].seq > start.seq)):
         digest = replace(digest, truncated=True)  # older rows in range were not even read
     return digest
+
+
+async def tool_output_id(timeline: TimelineStore, agent_id: str, cursor: Cursor) -> str:
+    """The blob id of the tool output the row at `cursor` keeps apart (ToolOutputNotFound
+    when that row is not retained in the current epoch, or keeps none)."""
+    before = Cursor(cursor.epoch, cursor.seq - 1)
+    page = await timeline.fetch(agent_id, Direction.AFTER, before, 1)
+    item = page.rows[0].item if page.rows and page.rows[0].seq == cursor.seq else None
+    if page.reset or type(item) is not ToolCall or item.output_ref is None:
+        raise errors.ToolOutputNotFound(agent_id, f"row {cursor.seq} of epoch {cursor.epoch}")
+    return item.output_ref.blob_id

@@ -62,6 +62,7 @@ KNOWN_DIRECTIVES = (
     "/title",
     "/tool",
     "/tool-end",
+    "/tool-output",
     "/tool-start",
 )
 
@@ -161,6 +162,8 @@ def _parse_directive(line: str) -> Step:
             return Title(_required(name, argument, "the title"))
         case "/tool":
             return _parse_tool(argument)
+        case "/tool-output":
+            return _parse_tool_output(argument)
         case "/sleep":
             return Sleep(_parse_ms(argument))
         case "/fail":
@@ -277,10 +280,17 @@ def _parse_follow_up(argument: str) -> str:
     return text
 
 
+def _parse_tool_output(argument: str) -> Tool:
+    tool_name, _, size = argument.partition(" ")
+    if not tool_name:
+        raise _BadLine("/tool-output needs a tool name and an output size in bytes")
+    return Tool(tool_name, output_bytes=_parse_size(size.strip(), "/tool-output"))
+
+
 def _parse_size(argument: str, directive: str) -> int:
     if not argument.isdigit() or int(argument) > MAX_INPUT_BYTES:
         raise _BadLine(
-            f"{directive}: an input size is a number of bytes from 0 to {MAX_INPUT_BYTES}, "
+            f"{directive}: a size is a number of bytes from 0 to {MAX_INPUT_BYTES}, "
             f"got {argument!r}"
         )
     return int(argument)

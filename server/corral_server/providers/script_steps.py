@@ -33,6 +33,21 @@ class Tool:
     # (`/tool-end NAME`): the COMPLETED update of the call `/tool-start NAME` began, so other
     # steps can come between a call's updates.
     phase: str = "call"
+    # `/tool-output NAME BYTES`: the call's output is `output_text(BYTES)`, not {"ok": true}.
+    output_bytes: int | None = None
+
+    def output(self) -> JsonValue:
+        """The COMPLETED update's output."""
+        if self.output_bytes is None:
+            return {"ok": True, "tool": self.name}
+        return output_text(self.output_bytes)
+
+
+def output_text(size: int) -> str:
+    """`/tool-output`'s output: the lines "000000000\n", "000000001\n", ... cut at `size`
+    bytes (ASCII, so bytes and characters agree)."""
+    lines = "".join(f"{i:09d}\n" for i in range(size // 10 + 1))
+    return lines[:size]
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,7 +316,7 @@ class TurnPlayer:
             tool.name,
             ToolCallStatus.COMPLETED,
             input=tool.input,
-            output={"ok": True, "tool": tool.name},
+            output=tool.output(),
         )
         self._emit(ProviderItem(run.turn_id, completed))
 

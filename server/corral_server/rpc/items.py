@@ -89,6 +89,16 @@ def item_to_pb(item: dt.TimelineItem) -> timeline_pb.TimelineItem:
                 call.input.CopyFrom(json_value(item.input))
             if item.output is not None:
                 call.output.CopyFrom(json_value(item.output))
+            if item.output_ref is not None:
+                ref = item.output_ref
+                call.output_ref.CopyFrom(
+                    timeline_pb.OutputRef(
+                        blob_id=ref.blob_id,
+                        size_bytes=ref.size_bytes,
+                        preview_truncated=ref.preview_truncated,
+                        json=ref.json,
+                    )
+                )
             return timeline_pb.TimelineItem(tool_call=call)
         case dt.Todo():
             entries = [
@@ -129,6 +139,7 @@ def item_from_pb(msg: timeline_pb.TimelineItem) -> dt.TimelineItem:
             input=json_from_value(t.input) if t.HasField("input") else None,
             output=json_from_value(t.output) if t.HasField("output") else None,
             error=t.error,
+            output_ref=_output_ref(t),
         )
     if kind == "todo":
         return dt.Todo(tuple(dt.TodoEntry(e.text, e.completed) for e in msg.todo.entries))
@@ -168,3 +179,10 @@ def cursor_to_pb(cursor: dt.Cursor) -> timeline_pb.Cursor:
 
 def cursor_from_pb(msg: timeline_pb.Cursor) -> dt.Cursor:
     return dt.Cursor(epoch=msg.epoch, seq=msg.seq)
+
+
+def _output_ref(call: timeline_pb.ToolCall) -> dt.OutputRef | None:
+    if not call.HasField("output_ref"):
+        return None
+    ref = call.output_ref
+    return dt.OutputRef(ref.blob_id, ref.size_bytes, ref.preview_truncated, ref.json)

@@ -18,6 +18,11 @@ from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
 from corral_server.timeline.projected_pages import ProjectedPage, fetch_projected
 
+# FetchToolOutput's chunk when the request sets no limit, and the most it answers: 3 MiB of
+# data and a few bytes of framing stay under a default client's 4 MiB receive limit.
+DEFAULT_OUTPUT_CHUNK = 1024 * 1024
+MAX_OUTPUT_CHUNK = 3 * 1024 * 1024
+
 _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,
     tl_pb.TIMELINE_DIRECTION_TAIL: Direction.TAIL,
@@ -117,6 +122,33 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
             msg.start_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.first_seq)))
             msg.end_cursor.CopyFrom(convert.cursor_to_pb(Cursor(epoch, digest.last_seq)))
         return msg
+
+    @unary
+    async def FetchToolOutput(
+        self, request: tl_pb.FetchToolOutputRequest, context: Ctx
+    ) -> tl_pb.FetchToolOutputResponse:
+        self._check_ids(request.agent_id, request.blob_id, "blob_id")
+        blob_id = request.blob_id
+        if request.HasField("cursor"):
+            blob_id = await self._output_at(request)
+        elif not blob_id:
+            raise errors.InvalidArgument.field("blob_id", "required (or a cursor)")
+        limit = min(request.limit or DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK)
+        chunk = await self._manager.fetch_tool_output(
+            request.agent_id, blob_id, request.offset, limit
+        )
+        return tl_pb.FetchToolOutputResponse(
+            data=chunk.data, offset=chunk.offset, size_bytes=chunk.size_bytes, json=chunk.json
+        )
+
+    async def _output_at(self, request: tl_pb.FetchToolOutputRequest) -> str:
+        self._check_ids(request.agent_id, request.cursor.epoch, "cursor.epoch")
+        if request.blob_id:
+            raise errors.InvalidArgument.field("cursor", "give a blob_id or a cursor, not both")
+        if request.cursor.seq < 1:
+            raise errors.InvalidArgument.field("cursor.seq", "a row's seq is at least 1")
+        cursor = convert.cursor_from_pb(request.cursor)
+        return await self._manager.tool_output_id(request.agent_id, cursor)
 
     @unary
     async def SearchTimeline(

@@ -57,6 +57,13 @@ it is, for start-up to report as a bad record.
 Version 7 adds `schedules`: schedule_id -> the schedule's record (JSON, schedules/store.py,
 opaque here: its timing, target, prompt, next firing and last run) and when it was created,
 so start-up restores schedules in creation order.
+
+Version 8 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
+manager/tool_output.py), stored once, keyed by the blob id the row's item names
+(ToolCall.output_ref) and by the row that holds it (timeline_id, seq), with `json` (the bytes
+are JSON text) and `data`. It is written, trimmed and deleted with its row
+(store/tool_outputs.py). A rowid table: an output is megabytes, read in chunks by incremental
+blob I/O. IF NOT EXISTS: a database whose version was set back by hand migrates again intact.
 """
 
 from __future__ import annotations
@@ -177,6 +184,17 @@ CREATE TABLE IF NOT EXISTS schedules (
 ) WITHOUT ROWID;
 """
 
+_V8_TOOL_OUTPUTS = """
+CREATE TABLE IF NOT EXISTS tool_outputs (
+    blob_id TEXT NOT NULL UNIQUE,
+    timeline_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    json INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tool_outputs_row ON tool_outputs (timeline_id, seq);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -185,6 +203,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V5,
     _records_in_storage_format,
     _V7_SCHEDULES,
+    _V8_TOOL_OUTPUTS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

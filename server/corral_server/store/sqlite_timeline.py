@@ -29,7 +29,14 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Unpack
 
-from corral_server.domain.timeline import Cursor, Direction, FetchResult, TimelineHead, TimelineRow
+from corral_server.domain.timeline import (
+    Cursor,
+    Direction,
+    FetchResult,
+    TimelineHead,
+    TimelineRow,
+    ToolCall,
+)
 from corral_server.errors import AgentNotFound
 from corral_server.store import search
 from corral_server.store.commits import GroupCommit, Job
@@ -43,8 +50,9 @@ from corral_server.store.timeline_tables import (
     read_page,
     write,
 )
+from corral_server.store.tool_outputs import OutputWrite, read_output, sweep_outputs
 from corral_server.timeline import pages
-from corral_server.timeline.store import ItemCodec, NewRow, Options, checked_options
+from corral_server.timeline.store import ItemCodec, NewRow, Options, OutputChunk, checked_options
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
@@ -90,6 +98,7 @@ class SqliteTimelineStore:
         store._next_timeline_id = top_id + 1
         if not store._search_index:
             await database.write(search.mark_unindexed)
+        await database.write(sweep_outputs)  # what a rebase left for a copy to take over
         return store
 
     # --- writes: queued on the loop, committed together ----------------------------------
@@ -117,17 +126,21 @@ class SqliteTimelineStore:
         seq, tid = before.next_seq, before.timeline_id
         stored: list[TimelineRow] = []
         tuples: list[tuple[Any, ...]] = []
+        outputs: list[OutputWrite] = []
         for row in rows:  # one pass: this is the writer's hot path
-            item, timestamp_ms, turn_id, provider_message_id = row
+            item, timestamp_ms, turn_id, provider_message_id, output = row
             blob = encode(item)  # a codec error fails this call, before anything is queued
             stored.append(TimelineRow(seq, timestamp_ms, item, turn_id, provider_message_id))
             tuples.append((tid, seq, timestamp_ms, turn_id, provider_message_id, blob))
+            if type(item) is ToolCall and item.output_ref is not None:
+                ref = item.output_ref
+                outputs.append(OutputWrite(ref.blob_id, tid, seq, ref.json, output))
             seq += 1
         first = before.first
         if self._retain_rows is not None:
             first = max(first, seq - self._retain_rows)
         after = Head(tid, before.epoch, seq, first)
-        return self._queue(Kind.APPEND, agent_id, before, after, tuples, stored)
+        return self._queue(Kind.APPEND, agent_id, before, after, (tuples, outputs), stored)
 
     async def rebase(self, agent_id: str) -> TimelineHead:
         before = self._reserved_head(agent_id)
@@ -237,6 +250,15 @@ class SqliteTimelineStore:
             self._codec.decode,
         )
         return await self._db.read(partial(read_page, request))
+
+    async def read_output(
+        self, agent_id: str, blob_id: str, offset: int, limit: int
+    ) -> OutputChunk:
+        if agent_id not in self._committed:
+            raise AgentNotFound(agent_id)
+        read = partial(read_output, agent_id, blob_id, offset, limit)
+        chunk: OutputChunk = await self._db.read(read)
+        return chunk
 
 
 def _done(value: list[TimelineRow]) -> asyncio.Future[list[TimelineRow]]:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, TimelineRow
 from corral_server.errors import AgentNotFound
-from corral_server.store import search
+from corral_server.store import search, tool_outputs
 from corral_server.store.errors import StoreError
 from corral_server.timeline import pages
 from corral_server.timeline.size import row_bytes
@@ -49,7 +49,7 @@ class Op(NamedTuple):
     agent_id: str
     before: Head | None
     after: Head | None
-    payload: Any  # APPEND: row tuples; SET_PROVIDER_MESSAGE_ID: (seq, id); else None
+    payload: Any  # APPEND: (row tuples, OutputWrites); SET_PROVIDER_MESSAGE_ID: (seq, id)
     result: Any  # what the future resolves to
     future: asyncio.Future[Any]
 
@@ -70,11 +70,13 @@ def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
     become one executemany of rows and one of heads; any other write flushes them first, so
     the database sees every write in queue order."""
     rows: list[tuple[Any, ...]] = []
+    outputs: list[tool_outputs.OutputWrite] = []  # the appended rows' kept tool outputs
     texts: list[tuple[Any, ...]] = []  # the appended rows' full-text index entries
     heads: dict[str, tuple[Head, Head]] = {}  # agent -> (head before its first append, after)
     for op in ops:
         if op.kind is Kind.APPEND:
-            rows.extend(op.payload)
+            rows.extend(op.payload[0])
+            outputs.extend(op.payload[1])
             assert op.before is not None and op.after is not None
             if index:
                 texts.extend(search.entries(op.after.timeline_id, op.result))
@@ -82,9 +84,11 @@ def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
             heads[op.agent_id] = (earliest, op.after)
             continue
         _write_appends(conn, rows, texts, heads)
-        rows, texts, heads = [], [], {}
+        tool_outputs.write(conn, outputs)
+        rows, outputs, texts, heads = [], [], [], {}
         _write_other(conn, op)
     _write_appends(conn, rows, texts, heads)
+    tool_outputs.write(conn, outputs)
 
 
 def _write_appends(
@@ -108,6 +112,7 @@ def _write_appends(
     if trims:
         conn.executemany(_TRIM_ROWS, trims)
         search.trim(conn, trims)
+        tool_outputs.trim(conn, trims)
 
 
 def _write_other(conn: sqlite3.Connection, op: Op) -> None:
@@ -123,6 +128,7 @@ def _write_other(conn: sqlite3.Connection, op: Op) -> None:
             assert op.before is not None and op.after is not None
             conn.execute(_DELETE_ROWS, (op.before.timeline_id,))
             search.delete_timeline(conn, op.before.timeline_id)
+            tool_outputs.sweep_outputs(conn)  # the old epoch's stay, for a rewind's copies
             conn.execute(
                 "UPDATE timelines SET timeline_id = ?, epoch = ?, next_seq = 1, first_seq = 1"
                 " WHERE agent_id = ?",
@@ -141,6 +147,7 @@ def _write_other(conn: sqlite3.Connection, op: Op) -> None:
             conn.execute(_DELETE_ROWS, (op.before.timeline_id,))
             search.delete_timeline(conn, op.before.timeline_id)
             conn.execute("DELETE FROM timelines WHERE agent_id = ?", (op.agent_id,))
+            tool_outputs.sweep_outputs(conn)
         case Kind.APPEND:
             raise AssertionError("appends are written in batches")
 

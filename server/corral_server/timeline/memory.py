@@ -22,11 +22,13 @@ from corral_server.domain.timeline import (
     FetchResult,
     TimelineHead,
     TimelineRow,
+    ToolCall,
 )
 from corral_server.errors import AgentNotFound
 from corral_server.timeline import pages
+from corral_server.timeline.outputs import MemoryOutputs
 from corral_server.timeline.size import row_bytes
-from corral_server.timeline.store import NewRow, Options, checked_options
+from corral_server.timeline.store import NewRow, Options, OutputChunk, checked_options
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
@@ -72,11 +74,12 @@ class _Timeline:
 class InMemoryTimelineStore:
     """A `TimelineStore` in memory, with timeline/store.py's `Options`."""
 
-    def __init__(self, **options: Unpack[Options]) -> None:
+    def __init__(self, *, outputs: MemoryOutputs | None = None, **options: Unpack[Options]) -> None:
         self._limits = checked_options(options)
         self._retain_rows = self._limits.retain_rows
         self._epoch_factory = self._limits.epoch_factory
         self._timelines: dict[str, _Timeline] = {}
+        self._outputs = outputs or MemoryOutputs()  # large tool outputs, with a total bound
 
     async def create(self, agent_id: str) -> TimelineHead:
         """Create an empty timeline. Creating one that exists is a caller bug (ValueError):
@@ -99,9 +102,21 @@ class InMemoryTimelineStore:
         ]
         timeline.rows.extend(appended)
         timeline.next_seq = seq + len(appended)
+        for i, row in enumerate(rows):
+            if type(row.item) is ToolCall and row.item.output_ref is not None:
+                self._keep_output(agent_id, timeline.epoch, seq + i, row)
         if self._retain_rows is not None:
             timeline.retain(self._retain_rows)
+            self._outputs.trim(agent_id, timeline.epoch, timeline.first)
         return appended
+
+    def _keep_output(self, agent_id: str, epoch: str, seq: int, row: NewRow) -> None:
+        assert type(row.item) is ToolCall and row.item.output_ref is not None
+        ref = row.item.output_ref
+        if row.output is None:
+            self._outputs.take_over(agent_id, epoch, seq, ref.blob_id)
+        else:
+            self._outputs.put(agent_id, epoch, seq, ref.blob_id, row.output, ref.json)
 
     def append_nowait(
         self, agent_id: str, rows: Sequence[NewRow]
@@ -126,7 +141,10 @@ class InMemoryTimelineStore:
         return TimelineHead(timeline.epoch, timeline.next_seq)
 
     async def rebase(self, agent_id: str) -> TimelineHead:
-        self._get(agent_id)
+        old = self._get(agent_id)
+        self._outputs.sweep(
+            agent_id, old.epoch
+        )  # earlier epochs' outputs; this one's may be taken over
         fresh = _Timeline(self._epoch_factory())
         self._timelines[agent_id] = fresh
         return TimelineHead(fresh.epoch, fresh.next_seq)
@@ -147,6 +165,14 @@ class InMemoryTimelineStore:
     async def drop(self, agent_id: str) -> None:
         """Forget the timeline; dropping an unknown agent is a no-op (drop is idempotent)."""
         self._timelines.pop(agent_id, None)
+        self._outputs.sweep(agent_id, None)
+
+    async def read_output(
+        self, agent_id: str, blob_id: str, offset: int, limit: int
+    ) -> OutputChunk:
+        timeline = self._get(agent_id)
+        window = (timeline.epoch, timeline.first, timeline.next_seq)
+        return self._outputs.read(agent_id, blob_id, window, offset, limit)
 
     def _get(self, agent_id: str) -> _Timeline:
         try:

@@ -91,6 +91,8 @@ def item_bytes(item: TimelineItem) -> int:
                 size += _FIELD + json_bytes(item.input)
             if item.output is not None:
                 size += _FIELD + json_bytes(item.output)
+            if item.output_ref is not None:  # blob id, a size varint, two booleans
+                size += _FIELD + _str_field(item.output_ref.blob_id) + 11 + 4
             return size
         case tl.Todo(entries=entries):
             return 2 * _FIELD + sum(3 * _FIELD + text_bytes(e.text) for e in entries)

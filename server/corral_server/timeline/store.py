@@ -36,6 +36,9 @@ class NewRow(NamedTuple):
     timestamp_ms: int
     turn_id: str = ""
     provider_message_id: str = ""
+    # A tool call's output kept apart (manager/tool_output.py): its bytes, stored with the row
+    # in one transaction under `item.output_ref.blob_id`. None for every other row.
+    output: bytes | None = None
 
 
 class ItemCodec(Protocol):
@@ -46,6 +49,15 @@ class ItemCodec(Protocol):
     def encode(self, item: TimelineItem) -> bytes: ...
 
     def decode(self, data: bytes) -> TimelineItem: ...
+
+
+class OutputChunk(NamedTuple):
+    """Bytes offset .. offset + len(data) of a kept tool output of `size_bytes` in all."""
+
+    data: bytes
+    offset: int
+    size_bytes: int
+    json: bool
 
 
 class TimelineStore(Protocol):
@@ -96,6 +108,15 @@ class TimelineStore(Protocol):
 
     async def drop(self, agent_id: str) -> None:
         """Forget the timeline entirely."""
+        ...
+
+    async def read_output(
+        self, agent_id: str, blob_id: str, offset: int, limit: int
+    ) -> OutputChunk:
+        """Up to `limit` bytes from `offset` of a tool output a retained row of the current
+        epoch references (ToolOutputNotFound otherwise; InvalidArgument for an offset past
+        its size). A row appended with an `output_ref` and no `output` (a rewind's copy)
+        takes over the output its earlier copy kept."""
         ...
 
 

@@ -14,7 +14,13 @@ from corral_server.domain.events import (
     TurnCompleted,
     TurnStarted,
 )
-from corral_server.domain.timeline import AssistantMessage, UserMessage
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    ToolCall,
+    ToolCallStatus,
+    UserMessage,
+)
+from corral_server.manager.tool_output import PREVIEW_BYTES, SPILL_BYTES
 from corral_server.providers.base import ProviderItem, ProviderTurnCompleted
 from tests.unit.manager.harness import PROMPT, World
 
@@ -68,3 +74,16 @@ async def test_history_is_never_taken_for_an_echo_of_the_running_prompt(world: W
     assert [r.provider_message_id for r in rows] == ["", "echo-1"]  # the prompt's row unchanged
     assert not world.publisher.of_type(RowUpdated)
     assert len(world.publisher.of_type(AgentUpserted)) == upserts
+
+
+async def test_a_replayed_large_tool_output_is_kept_apart_as_a_live_one_is(world: World) -> None:
+    agent = await world.create()
+    output = "z" * (SPILL_BYTES + 1)
+    call = ToolCall("c1", "shell", ToolCallStatus.COMPLETED, output=output)
+    world.provider.session.emit(ProviderItem("", call, from_history=True))
+    await world.drained(agent.id)
+    [row] = await world.rows(agent.id)
+    assert isinstance(row.item, ToolCall) and row.item.output_ref is not None
+    assert row.item.output == output[:PREVIEW_BYTES]
+    kept = await world.timeline.read_output(agent.id, row.item.output_ref.blob_id, 0, 1 << 20)
+    assert kept.data == output.encode()

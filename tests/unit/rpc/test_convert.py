@@ -63,6 +63,8 @@ items: st.SearchStrategy[dt.TimelineItem] = st.one_of(
         json_values,
         json_values,
         texts,
+        st.none()
+        | st.builds(dt.OutputRef, texts, st.integers(0, 2**64 - 1), st.booleans(), st.booleans()),
     ),
     st.builds(dt.Todo, st.lists(st.builds(dt.TodoEntry, texts, st.booleans())).map(tuple)),
     st.builds(dt.ErrorItem, texts, texts),

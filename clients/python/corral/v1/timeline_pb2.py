@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/timeline.proto\x12\tcorral.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"$\n\x06\x43ursor\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"\x9e\x01\n\x0bTimelineRow\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12%\n\x04item\x18\x04 \x01(\x0b\x32\x17.corral.v1.TimelineItem\x12\x1b\n\x13provider_message_id\x18\x05 \x01(\t\"\x80\x03\n\x0cTimelineItem\x12.\n\x0cuser_message\x18\x01 \x01(\x0b\x32\x16.corral.v1.UserMessageH\x00\x12\x38\n\x11\x61ssistant_message\x18\x02 \x01(\x0b\x32\x1b.corral.v1.AssistantMessageH\x00\x12)\n\treasoning\x18\x03 \x01(\x0b\x32\x14.corral.v1.ReasoningH\x00\x12(\n\ttool_call\x18\x04 \x01(\x0b\x32\x13.corral.v1.ToolCallH\x00\x12\x1f\n\x04todo\x18\x05 \x01(\x0b\x32\x0f.corral.v1.TodoH\x00\x12%\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x14.corral.v1.ErrorItemH\x00\x12+\n\ncompaction\x18\x07 \x01(\x0b\x32\x15.corral.v1.CompactionH\x00\x12\x34\n\x0fsubagent_notice\x18\x08 \x01(\x0b\x32\x19.corral.v1.SubagentNoticeH\x00\x42\x06\n\x04kind\"J\n\x0bUserMessage\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\"4\n\x10\x41ssistantMessage\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"\x19\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\"\xb2\x01\n\x08ToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x06status\x18\x03 \x01(\x0e\x32\x19.corral.v1.ToolCallStatus\x12%\n\x05input\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12&\n\x06output\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\r\n\x05\x65rror\x18\x06 \x01(\t\",\n\tTodoEntry\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"-\n\x04Todo\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.corral.v1.TodoEntry\"*\n\tErrorItem\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"\x1d\n\nCompaction\x12\x0f\n\x07summary\x18\x01 \x01(\t\"F\n\x0eSubagentNotice\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"&\n\x08SeqRange\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x04\"\x8c\x02\n\rTimelineEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12*\n\rsource_ranges\x18\x02 \x03(\x0b\x32\x13.corral.v1.SeqRange\x12%\n\x04item\x18\x03 \x01(\x0b\x32\x17.corral.v1.TimelineItem\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x1b\n\x13provider_message_id\x18\x07 \x01(\t\x12\x11\n\ttruncated\x18\x08 \x01(\x08*\xca\x01\n\x0eToolCallStatus\x12 \n\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18TOOL_CALL_STATUS_PENDING\x10\x01\x12\x1c\n\x18TOOL_CALL_STATUS_RUNNING\x10\x02\x12\x1e\n\x1aTOOL_CALL_STATUS_COMPLETED\x10\x03\x12\x1b\n\x17TOOL_CALL_STATUS_FAILED\x10\x04\x12\x1d\n\x19TOOL_CALL_STATUS_CANCELED\x10\x05*a\n\x0cTimelineView\x12\x1d\n\x19TIMELINE_VIEW_UNSPECIFIED\x10\x00\x12\x15\n\x11TIMELINE_VIEW_RAW\x10\x01\x12\x1b\n\x17TIMELINE_VIEW_PROJECTED\x10\x02\x42Y\n\rcom.corral.v1B\rTimelineProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/timeline.proto\x12\tcorral.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"$\n\x06\x43ursor\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\"\x9e\x01\n\x0bTimelineRow\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07turn_id\x18\x03 \x01(\t\x12%\n\x04item\x18\x04 \x01(\x0b\x32\x17.corral.v1.TimelineItem\x12\x1b\n\x13provider_message_id\x18\x05 \x01(\t\"\x80\x03\n\x0cTimelineItem\x12.\n\x0cuser_message\x18\x01 \x01(\x0b\x32\x16.corral.v1.UserMessageH\x00\x12\x38\n\x11\x61ssistant_message\x18\x02 \x01(\x0b\x32\x1b.corral.v1.AssistantMessageH\x00\x12)\n\treasoning\x18\x03 \x01(\x0b\x32\x14.corral.v1.ReasoningH\x00\x12(\n\ttool_call\x18\x04 \x01(\x0b\x32\x13.corral.v1.ToolCallH\x00\x12\x1f\n\x04todo\x18\x05 \x01(\x0b\x32\x0f.corral.v1.TodoH\x00\x12%\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x14.corral.v1.ErrorItemH\x00\x12+\n\ncompaction\x18\x07 \x01(\x0b\x32\x15.corral.v1.CompactionH\x00\x12\x34\n\x0fsubagent_notice\x18\x08 \x01(\x0b\x32\x19.corral.v1.SubagentNoticeH\x00\x42\x06\n\x04kind\"J\n\x0bUserMessage\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x19\n\x11\x63lient_message_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\"4\n\x10\x41ssistantMessage\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"\x19\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\"\xdc\x01\n\x08ToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x06status\x18\x03 \x01(\x0e\x32\x19.corral.v1.ToolCallStatus\x12%\n\x05input\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12&\n\x06output\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12(\n\noutput_ref\x18\x07 \x01(\x0b\x32\x14.corral.v1.OutputRef\"Y\n\tOutputRef\x12\x0f\n\x07\x62lob_id\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x19\n\x11preview_truncated\x18\x03 \x01(\x08\x12\x0c\n\x04json\x18\x04 \x01(\x08\",\n\tTodoEntry\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tcompleted\x18\x02 \x01(\x08\"-\n\x04Todo\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.corral.v1.TodoEntry\"*\n\tErrorItem\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"\x1d\n\nCompaction\x12\x0f\n\x07summary\x18\x01 \x01(\t\"F\n\x0eSubagentNotice\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"&\n\x08SeqRange\x12\r\n\x05start\x18\x01 \x01(\x04\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x04\"\x8c\x02\n\rTimelineEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12*\n\rsource_ranges\x18\x02 \x03(\x0b\x32\x13.corral.v1.SeqRange\x12%\n\x04item\x18\x03 \x01(\x0b\x32\x17.corral.v1.TimelineItem\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07updated\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x1b\n\x13provider_message_id\x18\x07 \x01(\t\x12\x11\n\ttruncated\x18\x08 \x01(\x08*\xca\x01\n\x0eToolCallStatus\x12 \n\x1cTOOL_CALL_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18TOOL_CALL_STATUS_PENDING\x10\x01\x12\x1c\n\x18TOOL_CALL_STATUS_RUNNING\x10\x02\x12\x1e\n\x1aTOOL_CALL_STATUS_COMPLETED\x10\x03\x12\x1b\n\x17TOOL_CALL_STATUS_FAILED\x10\x04\x12\x1d\n\x19TOOL_CALL_STATUS_CANCELED\x10\x05*a\n\x0cTimelineView\x12\x1d\n\x19TIMELINE_VIEW_UNSPECIFIED\x10\x00\x12\x15\n\x11TIMELINE_VIEW_RAW\x10\x01\x12\x1b\n\x17TIMELINE_VIEW_PROJECTED\x10\x02\x42Y\n\rcom.corral.v1B\rTimelineProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.timeline_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\rTimelineProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
-  _globals['_TOOLCALLSTATUS']._serialized_start=1578
-  _globals['_TOOLCALLSTATUS']._serialized_end=1780
-  _globals['_TIMELINEVIEW']._serialized_start=1782
-  _globals['_TIMELINEVIEW']._serialized_end=1879
+  _globals['_TOOLCALLSTATUS']._serialized_start=1711
+  _globals['_TOOLCALLSTATUS']._serialized_end=1913
+  _globals['_TIMELINEVIEW']._serialized_start=1915
+  _globals['_TIMELINEVIEW']._serialized_end=2012
   _globals['_CURSOR']._serialized_start=102
   _globals['_CURSOR']._serialized_end=138
   _globals['_TIMELINEROW']._serialized_start=141
@@ -51,19 +51,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REASONING']._serialized_start=818
   _globals['_REASONING']._serialized_end=843
   _globals['_TOOLCALL']._serialized_start=846
-  _globals['_TOOLCALL']._serialized_end=1024
-  _globals['_TODOENTRY']._serialized_start=1026
-  _globals['_TODOENTRY']._serialized_end=1070
-  _globals['_TODO']._serialized_start=1072
-  _globals['_TODO']._serialized_end=1117
-  _globals['_ERRORITEM']._serialized_start=1119
-  _globals['_ERRORITEM']._serialized_end=1161
-  _globals['_COMPACTION']._serialized_start=1163
-  _globals['_COMPACTION']._serialized_end=1192
-  _globals['_SUBAGENTNOTICE']._serialized_start=1194
-  _globals['_SUBAGENTNOTICE']._serialized_end=1264
-  _globals['_SEQRANGE']._serialized_start=1266
-  _globals['_SEQRANGE']._serialized_end=1304
-  _globals['_TIMELINEENTRY']._serialized_start=1307
-  _globals['_TIMELINEENTRY']._serialized_end=1575
+  _globals['_TOOLCALL']._serialized_end=1066
+  _globals['_OUTPUTREF']._serialized_start=1068
+  _globals['_OUTPUTREF']._serialized_end=1157
+  _globals['_TODOENTRY']._serialized_start=1159
+  _globals['_TODOENTRY']._serialized_end=1203
+  _globals['_TODO']._serialized_start=1205
+  _globals['_TODO']._serialized_end=1250
+  _globals['_ERRORITEM']._serialized_start=1252
+  _globals['_ERRORITEM']._serialized_end=1294
+  _globals['_COMPACTION']._serialized_start=1296
+  _globals['_COMPACTION']._serialized_end=1325
+  _globals['_SUBAGENTNOTICE']._serialized_start=1327
+  _globals['_SUBAGENTNOTICE']._serialized_end=1397
+  _globals['_SEQRANGE']._serialized_start=1399
+  _globals['_SEQRANGE']._serialized_end=1437
+  _globals['_TIMELINEENTRY']._serialized_start=1440
+  _globals['_TIMELINEENTRY']._serialized_end=1708
 # @@protoc_insertion_point(module_scope)

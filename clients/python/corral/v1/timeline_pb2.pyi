@@ -257,6 +257,7 @@ class ToolCall(_message.Message):
     INPUT_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    OUTPUT_REF_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     name: _builtins.str
     status: Global___ToolCallStatus.ValueType
@@ -267,6 +268,12 @@ class ToolCall(_message.Message):
 
     @_builtins.property
     def output(self) -> _struct_pb2.Value: ...
+    @_builtins.property
+    def output_ref(self) -> Global___OutputRef:
+        """Set when the output was too big to keep in the row (over 256 KiB): `output` then holds
+        only a preview (a text: the output's first 4 KiB) and FetchToolOutput pages the whole.
+        """
+
     def __init__(
         self,
         *,
@@ -276,14 +283,49 @@ class ToolCall(_message.Message):
         input: _struct_pb2.Value | None = ...,
         output: _struct_pb2.Value | None = ...,
         error: _builtins.str = ...,
+        output_ref: Global___OutputRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "output", b"output"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "output", b"output", "output_ref", b"output_ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "input", b"input", "name", b"name", "output", b"output", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "input", b"input", "name", b"name", "output", b"output", "output_ref", b"output_ref", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolCall: _TypeAlias = ToolCall  # noqa: Y015
+
+@_typing.final
+class OutputRef(_message.Message):
+    """OutputRef names a tool call's output stored apart from its row (docs/api.md#tool-output)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOB_ID_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    PREVIEW_TRUNCATED_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    blob_id: _builtins.str
+    """FetchToolOutput's `blob_id`."""
+    size_bytes: _builtins.int
+    """The whole output's size in bytes: its UTF-8 text, or its compact JSON text when `json`."""
+    preview_truncated: _builtins.bool
+    """The row's `output` is a preview, not the whole output."""
+    json: _builtins.bool
+    """The stored bytes are the JSON text of a JSON value (an object, a list...), not a text."""
+    def __init__(
+        self,
+        *,
+        blob_id: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        preview_truncated: _builtins.bool = ...,
+        json: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob_id", b"blob_id", "json", b"json", "preview_truncated", b"preview_truncated", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputRef: _TypeAlias = OutputRef  # noqa: Y015
 
 @_typing.final
 class TodoEntry(_message.Message):

@@ -374,3 +374,71 @@ class SearchTimelineResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SearchTimelineResponse: _TypeAlias = SearchTimelineResponse  # noqa: Y015
+
+@_typing.final
+class FetchToolOutputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    BLOB_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    blob_id: _builtins.str
+    """ToolCall.output_ref.blob_id of a row the agent's timeline retains (or set `cursor`)."""
+    offset: _builtins.int
+    """The first byte wanted; at most the output's size (the size itself answers no data)."""
+    limit: _builtins.int
+    """Bytes wanted: unset or 0 = 1 MiB; more than 3 MiB is answered with 3 MiB."""
+    @_builtins.property
+    def cursor(self) -> _timeline_pb2.Cursor:
+        """Instead of `blob_id`: the row (of the current epoch) whose ToolCall.output_ref to read."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        blob_id: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        cursor: _timeline_pb2.Cursor | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "blob_id", b"blob_id", "cursor", b"cursor", "limit", b"limit", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchToolOutputRequest: _TypeAlias = FetchToolOutputRequest  # noqa: Y015
+
+@_typing.final
+class FetchToolOutputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """Bytes offset .. offset + len(data) of the output."""
+    offset: _builtins.int
+    size_bytes: _builtins.int
+    """The whole output's size: the last chunk ends there."""
+    json: _builtins.bool
+    """As OutputRef.json."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        offset: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        json: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "json", b"json", "offset", b"offset", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchToolOutputResponse: _TypeAlias = FetchToolOutputResponse  # noqa: Y015

@@ -50,6 +50,11 @@ class TimelineServiceStub:
                 request_serializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.FromString,
                 _registered_method=True)
+        self.FetchToolOutput = channel.unary_unary(
+                '/corral.v1.TimelineService/FetchToolOutput',
+                request_serializer=corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputResponse.FromString,
+                _registered_method=True)
 
 
 class TimelineServiceServicer:
@@ -76,6 +81,13 @@ class TimelineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchToolOutput(self, request, context):
+        """One chunk of a tool call's output kept apart from its row (ToolCall.output_ref).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TimelineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +105,11 @@ def add_TimelineServiceServicer_to_server(servicer, server):
                     servicer.SearchTimeline,
                     request_deserializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.FromString,
                     response_serializer=corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.SerializeToString,
+            ),
+            'FetchToolOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchToolOutput,
+                    request_deserializer=corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +194,33 @@ class TimelineService:
             '/corral.v1.TimelineService/SearchTimeline',
             corral_dot_v1_dot_timeline__service__pb2.SearchTimelineRequest.SerializeToString,
             corral_dot_v1_dot_timeline__service__pb2.SearchTimelineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchToolOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.TimelineService/FetchToolOutput',
+            corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputRequest.SerializeToString,
+            corral_dot_v1_dot_timeline__service__pb2.FetchToolOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,8 @@ class TimelineServiceStub:
     """A plain-text digest of the timeline for humans and other agents."""
     SearchTimeline: _grpc.UnaryUnaryMultiCallable[_timeline_service_pb2.SearchTimelineRequest, _timeline_service_pb2.SearchTimelineResponse]
     """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
+    FetchToolOutput: _grpc.UnaryUnaryMultiCallable[_timeline_service_pb2.FetchToolOutputRequest, _timeline_service_pb2.FetchToolOutputResponse]
+    """One chunk of a tool call's output kept apart from its row (ToolCall.output_ref)."""
 
 @_typing.type_check_only
 class TimelineServiceAsyncStub(TimelineServiceStub):
@@ -49,6 +51,8 @@ class TimelineServiceAsyncStub(TimelineServiceStub):
     """A plain-text digest of the timeline for humans and other agents."""
     SearchTimeline: _aio.UnaryUnaryMultiCallable[_timeline_service_pb2.SearchTimelineRequest, _timeline_service_pb2.SearchTimelineResponse]  # type: ignore[assignment]
     """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
+    FetchToolOutput: _aio.UnaryUnaryMultiCallable[_timeline_service_pb2.FetchToolOutputRequest, _timeline_service_pb2.FetchToolOutputResponse]  # type: ignore[assignment]
+    """One chunk of a tool call's output kept apart from its row (ToolCall.output_ref)."""
 
 class TimelineServiceServicer(metaclass=_abc_1.ABCMeta):
     """TimelineService pages an agent's timeline with cursors and explicit receipts."""
@@ -75,5 +79,13 @@ class TimelineServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_timeline_service_pb2.SearchTimelineResponse, _abc.Awaitable[_timeline_service_pb2.SearchTimelineResponse]]:
         """Full-text search over every agent's timeline (needs a state directory), ranked by bm25."""
+
+    @_abc_1.abstractmethod
+    def FetchToolOutput(
+        self,
+        request: _timeline_service_pb2.FetchToolOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_timeline_service_pb2.FetchToolOutputResponse, _abc.Awaitable[_timeline_service_pb2.FetchToolOutputResponse]]:
+        """One chunk of a tool call's output kept apart from its row (ToolCall.output_ref)."""
 
 def add_TimelineServiceServicer_to_server(servicer: TimelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -233,6 +233,14 @@ export declare type ToolCall = Message<"corral.v1.ToolCall"> & {
    * @generated from field: string error = 6;
    */
   error: string;
+
+  /**
+   * Set when the output was too big to keep in the row (over 256 KiB): `output` then holds
+   * only a preview (a text: the output's first 4 KiB) and FetchToolOutput pages the whole.
+   *
+   * @generated from field: corral.v1.OutputRef output_ref = 7;
+   */
+  outputRef?: OutputRef | undefined;
 };
 
 /**
@@ -240,6 +248,47 @@ export declare type ToolCall = Message<"corral.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export declare const ToolCallSchema: GenMessage<ToolCall>;
+
+/**
+ * OutputRef names a tool call's output stored apart from its row (docs/api.md#tool-output).
+ *
+ * @generated from message corral.v1.OutputRef
+ */
+export declare type OutputRef = Message<"corral.v1.OutputRef"> & {
+  /**
+   * FetchToolOutput's `blob_id`.
+   *
+   * @generated from field: string blob_id = 1;
+   */
+  blobId: string;
+
+  /**
+   * The whole output's size in bytes: its UTF-8 text, or its compact JSON text when `json`.
+   *
+   * @generated from field: uint64 size_bytes = 2;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * The row's `output` is a preview, not the whole output.
+   *
+   * @generated from field: bool preview_truncated = 3;
+   */
+  previewTruncated: boolean;
+
+  /**
+   * The stored bytes are the JSON text of a JSON value (an object, a list...), not a text.
+   *
+   * @generated from field: bool json = 4;
+   */
+  json: boolean;
+};
+
+/**
+ * Describes the message corral.v1.OutputRef.
+ * Use `create(OutputRefSchema)` to create a new message.
+ */
+export declare const OutputRefSchema: GenMessage<OutputRef>;
 
 /**
  * @generated from message corral.v1.TodoEntry

@@ -385,6 +385,87 @@ export declare type SearchTimelineResponse = Message<"corral.v1.SearchTimelineRe
 export declare const SearchTimelineResponseSchema: GenMessage<SearchTimelineResponse>;
 
 /**
+ * @generated from message corral.v1.FetchToolOutputRequest
+ */
+export declare type FetchToolOutputRequest = Message<"corral.v1.FetchToolOutputRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * ToolCall.output_ref.blob_id of a row the agent's timeline retains (or set `cursor`).
+   *
+   * @generated from field: string blob_id = 2;
+   */
+  blobId: string;
+
+  /**
+   * The first byte wanted; at most the output's size (the size itself answers no data).
+   *
+   * @generated from field: uint64 offset = 3;
+   */
+  offset: bigint;
+
+  /**
+   * Bytes wanted: unset or 0 = 1 MiB; more than 3 MiB is answered with 3 MiB.
+   *
+   * @generated from field: uint32 limit = 4;
+   */
+  limit: number;
+
+  /**
+   * Instead of `blob_id`: the row (of the current epoch) whose ToolCall.output_ref to read.
+   *
+   * @generated from field: corral.v1.Cursor cursor = 5;
+   */
+  cursor?: Cursor | undefined;
+};
+
+/**
+ * Describes the message corral.v1.FetchToolOutputRequest.
+ * Use `create(FetchToolOutputRequestSchema)` to create a new message.
+ */
+export declare const FetchToolOutputRequestSchema: GenMessage<FetchToolOutputRequest>;
+
+/**
+ * @generated from message corral.v1.FetchToolOutputResponse
+ */
+export declare type FetchToolOutputResponse = Message<"corral.v1.FetchToolOutputResponse"> & {
+  /**
+   * Bytes offset .. offset + len(data) of the output.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * The whole output's size: the last chunk ends there.
+   *
+   * @generated from field: uint64 size_bytes = 3;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * As OutputRef.json.
+   *
+   * @generated from field: bool json = 4;
+   */
+  json: boolean;
+};
+
+/**
+ * Describes the message corral.v1.FetchToolOutputResponse.
+ * Use `create(FetchToolOutputResponseSchema)` to create a new message.
+ */
+export declare const FetchToolOutputResponseSchema: GenMessage<FetchToolOutputResponse>;
+
+/**
  * @generated from enum corral.v1.TimelineDirection
  */
 export enum TimelineDirection {
@@ -455,6 +536,16 @@ export declare const TimelineService: GenService<{
     methodKind: "unary";
     input: typeof SearchTimelineRequestSchema;
     output: typeof SearchTimelineResponseSchema;
+  },
+  /**
+   * One chunk of a tool call's output kept apart from its row (ToolCall.output_ref).
+   *
+   * @generated from rpc corral.v1.TimelineService.FetchToolOutput
+   */
+  fetchToolOutput: {
+    methodKind: "unary";
+    input: typeof FetchToolOutputRequestSchema;
+    output: typeof FetchToolOutputResponseSchema;
   },
 }>;
 
