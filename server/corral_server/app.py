@@ -42,6 +42,7 @@ from corral_server.listen import (
 )
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Timeouts
+from corral_server.manager.usage import UsageBook
 from corral_server.manager.validate import Limits
 from corral_server.mcp import RunWaiters, SubagentTools
 from corral_server.mcp.grant import WithMcpServers
@@ -83,6 +84,7 @@ from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTur
 from corral_server.store.search import Backfill, SearchIndex
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
+from corral_server.store.usage import SqliteUsageLedger
 from corral_server.subagents import (
     InMemoryRunStore,
     RunStore,
@@ -281,6 +283,7 @@ class Daemon:
         records: AgentRecords | None,
         requests: CreateRequests | None = None,
         finished: FinishedTurns | None = None,
+        usage: UsageBook | None = None,
     ) -> AgentManager:
         config = self.config
         return AgentManager(
@@ -294,6 +297,7 @@ class Daemon:
             requests=requests,
             finished=finished,
             daemon_tag=self.daemon_tag,
+            usage=usage,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -351,7 +355,9 @@ class Daemon:
                 retain_bytes=config.log_retain_bytes,
             )
             self.hub = self._hub(event_log)  # one journal with the timeline: joint commits
-            self.manager = self._manager(self.timeline, records, requests, finished)
+            usage = UsageBook(SqliteUsageLedger(database))
+            await usage.open()
+            self.manager = self._manager(self.timeline, records, requests, finished, usage)
             runs = await SqliteRunStore.open(database, encode_run, decode_run)
             self.subagents = self._registry(runs)
             await self.subagents.open()  # before the agents: interrupted children end runs

@@ -963,6 +963,7 @@ UNARY_METHODS = {
         "DetachAgent",
         "ClearAttention",
         "ListProviders",
+        "GetUsage",
     ),
     "corral.v1.TurnService": (
         "SendPrompt",

@@ -9,6 +9,7 @@ import argparse
 
 from corral_cli import commands, follow, providers, show, status, subagents
 from corral_cli import search as search_cli
+from corral_cli import usage as usage_cli
 from corral_cli.grammar import (
     EXIT_CODES,
     Parents,
@@ -55,6 +56,7 @@ def build_parser() -> Parser:
     _add_agents(sub, parents)
     _add_subagents(sub, parents)
     search_cli.add_command(sub, parents)
+    usage_cli.add_command(sub, parents)
     completion = command(
         sub,
         [],

@@ -71,7 +71,7 @@ def check(args: argparse.Namespace) -> str:
         return "--limit must be at least 1"
     for name in ("since", "until"):
         value = getattr(args, name)
-        if value and _parse_time(value) is None:
+        if value and parse_time(value) is None:
             return f"--{name}: not an ISO date or time: {value!r}"
     return ""
 
@@ -86,7 +86,7 @@ def search(client: Client, console: Console, args: argparse.Namespace) -> int:
         include_archived=args.archived,
     )
     for name, field in (("since", request.start_time), ("until", request.end_time)):
-        if at := _parse_time(getattr(args, name)):
+        if at := parse_time(getattr(args, name)):
             field.FromDatetime(at)
     hits: list[tl_pb.SearchHit] = []
     indexing = False
@@ -132,7 +132,7 @@ def _open_command(hit: tl_pb.SearchHit, epoch: str, next_seq: int) -> str:
     return f"corral logs {hit.agent_id} --limit {rows}"
 
 
-def _parse_time(text: str) -> datetime.datetime | None:
+def parse_time(text: str) -> datetime.datetime | None:
     if not text:
         return None
     try:

@@ -165,6 +165,8 @@ class Agent:
     archived_at_ms: int | None = None
     last_error: AgentError | None = None
     last_usage: Usage | None = None
+    # Every completed turn's usage added up (turn_end.py); a rewind keeps it.
+    usage_total: Usage = Usage()
 
     @property
     def parent_agent_id(self) -> str:

@@ -37,6 +37,7 @@ from corral_server.manager.restore import restore
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
+from corral_server.manager.usage import UsageBook
 from corral_server.manager.validate import Limits, check_id, check_labels, check_prompt, check_title
 from corral_server.manager.waiting import MAX_WAIT_S, check_wait, wait_for_idle
 from corral_server.manager.writer import Publisher
@@ -63,6 +64,7 @@ class AgentManager:
         requests: CreateRequests | None = None,
         finished: FinishedTurns | None = None,
         daemon_tag: str = "",
+        usage: UsageBook | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -79,6 +81,8 @@ class AgentManager:
         self.presence = PresenceBook()
         # Turns started and ended, by outcome (read by the metrics endpoint).
         self.turn_counts = TurnCounts()
+        # Completed turns' usage by agent, provider, model and day (GetUsage, the metrics).
+        self.usage = usage or UsageBook()
         self._agents = AgentDirectory(limits)
         self._creation = Creation(
             providers=self._providers,
@@ -372,6 +376,7 @@ class AgentManager:
             finished=self._finished,
             presence=self.presence,
             counts=self.turn_counts,
+            usage=self.usage,
             settled=self._settled,
             daemon_tag=self._daemon_tag,
         )

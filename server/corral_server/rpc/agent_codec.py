@@ -129,4 +129,5 @@ def agent_from_pb(msg: agent_pb.Agent) -> da.Agent:
         archived_at_ms=timestamp_ms(msg.archived_at) if msg.HasField("archived_at") else None,
         last_error=_error(msg.last_error) if msg.HasField("last_error") else None,
         last_usage=_usage(msg.last_usage) if msg.HasField("last_usage") else None,
+        usage_total=_usage(msg.usage_total),
     )

@@ -12,6 +12,7 @@ from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import unary
+from corral_server.rpc.usage import get_usage
 
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
@@ -50,6 +51,12 @@ class AgentService(svc_grpc.AgentServiceServicer):
         )
         agent, turn_id = await self._manager.create(spec)
         return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
+
+    @unary
+    async def GetUsage(
+        self, request: svc_pb.GetUsageRequest, context: Ctx
+    ) -> svc_pb.GetUsageResponse:
+        return await get_usage(self._manager, request)
 
     @unary
     async def GetAgent(

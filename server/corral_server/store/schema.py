@@ -43,6 +43,11 @@ row.
 Version 5 adds `timeline_text`, the FTS5 full-text index of the timelines' rows (rowid =
 timeline_id * 2**32 + seq; store/search.py), and the 'search_backfill' cursor in `meta`: the
 rows a database from before v5 holds are indexed in the background after start-up.
+
+Version 6 adds `turn_usage`: one row per completed turn that reported usage (tokens, cost,
+the agent's provider and model, when it ended), so usage adds up by agent, provider, model and
+day (store/usage.py). A database from before v6 starts it empty: turns completed before the
+upgrade are not in it (their agents' `usage_total` starts from zero too).
 """
 
 from __future__ import annotations
@@ -126,6 +131,21 @@ CREATE VIRTUAL TABLE timeline_text USING fts5(text, kind UNINDEXED, timestamp_ms
 INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = """
+CREATE TABLE turn_usage (
+    agent_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    ended_ms INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL
+);
+CREATE INDEX turn_usage_by_end ON turn_usage (ended_ms);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 SCHEMA_VERSION = len(MIGRATIONS)

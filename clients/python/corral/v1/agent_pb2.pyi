@@ -86,6 +86,7 @@ class Agent(_message.Message):
     TIMELINE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
+    USAGE_TOTAL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     provider: _builtins.str
     cwd: _builtins.str
@@ -127,6 +128,12 @@ class Agent(_message.Message):
     def last_error(self) -> Global___AgentError: ...
     @_builtins.property
     def last_usage(self) -> Global___Usage: ...
+    @_builtins.property
+    def usage_total(self) -> Global___Usage:
+        """What every completed turn of this agent reported, added up; kept across restarts and
+        rewinds. An imported agent starts from zero.
+        """
+
     def __init__(
         self,
         *,
@@ -149,10 +156,11 @@ class Agent(_message.Message):
         timeline: Global___TimelineInfo | None = ...,
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
+        usage_total: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "usage_total", b"usage_total"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "parent_agent_id", b"parent_agent_id", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "updated_at", b"updated_at", "usage_total", b"usage_total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

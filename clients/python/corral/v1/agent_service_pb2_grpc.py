@@ -90,6 +90,11 @@ class AgentServiceStub:
                 request_serializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/corral.v1.AgentService/GetUsage',
+                request_serializer=corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -166,6 +171,13 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """Token usage and cost of completed turns, added up by agent, provider, model or day.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +235,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ListProviders,
                     request_deserializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.FromString,
                     response_serializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -523,6 +540,33 @@ class AgentService:
             '/corral.v1.AgentService/ListProviders',
             corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.SerializeToString,
             corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AgentService/GetUsage',
+            corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
+            corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

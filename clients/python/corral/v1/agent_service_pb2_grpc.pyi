@@ -48,6 +48,8 @@ class AgentServiceStub:
     DetachAgent: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.DetachAgentRequest, _agent_service_pb2.DetachAgentResponse]
     ClearAttention: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ClearAttentionRequest, _agent_service_pb2.ClearAttentionResponse]
     ListProviders: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ListProvidersRequest, _agent_service_pb2.ListProvidersResponse]
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]
+    """Token usage and cost of completed turns, added up by agent, provider, model or day."""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -69,6 +71,8 @@ class AgentServiceAsyncStub(AgentServiceStub):
     DetachAgent: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.DetachAgentRequest, _agent_service_pb2.DetachAgentResponse]  # type: ignore[assignment]
     ClearAttention: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ClearAttentionRequest, _agent_service_pb2.ClearAttentionResponse]  # type: ignore[assignment]
     ListProviders: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ListProvidersRequest, _agent_service_pb2.ListProvidersResponse]  # type: ignore[assignment]
+    GetUsage: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]  # type: ignore[assignment]
+    """Token usage and cost of completed turns, added up by agent, provider, model or day."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     """AgentService owns agents: creating, reading, updating and closing them."""
@@ -153,5 +157,13 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_service_pb2.ListProvidersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_service_pb2.ListProvidersResponse, _abc.Awaitable[_agent_service_pb2.ListProvidersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _agent_service_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_service_pb2.GetUsageResponse, _abc.Awaitable[_agent_service_pb2.GetUsageResponse]]:
+        """Token usage and cost of completed turns, added up by agent, provider, model or day."""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

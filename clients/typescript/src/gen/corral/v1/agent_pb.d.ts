@@ -123,6 +123,14 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
    * @generated from field: corral.v1.Usage last_usage = 19;
    */
   lastUsage?: Usage | undefined;
+
+  /**
+   * What every completed turn of this agent reported, added up; kept across restarts and
+   * rewinds. An imported agent starts from zero.
+   *
+   * @generated from field: corral.v1.Usage usage_total = 20;
+   */
+  usageTotal?: Usage | undefined;
 };
 
 /**

@@ -2,11 +2,11 @@
 // @generated from file corral/v1/agent_service.proto (package corral.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { ContentPart } from "./content_pb.js";
-import type { Agent } from "./agent_pb.js";
-import type { FieldMask } from "@bufbuild/protobuf/wkt";
+import type { Agent, Usage } from "./agent_pb.js";
+import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file corral/v1/agent_service.proto.
@@ -567,6 +567,194 @@ export declare type ListProvidersResponse = Message<"corral.v1.ListProvidersResp
 export declare const ListProvidersResponseSchema: GenMessage<ListProvidersResponse>;
 
 /**
+ * @generated from message corral.v1.GetUsageRequest
+ */
+export declare type GetUsageRequest = Message<"corral.v1.GetUsageRequest"> & {
+  /**
+   * The agents counted: those matching the label selector (ListAgents' syntax) and, when
+   * any are given, among `agent_ids` and `providers`. All empty = every agent, archived ones
+   * included (what they spent stays spent).
+   *
+   * @generated from field: string label_selector = 1;
+   */
+  labelSelector: string;
+
+  /**
+   * @generated from field: repeated string agent_ids = 2;
+   */
+  agentIds: string[];
+
+  /**
+   * @generated from field: repeated string providers = 3;
+   */
+  providers: string[];
+
+  /**
+   * Turns that ended at or after `start_time` and before `end_time`; unset = unbounded.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 4;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp end_time = 5;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * Empty = one group: the total.
+   *
+   * @generated from field: repeated corral.v1.UsageGroupBy group_by = 6;
+   */
+  groupBy: UsageGroupBy[];
+
+  /**
+   * Unset or 0 = 100; at most 1000.
+   *
+   * @generated from field: uint32 page_size = 7;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page of the same request.
+   *
+   * @generated from field: string page_token = 8;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message corral.v1.GetUsageRequest.
+ * Use `create(GetUsageRequestSchema)` to create a new message.
+ */
+export declare const GetUsageRequestSchema: GenMessage<GetUsageRequest>;
+
+/**
+ * One group: the fields it is grouped by are set, the others empty.
+ *
+ * @generated from message corral.v1.UsageGroup
+ */
+export declare type UsageGroup = Message<"corral.v1.UsageGroup"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * The agent's model when the turn ended (empty: the provider's default).
+   *
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * YYYY-MM-DD, UTC.
+   *
+   * @generated from field: string day = 4;
+   */
+  day: string;
+
+  /**
+   * @generated from field: corral.v1.Usage usage = 5;
+   */
+  usage?: Usage | undefined;
+
+  /**
+   * Completed turns that reported usage.
+   *
+   * @generated from field: uint64 turns = 6;
+   */
+  turns: bigint;
+};
+
+/**
+ * Describes the message corral.v1.UsageGroup.
+ * Use `create(UsageGroupSchema)` to create a new message.
+ */
+export declare const UsageGroupSchema: GenMessage<UsageGroup>;
+
+/**
+ * @generated from message corral.v1.GetUsageResponse
+ */
+export declare type GetUsageResponse = Message<"corral.v1.GetUsageResponse"> & {
+  /**
+   * Ordered by the grouped fields (day, provider, model, agent).
+   *
+   * @generated from field: repeated corral.v1.UsageGroup groups = 1;
+   */
+  groups: UsageGroup[];
+
+  /**
+   * Every group of the request added up (all pages).
+   *
+   * @generated from field: corral.v1.Usage total = 2;
+   */
+  total?: Usage | undefined;
+
+  /**
+   * @generated from field: uint64 turns = 3;
+   */
+  turns: bigint;
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 4;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message corral.v1.GetUsageResponse.
+ * Use `create(GetUsageResponseSchema)` to create a new message.
+ */
+export declare const GetUsageResponseSchema: GenMessage<GetUsageResponse>;
+
+/**
+ * What GetUsage groups by; several may be given (e.g. PROVIDER and MODEL).
+ *
+ * @generated from enum corral.v1.UsageGroupBy
+ */
+export enum UsageGroupBy {
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_AGENT = 1;
+   */
+  AGENT = 1,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_PROVIDER = 2;
+   */
+  PROVIDER = 2,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_MODEL = 3;
+   */
+  MODEL = 3,
+
+  /**
+   * The UTC day a turn ended on.
+   *
+   * @generated from enum value: USAGE_GROUP_BY_DAY = 4;
+   */
+  DAY = 4,
+}
+
+/**
+ * Describes the enum corral.v1.UsageGroupBy.
+ */
+export declare const UsageGroupBySchema: GenEnum<UsageGroupBy>;
+
+/**
  * AgentService owns agents: creating, reading, updating and closing them.
  *
  * @generated from service corral.v1.AgentService
@@ -667,6 +855,16 @@ export declare const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ListProvidersRequestSchema;
     output: typeof ListProvidersResponseSchema;
+  },
+  /**
+   * Token usage and cost of completed turns, added up by agent, provider, model or day.
+   *
+   * @generated from rpc corral.v1.AgentService.GetUsage
+   */
+  getUsage: {
+    methodKind: "unary";
+    input: typeof GetUsageRequestSchema;
+    output: typeof GetUsageResponseSchema;
   },
 }>;
 
