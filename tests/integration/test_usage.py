@@ -7,6 +7,7 @@ the ledger opens with nothing counted and counts from then on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,19 +34,25 @@ MODEL = svc_pb.USAGE_GROUP_BY_MODEL
 DAY = svc_pb.USAGE_GROUP_BY_DAY
 
 
-def daemon_on(state_dir: Path, clock: FakeClock | None = None) -> DaemonThread:
+def daemon_on(state_dir: Path) -> DaemonThread:
     config = Config(state_dir=state_dir, metrics_listen="127.0.0.1:0")
-    return DaemonThread(config, clock or FakeClock()).start()
+    return DaemonThread(config, FakeClock()).start()
 
 
-@pytest.fixture
-async def durable(tmp_path: Path) -> AsyncIterator[tuple[DaemonThread, Stubs]]:
-    daemon = daemon_on(tmp_path / "state")
+@contextlib.asynccontextmanager
+async def serving(state_dir: Path) -> AsyncIterator[tuple[DaemonThread, Stubs]]:
+    daemon = daemon_on(state_dir)
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             yield daemon, Stubs.of(channel)
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+async def durable(tmp_path: Path) -> AsyncIterator[tuple[DaemonThread, Stubs]]:
+    async with serving(tmp_path / "state") as both:
+        yield both
 
 
 async def turn(stubs: Stubs, agent_id: str, *lines: str) -> tuple[str, tuple[int, int]]:
@@ -158,31 +165,21 @@ async def test_totals_survive_a_restart_and_a_rewind_and_feed_the_metrics(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    first = daemon_on(state)
-    try:
-        async with grpc.aio.insecure_channel(first.address) as channel:
-            stubs = Stubs.of(channel)
-            created = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
-            agent_id, model = created.id, created.model
-            _, a = await turn(stubs, agent_id, "/echo", "/reply one two")
-            second, b = await turn(stubs, agent_id, "/echo", "/reply three")
-            await stubs.turns.Rewind(
-                turn_pb.RewindRequest(agent_id=agent_id, message_id=f"{second}-user")
-            )
-            assert await agent_total(stubs, agent_id) == plus(a, b)  # spent stays spent
-    finally:
-        first.stop()
-    again = daemon_on(state)
-    try:
-        async with grpc.aio.insecure_channel(again.address) as channel:
-            stubs = Stubs.of(channel)
-            assert await agent_total(stubs, agent_id) == plus(a, b)
-            assert tokens((await usage(stubs, AGENT)).groups[0].usage) == plus(a, b)
-            _, c = await turn(stubs, agent_id, "/reply four")
-            assert await agent_total(stubs, agent_id) == plus(a, b, c)
-            metrics = await asyncio.to_thread(scrape, again)
-    finally:
-        again.stop()
+    async with serving(state) as (_, stubs):
+        created = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
+        agent_id, model = created.id, created.model
+        _, a = await turn(stubs, agent_id, "/echo", "/reply one two")
+        second, b = await turn(stubs, agent_id, "/echo", "/reply three")
+        await stubs.turns.Rewind(
+            turn_pb.RewindRequest(agent_id=agent_id, message_id=f"{second}-user")
+        )
+        assert await agent_total(stubs, agent_id) == plus(a, b)  # spent stays spent
+    async with serving(state) as (again, stubs):
+        assert await agent_total(stubs, agent_id) == plus(a, b)
+        assert tokens((await usage(stubs, AGENT)).groups[0].usage) == plus(a, b)
+        _, c = await turn(stubs, agent_id, "/reply four")
+        assert await agent_total(stubs, agent_id) == plus(a, b, c)
+        metrics = await asyncio.to_thread(scrape, again)
     labels = f'{{model="{model}",provider="scripted"}}'
     assert metrics[f"corral_usage_input_tokens_total{labels}"] == plus(a, b, c)[0]
     assert metrics[f"corral_usage_output_tokens_total{labels}"] == plus(a, b, c)[1]
@@ -210,25 +207,15 @@ async def test_a_state_directory_from_before_the_ledger_counts_from_the_upgrade(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    first = daemon_on(state)
-    try:
-        async with grpc.aio.insecure_channel(first.address) as channel:
-            stubs = Stubs.of(channel)
-            agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-            await turn(stubs, agent_id, "/reply before the upgrade")
-    finally:
-        first.stop()
+    async with serving(state) as (_, stubs):
+        agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+        await turn(stubs, agent_id, "/reply before the upgrade")
     as_before_the_ledger(state)
-    second = daemon_on(state)
-    try:
-        async with grpc.aio.insecure_channel(second.address) as channel:
-            stubs = Stubs.of(channel)
-            assert await agent_total(stubs, agent_id) == (0, 0)
-            empty = await usage(stubs, AGENT)
-            assert (list(empty.groups), empty.turns) == ([], 0)
-            _, a = await turn(stubs, agent_id, "/reply after it")
-            assert await agent_total(stubs, agent_id) == a
-            counted = await usage(stubs, AGENT)
-            assert [(g.agent_id, tokens(g.usage)) for g in counted.groups] == [(agent_id, a)]
-    finally:
-        second.stop()
+    async with serving(state) as (_, stubs):
+        assert await agent_total(stubs, agent_id) == (0, 0)
+        empty = await usage(stubs, AGENT)
+        assert (list(empty.groups), empty.turns) == ([], 0)
+        _, a = await turn(stubs, agent_id, "/reply after it")
+        assert await agent_total(stubs, agent_id) == a
+        counted = await usage(stubs, AGENT)
+        assert [(g.agent_id, tokens(g.usage)) for g in counted.groups] == [(agent_id, a)]

@@ -12,11 +12,10 @@ import argparse
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
-from corral_cli import failure, ids
+from corral_cli import failure, filters, ids
 from corral_cli.client import Client
 from corral_cli.grammar import Parents, Subparsers, command
 from corral_cli.render import Console
-from corral_cli.search import parse_time
 
 GROUPS = {
     "agent": svc_pb.USAGE_GROUP_BY_AGENT,
@@ -44,18 +43,8 @@ def add_command(sub: Subparsers, parents: Parents) -> None:
         metavar="KEYS",
         help="group by these, comma-separated: agent, provider, model, day",
     )
-    cmd.add_argument(
-        "--agent",
-        dest="agents",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only this agent (repeatable)",
-    )
-    cmd.add_argument("--label", default="", metavar="SELECTOR", help="only agents matching it")
-    cmd.add_argument("--provider", action="append", default=[], help="only this provider")
-    cmd.add_argument("--since", default="", metavar="ISO", help="turns ended at or after it")
-    cmd.add_argument("--until", default="", metavar="ISO", help="turns ended before it")
+    filters.add_agent_filters(cmd)
+    filters.add_time_range(cmd, "turns ended")
     cmd.set_defaults(func=usage, check=check)
 
 
@@ -67,11 +56,7 @@ def check(args: argparse.Namespace) -> str:
     for key in _keys(args.by):
         if key not in GROUPS:
             return f"--by: unknown key {key!r} (agent, provider, model, day)"
-    for name in ("since", "until"):
-        value = getattr(args, name)
-        if value and parse_time(value) is None:
-            return f"--{name}: not an ISO date or time: {value!r}"
-    return ""
+    return filters.check_time_range(args)
 
 
 def usage(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -83,9 +68,7 @@ def usage(client: Client, console: Console, args: argparse.Namespace) -> int:
         group_by=[GROUPS[key] for key in keys],
         page_size=1000,
     )
-    for name, field in (("since", request.start_time), ("until", request.end_time)):
-        if at := parse_time(getattr(args, name)):
-            field.FromDatetime(at)
+    filters.set_time_range(args, request.start_time, request.end_time)
     groups: list[svc_pb.UsageGroup] = []
     while True:
         reply = client.agents.GetUsage(request, timeout=client.timeout_s)

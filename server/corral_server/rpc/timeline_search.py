@@ -13,9 +13,9 @@ from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.selector import parse_selector
 from corral_server.rpc import bounds, page_tokens
-from corral_server.rpc.items import timestamp, timestamp_ms
+from corral_server.rpc.items import timestamp
+from corral_server.rpc.scope import agents_in_scope, time_range
 from corral_server.store.search import SearchHit, SearchIndex, SearchQuery
 from corral_server.store.search_text import KIND_NAMES
 
@@ -67,43 +67,22 @@ def _checked(manager: AgentManager, request: tl_pb.SearchTimelineRequest) -> Sea
     size = request.page_size or DEFAULT_PAGE_SIZE
     if size > MAX_PAGE_SIZE:
         raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}, got {size}")
-    start = timestamp_ms(request.start_time) if request.HasField("start_time") else None
-    end = timestamp_ms(request.end_time) if request.HasField("end_time") else None
-    if start is not None and end is not None and end <= start:
-        raise errors.InvalidArgument.field("end_time", "must be after start_time")
+    start, end = time_range(request)
     offset = page_tokens.offset(request.page_token, request, MAX_OFFSET)
     return SearchQuery(
         query=text,
-        agent_ids=_scope(manager, request),
+        agent_ids=agents_in_scope(
+            manager,
+            label_selector=request.label_selector,
+            agent_ids=request.agent_ids,
+            providers=request.providers,
+            include_archived=request.include_archived,
+        ),
         kinds=frozenset(request.item_kinds) or None,
         start_ms=start,
         end_ms=end,
         offset=offset,
         limit=size,
-    )
-
-
-def _scope(manager: AgentManager, request: tl_pb.SearchTimelineRequest) -> frozenset[str] | None:
-    """The ids of the agents searched; None = every agent (nothing narrows the search)."""
-    selector = parse_selector(request.label_selector)
-    for agent_id in request.agent_ids:
-        manager.get(agent_id)  # NOT_FOUND for an unknown agent, as everywhere
-    if (
-        request.include_archived
-        and not request.label_selector.strip()
-        and not request.agent_ids
-        and not request.providers
-    ):
-        return None
-    wanted_ids = frozenset(request.agent_ids)
-    providers = frozenset(request.providers)
-    return frozenset(
-        agent.id
-        for agent in manager.agents()
-        if (request.include_archived or agent.archived_at_ms is None)
-        and (not wanted_ids or agent.id in wanted_ids)
-        and (not providers or agent.provider in providers)
-        and selector.matches(agent.labels)
     )
 
 

@@ -13,10 +13,9 @@ from corral_server import errors
 from corral_server.domain.agent import Usage
 from corral_server.domain.usage import GroupBy, UsageGroup, UsageQuery, add
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.selector import parse_selector
 from corral_server.rpc import bounds, page_tokens
 from corral_server.rpc.convert import usage_to_pb
-from corral_server.rpc.items import timestamp_ms
+from corral_server.rpc.scope import agents_in_scope, time_range
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -64,29 +63,15 @@ def _checked(manager: AgentManager, request: svc_pb.GetUsageRequest) -> tuple[Us
     size = request.page_size or DEFAULT_PAGE_SIZE
     if size > MAX_PAGE_SIZE:
         raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}, got {size}")
-    start = timestamp_ms(request.start_time) if request.HasField("start_time") else None
-    end = timestamp_ms(request.end_time) if request.HasField("end_time") else None
-    if start is not None and end is not None and end <= start:
-        raise errors.InvalidArgument.field("end_time", "must be after start_time")
-    return UsageQuery(_scope(manager, request), start, end, frozenset(by)), size
-
-
-def _scope(manager: AgentManager, request: svc_pb.GetUsageRequest) -> frozenset[str] | None:
-    """The ids of the agents counted; None = every agent (nothing narrows the query)."""
-    selector = parse_selector(request.label_selector)
-    for agent_id in request.agent_ids:
-        manager.get(agent_id)  # NOT_FOUND for an unknown agent, as everywhere
-    if not request.label_selector.strip() and not request.agent_ids and not request.providers:
-        return None
-    wanted_ids = frozenset(request.agent_ids)
-    providers = frozenset(request.providers)
-    return frozenset(
-        agent.id
-        for agent in manager.agents()
-        if (not wanted_ids or agent.id in wanted_ids)
-        and (not providers or agent.provider in providers)
-        and selector.matches(agent.labels)
+    start, end = time_range(request)
+    scope = agents_in_scope(
+        manager,
+        label_selector=request.label_selector,
+        agent_ids=request.agent_ids,
+        providers=request.providers,
+        include_archived=True,
     )
+    return UsageQuery(scope, start, end, frozenset(by)), size
 
 
 def _group_to_pb(g: UsageGroup) -> svc_pb.UsageGroup:
