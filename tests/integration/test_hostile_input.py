@@ -964,6 +964,7 @@ UNARY_METHODS = {
         "ClearAttention",
         "ListProviders",
         "GetUsage",
+        "ImportAgentExport",  # streams requests: raw bytes go as one message
     ),
     "corral.v1.TurnService": (
         "SendPrompt",
@@ -986,6 +987,7 @@ UNARY_METHODS = {
     "corral.v1.ServerService": ("GetServerInfo",),
 }
 STREAM_METHODS = {
+    "corral.v1.AgentService": ("ExportAgent",),
     "corral.v1.TurnService": ("StreamTurn",),
     "corral.v1.EventService": ("Subscribe",),
 }

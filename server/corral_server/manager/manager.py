@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -44,7 +44,7 @@ from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns, LoadedAgents
 from corral_server.timeline.activity import ActivityDigest
-from corral_server.timeline.store import TimelineStore
+from corral_server.timeline.store import NewRow, TimelineStore
 
 __all__ = ["MAX_WAIT_S", "AgentManager"]
 
@@ -169,6 +169,12 @@ class AgentManager:
     async def import_agent(self, provider_name: str, provider_session_id: str, cwd: str) -> Agent:
         """ImportAgent: a new idle agent holding a provider session's conversation."""
         return await self._creation.import_agent(provider_name, provider_session_id, cwd)
+
+    async def import_rows(
+        self, spec: CreateSpec, batches: AsyncIterator[Sequence[NewRow]]
+    ) -> Agent:
+        """ImportAgentExport: a new idle agent holding an export's rows (creation.py)."""
+        return await self._creation.import_rows(spec, batches)
 
     async def restore(self, loaded: LoadedAgents) -> None:
         """Start-up: every stored agent comes back in creation order (restore.py)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from corral.v1 import agent_pb2 as agent_pb
@@ -11,7 +12,9 @@ from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.export import export_agent
+from corral_server.rpc.import_file import import_agent_export
 from corral_server.rpc.usage import get_usage
 
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
@@ -57,6 +60,19 @@ class AgentService(svc_grpc.AgentServiceServicer):
         self, request: svc_pb.GetUsageRequest, context: Ctx
     ) -> svc_pb.GetUsageResponse:
         return await get_usage(self._manager, request)
+
+    @streaming
+    async def ExportAgent(
+        self, request: svc_pb.ExportAgentRequest, context: Ctx
+    ) -> AsyncIterator[svc_pb.ExportAgentResponse]:
+        async for chunk in export_agent(self._manager, request):
+            yield chunk
+
+    @unary
+    async def ImportAgentExport(
+        self, request: AsyncIterator[svc_pb.ImportAgentExportRequest], context: Ctx
+    ) -> svc_pb.ImportAgentExportResponse:
+        return await import_agent_export(self._manager, request)
 
     @unary
     async def GetAgent(

@@ -47,6 +47,27 @@ USAGE_GROUP_BY_DAY: UsageGroupBy.ValueType  # 4
 """The UTC day a turn ended on."""
 Global___UsageGroupBy: _TypeAlias = UsageGroupBy  # noqa: Y015
 
+class _ExportFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExportFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExportFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXPORT_FORMAT_UNSPECIFIED: _ExportFormat.ValueType  # 0
+    """Same as JSONL."""
+    EXPORT_FORMAT_JSONL: _ExportFormat.ValueType  # 1
+    """One JSON object per line: a header with the agent, one line per row, an end line."""
+    EXPORT_FORMAT_MARKDOWN: _ExportFormat.ValueType  # 2
+
+class ExportFormat(_ExportFormat, metaclass=_ExportFormatEnumTypeWrapper): ...
+
+EXPORT_FORMAT_UNSPECIFIED: ExportFormat.ValueType  # 0
+"""Same as JSONL."""
+EXPORT_FORMAT_JSONL: ExportFormat.ValueType  # 1
+"""One JSON object per line: a header with the agent, one line per row, an end line."""
+EXPORT_FORMAT_MARKDOWN: ExportFormat.ValueType  # 2
+Global___ExportFormat: _TypeAlias = ExportFormat  # noqa: Y015
+
 @_typing.final
 class CreateAgentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -800,3 +821,99 @@ class GetUsageResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetUsageResponse: _TypeAlias = GetUsageResponse  # noqa: Y015
+
+@_typing.final
+class ExportAgentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    format: Global___ExportFormat.ValueType
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        format: Global___ExportFormat.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "format", b"format"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentRequest: _TypeAlias = ExportAgentRequest  # noqa: Y015
+
+@_typing.final
+class ExportAgentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the file (UTF-8), at most 1 MiB; a line may span responses."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentResponse: _TypeAlias = ExportAgentResponse  # noqa: Y015
+
+@_typing.final
+class ImportAgentExportRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the file, at most 3 MiB per message."""
+    cwd: _builtins.str
+    """Read from the first message only: the new agent's working directory and provider, in
+    place of the header's (empty = the header's).
+    """
+    provider: _builtins.str
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        cwd: _builtins.str = ...,
+        provider: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "data", b"data", "provider", b"provider"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentExportRequest: _TypeAlias = ImportAgentExportRequest  # noqa: Y015
+
+@_typing.final
+class ImportAgentExportResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    @_builtins.property
+    def agent(self) -> _agent_pb2.Agent:
+        """Idle, with a new id and epoch and the file's rows (renumbered from 1)."""
+
+    def __init__(
+        self,
+        *,
+        agent: _agent_pb2.Agent | None = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentExportResponse: _TypeAlias = ImportAgentExportResponse  # noqa: Y015

@@ -716,6 +716,99 @@ export declare type GetUsageResponse = Message<"corral.v1.GetUsageResponse"> & {
 export declare const GetUsageResponseSchema: GenMessage<GetUsageResponse>;
 
 /**
+ * @generated from message corral.v1.ExportAgentRequest
+ */
+export declare type ExportAgentRequest = Message<"corral.v1.ExportAgentRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ExportFormat format = 2;
+   */
+  format: ExportFormat;
+};
+
+/**
+ * Describes the message corral.v1.ExportAgentRequest.
+ * Use `create(ExportAgentRequestSchema)` to create a new message.
+ */
+export declare const ExportAgentRequestSchema: GenMessage<ExportAgentRequest>;
+
+/**
+ * @generated from message corral.v1.ExportAgentResponse
+ */
+export declare type ExportAgentResponse = Message<"corral.v1.ExportAgentResponse"> & {
+  /**
+   * The next bytes of the file (UTF-8), at most 1 MiB; a line may span responses.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message corral.v1.ExportAgentResponse.
+ * Use `create(ExportAgentResponseSchema)` to create a new message.
+ */
+export declare const ExportAgentResponseSchema: GenMessage<ExportAgentResponse>;
+
+/**
+ * @generated from message corral.v1.ImportAgentExportRequest
+ */
+export declare type ImportAgentExportRequest = Message<"corral.v1.ImportAgentExportRequest"> & {
+  /**
+   * The next bytes of the file, at most 3 MiB per message.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * Read from the first message only: the new agent's working directory and provider, in
+   * place of the header's (empty = the header's).
+   *
+   * @generated from field: string cwd = 2;
+   */
+  cwd: string;
+
+  /**
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+};
+
+/**
+ * Describes the message corral.v1.ImportAgentExportRequest.
+ * Use `create(ImportAgentExportRequestSchema)` to create a new message.
+ */
+export declare const ImportAgentExportRequestSchema: GenMessage<ImportAgentExportRequest>;
+
+/**
+ * @generated from message corral.v1.ImportAgentExportResponse
+ */
+export declare type ImportAgentExportResponse = Message<"corral.v1.ImportAgentExportResponse"> & {
+  /**
+   * Idle, with a new id and epoch and the file's rows (renumbered from 1).
+   *
+   * @generated from field: corral.v1.Agent agent = 1;
+   */
+  agent?: Agent | undefined;
+
+  /**
+   * @generated from field: uint64 rows = 2;
+   */
+  rows: bigint;
+};
+
+/**
+ * Describes the message corral.v1.ImportAgentExportResponse.
+ * Use `create(ImportAgentExportResponseSchema)` to create a new message.
+ */
+export declare const ImportAgentExportResponseSchema: GenMessage<ImportAgentExportResponse>;
+
+/**
  * What GetUsage groups by; several may be given (e.g. PROVIDER and MODEL).
  *
  * @generated from enum corral.v1.UsageGroupBy
@@ -753,6 +846,35 @@ export enum UsageGroupBy {
  * Describes the enum corral.v1.UsageGroupBy.
  */
 export declare const UsageGroupBySchema: GenEnum<UsageGroupBy>;
+
+/**
+ * @generated from enum corral.v1.ExportFormat
+ */
+export enum ExportFormat {
+  /**
+   * Same as JSONL.
+   *
+   * @generated from enum value: EXPORT_FORMAT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * One JSON object per line: a header with the agent, one line per row, an end line.
+   *
+   * @generated from enum value: EXPORT_FORMAT_JSONL = 1;
+   */
+  JSONL = 1,
+
+  /**
+   * @generated from enum value: EXPORT_FORMAT_MARKDOWN = 2;
+   */
+  MARKDOWN = 2,
+}
+
+/**
+ * Describes the enum corral.v1.ExportFormat.
+ */
+export declare const ExportFormatSchema: GenEnum<ExportFormat>;
 
 /**
  * AgentService owns agents: creating, reading, updating and closing them.
@@ -865,6 +987,28 @@ export declare const AgentService: GenService<{
     methodKind: "unary";
     input: typeof GetUsageRequestSchema;
     output: typeof GetUsageResponseSchema;
+  },
+  /**
+   * An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+   * it back) or Markdown (for people), in chunks to be joined in order.
+   *
+   * @generated from rpc corral.v1.AgentService.ExportAgent
+   */
+  exportAgent: {
+    methodKind: "server_streaming";
+    input: typeof ExportAgentRequestSchema;
+    output: typeof ExportAgentResponseSchema;
+  },
+  /**
+   * A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+   * created only once the whole file is read and valid.
+   *
+   * @generated from rpc corral.v1.AgentService.ImportAgentExport
+   */
+  importAgentExport: {
+    methodKind: "client_streaming";
+    input: typeof ImportAgentExportRequestSchema;
+    output: typeof ImportAgentExportResponseSchema;
   },
 }>;
 
