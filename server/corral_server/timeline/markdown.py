@@ -3,7 +3,7 @@ row with who spoke and when, the text as it is, tool calls with their input and 
 JSON code blocks. Unlike the activity digest nothing is cut; unlike JSON Lines it is not meant
 to be read back.
 
-Pure functions over domain rows: no store access, no I/O, no protobuf.
+Pure: domain rows in, text out (the rpc edge reads the rows and sends the text).
 """
 
 from __future__ import annotations
@@ -12,20 +12,8 @@ import datetime
 import json
 from typing import assert_never
 
+from corral_server.domain import timeline as dt
 from corral_server.domain.agent import Agent
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    Compaction,
-    ErrorItem,
-    JsonValue,
-    Reasoning,
-    SubagentNotice,
-    TimelineItem,
-    TimelineRow,
-    Todo,
-    ToolCall,
-    UserMessage,
-)
 
 
 def when(ms: int) -> str:
@@ -48,7 +36,7 @@ def header(agent: Agent, rows: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def row(r: TimelineRow) -> str:
+def row(r: dt.TimelineRow) -> str:
     """One row: a level-2 heading, a blank line, its body, a blank line."""
     title, body = _item(r.item)
     turn = f" · turn `{r.turn_id}`" if r.turn_id else ""
@@ -62,33 +50,33 @@ def _fenced(text: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{text}\n{fence}"
 
 
-def _json(value: JsonValue) -> str:
+def _json(value: dt.JsonValue) -> str:
     return _fenced(json.dumps(value, ensure_ascii=False, indent=2), "json")
 
 
-def _item(item: TimelineItem) -> tuple[str, str]:
+def _item(item: dt.TimelineItem) -> tuple[str, str]:
     match item:
-        case UserMessage(text=text):
+        case dt.UserMessage(text=text):
             return "User", text
-        case AssistantMessage(text=text):
+        case dt.AssistantMessage(text=text):
             return "Assistant", text
-        case Reasoning(text=text):
+        case dt.Reasoning(text=text):
             return "Reasoning", "\n".join(f"> {line}" for line in text.splitlines()) or ">"
-        case ToolCall():
+        case dt.ToolCall():
             return f"Tool `{item.name}` ({item.status.value})", _tool(item)
-        case Todo(entries=entries):
+        case dt.Todo(entries=entries):
             return "Todo", "\n".join(f"- [{'x' if e.completed else ' '}] {e.text}" for e in entries)
-        case ErrorItem(message=message, code=code):
+        case dt.ErrorItem(message=message, code=code):
             return f"Error{f' `{code}`' if code else ''}", message
-        case Compaction(summary=summary):
+        case dt.Compaction(summary=summary):
             return "Compaction", summary
-        case SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
+        case dt.SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
             return f"Sub-agent `{child}` (run `{run_id}`)", text
         case _:
             assert_never(item)
 
 
-def _tool(call: ToolCall) -> str:
+def _tool(call: dt.ToolCall) -> str:
     parts = []
     if call.input is not None:
         parts.append("Input:\n\n" + _json(call.input))
