@@ -21,6 +21,8 @@ class Store {
   /** Why the last connection attempt failed, while reconnecting. */
   connectionError = "";
   notices: Notice[] = [];
+  /** The role of this tab's token (GetServerInfo's callerRole): "read" may only watch. */
+  role = "";
   /** Bumped on every change, so views can tell. */
   version = 0;
   private listeners = new Set<Listener>();
@@ -41,6 +43,11 @@ class Store {
       this.scheduled = false;
       for (const fn of [...this.listeners]) fn();
     });
+  }
+
+  /** A read-only token: the page shows no control it could not use. */
+  get readOnly(): boolean {
+    return this.role === "read";
   }
 
   notify(text: string, kind: Notice["kind"] = "info", agentId?: string): void {

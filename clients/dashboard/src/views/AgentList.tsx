@@ -29,9 +29,15 @@ export function AgentList({ current = "" }: { current?: string }): JSX.Element {
     <main class={current ? "list-side" : "page"}>
       <div class="list-head">
         <h1>Agents</h1>
-        <a href="#/new" class="button primary">
-          + New agent
-        </a>
+        {store.readOnly ? (
+          <span class="meta" data-testid="read-only">
+            Read-only token: watching only
+          </span>
+        ) : (
+          <a href="#/new" class="button primary">
+            + New agent
+          </a>
+        )}
       </div>
       <div class="filters">
         <label>
