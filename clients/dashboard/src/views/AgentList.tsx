@@ -5,6 +5,7 @@ import { agentName, attentionText, STATE_SYMBOL, stateOf } from "../format";
 import type { Agent } from "../gen";
 import { canAskNotifications, askNotifications } from "../presence";
 import { useStore } from "../store";
+import { Search } from "./Search";
 
 function created(a: Agent): number {
   return a.createdAt ? Number(a.createdAt.seconds) * 1e3 + a.createdAt.nanos / 1e6 : 0;
@@ -39,6 +40,7 @@ export function AgentList({ current = "" }: { current?: string }): JSX.Element {
           </a>
         )}
       </div>
+      {!current && <Search />}
       <div class="filters">
         <label>
           <input type="checkbox" checked={archived} onChange={() => setArchived(!archived)} /> Show archived (
