@@ -37,6 +37,9 @@ from corral_server.providers.base import Provider
 from corral_server.records.store import AgentRecords, CreateRequests
 from corral_server.timeline.store import NewRow, TimelineStore
 
+# What ImportAgentExport hands over: an export's rows, in batches, as they are read.
+RowBatches = AsyncIterator[Sequence[NewRow]]
+
 # CreateAgent request ids remembered for idempotent retries: the most recent this many, so
 # hostile clients cannot grow the table without bound.
 MAX_REMEMBERED_CREATES = 10_000
@@ -217,9 +220,7 @@ class Creation:
             await self._discard(actor)
             raise
 
-    async def import_rows(
-        self, spec: CreateSpec, batches: AsyncIterator[Sequence[NewRow]]
-    ) -> Agent:
+    async def import_rows(self, spec: CreateSpec, batches: RowBatches) -> Agent:
         """ImportAgentExport: a new agent from `spec` (validated as CreateAgent's) holding
         the rows `batches` yields, stored as they come under a timeline no one sees yet (no
         events: a history, not a live turn). Only once every batch is in is the agent listed

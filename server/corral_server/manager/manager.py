@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -30,7 +30,7 @@ from corral_server.jobs import done_with
 from corral_server.manager import permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.creation import Creation, check_choice
+from corral_server.manager.creation import Creation, RowBatches, check_choice
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
@@ -44,7 +44,7 @@ from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns, LoadedAgents
 from corral_server.timeline.activity import ActivityDigest
-from corral_server.timeline.store import NewRow, TimelineStore
+from corral_server.timeline.store import TimelineStore
 
 __all__ = ["MAX_WAIT_S", "AgentManager"]
 
@@ -81,8 +81,7 @@ class AgentManager:
         self.presence = PresenceBook()
         # Turns started and ended, by outcome (read by the metrics endpoint).
         self.turn_counts = TurnCounts()
-        # Completed turns' usage by agent, provider, model and day (GetUsage, the metrics).
-        self.usage = usage or UsageBook()
+        self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
         self._agents = AgentDirectory(limits)
         self._creation = Creation(
             providers=self._providers,
@@ -170,9 +169,7 @@ class AgentManager:
         """ImportAgent: a new idle agent holding a provider session's conversation."""
         return await self._creation.import_agent(provider_name, provider_session_id, cwd)
 
-    async def import_rows(
-        self, spec: CreateSpec, batches: AsyncIterator[Sequence[NewRow]]
-    ) -> Agent:
+    async def import_rows(self, spec: CreateSpec, batches: RowBatches) -> Agent:
         """ImportAgentExport: a new idle agent holding an export's rows (creation.py)."""
         return await self._creation.import_rows(spec, batches)
 

@@ -5,9 +5,9 @@ after a space: `full` (the default: every call) or `read` (only the calls that r
 rpc/roles.py); blank lines and lines starting with `#` are ignored. A file of bare tokens, as
 before roles, gives every token `full`. A reload that changes a token's role ends its open
 calls as a removal does (the client reconnects under the new role). `TokenFile.reload`
-(SIGHUP) swaps in a new set only when the new file is good, and
-otherwise keeps the old set and logs why. Every RPC needs `authorization: Bearer <token>` except
-the health service (a load balancer checks it without credentials); reflection needs it too.
+(SIGHUP) swaps in a new set only when the new file is good, and otherwise keeps the old set
+and logs why. Every RPC needs `authorization: Bearer <token>` except the health service (a
+load balancer checks it without credentials); reflection needs it too.
 The gRPC interceptor that asks for it is rpc/bearer.py; this module holds what any edge needs.
 
 A presented token is hashed and compared with the hash of every configured token by
