@@ -1,4 +1,4 @@
-"""The dashboard (issue 14, item 5): its compressed size, and how long the agent page of a
+"""The dashboard: its compressed size, and how long the agent page of a
 10,000-row agent takes in headless Chromium from navigation until the page holds the last
 200 rows and the newest one is on screen.
 

@@ -1,4 +1,4 @@
-"""P7 (NORTH_STAR.md): the fan-out cost. Scripted turns/s the daemon completes with 100 live
+"""P7 (BENCHMARKS.md#goals): the fan-out cost. Scripted turns/s the daemon completes with 100 live
 subscribers watching every agent, against the same load with none. Goal: at least 0.5x.
 
   load         AGENTS scripted agents, each in a closed loop: SendPrompt (a tool call and a

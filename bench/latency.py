@@ -1,9 +1,9 @@
-"""P4 and P5 (NORTH_STAR.md), against a daemon in its own process.
+"""P4 and P5 (BENCHMARKS.md#goals), against a daemon in its own process.
 
   P4  provider event to subscriber, for events that are not coalesced: 100 active agents run
       turns while 10 subscribers (every agent) watch; for each user-message and completed
       tool-call row a subscriber computes now - row.timestamp (the row's timestamp is taken
-      when the writer stores it, on the same machine clock). Goal: p99 under 20 ms.
+      when the timeline writer stores it, on the same machine clock). Goal: p99 under 20 ms.
   P5  SendPrompt acknowledged (after the prompt is stored), 100 concurrent senders, each on
       its own agent. Goal: p99 under 15 ms.
 

@@ -1,4 +1,4 @@
-"""P6 (NORTH_STAR.md): resident memory per idle agent. Creates 10,000 scripted agents in a
+"""P6 (BENCHMARKS.md#goals): resident memory per idle agent. Creates 10,000 scripted agents in a
 daemon in this process and divides the growth of VmRSS by their number (this includes the
 two AgentUpserted events each create leaves in the hub's retained ring).
 

@@ -1,4 +1,4 @@
-"""P10 (NORTH_STAR.md): resident memory under hostile clients, of a `corral serve` process
+"""P10 (BENCHMARKS.md#goals): resident memory under hostile clients, of a `corral serve` process
 (VmRSS from /proc/PID/status).
 
   streams   2,000 Subscribe streams that never read (20 raw HTTP/2 connections x 100, never

@@ -1,4 +1,4 @@
-"""P1 (NORTH_STAR.md): events/s that corral's Subscribe delivers to 1, 10 and 100 subscribers,
+"""P1 (BENCHMARKS.md#goals): events/s that corral's Subscribe delivers to 1, 10 and 100 subscribers,
 next to the two bare grpc.aio servers of p1_baselines.py, in the same run.
 
   corral live    subscribers are synced, then one agent bursts N rows; each subscriber reads
@@ -8,7 +8,7 @@ next to the two bare grpc.aio servers of p1_baselines.py, in the same run.
   store replay   the same from the durable event log (SQLite), the ring holding 1,000 events
 
 Live delivery is bounded by the single writer (bench/writer.py measures it alone): for one
-subscriber it cannot beat the writer's own rows/s.
+subscriber it cannot beat the single writer's own rows/s.
 
 Run: .venv/bin/python -m bench.p1 [history_events]   (about 1-2 minutes on 2 cores)
 """

@@ -1,4 +1,4 @@
-"""P1 baselines (NORTH_STAR.md): two bare grpc.aio servers that corral's Subscribe is compared to.
+"""P1 baselines (BENCHMARKS.md): two bare grpc.aio servers that corral's Subscribe is compared to.
 
 Both serve the real `corral.v1.EventService/Subscribe` method and SubscribeResponse type, so one
 client (`count_events`) reads all three servers the same way:

@@ -1,4 +1,4 @@
-"""P2 (NORTH_STAR.md): a 200-row timeline page costs the same at 1 M rows as at 1 k rows.
+"""P2 (BENCHMARKS.md#goals): a 200-row timeline page costs the same at 1 M rows as at 1 k rows.
 
 Measures InMemoryTimelineStore.fetch directly (no gRPC): the median time of a 200-row BEFORE page
 from a cursor in the middle of the timeline, and of a 200-row TAIL page, at each size. Goal:

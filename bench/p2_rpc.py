@@ -1,4 +1,4 @@
-"""P2 (NORTH_STAR.md) through the wire: a 200-row FetchTimeline page at 1 M rows vs at 1 k rows.
+"""P2 (BENCHMARKS.md) through the wire: a 200-row FetchTimeline page at 1 M rows vs at 1 k rows.
 
 A real daemon in this process, two agents whose timelines are filled directly in the store
 (1 k and 1 M assistant rows of ~100 chars), then the median latency of FetchTimeline calls over

@@ -1,4 +1,4 @@
-"""The provider hop (issue 8, item 9): how long after the model server sent a turn's last token
+"""The provider hop: how long after the model server sent a turn's last token
 a corral subscriber sees it, through each real agent and corral's wire.
 
 For each agent (Claude Code, Codex, gemini-cli over ACP, claude-agent-acp over ACP): one agent

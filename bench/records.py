@@ -1,8 +1,8 @@
-"""The SQLite records (issue 6, item 1), next to the in-memory records of the same run.
+"""The SQLite records, next to the in-memory records of the same run.
 
   start-up   10,000 agent records put (each a realistic snapshot: title, labels, usage), then
              a reopen: Database.open + SqliteAgentRecords.open + load_headers (decoding every
-             record) + SqliteEventLog.open over a retained log. Goal (issue 6): < 1 s with 10 k
+             record) + SqliteEventLog.open over a retained log. Goal: < 1 s with 10 k
              agents (the daemon's full start-up, timeline heads included, is the lead's bench).
   log        event log appends/s, pipelined as the hub would (append, yield every 64, await
              the futures), 200-byte events; then reads/s of the whole log in 512-event,
@@ -26,7 +26,9 @@ from typing import Any
 from corral_server.domain.agent import Agent, AgentId, Idle, Usage
 from corral_server.records import EventLog, InMemoryAgentRecords, InMemoryEventLog
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
-from corral_server.store import Database, SqliteAgentRecords, SqliteEventLog, Synchronous
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import Database, Synchronous
+from corral_server.store.event_log import SqliteEventLog
 
 EVENT = b"e" * 200
 YIELD_EVERY = 64  # as the burst bench: a producer yields between provider events

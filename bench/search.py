@@ -29,8 +29,9 @@ from typing import Any
 from bench import writer
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import Database, SqliteTimelineStore
+from corral_server.store.database import Database
 from corral_server.store.search import Backfill, SearchIndex, SearchQuery
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 
 AGENTS = 100

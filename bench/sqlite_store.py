@@ -1,4 +1,4 @@
-"""The SQLite timeline store (issue 6), next to the in-memory store of the same run.
+"""The SQLite timeline store, next to the in-memory store of the same run.
 
   burst    one agent bursting single-row appends through the store alone (no actor, no hub):
            pipelined with append_nowait, as a single writer that keeps going while earlier rows
@@ -28,7 +28,8 @@ from typing import Any
 from bench import p2_pages
 from corral_server.domain.timeline import AssistantMessage, Cursor, Direction
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import Database, SqliteTimelineStore, Synchronous
+from corral_server.store.database import Database, Synchronous
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import NewRow, TimelineStore
 

@@ -1,4 +1,4 @@
-"""P3 (NORTH_STAR.md): start-up with 10 k stored agents, 1 k rows each, until health is SERVING.
+"""P3 (BENCHMARKS.md): start-up with 10 k stored agents, 1 k rows each, until health is SERVING.
 
 A state directory is filled through the stores themselves (a daemon would take minutes to run
 10 M rows of turns): 10,000 agent records (scripted, idle) and their timelines of 1,000 rows
@@ -24,7 +24,8 @@ from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import Database, SqliteAgentRecords
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import Database
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 

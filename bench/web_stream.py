@@ -1,4 +1,4 @@
-"""Issue 14, item 5, first figure: events/s that Subscribe delivers to 1 and 10 Node subscribers
+"""Connect streaming: events/s that Subscribe delivers to 1 and 10 Node subscribers
 through the Connect protocol on the web port (connect-node's Connect transport: HTTP/1.1,
 binary messages), against the same Node subscribers through gRPC on the gRPC port
 (connect-node's gRPC transport: HTTP/2), in the same run. Goal: Connect at least 0.5x gRPC.

@@ -1,4 +1,4 @@
-"""P1' (NORTH_STAR.md): timeline rows/s a bursting provider gets through the single writer,
+"""P1' (BENCHMARKS.md#goals): timeline rows/s a bursting provider gets through the single writer,
 into storage and out to 10 live subscribers (hub subscriptions drained in this process, no
 gRPC: bench.p1 measures the wire).
 

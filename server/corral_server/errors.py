@@ -186,8 +186,8 @@ class MessageNotConfirmed(FailedPrecondition):
 
 
 class SubagentLimit(FailedPrecondition):
-    """A spawn refused by a limit; `reason` says which (seed 002: limits are claimed with
-    the spawn, so concurrent spawns never pass one together)."""
+    """A spawn refused by a limit; `reason` says which (limits are claimed with
+    the spawn, so concurrent spawns never pass one together: docs/design.md#subagents)."""
 
     def __init__(self, reason: str, message: str, *, limit: int, current: int) -> None:
         super().__init__(message, metadata={"limit": str(limit), "current": str(current)})

@@ -1,5 +1,6 @@
 """Listen addresses: `HOST:PORT` (TCP) or `unix:PATH` (a Unix socket, grpc's own syntax; also
-`unix:///abs/path`), which of them are local, and the Unix socket made private.
+`unix:///abs/path`), which of them are local, whether a TCP port is taken, and the Unix socket
+made private.
 
 A Unix socket is reachable only through its path: connecting needs write permission on the
 socket file, and reaching it needs search permission on every directory above. So the socket is
@@ -35,7 +36,14 @@ def unix_path(listen: str) -> Path | None:
 
 
 def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
+    """`HOST:PORT` names this machine's loopback interface."""
+    return is_loopback_host(listen.rsplit(":", 1)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """`host` (a name or an address, IPv6 with or without brackets) is "localhost" or a
+    loopback address."""
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:
@@ -101,3 +109,27 @@ def remove_socket(path: Path, inode: int) -> None:
             path.unlink()
     except OSError:
         pass
+
+
+def port_taken(listen: str, flag: str = "--listen") -> str:
+    """Why `listen` cannot be bound (another process listens there), or "". Checked before
+    anything is created; port 0 is always free. Binding with SO_REUSEADDR, as a server
+    does, so a port whose old connections linger is not mistaken for a taken one."""
+    host, _, port = listen.rpartition(":")
+    if port == "0" or not port.isdigit():
+        return ""  # port 0 picks a free one; a malformed address fails at bind, as before
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot listen on {listen} ({flag}): {exc.strerror}"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return (
+                f"cannot listen on {listen} ({flag}): {exc.strerror} "
+                "(is another corral daemon running?)"
+            )
+    return ""

@@ -1,5 +1,5 @@
 """Prometheus metrics (`--metrics-listen HOST:PORT`, the official prometheus-client): read
-from the daemon's state when scraped, so nothing is added to the writer's hot path.
+from the daemon's state when scraped, so nothing is added to a single writer's hot path.
 
   corral_agents{state}                    agents by lifecycle state (archived ones too)
   corral_turns_total{outcome}             turns started / completed / failed / canceled

@@ -1,7 +1,8 @@
 """What a daemon says about itself (ServerService.GetServerInfo): its version, the API it
 serves, its event log's position, the limits a client must respect, its providers and optional
 features, and its serving state. A running daemon and a waiting standby both describe
-themselves from their Config; only the running one has an event log.
+themselves from their Config (config.py builds these values from it); only the running one has
+an event log.
 """
 
 from __future__ import annotations
@@ -9,10 +10,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from corral_server.app import Config
 
 # The protobuf package served. Within it the contract only grows (buf breaking guards it).
 API_VERSION = "corral.v1"
@@ -67,41 +64,3 @@ class ServerInfo:
     incarnation: str = ""
     head_revision: int = 0
     api_version: str = API_VERSION
-
-
-def limits_of(config: Config) -> ServerLimits:
-    limits = config.limits
-    return ServerLimits(
-        max_request_bytes=config.max_request_bytes,
-        max_prompt_chars=limits.max_prompt_chars,
-        max_prompt_bytes=limits.max_prompt_bytes,
-        max_content_parts=limits.max_content_parts,
-        max_ids_per_request=limits.max_ids,
-        max_id_chars=limits.max_id_chars,
-        max_labels=limits.max_labels,
-        max_streams_per_connection=config.max_streams_per_connection,
-    )
-
-
-def access_features(config: Config) -> ServerFeatures:
-    """The features a standby has too: how it is reached (it serves no web, MCP or metrics
-    port while it waits)."""
-    tls = config.tls
-    return ServerFeatures(
-        tokens=config.auth_token_file is not None,
-        tls=tls is not None,
-        mutual_tls=tls is not None and tls.client_ca is not None,
-        reflection=config.reflection,
-        standby=config.standby,
-    )
-
-
-def standby_info(config: Config, providers: tuple[str, ...]) -> ServerInfo:
-    """A waiting standby's answer: the daemon it will become, minus what only runs."""
-    return ServerInfo(
-        version=corral_version(),
-        state=ServingState.STANDBY,
-        limits=limits_of(config),
-        providers=providers,
-        features=access_features(config),
-    )

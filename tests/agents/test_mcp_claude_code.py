@@ -1,5 +1,5 @@
 """Real Claude Code, started by corral with `corral serve --mcp-listen`, sees corral's sub-agent
-tools and spawns a sub-agent through them (issue 9, item 10), against the fake Anthropic API:
+tools and spawns a sub-agent through them (docs/mcp.md), against the fake Anthropic API:
 the model is offered `mcp__corral__*`, calls `spawn_subagent`, and the run it made is the
 Claude agent's own."""
 

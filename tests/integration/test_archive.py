@@ -1,4 +1,4 @@
-"""ArchiveAgent through the wire (seed 000, section 4.3): the agent and every descendant that
+"""ArchiveAgent through the wire (docs/design.md#lifecycle): the agent and every descendant that
 still carries its parent label are archived and closed, kept whole, and hidden from
 ListAgents unless asked for; a detached child is not reached."""
 

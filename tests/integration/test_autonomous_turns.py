@@ -1,6 +1,6 @@
-"""Turns the provider starts by itself, through the wire (issue 7, item 2; seed 000, 5.1 and
-5.2), on the scripted provider's `/autonomous [no-id]` (the lines after it run as a turn the
-provider starts once the prompt's turn has ended) and `/terminal-without-id`."""
+"""Turns the provider starts by itself, through the wire (docs/design.md#turns), on the scripted
+provider's `/autonomous [no-id]` (the lines after it run as a turn the provider starts once the
+prompt's turn has ended) and `/terminal-without-id`."""
 
 from __future__ import annotations
 
@@ -137,6 +137,6 @@ async def test_a_terminal_without_an_id_borrows_the_running_turns_id(
         watch.cancel()
     started = [turn for kind, turn in watch.terminals() if kind == "turn_started"]
     assert started[0] == sent.turn_id and all(started)
-    # Each turn ended under the id it started with (seed 000, 5.2), never under "".
+    # Each turn ended under the id it started with (docs/design.md#turns), never under "".
     ended = [turn for kind, turn in watch.terminals() if kind == "turn_completed"]
     assert ended == started

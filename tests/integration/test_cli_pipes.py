@@ -81,7 +81,7 @@ def test_a_printing_command_into_a_closed_pipe_ends_quietly_with_141(
 
 def test_logs_into_head_ends_quietly_as_git_log_does(grpc_server: DaemonThread, agent: str) -> None:
     # A real shell pipeline; `head -1` exits after one line, the rest meets a closed pipe
-    # (more rows than a pipe holds, so the writer is still writing when head exits).
+    # (more rows than a pipe holds, so the CLI is still writing when head exits).
     for _ in range(3):
         assert (
             main(["--addr", grpc_server.address, "send", agent, "-f", "/reply " + "x" * 30000]) == 0

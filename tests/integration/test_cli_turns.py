@@ -1,4 +1,4 @@
-"""The CLI's commands for issue 7 against a real daemon, in-process: `rewind` (to a message
+"""The CLI's commands for turns and rewind against a real daemon, in-process: `rewind` (to a message
 the provider confirmed; `logs` shows its id), `send --steer / --replace`, and pending
 permissions in `ls` and to followers (`attach`, `logs -f`)."""
 

@@ -1,4 +1,4 @@
-"""What a new user tripped over in the `corral` CLI (issue 5, section 5), in-process against a
+"""What a new user tripped over in the `corral` CLI (a first user's report), in-process against a
 real daemon: no ghost agent from `run`, global options after the command, agent id prefixes,
 whole turn ids, `logs -f` ending with the agent, and each error said once.
 

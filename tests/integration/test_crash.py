@@ -1,4 +1,4 @@
-"""Crash test (issue 6, item 6).
+"""Crash test: no acknowledged write is lost across a SIGKILL (docs/design.md#durability).
 
 `corral serve` runs as a real process; two agents run streaming turns back to back and two
 concurrent senders queue prompts (SendPrompt, QUEUE) on a third, while a subscriber records

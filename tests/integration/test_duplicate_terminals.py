@@ -1,4 +1,4 @@
-"""Late events of finished turns, through the wire (issue 7, item 3; seed 000, 6.3), on the
+"""Late events of finished turns, through the wire (docs/design.md#turns), on the
 scripted provider's `/duplicate-terminal` (the turn's terminal event twice) and
 `/replay-turn ID` (once the turn has ended, turn ID's start and completion again: while the
 agent is idle, or while the turn `/autonomous` started runs). None of them starts or ends a

@@ -1,5 +1,5 @@
 """A commit that fails (a full disk, an I/O error) loses nothing a client was told and tells no
-client anything that was lost (issue 6, item 2, with the joint commits of store/commits.py):
+client anything that was lost (docs/design.md#durability: the joint commits of store/commits.py):
 a row's event goes to the event log in the row's transaction, so when the transaction fails
 the turn fails (WRITER_FAILED), the rows' events are discarded, and the event log retries the
 rest under contiguous revisions. A subscriber sees no gap and no row the timeline lacks, and a

@@ -1,4 +1,4 @@
-"""The balancer failover (issue 10, item 2; R7): the real Envoy (deploy/envoy.yaml) in front of
+"""The balancer failover (README, Deploying): the real Envoy (deploy/envoy.yaml) in front of
 a serving `corral serve` and a `corral serve --standby` on one state directory, every client
 going through Envoy only (Python stubs, and grpcurl once the standby serves). Senders and
 subscribers run continuously while the serving daemon is stopped:

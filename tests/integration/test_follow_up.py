@@ -1,4 +1,4 @@
-"""A follow-up prompt through the wire (seed 000, section 10), on the scripted provider's
+"""A follow-up prompt through the wire (docs/design.md#permissions), on the scripted provider's
 `/follow-up TEXT` (a permission request whose ALLOW answer asks for TEXT as a follow-up): the
 follow-up starts as a turn replacing the one that asked, with no idle moment between them; a
 DENY asks for nothing; a provider that refuses to stop the asking turn keeps it running and

@@ -21,7 +21,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.hub.log_writer import RETRY_MAX_S
-from corral_server.store import DB_FILE
+from corral_server.store.database import DB_FILE
 from tests.integration.test_metrics import scrape
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread

@@ -1,6 +1,6 @@
-"""An interrupt the provider never answers, through the wire (seed 000, 5.4), on the scripted
-provider's `/hang-interrupt`: the daemon gives the interrupt up at `interrupt_s` (5 s on its
-clock), counts it as not confirmed, waits `settle_s` (10 s) for the turn to end, and answers
+"""An interrupt the provider never answers, through the wire (docs/design.md#cancel), on the
+scripted provider's `/hang-interrupt`: the daemon gives the interrupt up at `interrupt_s` (5 s on
+its clock), counts it as not confirmed, waits `settle_s` (10 s) for the turn to end, and answers
 REFUSED; the turn goes on and ends as written. REPLACE on such a turn is abandoned with
 PROVIDER_REFUSED_INTERRUPT."""
 

@@ -1,6 +1,6 @@
-"""The history gate through the wire (seed 000, 6.3), on the scripted provider's `/history N`
-(it replays N items of an earlier conversation, flagged `from_history`, naming the running
-turn): the rows are stored with no turn id, subscribers see only their
+"""The history gate through the wire (docs/design.md#resume), on the scripted provider's
+`/history N` (it replays N items of an earlier conversation, flagged `from_history`, naming the
+running turn): the rows are stored with no turn id, subscribers see only their
 `timeline_row_appended`, and the running turn, the agent's state and its `updated_at` are
 untouched."""
 

@@ -1,4 +1,4 @@
-"""Hostile input on every RPC (NORTH_STAR goal R4), as hypothesis properties against one real
+"""Hostile input on every RPC, as hypothesis properties against one real
 daemon: every answer is OK or a documented status (API.md, "Errors") carrying google.rpc
 details with an ErrorInfo reason; a rejected request changes nothing (the agents it could name,
 the agent count and the server-wide event revision); undecodable bodies neither crash nor hang
@@ -63,7 +63,7 @@ PROBE_SCOPE = "hostile-probe:not-an-agent"
 
 SLEEP_FOREVER = "/sleep 600000"
 
-# A soak run (R4 asks for 100 k hostile requests): CORRAL_HOSTILE_SCALE=50 multiplies every
+# A soak run (the goal is 100 k hostile requests): CORRAL_HOSTILE_SCALE=50 multiplies every
 # property's example count.
 SCALE = float(os.environ.get("CORRAL_HOSTILE_SCALE", "1"))
 
@@ -391,7 +391,7 @@ DIRECTIVES = st.one_of(
             "/tool read {",
             "/tool read " + "[" * 5000,  # too deep for json: a bad line
             # Valid JSON nested 50+ objects deep is left out: it is accepted and then poisons
-            # the timeline (an R4 finding, see the report); JSON below nests a few levels.
+            # the timeline (an earlier run's finding); JSON below nests a few levels.
             "/sleep 0",
             "/sleep 5",
             SLEEP_FOREVER,
@@ -643,7 +643,7 @@ def test_update_agent_answers_documented_statuses_and_a_rejected_update_changes_
         title=field("title", PLAUSIBLE_TITLES, texts()),
         labels=field("labels", PLAUSIBLE_LABELS, LABELS),
         # Only modes and models the provider offers: UpdateAgent accepts any other (it does not
-        # validate them as CreateAgent does), an R4 finding kept out of this file.
+        # validate them as CreateAgent does), an earlier run's finding kept out of this file.
         mode=data.draw(st.sampled_from(["", "default", "plan"]), "mode"),
         model=data.draw(st.sampled_from(["", "scripted-1"]), "model"),
     )

@@ -1,4 +1,4 @@
-"""The sub-agent tools over MCP (issue 9, item 10), through the wire with the SDK's own client:
+"""The sub-agent tools over MCP (docs/mcp.md), through the wire with the SDK's own client:
 an agent spawns, lists, waits for, steers and kills its sub-agents and answers their
 permissions; another agent can neither see nor touch them; a call without a token corral
 minted never reaches a tool. Waits run on the daemon's FakeClock."""

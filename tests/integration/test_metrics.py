@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 10, item 5): scraped over HTTP from a real daemon while turns
+"""Prometheus metrics (`--metrics-listen`): scraped over HTTP from a real daemon while turns
 run, the counters move: turns, events, rows, agents and errors; with a state directory the
 store's commit latency and batch size; provider call latency by kind; and the event log's
 pending events and failed commits while its commits fail."""

@@ -1,4 +1,4 @@
-"""The notification plan travels on attention_required (seed 000, section 9), decided by the
+"""The notification plan travels on attention_required (docs/design.md#attention), decided by the
 clients' presence from Heartbeat, on the daemon's clock."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Section 9 of seed 000 through the wire, where test_notifications.py stops: a child agent
-(one with a parent) never notifies anybody, though its attention is set like any agent's;
+"""Attention (docs/design.md#attention) through the wire, where test_notifications.py stops: a child
+agent (one with a parent) never notifies anybody, though its attention is set like any agent's;
 and attention is an unread mark: once set, a later permission request does not raise it
 again."""
 

@@ -1,4 +1,4 @@
-"""Permissions through the wire (seed 000, section 10), on the scripted provider's
+"""Permissions through the wire (docs/design.md#permissions), on the scripted provider's
 `/permission NAME`: pending on the agent and as events, answered by RespondToPermission (the
 receipt before any client sees the resolution), ended with their turn, bad answers refused."""
 

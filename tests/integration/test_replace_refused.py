@@ -1,5 +1,5 @@
-"""REPLACE whose cancel the provider refuses, through the wire (issue 7, item 1; seed 000,
-4.4): SendPrompt answers FAILED_PRECONDITION / PROVIDER_REFUSED_INTERRUPT, the running turn
+"""REPLACE whose cancel the provider refuses, through the wire (docs/design.md#turns):
+SendPrompt answers FAILED_PRECONDITION / PROVIDER_REFUSED_INTERRUPT, the running turn
 goes on and ends as written, and the replacing prompt was never stored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable by default (issue 6, first part): with a state directory, agents and timelines live in
+"""Durable by default (docs/design.md#resume): with a state directory, agents and timelines live in
 SQLite and come back after a restart: every agent listed with its last state, its timeline with
 the same epoch and seqs, new turns continuing the seqs; a turn that was running ends with
 "interrupted by a daemon restart". Daemons run in this process on the FakeClock, one after the

@@ -1,4 +1,4 @@
-"""Queued prompts are durable (issue 7, item 1): prompts queued behind a turn that a daemon
+"""Queued prompts are durable (docs/design.md#resume): prompts queued behind a turn that a daemon
 restart interrupted survive the restart in order, and run, in order, once that turn has ended
 (the restored agent opens its provider session for them)."""
 

@@ -1,5 +1,5 @@
-"""Revisions survive a restart (issue 6, item 3): with a state directory the event log keeps its
-incarnation and revisions, and `Subscribe{resume_revision}` after a restart replays exactly the
+"""Revisions survive a restart (docs/design.md#resume): with a state directory the event log keeps
+its incarnation and revisions, and `Subscribe{resume_revision}` after a restart replays exactly the
 missed events, byte for byte under the same revisions, then goes live with the next ones. A
 resume point the log no longer retains is answered with an explicit reset. Daemons run in this
 process, one after the other on the same directory."""

@@ -1,5 +1,5 @@
-"""Echo reconciliation and Rewind through the wire (seed 000, 6.4), on the scripted provider's
-`/echo` (it reports the prompt back under its own message id, as real agents do)."""
+"""Echo reconciliation and Rewind through the wire (docs/design.md#echo-and-rewind), on the scripted
+provider's `/echo` (it reports the prompt back under its own message id, as real agents do)."""
 
 from __future__ import annotations
 

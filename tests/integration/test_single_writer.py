@@ -1,6 +1,6 @@
-"""The single writer through the wire (issue 5): StreamTurn follows the hub, provider calls
-have deadlines, a request that fails changes nothing, a canceled turn leaves a trace, and text
-that cannot be encoded never leaves an agent stuck in running."""
+"""The single writer through the wire (docs/design.md#durability): StreamTurn follows the hub,
+provider calls have deadlines, a request that fails changes nothing, a canceled turn leaves a trace,
+and text that cannot be encoded never leaves an agent stuck in running."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hot standby (issue 10, item 1): `corral serve --standby` on a state directory another
+"""Hot standby: `corral serve --standby` on a state directory another
 daemon holds answers health NOT_SERVING and every other call UNAVAILABLE/STANDBY; when the
 holder stops, it takes the lock, loads the stored agents and turns SERVING on the same port."""
 

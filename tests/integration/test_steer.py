@@ -1,5 +1,5 @@
-"""STEER through the wire on a provider that can steer and one that cannot (issue 7, item 1;
-seed 003, 5.8): a daemon with the built-in `scripted` (never steers) and a
+"""STEER through the wire on a provider that can steer and one that cannot
+(docs/design.md#turns): a daemon with the built-in `scripted` (never steers) and a
 `ScriptedProvider(can_steer=True)` named `scripted-steer` (a steered prompt's script runs
 after the running turn's own steps, in that turn)."""
 

@@ -1,6 +1,7 @@
-"""Sub-agent trees through the wire (issue 9, seed 002): scripted parents fan out with `/spawn`,
-every result reaches its requester exactly once, a child with pending descendants announces
-only after them, limits hold under concurrent spawns, kills cascade and archives end runs."""
+"""Sub-agent trees through the wire (docs/design.md#subagents): scripted parents fan out with
+`/spawn`, every result reaches its requester exactly once, a child with pending descendants
+announces only after them, limits hold under concurrent spawns, kills cascade and archives end
+runs."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL
-from corral_server.subagents import SubagentLimits
+from corral_server.subagents.limits import SubagentLimits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details, prompt_request
 from tests.support.daemon import DaemonThread

@@ -1,4 +1,4 @@
-"""The error grace through the wire (issue 9 item 7, seed 002 section 5.6): a child's failure
+"""The error grace through the wire (docs/design.md#subagents): a child's failure
 ends its run as ERROR only if no success follows within 15 s on the daemon's clock."""
 
 from __future__ import annotations

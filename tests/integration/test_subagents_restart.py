@@ -1,4 +1,4 @@
-"""Sub-agent runs across a daemon restart (issue 9, seed 002 section 5.7): a deferred announce
+"""Sub-agent runs across a daemon restart (docs/design.md#resume): a deferred announce
 resumes and is delivered exactly once; runs whose child is gone end as orphans, visibly, and
 their requester is told. Daemons run in this process on the FakeClock, one after the other
 on the same state directory."""
@@ -13,7 +13,7 @@ from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral_server.app import Config
 from corral_server.domain.subagents import RunId, SubagentRun
-from corral_server.store import Database
+from corral_server.store.database import Database
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.subagents.codec import decode_run, encode_run
 from tests.support.client import Stubs, create_request, prompt_request

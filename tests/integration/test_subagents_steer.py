@@ -1,4 +1,4 @@
-"""SteerSubagentRun through the wire (issue 9 item 6, seed 002 section 5.5): a running run is
+"""SteerSubagentRun through the wire (docs/design.md#subagents): a running run is
 replaced by a new run of the same child whose result alone is announced; steers of one child
 by one controller are at least 2 s apart (on the daemon's clock); a steer whose new run cannot
 start restores the old run's announce."""

@@ -1,4 +1,4 @@
-"""The sweeper through the wire (issue 9 item 8, seed 002 section 5.7): the children of
+"""The sweeper through the wire (docs/design.md#subagents): the children of
 finished runs with cleanup DELETE are archived after the archive delay, and finished records
 are forgotten after the retention period, all on the daemon's clock."""
 
@@ -14,7 +14,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
-from corral_server.subagents import SubagentLimits
+from corral_server.subagents.limits import SubagentLimits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details, prompt_request
 from tests.support.daemon import DaemonThread

@@ -27,14 +27,11 @@ from corral_server.records import (
 )
 from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import (
-    Database,
-    SqliteAgentRecords,
-    SqliteCreateRequests,
-    SqliteEventLog,
-    SqliteFinishedTurns,
-    SqliteTimelineStore,
-)
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import Database
+from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 

@@ -3,7 +3,7 @@ worthless under another daemon's key."""
 
 from __future__ import annotations
 
-from corral_server.mcp import AgentTokens
+from corral_server.mcp.tokens import AgentTokens
 
 
 def test_a_token_names_the_agent_it_was_minted_for() -> None:

@@ -1,4 +1,4 @@
-"""The agent snapshot and its lifecycle union (seed 000, section 3).
+"""The agent snapshot and its lifecycle union (docs/design.md#lifecycle).
 
 The lifecycle is a discriminated union: each state carries exactly the fields that state may
 have, so "idle with an active turn" or "errored without an error" cannot be built.
@@ -105,7 +105,7 @@ class PermissionBehavior(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PermissionResponse:
-    """An answer to a pending permission (seed 000, section 10)."""
+    """An answer to a pending permission (docs/design.md#permissions)."""
 
     behavior: PermissionBehavior
     selected_action_id: str = ""

@@ -33,7 +33,7 @@ class AgentRemoved:
 
 
 class RowAppended(NamedTuple):
-    """A NamedTuple: one per stored row, on the writer's hot path (see TimelineRow)."""
+    """A NamedTuple: one per stored row, on the timeline writer's hot path (see TimelineRow)."""
 
     agent_id: str
     epoch: str
@@ -106,7 +106,7 @@ class PermissionResolved:
 class AttentionRequired:
     agent_id: str
     reason: AttentionReason
-    # Whom to notify, by the presence policy (seed 000, section 9).
+    # Whom to notify, by the presence policy (docs/design.md#attention).
     notification: NotificationPlan = NOBODY
 
 

@@ -1,4 +1,4 @@
-"""Whom an agent's attention notifies (seed 000, section 9): the plan that travels on the
+"""Whom an agent's attention notifies (docs/design.md#attention): the plan that travels on the
 attention_required event. The policy that makes it is manager/presence.py."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Sub-agent run records (seed 002): plain values, replaced whole by the registry, its only
-writer. A record says who asked (requester), who may control (controller), which child works
-on which task, how the run ended, and where its announce is (the outbox state).
+"""Sub-agent run records (docs/design.md#subagents): plain values, replaced whole by the
+registry, their single writer. A record says who asked (requester), who may control
+(controller), which child works on which task, how the run ended, and where its announce is
+(the outbox state).
 
 Must not: import anything above the domain (no manager, no grpc, no protobuf).
 (subagents/ owns what happens to them: the registry, its queries and the announce outbox.)
@@ -36,7 +37,7 @@ class Cleanup(enum.Enum):
 
 
 class AnnounceState(enum.Enum):
-    """The announce outbox (seed 002, 5.1): NOT_DUE while the run runs; then PENDING
+    """The announce outbox (docs/design.md#durability): NOT_DUE while the run runs; then PENDING
     (delivering, or retrying), DEFERRED (the child's descendants are still pending), and
     exactly one of the three final states."""
 
@@ -102,5 +103,5 @@ class SubagentRun:
 
     @property
     def pending(self) -> bool:
-        """Not ended, or its announce not finished yet (seed 002, 4.2: "pending")."""
+        """Not ended, or its announce not finished yet: what "pending" means in the run tree."""
         return not self.ended or not self.announce_state.finished

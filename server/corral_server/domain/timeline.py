@@ -1,4 +1,4 @@
-"""Timeline values: items, rows, cursors and fetch receipts (seed 000, section 7).
+"""Timeline values: items, rows, cursors and fetch receipts (docs/design.md#cursors).
 
 Invariant: within one epoch, seqs are 1-based and contiguous; a row, once appended, keeps its
 seq and item for ever (only `provider_message_id` may be filled in later, by echo
@@ -13,11 +13,11 @@ from typing import NamedTuple, TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 
-# Unset limit in FetchTimeline (seed 000, section 7.2: "默认一次 200 行").
+# The page size of a FetchTimeline that sets no limit (docs/design.md#cursors).
 DEFAULT_PAGE_LIMIT = 200
 
 # The size limits that keep every answer within a default gRPC client's 4 MiB receive limit
-# (issue 5, section 3). Sizes are encoded bytes, estimated by timeline/size.py.
+# (docs/api.md#limits). Sizes are encoded bytes, estimated by timeline/size.py.
 # No stored row is bigger than this: long assistant text is split over several rows, other
 # items are cut with a marker (manager/oversize.py); prompts are checked (manager/validate.py).
 MAX_ROW_BYTES = 2 * 1024 * 1024
@@ -120,8 +120,8 @@ class Cursor:
 
 class TimelineRow(NamedTuple):
     """One stored row. A NamedTuple, not a frozen dataclass, for the same immutability at a
-    third of the construction cost: rows are built on the writer's hot path (measured: 1.3 us
-    per frozen dataclass vs 0.4 us per NamedTuple)."""
+    third of the construction cost: rows are built on the timeline writer's hot path (measured:
+    1.3 us per frozen dataclass vs 0.4 us per NamedTuple)."""
 
     seq: int
     timestamp_ms: int
@@ -147,7 +147,7 @@ class TimelineWindow:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """A fetch receipt: never a silent partial answer (seed 000, section 7.2)."""
+    """A fetch receipt: never a silent partial answer (docs/design.md#cursors)."""
 
     epoch: str
     window: TimelineWindow

@@ -1,12 +1,12 @@
-"""One agent's actor: the single writer of its state and timeline (seed 000, section 6.1).
+"""One agent's actor: the single writer of its state and timeline (docs/design.md#durability).
 
 Every change to the agent goes through `_jobs` (a `jobs.JobQueue`), processed by one task in
 order: RPC commands (`call`), provider events (the session's sink adds them to the inbox,
 whose one drain is a job), coalescer timers, and shutdown. So seqs are assigned in one order,
 and provider events that arrive while a command awaits the provider (for example before
-`start_turn` returns a turn id) wait behind it: staging for free (seed 000, section 5.2).
+`start_turn` returns a turn id) wait behind it: staging for free (docs/design.md#turns).
 
-A writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
+A timeline writer step stores nothing it does not publish (writer.py owns the row path: sanitize at
 the provider boundary, encode, store, publish). Any step that still fails ends the running
 turn as turn_failed, with an error row, and leaves the agent errored: never stuck in running.
 
@@ -145,7 +145,7 @@ class AgentActor:
         )
 
     def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
-        """A re-based timeline (rewind, rehydrating reload) gets a writer of its own."""
+        """A re-based timeline (rewind, rehydrating reload) gets a timeline writer of its own."""
         self._core.writer = self._new_writer(epoch, next_seq)
         return self._core.writer
 
@@ -240,11 +240,7 @@ class AgentActor:
     # --- prompts (actor_prompts.py) --------------------------------------------------------
 
     async def start_turn(
-        self,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        queued_by: QueuedBy = QueuedBy.CLIENT,
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
     ) -> StartedTurn:
         return await self._prompts.start_turn(prompt, client_message_id, if_running, queued_by)
 
@@ -263,7 +259,7 @@ class AgentActor:
         await self._prompts.add_notice(notice, wake, client_message_id)
 
     async def barrier(self) -> None:
-        """Until every row handed to the store so far is stored and published."""
+        """Until every row handed to the timeline store so far is stored and published."""
         await self._writer.barrier()
 
     # --- ending turns ----------------------------------------------------------------------
@@ -282,7 +278,7 @@ class AgentActor:
                 await self._writer.append([NewRow(end.closing_row, now, active.turn_id)])
             except Exception:
                 log.exception("agent %s: a turn's closing row could not be stored", self.agent.id)
-        # A turn's unanswered requests end with it (seed 000, section 10).
+        # A turn's unanswered requests end with it (docs/design.md#permissions).
         asked = {
             p.id for p in self._state.snapshot.pending_permissions if p.turn_id == active.turn_id
         }

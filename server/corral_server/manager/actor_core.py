@@ -20,5 +20,5 @@ class ActorCore:
     state: AgentState
     jobs: JobQueue
     turns: TurnBook
-    # The timeline's writer now: replaced only by the actor (`_install_writer`), on its queue.
+    # The timeline writer now: replaced only by the actor (`_install_writer`), on its queue.
     writer: TimelineWriter

@@ -47,7 +47,7 @@ class Ending:
 
     async def interrupt(self, turn_id: str) -> InterruptResult:
         """Ask the provider to stop turn `turn_id`. Off the queue on purpose (a provider slow
-        to answer must not stall the writer), under the interrupt deadline, and fenced twice:
+        to answer must not stall the single writer), under the interrupt deadline, and fenced twice:
         here, and by the provider, which ignores an interrupt for a turn it is not running.
         A deadline or an error counts as "not confirmed" (REFUSED)."""
         active, session = self._core.turns.active, self._sessions.current
@@ -65,7 +65,7 @@ class Ending:
             return InterruptResult.REFUSED
 
     async def stop_turn(self, active: ActiveTurn) -> CancelOutcome:
-        """Stop `active` the way CancelTurn does (seed 000, 5.4), off the queue: the
+        """Stop `active` the way CancelTurn does (docs/design.md#cancel), off the queue: the
         interrupt for its id; then up to `settle_s` for it to end. It ended -> SETTLED; it
         did not and the provider had confirmed -> ended here with TurnCanceled, SETTLED; it
         did not and the provider had not -> REFUSED (the turn goes on). NOT_RUNNING: it had
@@ -85,14 +85,14 @@ class Ending:
 
     async def force_cancel(self, turn_id: str, reason: str) -> None:
         """The provider confirmed the interrupt but never ended the turn: end it ourselves
-        (seed 000, section 5.4 — only after a confirmed interrupt)."""
+        (only after a confirmed interrupt: docs/design.md#cancel)."""
         active = self._core.turns.active
         if active is not None and active.turn_id == turn_id:
             await self._finish(active, ev.TurnCanceled(self.agent.id, turn_id, reason))
 
     async def close(self) -> Agent:
         """Close the runtime and keep the record. A session close that fails or misses its
-        deadline still broadcasts the closed snapshot, then raises (seed 000, section 4.3)."""
+        deadline still broadcasts the closed snapshot, then raises (docs/design.md#lifecycle)."""
         if isinstance(self.agent.lifecycle, Closed):
             return self.agent
         failure: Exception | None = None
@@ -150,8 +150,8 @@ class Ending:
             self._stop()
 
     async def archive(self) -> Agent:
-        """ArchiveAgent, on the queue: marked archived (kept whole: seed 000, 7.3), then closed
-        like CloseAgent (a running turn canceled, the session closed)."""
+        """ArchiveAgent, on the queue: marked archived (the mark kept by every later write), then
+        closed like CloseAgent (a running turn canceled, the session closed)."""
         if self._core.state.snapshot.archived_at_ms is None:
             now = self._core.deps.clock.now_ms()
             self._core.state.set(replace(self._core.state.snapshot, archived_at_ms=now))
@@ -190,7 +190,7 @@ class Ending:
             await self._writer_failed(exc)
 
     async def _writer_failed(self, exc: Exception) -> None:
-        """A writer step failed unexpectedly: end the running turn as failed (with an error
+        """A timeline writer step failed unexpectedly: end the running turn as failed (with an error
         row, when one can be stored) and leave the agent errored, never stuck in running."""
         agent_id = self._core.state.snapshot.id
         log.error("agent %s: a writer step failed", agent_id, exc_info=exc)

@@ -1,6 +1,6 @@
-"""The part of an agent's actor for what came before: history replay (seed 000, 6.3), an
-import's history (ImportAgent), echo reconciliation and Rewind (6.4), ReloadAgent (4.2), and
-ending a turn a restart interrupted. On the queue only."""
+"""The part of an agent's actor for what came before: history replay, an import's history
+(ImportAgent), echo reconciliation and Rewind (docs/design.md#echo-and-rewind), ReloadAgent, and
+ending a turn a restart interrupted (docs/design.md#resume). On the queue only."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class HistoryKeeper:
         finish: Callable[[ActiveTurn, ev.TurnTerminal], Awaitable[None]],
     ) -> None:
         self._core = core
-        self._new_writer = new_writer  # installs a writer for a re-based timeline
+        self._new_writer = new_writer  # installs a timeline writer for a re-based timeline
         self._sessions = sessions
         self._echoes = echoes
         self._register = register
@@ -62,7 +62,7 @@ class HistoryKeeper:
         return self._core.state.snapshot.id
 
     def history_row(self, event: ProviderItem) -> NewRow:
-        """The history gate (seed 000, 6.3): an item the provider replays from its history
+        """The history gate (docs/design.md#resume): an item the provider replays from its history
         (`from_history`) becomes a row as it is, with no turn id, whatever turn runs or
         ended: it is not judged by the turn gates, not coalesced, never reconciled as an
         echo, and never starts or ends a turn. Nothing else changes: no lifecycle, no
@@ -96,8 +96,7 @@ class HistoryKeeper:
     async def end_interrupted_turn(self) -> None:
         """A restored agent whose snapshot says Running: its turn died with the old daemon.
         It ends with a clear error row and turn_failed, and the agent is idle again, or runs
-        its next queued prompt (a provider that can resume turns comes with the providers
-        issue)."""
+        its next queued prompt (no provider can resume a turn yet)."""
         lifecycle = self._core.state.snapshot.lifecycle
         if not isinstance(lifecycle, Running):
             return
@@ -187,8 +186,8 @@ class HistoryKeeper:
         raise errors.MessageNotConfirmed(self._agent_id, message_id)
 
     async def reconciled(self, event: ProviderItem) -> bool:
-        """Echo reconciliation (seed 000, 6.4): a user message the provider reports that is
-        the echo of a prompt corral stored (same client_message_id, or the same text in the
+        """Echo reconciliation (docs/design.md#echo-and-rewind): a user message the provider reports
+        that is the echo of a prompt corral stored (same client_message_id, or the same text in the
         running turn) is not stored twice; the provider's message id is written into the
         stored row (its only in-place change) and subscribers learn it by RowUpdated."""
         item = event.item

@@ -1,4 +1,4 @@
-"""The part of an agent's actor for pending permissions (seed 000, section 10): requests,
+"""The part of an agent's actor for pending permissions (docs/design.md#permissions): requests,
 answers, and the follow-up prompt a provider may ask for with an answer. On the queue, except the
 follow-up's replace, which waits for a cancel (off the queue, like SendPrompt's REPLACE), and
 the interrupt of a turn failed for asking too much (off the queue, like every interrupt).
@@ -162,7 +162,7 @@ class PermissionDesk:
         return self._core.state.agent
 
     def _follow_up(self, prompt: Prompt) -> None:
-        """The provider answered with a follow-up prompt (seed 000, section 10): it starts
+        """The provider answered with a follow-up prompt (docs/design.md#permissions): it starts
         as a turn replacing the running one, as SendPrompt with REPLACE does. The handoff
         opens here, before the RPC's receipt (the agent keeps reporting Running, with no
         idle moment); the cancel and the start follow off the queue."""
@@ -173,8 +173,8 @@ class PermissionDesk:
 
     async def _replace_with(self, prompt: Prompt, active: ActiveTurn | None) -> None:
         """REPLACE with the follow-up. A provider that refuses to stop the running turn keeps
-        it (seed 000, 4.4: no new turn while the old one may still write); the follow-up then
-        waits in the queue instead of being lost (nobody is left to be told it was)."""
+        it (no new turn while the old one may still write: docs/design.md#cancel); the follow-up
+        then waits in the queue instead of being lost (nobody is left to be told it was)."""
         client_message_id = f"follow-up-{uuid.uuid4().hex}"
         agent_id = self._agent_id
         try:

@@ -1,4 +1,4 @@
-"""The part of an agent's actor for prompts (seed 000, 5.1; seed 003, 5.8): starting a turn,
+"""The part of an agent's actor for prompts (docs/design.md#turns): starting a turn,
 and for prompts sent while one runs QUEUE, STEER, REPLACE's handoff, and what follows a turn;
 a sub-agent's notice and its wake. Runs on the actor's queue only."""
 
@@ -61,13 +61,9 @@ class Prompts:
         return self._core.state.agent
 
     async def start_turn(
-        self,
-        prompt: Prompt,
-        client_message_id: str,
-        if_running: IfRunning,
-        queued_by: QueuedBy = QueuedBy.CLIENT,
+        self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
     ) -> StartedTurn:
-        """A prompt, decided on the queue (seed 000, 5.1; seed 003, 5.8): start a turn when
+        """A prompt, decided on the queue (docs/design.md#turns): start a turn when
         none runs; otherwise REJECT (AGENT_BUSY), QUEUE (FIFO in Agent.queued_prompts),
         STEER (into the running turn when the provider can, else queued), or REPLACE (the
         manager canceled the running turn and opened a handoff: start now, as its
@@ -130,7 +126,7 @@ class Prompts:
         return turn_id
 
     def begin(self, active: ActiveTurn, queued: tuple[QueuedPrompt, ...] | None = None) -> Prepared:
-        """The manager's own, authoritative turn_started (seed 000, section 11.1): the turn
+        """The manager's own, authoritative turn_started (docs/design.md#turns): the turn
         runs from here; the caller publishes the returned event (a foreground turn, right
         before its prompt's row, once that row is committed: the stream's ack is durable)."""
         started = self._core.deps.publisher.prepare(ev.TurnStarted(self.agent.id, active.turn_id))
@@ -148,7 +144,7 @@ class Prompts:
         self, prompt: Prompt, client_message_id: str, queued_by: QueuedBy = QueuedBy.CLIENT
     ) -> StartedTurn:
         """QUEUE: the prompt waits in Agent.queued_prompts (FIFO) and starts when the running
-        turn ends; the running turn is not marked interrupted (seed 003, 5.8)."""
+        turn ends; the running turn is not marked interrupted (docs/design.md#turns)."""
         self._core.deps.provider.validate_prompt(prompt)
         queued = self._core.state.snapshot.queued_prompts
         if len(queued) >= MAX_QUEUED_PROMPTS:

@@ -3,7 +3,7 @@ resuming the stored provider session after a daemon restart or a death), hearing
 died, and keeping `Agent.provider_session_id` equal to what the provider reports. On the
 queue only.
 
-Resume (issue 8, item 6). A restored agent keeps its record's provider_session_id; its first
+Resume (docs/design.md#resume). A restored agent keeps its record's provider_session_id; its first
 turn opens a session with `resume_session_id` set to it, so the provider continues the same
 conversation. Adapters never replay history to the sink (ACP's session/load replay is
 dropped by the adapter): corral's timeline already holds those rows. A resume the provider
@@ -13,7 +13,7 @@ turn runs, without the earlier conversation. A resume that misses its deadline i
 fresh (a second deadline would hold the queue twice as long): the turn fails to start with
 PROVIDER_TIMEOUT and the next one tries the resume again.
 
-Death (issue 8, item 1). Each session reports through a sink of its own, so a death reported
+Death. Each session reports through a sink of its own, so a death reported
 by a session corral has already replaced (a reload) or closed can never mark its successor
 dead. The death is handled on the queue after everything the session reported before it:
 a turn the provider did not end ends failed (AGENT_EXITED); the dead session is closed (its
@@ -96,8 +96,8 @@ class SessionKeeper:
 
     async def ensure(self) -> None:
         """A turn needs a session: an agent restored after a restart, whose session died, or
-        whose reload failed opens one now, lazily (seed 003, 5.4: start-up reads headers
-        only), resuming the stored provider session when there is one to resume."""
+        whose reload failed opens one now, lazily (start-up reads headers only:
+        docs/design.md#resume), resuming the stored provider session when there is one to resume."""
         agent = self._core.state.snapshot
         if isinstance(agent.lifecycle, Initializing):
             raise errors.FailedPrecondition(f"agent {agent.id!r} is still initializing")

@@ -35,7 +35,7 @@ class AgentState:
     def __init__(self, agent: Agent, deps: ActorDeps, writer: Callable[[], TimelineWriter]) -> None:
         self.snapshot = agent  # replaced whole, only by the actor's task
         self._deps = deps
-        # The timeline's writer (replaced by a rewind or a rehydrating reload). Its next_seq
+        # The timeline writer (replaced by a rewind or a rehydrating reload). Its next_seq
         # moves with every append; folding it into the snapshot on every row would cost more
         # than the row, so readers get it folded in on read (`agent`).
         self._writer = writer

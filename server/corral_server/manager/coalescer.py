@@ -1,4 +1,4 @@
-"""Joins streaming fragments into whole timeline rows (seed 000, section 6.2).
+"""Joins streaming fragments into whole timeline rows (docs/design.md#coalescing).
 
 - empty text fragments are swallowed;
 - consecutive assistant (or reasoning) fragments of one message are joined into one row;
@@ -24,7 +24,8 @@ from corral_server.providers.base import ProviderItem
 from corral_server.timeline.size import text_bytes
 from corral_server.timeline.store import NewRow
 
-# Seed 000, section 6.2: AGENT_STREAM_COALESCE_DEFAULT_WINDOW_MS = 60.
+# How long a pending row waits for more fragments: short enough not to be seen, long enough
+# to join a burst of tokens into one row (docs/design.md#coalescing).
 WINDOW_MS = 60
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.domain.agent import Agent, AgentId, Initializing
+from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
@@ -186,8 +186,9 @@ class Creation:
             registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
             turn_id = ""
             if spec.initial_prompt:
+                prompt, by = spec.initial_prompt, QueuedBy.CLIENT
                 started = await actor.call(
-                    lambda: actor.start_turn(spec.initial_prompt, "", IfRunning.REJECT)
+                    lambda: actor.start_turn(prompt, "", IfRunning.REJECT, by)
                 )
                 turn_id = started.turn_id
                 registered = actor.agent

@@ -1,5 +1,6 @@
-"""Waiting on the manager's clock: a result within a time limit, and provider calls under
-deadlines. Tests drive both with a FakeClock, so a 30 s deadline costs microseconds.
+"""Waiting on the manager's clock: a result within a time limit, the first of several waits,
+and provider calls under deadlines. Tests drive them with a FakeClock, so a 30 s deadline
+costs microseconds.
 
 Must not: leave a task running once its caller has stopped waiting (the caller cancelled, or
 the time ran out), or leave a task whose failure nobody retrieves.
@@ -50,6 +51,18 @@ async def _race(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> asynci
         task.add_done_callback(_retrieve)
         return None
     return task
+
+
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Until the first of `waits` finishes; the others are cancelled and have ended when this
+    returns (or is cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -13,6 +13,7 @@ from corral_server import errors
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.selector import parse_selector
+from corral_server.manager.specs import ListQuery
 from corral_server.manager.validate import Limits
 
 DEFAULT_PAGE_SIZE = 100
@@ -55,19 +56,12 @@ class AgentDirectory:
             return [a.agent for i, a in self.actors.items() if i in agent_ids]
         return self.agents()
 
-    def page(
-        self,
-        *,
-        page_size: int,
-        page_token: str,
-        label_selector: str,
-        include_archived: bool,
-        parent_agent_id: str,
-    ) -> tuple[list[Agent], str]:
+    def page(self, query: ListQuery) -> tuple[list[Agent], str]:
         """Agents in creation order. The token is the id of the last agent of the previous
         page, so a page stays correct while agents are created behind it."""
-        selector = parse_selector(label_selector)
-        size = page_size or DEFAULT_PAGE_SIZE
+        selector = parse_selector(query.label_selector)
+        size = query.page_size or DEFAULT_PAGE_SIZE
+        page_token = query.page_token
         if size > MAX_PAGE_SIZE:
             raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}")
         ids = list(self.actors)
@@ -79,9 +73,9 @@ class AgentDirectory:
         out: list[Agent] = []
         for agent_id in ids[start:]:
             agent = self.actors[agent_id].agent
-            if agent.archived_at_ms is not None and not include_archived:
+            if agent.archived_at_ms is not None and not query.include_archived:
                 continue
-            if parent_agent_id and agent.parent_agent_id != parent_agent_id:
+            if query.parent_agent_id and agent.parent_agent_id != query.parent_agent_id:
                 continue
             if not selector.matches(agent.labels):
                 continue

@@ -1,5 +1,5 @@
-"""ImportAgent's checks (issue 8, item 6): which provider imports, and whether the request can
-be imported at all, decided before anything is started or stored.
+"""ImportAgent's checks (docs/design.md#lifecycle): which provider imports, and whether the request
+can be imported at all, decided before anything is started or stored.
 
 The import itself is `AgentManager.import_agent`: the provider reads the session's
 conversation (`HistoryImporter`), then the agent is created as CreateAgent creates one, its

@@ -37,7 +37,7 @@ class InboxHandler(Protocol):
         """The rows an accepted fragment makes ready now (none for another turn's)."""
 
     async def handle(self, event: ProviderEvent) -> None:
-        """Any other event, after the rows before it are handed to the store."""
+        """Any other event, after the rows before it are handed to the timeline store."""
 
 
 class ProviderInbox:
@@ -89,5 +89,5 @@ async def drain(handler: InboxHandler, events: list[ProviderEvent]) -> None:
         ready = []
         await handler.handle(event)
     # Not awaited: the next rows are coalesced while these commit (published after their
-    # commit, in order); a failed commit surfaces at the writer's next step.
+    # commit, in order); a failed commit surfaces at the timeline writer's next step.
     handler.writer.append_nowait(ready)

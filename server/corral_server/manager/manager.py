@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -21,6 +21,7 @@ from corral_server.domain.agent import (
     Agent,
     PendingPermission,
     PermissionResponse,
+    QueuedBy,
     QueuedPrompt,
 )
 from corral_server.domain.content import Prompt
@@ -32,9 +33,10 @@ from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches, check_choice
 from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
-from corral_server.manager.specs import AgentUpdate, CreateSpec, Timeouts
+from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
@@ -103,14 +105,7 @@ class AgentManager:
         # and every WaitForIdle ends with it.
         self._shutting_down = False
         self._draining = asyncio.Event()
-        # Sub-agent hooks (subagents/registry.py sets them): `on_settled` is told, on the
-        # agent's task, when an agent settles (a turn ended, no successor follows);
-        # `on_archive` runs before an archive cascade closes its agents (ids, agent first).
-        self.on_settled: Callable[[Agent, TurnTerminal], None] | None = None
-        self.on_archive: Callable[[list[str]], Awaitable[None]] | None = None
-        # Told (on the loop) of each agent a close or an archive leaves closed (app.py: the MCP
-        # endpoint ends what that agent has open).
-        self.on_closed: Callable[[str], None] | None = None
+        self.hooks = ManagerHooks()  # app.py sets them
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -125,23 +120,9 @@ class AgentManager:
         """Every agent in scope (empty = all), for a fresh subscription."""
         return self._agents.snapshot(agent_ids)
 
-    def list_agents(
-        self,
-        *,
-        page_size: int,
-        page_token: str,
-        label_selector: str,
-        include_archived: bool,
-        parent_agent_id: str,
-    ) -> tuple[list[Agent], str]:
+    def list_agents(self, query: ListQuery) -> tuple[list[Agent], str]:
         """Agents in creation order, a page at a time (directory.py)."""
-        return self._agents.page(
-            page_size=page_size,
-            page_token=page_token,
-            label_selector=label_selector,
-            include_archived=include_archived,
-            parent_agent_id=parent_agent_id,
-        )
+        return self._agents.page(query)
 
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
@@ -217,7 +198,8 @@ class AgentManager:
             )
         if if_running is IfRunning.REPLACE and actor.active_turn is not None:
             await stopping.cancel_for_replace(actor, self._clock, self._timeouts)
-        return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running))
+        by = QueuedBy.CLIENT
+        return await actor.call(lambda: actor.start_turn(prompt, client_message_id, if_running, by))
 
     async def add_notice(
         self,
@@ -235,8 +217,8 @@ class AgentManager:
         await actor.call(lambda: actor.add_notice(notice, wake, client_message_id))
 
     async def rows_settled(self, agent_id: str) -> None:
-        """Until every row the agent has handed to its store so far is stored (a reader that
-        fetches next sees them). A closed agent's rows are already settled or about to be."""
+        """Until every row the agent has handed to its timeline store so far is stored (a reader
+        that fetches next sees them). A closed agent's rows are already settled or about to be."""
         actor = self._actor(agent_id)
         with contextlib.suppress(errors.AgentClosed):
             await actor.call(actor.barrier)
@@ -244,13 +226,14 @@ class AgentManager:
     async def respond_permission(
         self, agent_id: str, request_id: str, response: PermissionResponse
     ) -> Agent:
-        """Answer a pending permission (seed 000, section 10)."""
+        """Answer a pending permission (docs/design.md#permissions)."""
         actor = self._actor(agent_id)
         check_id("request_id", request_id, self.limits)
         return await actor.call(lambda: actor.respond_permission(request_id, response))
 
     async def rewind(self, agent_id: str, message_id: str) -> Agent:
-        """Rewind to before a user message the provider confirmed (seed 000, 6.4)."""
+        """Rewind to before a user message the provider confirmed
+        (docs/design.md#echo-and-rewind)."""
         self._check_open()
         actor = self._actor(agent_id)
         check_id("message_id", message_id, self.limits)
@@ -312,7 +295,7 @@ class AgentManager:
         return await actor.call(lambda: done_with(actor.detach()))
 
     async def reload(self, agent_id: str, rehydrate: bool) -> Agent:
-        """Restart the agent's provider session (seed 000, section 4.2): the running turn is
+        """Restart the agent's provider session (docs/design.md#resume): the running turn is
         canceled first, and a provider that refuses to stop it abandons the reload
         (PROVIDER_REFUSED_INTERRUPT) rather than forcing two turns onto one timeline."""
         self._check_open()
@@ -337,8 +320,8 @@ class AgentManager:
         self._check_open()
         self._actor(agent_id)
         members = self._agents.with_descendants(agent_id)
-        if self.on_archive is not None:
-            await self.on_archive(members)
+        if self.hooks.on_archive is not None:
+            await self.hooks.on_archive(members)
         return await stopping.archive_each(
             [self._agents.actors[m] for m in members], self._told_closed
         )
@@ -348,9 +331,9 @@ class AgentManager:
         return await self._closes.close(self._actor(agent_id))
 
     def _told_closed(self, actor: AgentActor) -> None:
-        """Tell `on_closed` (read at the call: app.py sets it after construction)."""
-        if self.on_closed is not None and actor.agent.is_closed:
-            self.on_closed(actor.agent.id)
+        """Tell `hooks.on_closed` (read at the call: app.py sets it after construction)."""
+        if self.hooks.on_closed is not None and actor.agent.is_closed:
+            self.hooks.on_closed(actor.agent.id)
 
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,
@@ -385,8 +368,8 @@ class AgentManager:
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
-        if self.on_settled is not None:
-            self.on_settled(agent, terminal)
+        if self.hooks.on_settled is not None:
+            self.hooks.on_settled(agent, terminal)
 
     def _actor(self, agent_id: str) -> AgentActor:
         return self._agents.actor(agent_id)

@@ -1,6 +1,6 @@
-"""Pending permissions on an agent's snapshot (seed 000, section 10): pure functions the actor
+"""Pending permissions on an agent's snapshot (docs/design.md#permissions): pure functions the actor
 applies on its queue. A request belongs to the turn that asked and ends with it; attention
-PERMISSION is raised on the edge from none pending to one (section 9)."""
+PERMISSION is raised on the edge from none pending to one (docs/design.md#attention)."""
 
 from __future__ import annotations
 

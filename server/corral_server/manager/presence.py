@@ -1,4 +1,4 @@
-"""Who is watching, and whom to tell when an agent needs attention (seed 000, section 9).
+"""Who is watching, and whom to tell when an agent needs attention (docs/design.md#attention).
 
 `PresenceBook` holds each client's last heartbeat (bounded: the oldest is evicted first).
 `notification_plan` is the pure policy, read top to bottom, first match wins:
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from corral_server.domain.agent import Agent, AttentionReason
 from corral_server.domain.notification import NOBODY, NotificationPlan, NotifyKind
 
-# Seed 000, section 9: PRESENCE_THRESHOLD_MS = 180_000.
+# A client is present while its last activity is this recent (three minutes).
 PRESENCE_MS = 180_000
 MAX_CLIENTS = 10_000
 

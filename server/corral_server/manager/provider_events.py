@@ -113,7 +113,7 @@ class ProviderEvents:
                     )
             case ProviderPermissionResolved(request_id=request_id, behavior=behavior):
                 # The provider settled it itself; an echo of corral's own answer finds nothing
-                # pending and is dropped (seed 000, section 10: the receipt comes first).
+                # pending and is dropped (the receipt comes first: docs/design.md#permissions).
                 pending = self._core.state.snapshot.pending_permissions
                 if any(p.id == request_id for p in pending):
                     self._permissions.resolve({request_id}, behavior)
@@ -135,5 +135,6 @@ class ProviderEvents:
         if active is None:
             return
         # The terminal names the turn as its TurnStarted did (an id-less autonomous turn
-        # keeps its empty id; a terminal without an id borrows the active one: seed 000, 5.2).
+        # keeps its empty id; a terminal without an id borrows the active one:
+        # docs/design.md#turns).
         await self._finish(active, replace(terminal, turn_id=active.turn_id))

@@ -1,5 +1,5 @@
-"""Provider output made encodable: what a provider reports is cleaned here, before the writer
-stores it, so that no row can fail to encode after it was stored.
+"""Provider output made encodable: what a provider reports is cleaned here, before the timeline
+writer stores it, so that no row can fail to encode after it was stored.
 
 Rules (each keeps what can be kept and says what it replaced):
 
@@ -16,7 +16,7 @@ Rules (each keeps what can be kept and says what it replaced):
   (bytes, sets, objects) becomes the string "<TYPE: TEXT>" with its str() cut to 1,000
   characters.
 * Other fields: a text field that holds no string becomes "" for None, its text for a
-  number; a tool status that is no ToolCallStatus becomes PENDING.
+  number; a tool status that is no tl.ToolCallStatus becomes PENDING.
 
 Fast: ASCII text is known clean in O(1), other text is checked by encoding it once, and an item
 with nothing to clean is returned as the same object. Pure: no protobuf, no I/O.
@@ -30,20 +30,8 @@ import sys
 from dataclasses import replace
 from typing import Any, TypeVar, assert_never
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    Compaction,
-    ErrorItem,
-    JsonValue,
-    Reasoning,
-    SubagentNotice,
-    TimelineItem,
-    Todo,
-    TodoEntry,
-    ToolCall,
-    ToolCallStatus,
-    UserMessage,
-)
+from corral_server.domain import timeline as tl
+from corral_server.domain.timeline import AssistantMessage, JsonValue, TimelineItem
 
 # upb (protobuf's Python, C and PHP runtime) and the C++ and Java runtimes refuse messages
 # nested more than 100 deep. A JSON object level costs 3 (Value, Struct, FieldsEntry) and an
@@ -80,33 +68,33 @@ def sanitize_item(item: TimelineItem) -> TimelineItem:
     match item:
         case AssistantMessage(text=text, message_id=message_id):
             return _changed(item, text=t(text), message_id=t(message_id))
-        case Reasoning(text=text):
+        case tl.Reasoning(text=text):
             return _changed(item, text=t(text))
-        case UserMessage(text=text, client_message_id=client_id, message_id=message_id):
+        case tl.UserMessage(text=text, client_message_id=client_id, message_id=message_id):
             return _changed(
                 item, text=t(text), client_message_id=t(client_id), message_id=t(message_id)
             )
-        case ToolCall():
-            status = item.status if isinstance(item.status, ToolCallStatus) else None
+        case tl.ToolCall():
+            status = item.status if isinstance(item.status, tl.ToolCallStatus) else None
             return _changed(
                 item,
                 call_id=t(item.call_id),
                 name=t(item.name),
-                status=status or ToolCallStatus.PENDING,
+                status=status or tl.ToolCallStatus.PENDING,
                 input=sanitize_json(item.input),
                 output=sanitize_json(item.output),
                 error=t(item.error),
             )
-        case Todo(entries=entries):
+        case tl.Todo(entries=entries):
             clean = tuple(_entry(e) for e in entries)
             if type(entries) is tuple and all(a is b for a, b in zip(clean, entries, strict=True)):
                 return item
-            return Todo(clean)
-        case ErrorItem(message=message, code=code):
+            return tl.Todo(clean)
+        case tl.ErrorItem(message=message, code=code):
             return _changed(item, message=t(message), code=t(code))
-        case Compaction(summary=summary):
+        case tl.Compaction(summary=summary):
             return _changed(item, summary=t(summary))
-        case SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
+        case tl.SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
             return _changed(item, run_id=t(run_id), child_agent_id=t(child), text=t(text))
         case _:
             assert_never(item)
@@ -148,9 +136,9 @@ def _scalar_text(value: object) -> str:
     return _shown(value)
 
 
-def _entry(entry: TodoEntry) -> TodoEntry:
-    if not isinstance(entry, TodoEntry):
-        return TodoEntry(_text(entry))
+def _entry(entry: tl.TodoEntry) -> tl.TodoEntry:
+    if not isinstance(entry, tl.TodoEntry):
+        return tl.TodoEntry(_text(entry))
     return _changed(entry, text=_text(entry.text), completed=bool(entry.completed))
 
 

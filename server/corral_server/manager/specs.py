@@ -1,4 +1,4 @@
-"""What callers hand the manager: create and update requests, provider deadlines."""
+"""What callers hand the manager: create, update and list requests, provider deadlines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral_server.domain.content import Prompt, TextPart
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Which agents ListAgents answers, a page at a time in creation order: `page_size` 0 is
+    the default size, `page_token` the previous page's token ("" = the first page)."""
+
+    page_size: int = 0
+    page_token: str = ""
+    label_selector: str = ""
+    include_archived: bool = False
+    parent_agent_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +66,7 @@ class CreateSpec:
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Deadlines of provider calls and the cancel waits (seed 000, section 5.4), measured on
+    """Deadlines of provider calls and the cancel waits (docs/design.md#cancel), measured on
     the manager's clock. A provider that misses one never holds its agent's queue longer."""
 
     create_session_s: float = 60.0  # a real agent process starts and handshakes

@@ -40,9 +40,9 @@ class CancelOutcome(enum.Enum):
 
 @dataclass(eq=False, slots=True)
 class ForegroundRun:
-    """A turn a client started (SendPrompt / StreamTurn, seed 000, 5.1): corral knows its id
-    from start_turn, and only its exact id (or none, borrowed: 5.2) ends it. Owned by the
-    agent's actor; readers await `settled`, resolved with the turn's one terminal event."""
+    """A turn a client started (SendPrompt / StreamTurn): corral knows its id from
+    start_turn, and only its exact id (or none, borrowed) ends it (docs/design.md#turns). Owned by
+    the agent's actor; readers await `settled`, resolved with the turn's one terminal event."""
 
     turn_id: str
     settled: asyncio.Future[TurnTerminal]
@@ -62,7 +62,7 @@ ActiveTurn: TypeAlias = ForegroundRun | AutonomousRun
 
 
 def owns(run: ActiveTurn, turn_id: str) -> bool:
-    """Whether an event naming `turn_id` ("" = none) belongs to `run` (seed 000, 5.1/5.2)."""
+    """Whether an event naming `turn_id` ("" = none) belongs to `run` (docs/design.md#turns)."""
     match run:
         case ForegroundRun(turn_id=own):
             return turn_id in ("", own)

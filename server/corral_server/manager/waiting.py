@@ -1,5 +1,5 @@
 """WaitForIdle: until an agent stops running, read from its snapshots (never through its
-queue: a wait must not hold the writer), woken by each change and by the drain.
+queue: a wait must not hold the single writer), woken by each change and by the drain.
 
 Must not: change an agent.
 """
@@ -7,14 +7,14 @@ Must not: change an agent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, assert_never
+from collections.abc import Awaitable, Callable
+from typing import assert_never
 
 from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.domain.agent import Agent, Closed, Errored, Idle, Initializing, Running
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.deadlines import within
+from corral_server.manager.deadlines import first_of, within
 from corral_server.manager.turns import WaitStatus
 
 # WaitForIdle's longest wait; clients re-wait for longer.
@@ -49,7 +49,7 @@ async def wait_for_idle(
             remaining_s = (deadline_ms - clock.now_ms()) / 1000
             if remaining_s <= 0:
                 return WaitStatus.TIMEOUT, actor.agent
-        changed = _first_of(actor.changed.wait(), draining.wait())
+        changed = first_of(actor.changed.wait(), draining.wait())
         if remaining_s is None:
             await changed
             continue
@@ -77,13 +77,3 @@ def _settled(agent: Agent) -> WaitStatus | None:
 async def _true_after(wait: Awaitable[object]) -> bool:
     await wait
     return True
-
-
-async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:
-    """Until the first of `waits` finishes (the others are cancelled)."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

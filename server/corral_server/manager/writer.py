@@ -1,6 +1,6 @@
 """One agent's timeline as its actor writes it: provider fragments in, whole rows out.
 
-Owns the path of a row (seed 000, sections 6.1 and 6.2): the provider boundary (text that
+Owns the path of a row (docs/design.md#durability, #coalescing): the provider boundary (text that
 cannot be encoded is mended; a row without a turn id takes the running turn's), the coalescer
 and its 60 ms timer, and append's order: encode every event first (`Publisher.prepare`, the
 only step that may fail on content), store, then publish (`Publisher.commit_many`, which
@@ -28,7 +28,7 @@ from corral_server.timeline.store import NewRow, TimelineStore
 
 
 class Publisher(Protocol):
-    """The event hub as the writer sees it: encode first, publish after the store step.
+    """The event hub as the timeline writer sees it: encode first, publish after the store step.
 
     `joint_commits`: the hub publishes an event only once its event log committed it, in
     the same journal as the timeline store and behind the rows handed over before it
@@ -87,7 +87,7 @@ class TimelineWriter:
 
     def admit(self, event: ProviderItem, active_turn_id: str | None) -> ProviderItem:
         """The provider boundary: text that cannot be encoded is mended here, and a row
-        without a turn id belongs to the running turn (seed 000, section 5.2)."""
+        without a turn id belongs to the running turn (docs/design.md#turns)."""
         item = sanitize_item(event.item)
         turn_id = event.turn_id or active_turn_id or ""
         if item is event.item and turn_id == event.turn_id:

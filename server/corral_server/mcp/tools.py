@@ -1,9 +1,9 @@
-"""The sub-agent operations an agent may call on itself (issue 9, item 10), scoped to its tree.
+"""The sub-agent operations an agent may call on itself (docs/mcp.md), scoped to its tree.
 
 Each operation takes the calling agent (whom its credential names) and refuses any run or
 agent outside that agent's own descendants with `OutsideTree`: the same answer for a run that
 does not exist and one that belongs to someone else, so a caller learns nothing about other
-trees. "Descendants" are the registry's (seed 002, 4.1): the runs the caller requested, the
+trees. "Descendants" are the registry's (subagents/queries.py): the runs the caller requested, the
 runs its children requested, and so on, breadth first.
 
 Answers are plain JSON-able dicts (the MCP tool results). Errors are the domain's
@@ -105,7 +105,7 @@ class SubagentTools:
         return self._view(run)
 
     async def steer(self, caller: str, run_id: str, message: str) -> Json:
-        """The run replaced by a new run of its child on `message` (seed 002, 5.5)."""
+        """The run replaced by a new run of its child on `message` (docs/design.md#subagents)."""
         check_message(message)
         self.own_run(caller, run_id)
         return self._view(await self._registry.steer(run_id, message, controller=caller))

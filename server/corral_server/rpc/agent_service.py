@@ -10,7 +10,7 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.specs import AgentUpdate, CreateSpec
+from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import streaming, unary
 from corral_server.rpc.export import export_agent
@@ -90,13 +90,14 @@ class AgentService(svc_grpc.AgentServiceServicer):
         bounds.check_string(request.label_selector, _MAX_SELECTOR_CHARS, "label_selector")
         bounds.check_string(request.page_token, limits.max_id_chars, "page_token")
         bounds.check_string(request.parent_agent_id, limits.max_id_chars, "parent_agent_id")
-        agents, token = self._manager.list_agents(
+        query = ListQuery(
             page_size=request.page_size,
             page_token=request.page_token,
             label_selector=request.label_selector,
             include_archived=request.include_archived,
             parent_agent_id=request.parent_agent_id,
         )
+        agents, token = self._manager.list_agents(query)
         page: list[agent_pb.Agent] = []
         size = 0
         for agent in agents:

@@ -32,7 +32,7 @@ class ClientGone(logging.Filter):
     a traceback whenever it cannot send an answer because the client has gone: it hung up,
     its deadline passed, or it refused the message as too big for its receive limit. That is
     the client's doing, not a fault of the daemon: such a record becomes one INFO line
-    without the traceback (issue 5, section 5)."""
+    without the traceback: a hang-up is the client's choice, not a daemon fault."""
 
     MARKER = "ExecuteBatchError raised in core"
 
@@ -47,11 +47,17 @@ class ClientGone(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.INFO)
 
 
-# grpc.aio's server logs through this logger. The filter is installed when the rpc edge is
-# imported, so every server built from it (the daemon's, the tests') logs the same way.
+# grpc.aio's server logs through this logger.
 GRPC_SERVER_LOGGER = "grpc._cython.cygrpc"
-_client_gone = ClientGone()
-logging.getLogger(GRPC_SERVER_LOGGER).addFilter(_client_gone)
+
+
+def install_client_gone() -> None:
+    """Put `ClientGone` on grpc's server logger, once per process. Called where a server is
+    built (rpc/server.py, rpc/standby.py), not on import: importing a module changes nothing."""
+    logger = logging.getLogger(GRPC_SERVER_LOGGER)
+    if not any(isinstance(f, ClientGone) for f in logger.filters):
+        logger.addFilter(ClientGone())
+
 
 # Most specific class first: the first isinstance match wins.
 _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (

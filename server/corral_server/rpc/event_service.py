@@ -38,7 +38,7 @@ MAX_CLIENT_ID_CHARS = 256
 
 # Ids one subscription may name (empty = every agent, which needs none): a client watching more
 # agents than this subscribes to all of them. Checked on the request before any set is built:
-# 400 k ids cost 65-200 MB per stream (issue 5).
+# 400 k ids cost 65-200 MB per stream (measured).
 MAX_SUBSCRIBE_AGENT_IDS = 1_000
 # An agent id is 32 hex characters; this is the manager's default `Limits.max_id_chars`.
 MAX_AGENT_ID_CHARS = 256
@@ -49,22 +49,6 @@ _MIN_SECONDS, _MAX_SECONDS = -62_135_596_800, 253_402_300_799
 
 def _valid_timestamp(ts: timestamp_pb2.Timestamp) -> bool:
     return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos <= 999_999_999
-
-
-def event_service_handler(
-    hub: EventHub,
-    snapshot: SnapshotFn,
-    *,
-    max_id_chars: int = MAX_AGENT_ID_CHARS,
-    presence: PresenceBook | None = None,
-    clock: Clock | None = None,
-    streams: StreamBook | None = None,
-) -> grpc.GenericRpcHandler[Any, Any]:
-    """The EventService handler for `server.add_generic_rpc_handlers`."""
-    servicer = EventServicer(
-        hub, snapshot, max_id_chars=max_id_chars, presence=presence, clock=clock, streams=streams
-    )
-    return servicer.handler()
 
 
 def _identity(data: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""A hot standby's waiting server (issue 10, item 1): while another daemon holds the state
+"""A hot standby's waiting server (`corral serve --standby`): while another daemon holds the state
 directory, the standby listens on its address so a load balancer sees it, answers health
 NOT_SERVING for "" and every service, and UNAVAILABLE with reason STANDBY to every call of
 the agent services. Reflection (when on) and ServerService answer, so a person can ask it with
@@ -8,7 +8,6 @@ touches the state directory; the real daemon replaces it once the lock is free.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,20 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server import errors
-from corral_server.listen import (
-    make_socket_private,
-    remove_socket,
-    socket_dir_problem,
-    socket_in_use,
-    unix_path,
-)
+from corral_server.listen import make_socket_private, remove_socket, unix_path
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
-from corral_server.rpc.errors import to_status
+from corral_server.rpc.errors import install_client_gone, to_status
+from corral_server.rpc.server import bind, check_socket, enable_reflection
 from corral_server.rpc.server_service import SERVICE_NAME, ServerService
 from corral_server.server_info import ServerInfo
 
@@ -80,16 +73,6 @@ class StandbyServer:
             remove_socket(*self.socket)
 
 
-async def _check_socket(listen: str, path: Path) -> None:
-    """The serving daemon's rules for a socket path (app.py): a private directory, and no
-    server answering there (grpc would unlink its socket and take the path)."""
-    refusal, _ = socket_dir_problem(path)  # the warning is the daemon's, once it serves
-    if refusal:
-        raise OSError(f"cannot listen on {listen}: {refusal}")
-    if await asyncio.to_thread(socket_in_use, path):
-        raise OSError(f"cannot listen on {listen}: a server answers there")
-
-
 async def start_standby_server(
     listen: str,
     services: tuple[str, ...],
@@ -103,26 +86,17 @@ async def start_standby_server(
     STANDBY); `services` are the daemon's, for health and reflection. OSError (one line)
     when it cannot listen."""
     socket_path = unix_path(listen)
-    if socket_path is not None:
-        await _check_socket(listen, socket_path)
+    if socket_path is not None:  # the directory's warning is the daemon's, once it serves
+        await check_socket(listen, socket_path)
+    install_client_gone()
     auth = [BearerTokens(tokens)] if tokens is not None else []
     server = grpc.aio.server(interceptors=[*auth, _RefuseAgentCalls()])
     servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     server_grpc.add_ServerServiceServicer_to_server(ServerService(lambda: info), server)
     if reflection:
-        grpc_reflection.enable_server_reflection(
-            (*services, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
-        )
-    try:
-        if credentials is not None:
-            port = server.add_secure_port(listen, credentials)
-        else:
-            port = server.add_insecure_port(listen)
-    except RuntimeError as exc:  # grpc's "Failed to bind": the port is taken
-        raise OSError(f"cannot listen on {listen}: address in use or invalid") from exc
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}: address in use or invalid")
+        enable_reflection(server, services)
+    port = bind(server, listen, credentials)
     # Bound, not yet accepting: 0600 before anyone can connect, like the serving socket.
     socket = None if socket_path is None else (socket_path, make_socket_private(socket_path))
     await server.start()

@@ -26,7 +26,7 @@ stopped reading is the one batch it was last handed, and this module bounds that
   until the client reads or its connection closes (keepalive closes one that reads nothing).
 - at most `max_streams` streams are open at once; one more is refused with STREAM_LIMIT.
 
-Must not: block the writer (the hub never waits on a stream), or wait on the event loop for
+Must not: block a single writer (the hub never waits on a stream), or wait on the event loop for
 anything but room in the budget.
 """
 

@@ -1,7 +1,7 @@
 """Hand-written protobuf wire encoding for the hottest message: `Event` carrying
 `timeline_row_appended`. Every streamed row is encoded once for all subscribers, so this is
-the writer's largest per-row cost; building four message objects to serialize them cost about
-3x more than writing the bytes directly.
+the timeline writer's largest per-row cost; building four message objects to serialize them cost
+about 3x more than writing the bytes directly.
 
 The output is byte-for-byte what `SerializeToString` produces (proto3: default-valued fields
 are omitted, fields in number order); tests/unit/rpc/test_wire.py pins that with hypothesis.

@@ -10,31 +10,21 @@ from __future__ import annotations
 
 import json
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    Compaction,
-    ErrorItem,
-    JsonValue,
-    Reasoning,
-    SubagentNotice,
-    TimelineItem,
-    Todo,
-    ToolCall,
-    UserMessage,
-)
+from corral_server.domain import timeline as tl
+from corral_server.domain.timeline import JsonValue, TimelineItem
 
 MAX_INDEXED_CHARS = 64 * 1024
 
 # The names of item kinds, as the TimelineItem oneof on the wire names them.
 ITEM_KINDS: dict[type, str] = {
-    UserMessage: "user_message",
-    AssistantMessage: "assistant_message",
-    Reasoning: "reasoning",
-    ToolCall: "tool_call",
-    Todo: "todo",
-    ErrorItem: "error",
-    Compaction: "compaction",
-    SubagentNotice: "subagent_notice",
+    tl.UserMessage: "user_message",
+    tl.AssistantMessage: "assistant_message",
+    tl.Reasoning: "reasoning",
+    tl.ToolCall: "tool_call",
+    tl.Todo: "todo",
+    tl.ErrorItem: "error",
+    tl.Compaction: "compaction",
+    tl.SubagentNotice: "subagent_notice",
 }
 KIND_NAMES = frozenset(ITEM_KINDS.values())
 
@@ -46,21 +36,21 @@ def kind_of(item: TimelineItem) -> str:
 def text_of(item: TimelineItem) -> str:
     """The searchable text of `item` ('' for none), at most MAX_INDEXED_CHARS."""
     match item:
-        case UserMessage() | AssistantMessage() | Reasoning():
+        case tl.UserMessage() | tl.AssistantMessage() | tl.Reasoning():
             text = item.text
-        case ToolCall():
+        case tl.ToolCall():
             text = "\n".join(
                 part
                 for part in (item.name, _json(item.input), _json(item.output), item.error)
                 if part
             )
-        case ErrorItem():
+        case tl.ErrorItem():
             text = f"{item.message}\n{item.code}" if item.code else item.message
-        case Todo():
+        case tl.Todo():
             text = "\n".join(entry.text for entry in item.entries)
-        case Compaction():
+        case tl.Compaction():
             text = item.summary
-        case SubagentNotice():
+        case tl.SubagentNotice():
             text = item.text
     return text[:MAX_INDEXED_CHARS]
 

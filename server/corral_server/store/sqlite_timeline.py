@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import sqlite3
-import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -46,14 +45,10 @@ from corral_server.store.commits import GroupCommit, Job
 from corral_server.store.database import Database
 from corral_server.store.errors import StoreError
 from corral_server.timeline.size import row_bytes
-from corral_server.timeline.store import ItemCodec, NewRow, check_options
+from corral_server.timeline.store import ItemCodec, NewRow, check_options, new_epoch
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
-
-
-def _uuid_epoch() -> str:
-    return uuid.uuid4().hex
 
 
 class _Head(NamedTuple):
@@ -101,7 +96,7 @@ class SqliteTimelineStore:
         codec: ItemCodec,
         *,
         retain_rows: int | None = None,
-        epoch_factory: Callable[[], str] = _uuid_epoch,
+        epoch_factory: Callable[[], str] = new_epoch,
         max_page_rows: int = MAX_PAGE_ROWS,
         max_page_bytes: int = MAX_PAGE_BYTES,
         search_index: bool = False,

@@ -1,5 +1,5 @@
-"""The announce outbox (seed 002, 5.1-5.3): an ended run's result reaches its requester as one
-SubagentNotice row, exactly once, also across retries and restarts.
+"""The announce outbox (docs/design.md#subagents): an ended run's result reaches its requester as
+one SubagentNotice row, exactly once, also across retries and restarts.
 
 Each run with an announce due has one task here (never two: `start` is idempotent). The task
 asks the registry for the next step (a job on the registry's queue, which owns every state
@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.domain.content import Prompt, TextPart
 from corral_server.domain.subagents import Delivering, SubagentRun
 from corral_server.domain.timeline import Cursor, Direction, SubagentNotice
+from corral_server.manager.deadlines import first_of
 
 if TYPE_CHECKING:
     from corral_server.manager.manager import AgentManager
@@ -171,7 +171,7 @@ class Announcer:
                     case Finished():
                         return
                     case Wait():
-                        await _first_of(self._clock.sleep(self._recheck_s), self._kicked.wait())
+                        await first_of(self._clock.sleep(self._recheck_s), self._kicked.wait())
                     case Deliver():
                         if await self._deliver(step):
                             return
@@ -229,13 +229,3 @@ class Announcer:
             await self._manager.add_notice(run.requester_agent_id, notice)
         except Exception:
             log.warning("sub-agent run %s: the requester could not be told", run.run_id)
-
-
-async def _first_of(*waits: Awaitable[Any]) -> None:
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

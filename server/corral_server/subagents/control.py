@@ -1,4 +1,4 @@
-"""Kill and archive (seed 002, 5.4; seed 000, 4.3): runs end KILLED with their announces
+"""Kill and archive (docs/design.md#subagents): runs end KILLED with their announces
 suppressed, then their children are stopped (queues cleared, turns interrupted).
 
 Marking comes first, in one job, so nothing in a subtree announces while it is being stopped.

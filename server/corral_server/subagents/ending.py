@@ -1,10 +1,10 @@
-"""How a run ends (seed 002, 5.1-5.2): once, when its child first settles (completed -> OK,
+"""How a run ends (docs/design.md#subagents): once, when its child first settles (completed -> OK,
 failed -> ERROR after a grace, canceled -> KILLED), or as decided before (a run timeout:
 TIMEOUT), or by a kill, an archive or a restart (the registry's other parts call `end`). The
 result is the child's last reply of that turn, capped, with the turn's usage. Ending starts
 the announce unless it is suppressed.
 
-The error grace (seed 002, 5.6): a failure is held for `grace_s` (15 s) before it ends the run
+The error grace: a failure is held for `grace_s` (15 s) before it ends the run
 as ERROR (ended at the failure's time). A success in between supersedes it: a completed turn
 ends the run OK, a turn still running when the grace is over lets the run go on. A later
 failure holds its own error for a new grace.
@@ -54,7 +54,7 @@ class RunEnding:
         # Runs a steer is replacing (steer.py): their end is not announced (unless the steer
         # fails and restores it).
         self.steering: set[str] = set()
-        # Seed 002, 5.6: a child's failure ends its run only if no success follows within
+        # The error grace: a child's failure ends its run only if no success follows within
         # `grace_s`: the error held meanwhile, and its timer.
         self._grace_s = grace_s
         self._held: dict[str, _Held] = {}
@@ -113,7 +113,7 @@ class RunEnding:
             self._announcer.start(run.run_id)
         return ended
 
-    # --- the error grace (seed 002, 5.6) ---------------------------------------------------
+    # --- the error grace -------------------------------------------------------------------
 
     def _hold_error(self, run: SubagentRun, held: _Held) -> None:
         """The child's turn failed: the run ends ERROR only if no success follows within

@@ -21,21 +21,22 @@ MAX_LABEL_CHARS = 200
 @dataclass(frozen=True, slots=True)
 class SubagentLimits:
     # The deepest a child may be below a root agent (a root's children are at depth 1).
-    # Seed 002 defaults to 1; 3 lets an orchestrator's workers have helpers of their own.
+    # OpenClaw's run registry defaults to 1; 3 lets an orchestrator's workers have helpers.
     max_depth: int = 3
-    # Runs one agent may have running at once (claimed slots included); seed 002's default.
+    # Runs one agent may have running at once (claimed slots included); OpenClaw's default.
     max_children: int = 5
-    # Seed 002, 5.3: a deferred announce looks again every second, for at most 30 minutes.
+    # A deferred announce looks again every second, for at most 30 minutes (as OpenClaw's).
     defer_recheck_s: float = 1.0
     defer_limit_s: float = 30 * 60.0
-    # Seed 002, 5.1: failed deliveries retry after 1, 2, 4 and 8 s, then give up.
+    # Failed deliveries retry after 1, 2, 4 and 8 s, then give up.
     retry_backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
-    # Seed 002, 5.5: one steer per controller and child every 2 s.
+    # One steer per controller and child every 2 s.
     steer_interval_s: float = 2.0
-    # Seed 002, 5.6: a child's failure is confirmed only if no success follows within 15 s.
+    # A child's failure is confirmed only if no success follows within 15 s (a child prompted
+    # again may still succeed; OpenClaw's grace).
     error_grace_s: float = 15.0
-    # Seed 002, 5.7: the sweeper looks every 60 s. A child of a run with cleanup DELETE is
-    # archived an hour after its announce finished (OpenClaw's archiveAfterMinutes default);
+    # The sweeper looks every 60 s. A child of a run with cleanup DELETE is archived an hour
+    # after its announce finished (OpenClaw's archiveAfterMinutes default);
     # a finished record whose child is gone or closed is forgotten after a week (corral's
     # choice: long enough for any client to have read it).
     sweep_interval_s: float = 60.0

@@ -1,4 +1,4 @@
-"""Queries over the run tree (seed 002, section 4): pure functions of a set of runs.
+"""Queries over the run tree (docs/design.md#subagents): pure functions of a set of runs.
 
 The tree is given by the runs themselves: a run links its requester (parent) to its child, so
 an agent's descendants are found breadth first from the runs it requested, then the runs its
@@ -29,7 +29,7 @@ class RunIndex:
 
 
 def for_each_descendant(index: RunIndex, root_agent_id: str, visit: Visitor) -> None:
-    """Visit every run below `root_agent_id`, breadth first (seed 002, 4.1)."""
+    """Visit every run below `root_agent_id`, breadth first, each child once (a cycle guard)."""
     pending = [root_agent_id]
     visited = {root_agent_id}
     for requester in pending:  # the list grows while it is walked: a BFS queue
@@ -55,7 +55,7 @@ def count_active_descendants(index: RunIndex, root_agent_id: str) -> int:
 def count_pending_descendants(
     index: RunIndex, root_agent_id: str, excluding_run_id: str = ""
 ) -> int:
-    """Runs below the agent not ended or not yet announced (seed 002, 4.2), optionally
+    """Runs below the agent not ended or not yet announced (pending), optionally
     without one run (a run asking about its own child's subtree must not count itself)."""
     return sum(
         1
@@ -98,7 +98,7 @@ def run_of_child(index: RunIndex, child_agent_id: str) -> SubagentRun | None:
 
 
 def requester_of(index: RunIndex, child_agent_id: str) -> str | None:
-    """Who asked for the agent (seed 002, resolveRequesterForChildSession)."""
+    """Who asked for the agent: the requester of the run it works for."""
     run = run_of_child(index, child_agent_id)
     return None if run is None else run.requester_agent_id
 

@@ -1,4 +1,4 @@
-"""Restart recovery (seed 002, 5.7): after the agents are restored, every run not ended is
+"""Restart recovery (docs/design.md#resume): after the agents are restored, every run not ended is
 decided from its child's state, never resurrected; announces that were due resume.
 
 Runs inside one job of the ledger.

@@ -1,4 +1,5 @@
-"""The sub-agent run registry (seed 002): the facade over the run records' single writer.
+"""The sub-agent run registry (docs/design.md#subagents): the facade over the run records' single
+writer.
 
 Owns which runs exist and every change to them, through its parts, each a module:
 - ledger.py: the records in memory and the one queue every change goes through;
@@ -6,14 +7,15 @@ Owns which runs exist and every change to them, through its parts, each a module
   spawns never pass a limit together), then creates the child and links it;
 - ending.py: a run ends once (its child settled, or a timeout decided it);
 - control.py: kill (with cascade) and archive;
-- steer.py: a running run replaced by a new run of its child (seed 002, 5.5);
+- steer.py: a running run replaced by a new run of its child;
 - outbox.py + announce.py: the announce outbox's states and the tasks that deliver;
 - recovery.py: restart recovery;
 - sweeper.py: children of finished DELETE runs archived, old records forgotten.
 
 The registry changes agents only through the manager's public methods (create, cancel, close,
-remove_queued, add_notice) and hears from them through the manager's two hooks: `on_settled`
-(an agent's turn ended and nothing follows) and `on_archive` (before an archive cascade).
+remove_queued, add_notice) and hears from them through two methods app.py sets as the
+manager's hooks (manager/hooks.py): `on_settled` (an agent's turn ended and nothing follows)
+and `on_archive` (before an archive cascade).
 
 Must not: change an agent except through the manager; import grpc or protobuf.
 """
@@ -85,8 +87,6 @@ class SubagentRegistry:
             new_id=new_id,
         )
         self._sweeper = RunSweeper(ledger, manager, clock, self.limits)
-        manager.on_settled = self._on_settled
-        manager.on_archive = self._control.on_archive
 
     # --- life ------------------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ class SubagentRegistry:
         await self._ledger.open()
 
     async def recover(self) -> None:
-        """After the agents are restored (seed 002, 5.7): runs not ended are ended by what
+        """After the agents are restored (docs/design.md#resume): runs not ended are ended by what
         their child's state says, orphans visibly; due announces resume."""
         await self._ledger.call(self._recovery.recover)
         self._sweeper.start()
@@ -241,24 +241,29 @@ class SubagentRegistry:
 
     async def kill(self, run_id: str, cascade: bool) -> list[str]:
         """End the run (and with `cascade` every run below it) as KILLED, announces
-        suppressed, then stop their children (seed 002, 5.4)."""
+        suppressed, then stop their children (docs/design.md#subagents)."""
         return await self._control.kill(run_id, cascade)
 
     async def steer(self, run_id: str, message: str, controller: str = "") -> SubagentRun:
-        """Replace the running run with a new run of its child on `message` (seed 002, 5.5);
-        the new run. `controller`: who steers, for the rate limit ("": the run's own)."""
+        """Replace the running run with a new run of its child on `message`
+        (docs/design.md#subagents); the new run. `controller`: who steers, for the rate limit ("":
+        the run's own)."""
         return await self._steering.steer(run_id, message, controller)
 
-    # --- the manager's hooks ---------------------------------------------------------------
+    # --- the manager's hooks (app.py sets them on the manager) ---------------------------
 
-    def _on_settled(self, agent: Agent, terminal: TurnTerminal) -> None:
-        """On the agent's task: never blocks."""
+    def on_settled(self, agent: Agent, terminal: TurnTerminal) -> None:
+        """An agent's turn ended and nothing follows it. On the agent's task: never blocks."""
         # Its newest run (a steered child has had several); before the run is linked, the
         # label.
         run_id = self._ledger.by_child.get(agent.id) or agent.labels.get(RUN_ID_LABEL)
         if run_id and not self._ledger.stopped:
             self._ledger.post(lambda: self._ending.child_settled(run_id, agent, terminal))
         self.announcer.kick()
+
+    async def on_archive(self, members: list[str]) -> None:
+        """Before an archive cascade closes `members` (the agent first)."""
+        await self._control.on_archive(members)
 
 
 def _parties(run: SubagentRun) -> tuple[str, str]:

@@ -1,5 +1,5 @@
-"""Steer (seed 002, 5.5): a running run is replaced by a new run of the same child with a new
-message.
+"""Steer (docs/design.md#subagents): a running run is replaced by a new run of the same child with a
+new message.
 
 1. One job checks the run (not ended, not being steered), the rate limit (one steer per
    controller and child every `steer_interval_s`) and marks the run: its end is announced
@@ -32,9 +32,9 @@ from corral_server.subagents.children import clear_queue
 from corral_server.subagents.ending import RunEnding
 from corral_server.subagents.ledger import RunLedger
 
-# Seed 002, 5.5: a steering message is at most this long.
+# A steering message is at most this long.
 MAX_STEER_CHARS = 4_000
-# The end reason of a run replaced by a steer (seed 002: `steer-restart`).
+# The end reason of a run replaced by a steer.
 STEER_RESTART = "steer-restart"
 
 

@@ -1,12 +1,12 @@
-"""The sweeper (seed 002, 5.7; seed 000, 4.3): every `sweep_interval_s` on the clock, one job
+"""The sweeper (docs/design.md#subagents): every `sweep_interval_s` on the clock, one job
 1. forgets finished records past `retention_s`: ended, announce finished, and no longer the
    link of a live child into the tree (its child is gone or closed, or a newer run of the
    same child, a steer's, holds that link), with nothing pending below the child;
 2. picks the children of finished runs with cleanup DELETE whose announce finished at least
    `archive_after_s` ago, and archives them off the queue (an archive closes the agent and
-   its descendants, keeps their records and timelines, and hides them from ListAgents: seed
-   000's archive; corral never erases an agent's history). A child that is busy, has active
-   runs below it, or is the child of a newer run is left for a later sweep.
+   its descendants, keeps their records and timelines, and hides them from ListAgents:
+   docs/design.md#lifecycle; corral never erases an agent's history). A child that is busy, has
+   active runs below it, or is the child of a newer run is left for a later sweep.
 
 The next sweep is armed when one fires (not when it ends), so a clock moved far ahead fires
 every sweep on the way.

@@ -1,6 +1,6 @@
 """The activity digest: a timeline rendered as plain text for humans and other agents.
 
-Seed 000, section 8 ("活动摘要"): the same rows the timeline stores, squeezed into a bounded text
+The activity digest: the same rows the timeline stores, squeezed into a bounded text
 for a parent agent, a notification body or `corral logs`. One block per row, oldest first (a
 tool call's status updates and an assistant message's chunks are folded into one block); when
 the budget is too small the NEWEST rows win (what an agent did last matters most), whole blocks
@@ -16,19 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    Compaction,
-    ErrorItem,
-    JsonValue,
-    Reasoning,
-    SubagentNotice,
-    TimelineItem,
-    TimelineRow,
-    Todo,
-    ToolCall,
-    UserMessage,
-)
+from corral_server.domain import timeline as tl
+from corral_server.domain.timeline import JsonValue, TimelineItem, TimelineRow
 from corral_server.errors import InvalidArgument
 
 # GetActivityRequest.max_chars: "Unset or 0 = 4000" (proto/corral/v1/timeline_service.proto).
@@ -103,20 +92,20 @@ def curate_activity(
 
 def _blocks_newest_first(rows: Sequence[TimelineRow]) -> Iterator[tuple[int, str | None]]:
     """(oldest seq covered, text) per entry, newest first. Folds what the provider reported
-    in pieces (seed 000, 6.2): a tool call appears once, with its latest status, where its
-    newest update is (older updates yield None); consecutive chunks of one assistant message
-    (same non-empty message_id) are joined into one block."""
+    in pieces (docs/design.md#coalescing): a tool call appears once, with its latest status,
+    where its newest update is (older updates yield None); consecutive chunks of one assistant
+    message (same non-empty message_id) are joined into one block."""
     seen_calls: set[str] = set()
     i = len(rows) - 1
     while i >= 0:
         row = rows[i]
         match row.item:
-            case ToolCall(call_id=call_id) if call_id in seen_calls:
+            case tl.ToolCall(call_id=call_id) if call_id in seen_calls:
                 yield row.seq, None
-            case ToolCall(call_id=call_id) as call:
+            case tl.ToolCall(call_id=call_id) as call:
                 seen_calls.add(call_id)
                 yield row.seq, describe_item(call)
-            case AssistantMessage(message_id=message_id) if message_id:
+            case tl.AssistantMessage(message_id=message_id) if message_id:
                 start, text = _chunks(rows, i, message_id)
                 yield rows[start].seq, _labelled("Assistant", text)
                 i = start
@@ -132,7 +121,7 @@ def _chunks(rows: Sequence[TimelineRow], end: int, message_id: str) -> tuple[int
     texts: list[str] = []
     while start >= 0:
         match rows[start].item:
-            case AssistantMessage(message_id=chunk_id, text=text) if chunk_id == message_id:
+            case tl.AssistantMessage(message_id=chunk_id, text=text) if chunk_id == message_id:
                 texts.append(text)
                 start -= 1
             case _:
@@ -144,22 +133,22 @@ def _chunks(rows: Sequence[TimelineRow], end: int, message_id: str) -> tuple[int
 def describe_item(item: TimelineItem) -> str:
     """One row as text: a line, or a short block when the message itself has several lines."""
     match item:
-        case UserMessage(text=text):
+        case tl.UserMessage(text=text):
             return _labelled("User", text)
-        case AssistantMessage(text=text):
+        case tl.AssistantMessage(text=text):
             return _labelled("Assistant", text)
-        case Reasoning(text=text):
+        case tl.Reasoning(text=text):
             return _labelled("Thinking", text)
-        case ToolCall():
+        case tl.ToolCall():
             return _describe_tool(item)
-        case Todo(entries=entries):
+        case tl.Todo(entries=entries):
             listed = "; ".join(f"[{'x' if e.completed else ' '}] {e.text}" for e in entries)
             return _labelled("Todo", listed)
-        case ErrorItem(message=message, code=code):
+        case tl.ErrorItem(message=message, code=code):
             return _labelled(f"Error ({code})" if code else "Error", message)
-        case Compaction(summary=summary):
+        case tl.Compaction(summary=summary):
             return _labelled("Compaction", summary)
-        case SubagentNotice(child_agent_id=child, text=text):
+        case tl.SubagentNotice(child_agent_id=child, text=text):
             return _labelled(f"Subagent {child}", text)
         case _:
             assert_never(item)
@@ -185,7 +174,7 @@ def _labelled(label: str, text: str) -> str:
     return f"{label}: {text}" if text else f"{label}:"
 
 
-def _describe_tool(call: ToolCall) -> str:
+def _describe_tool(call: tl.ToolCall) -> str:
     line = _labelled(f"Tool {call.name} [{call.status.value}]", summarise_input(call.input))
     if call.error:
         line += f" -> error: {clip(_one_line(call.error), _TOOL_INPUT_CHARS)}"

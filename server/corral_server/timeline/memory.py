@@ -1,7 +1,7 @@
 """The in-memory timeline store: rows, seqs and epochs of every agent, held in lists.
 
-Owns seq and epoch minting for the in-memory backend and the fetch receipts of seed 000,
-section 7.2. It does no I/O and must not import protobuf or grpc.
+Owns seq and epoch minting for the in-memory backend and the fetch receipts
+(docs/design.md#cursors). It does no I/O and must not import protobuf or grpc.
 
 Seeking never scans: seqs are contiguous within an epoch, so the list index of a seq is
 arithmetic, and a page costs one slice of `limit` rows whether the timeline holds 1 k or 1 M.
@@ -11,7 +11,7 @@ Pages are cut by rows and bytes too: a page holds at most `max_page_rows` rows a
 least one row, whatever its `limit` (0 included). A page that walks back (TAIL, BEFORE) keeps
 the newest rows of its range, one that walks forward (AFTER) the oldest, and the receipt says
 what was left out (has_older / has_newer), so a client just pages on. Only the rows a page
-keeps are measured (sizes are not kept: that would cost the writer on every row), so
+keeps are measured (sizes are not kept: that would cost the single writer on every row), so
 `limit: 0` over 80 MB costs one page.
 
 Page positions. Every page is a half-open seq interval [lo, hi) clipped to the retained range
@@ -33,7 +33,6 @@ skip that row when it arrives, so it is rejected like any other cursor from the 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, assert_never
 
@@ -50,7 +49,7 @@ from corral_server.domain.timeline import (
 )
 from corral_server.errors import AgentNotFound, InvalidArgument
 from corral_server.timeline.size import row_bytes
-from corral_server.timeline.store import NewRow, check_options
+from corral_server.timeline.store import NewRow, check_options, new_epoch
 
 if TYPE_CHECKING:
     from corral_server.timeline.store import TimelineStore
@@ -59,10 +58,6 @@ if TYPE_CHECKING:
 # they are at least half the list: each compaction then moves no more rows than were dropped
 # since the last one, so dropping is amortised O(1) per row.
 _COMPACT_MIN_DEAD = 1024
-
-
-def _uuid_epoch() -> str:
-    return uuid.uuid4().hex
 
 
 class _Timeline:
@@ -112,7 +107,7 @@ class InMemoryTimelineStore:
         self,
         *,
         retain_rows: int | None = None,
-        epoch_factory: Callable[[], str] = _uuid_epoch,
+        epoch_factory: Callable[[], str] = new_epoch,
         max_page_rows: int = MAX_PAGE_ROWS,
         max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:
@@ -171,7 +166,7 @@ class InMemoryTimelineStore:
         page = _Page(timeline, self._max_page_rows, self._max_page_bytes)
         match direction:
             case Direction.TAIL:
-                # A cursor from another epoch: the client's cursors are stale (issue 6, item 5).
+                # A cursor from another epoch: the client's cursors are stale (a TAIL says so too).
                 stale = cursor is not None and bool(cursor.epoch) and cursor.epoch != timeline.epoch
                 return _tail(page, limit, stale=stale)
             case Direction.BEFORE:

@@ -18,18 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral_server.domain import timeline as tl
 from corral_server.domain.timeline import (
     AssistantMessage,
-    Compaction,
-    ErrorItem,
     JsonValue,
     Reasoning,
-    SubagentNotice,
     TimelineItem,
     TimelineRow,
-    Todo,
-    ToolCall,
-    UserMessage,
 )
 
 _FIELD = 6  # tag (1 byte for field numbers below 16) + length varint (at most 5 bytes)
@@ -87,9 +82,9 @@ def item_bytes(item: TimelineItem) -> int:
     if type(item) is Reasoning:
         return _FIELD + _str_field(item.text)
     match item:
-        case UserMessage(text=text, client_message_id=client_id, message_id=message_id):
+        case tl.UserMessage(text=text, client_message_id=client_id, message_id=message_id):
             return _FIELD + _str_field(text) + _str_field(client_id) + _str_field(message_id)
-        case ToolCall():
+        case tl.ToolCall():
             size = 2 * _FIELD + _str_field(item.call_id) + _str_field(item.name)
             size += _str_field(item.error)
             if item.input is not None:
@@ -97,13 +92,13 @@ def item_bytes(item: TimelineItem) -> int:
             if item.output is not None:
                 size += _FIELD + json_bytes(item.output)
             return size
-        case Todo(entries=entries):
+        case tl.Todo(entries=entries):
             return 2 * _FIELD + sum(3 * _FIELD + text_bytes(e.text) for e in entries)
-        case ErrorItem(message=message, code=code):
+        case tl.ErrorItem(message=message, code=code):
             return _FIELD + _str_field(message) + _str_field(code)
-        case Compaction(summary=summary):
+        case tl.Compaction(summary=summary):
             return _FIELD + _str_field(summary)
-        case SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
+        case tl.SubagentNotice(run_id=run_id, child_agent_id=child, text=text):
             return _FIELD + _str_field(run_id) + _str_field(child) + _str_field(text)
         case _:
             return 64  # not a timeline item: a caller bug, measured rather than raised here
@@ -117,7 +112,7 @@ _TEXT_ROW = _ROW_OVERHEAD + 5 * _FIELD
 def row_bytes(row: TimelineRow) -> int:
     """Encoded size of a corral.v1.TimelineRow as an element of a repeated field."""
     item = row.item
-    if type(item) is AssistantMessage:  # the writer's hot path, measured in one step
+    if type(item) is AssistantMessage:  # the timeline writer's hot path, measured in one step
         text, message_id, turn_id, provider_id = (
             item.text,
             item.message_id,

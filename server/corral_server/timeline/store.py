@@ -1,4 +1,4 @@
-"""The timeline store contract (seed 000, section 7).
+"""The timeline store contract (docs/design.md#cursors).
 
 Only the agent's actor (its single writer) calls the mutating methods; any reader may fetch.
 Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1 M rows.
@@ -7,6 +7,7 @@ Seeking a page must not scan the timeline: a page costs the same at 1 k and at 1
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -18,6 +19,11 @@ from corral_server.domain.timeline import (
     TimelineItem,
     TimelineRow,
 )
+
+
+def new_epoch() -> str:
+    """A fresh timeline epoch: 128 random bits as 32 hex characters (every store's default)."""
+    return uuid.uuid4().hex
 
 
 class NewRow(NamedTuple):
@@ -33,7 +39,7 @@ class NewRow(NamedTuple):
 class ItemCodec(Protocol):
     """How a durable store turns an item into bytes and back. The daemon's codec lives at the
     rpc edge (rpc/item_codec.py: the wire's protobuf encoding), so no store imports protobuf.
-    `decode(encode(item))` equals `item` for every item the writer stores."""
+    `decode(encode(item))` equals `item` for every item the timeline writer stores."""
 
     def encode(self, item: TimelineItem) -> bytes: ...
 
@@ -82,7 +88,8 @@ class TimelineStore(Protocol):
     async def set_provider_message_id(
         self, agent_id: str, seq: int, provider_message_id: str
     ) -> None:
-        """Echo reconciliation: the only in-place change a row may get (seed 000, 6.4)."""
+        """Echo reconciliation: the only in-place change a row may get
+        (docs/design.md#echo-and-rewind)."""
         ...
 
     async def drop(self, agent_id: str) -> None:

@@ -11,9 +11,9 @@ Must not: log, echo or keep a presented token (only its digest, see calls.py).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from corral_server.listen import is_loopback_host
 from corral_server.rpc.auth import TokenFile, checked_token, unauthenticated
 from corral_server.rpc.roles import denied, permits
 from corral_server.web.calls import token_digest
@@ -31,14 +31,10 @@ PREFLIGHT_MAX_AGE_S = 7200
 
 
 def _loopback_host(host: str) -> bool:
+    """A Host header (with or without its port) that names this machine's loopback."""
     name = host.rpartition(":")[0] if host.rfind(":") > host.rfind("]") else host
     name = name.strip("[]").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return name.endswith(".localhost") or is_loopback_host(name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 from google.protobuf.descriptor import ServiceDescriptor
 
 from corral_server.asgi_server import AsgiServer, Tls
+from corral_server.listen import is_loopback
 from corral_server.rpc.auth import TokenFile
 from corral_server.web.access import Access
 from corral_server.web.app import WebApp
@@ -19,16 +19,6 @@ from corral_server.web.methods import method_table
 from corral_server.web.static import STATIC_DIR, StaticFiles
 
 log = logging.getLogger(__name__)
-
-
-def is_loopback_listen(listen: str) -> bool:
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +41,7 @@ class WebEndpoint:
         tokens: TokenFile | None,
     ) -> None:
         self.settings = settings
-        access = Access(
-            tokens, frozenset(settings.allow_origins), is_loopback_listen(settings.listen)
-        )
+        access = Access(tokens, frozenset(settings.allow_origins), is_loopback(settings.listen))
         self.calls = OpenCalls(settings.max_calls_per_client, settings.max_calls)
         self.app = WebApp(
             method_table(servicers),

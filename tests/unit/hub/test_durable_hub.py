@@ -1,6 +1,6 @@
-"""The hub on a durable event log (issue 6, items 2 and 3): an event is published only once the
+"""The hub on a durable event log (docs/design.md#durability): an event is published only once the
 log has committed it; a failed commit publishes nothing, loses nothing and renumbers nothing
-(the writer retries on the clock); the hub continues the log's revisions and incarnation; a
+(the log writer retries on the clock); the hub continues the log's revisions and incarnation; a
 resume or a laggard whose position left the ring catches up from the log, with a reset only
 where the log no longer retains it.
 
@@ -128,7 +128,7 @@ async def test_a_failed_commit_publishes_nothing_then_retries_the_same_revisions
     await settle()
     assert turns(ready(sub)) == [(1, "t1"), (2, "t2"), (3, "t3")]
     assert hub.log_writer is not None and hub.log_writer.failures == 1
-    hub.publish(TurnStarted("a1", "t4"))  # and the writer goes on as normal
+    hub.publish(TurnStarted("a1", "t4"))  # and the log writer goes on as normal
     log.commit_next()
     await settle()
     assert turns(ready(sub)) == [(4, "t4")]

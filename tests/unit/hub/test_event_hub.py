@@ -250,7 +250,7 @@ async def test_a_subscriber_that_stops_reading_is_moved_out_of_publish_and_catch
     for seq in range(1, 101):
         hub.publish(row("a1", seq))
         fast_items += drain(fast)
-    # The writer stopped handing `slow` events once its buffer was full, and dropped the
+    # The hub stopped handing `slow` events once its buffer was full, and dropped the
     # buffer: it replays everything from the ring; `fast` got everything live meanwhile.
     assert slow.state is SubscriptionState.CATCHING_UP
     assert slow.buffered_events == 0

@@ -1,6 +1,6 @@
 """Paced releases: with a write budget, the hub hands live readers their buffers at most once
 per interval (live subscribers / writes_per_s, capped), at once after a quiet spell, and
-never holds back a reader that is catching up or ending. The writer never waits: publish
+never holds back a reader that is catching up or ending. A single writer never waits: publish
 only schedules. Timed with the FakeClock."""
 
 from __future__ import annotations

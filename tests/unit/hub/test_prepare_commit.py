@@ -1,5 +1,5 @@
-"""prepare / commit: the writer encodes an event before it stores anything, and numbering it
-afterwards produces exactly the bytes that encoding it with its revision would have.
+"""prepare / commit: the timeline writer encodes an event before it stores anything, and numbering
+it afterwards produces exactly the bytes that encoding it with its revision would have.
 
 Uses the real encoder (rpc/convert.py, with the hand-written row path of rpc/wire.py), since
 the byte identity is a property of protobuf's field order that a stand-in could not show.

@@ -306,7 +306,7 @@ async def test_a_stream_that_stops_reading_does_not_hold_back_the_others(
             s.hub.publish(row("a1", seq))
         fast_items += await read_events(fast, 50)
     assert fast_items == ["0:synced 0", *rows("a1", range(1, 5_001), 1)]
-    # The writer handed the slow stream nothing past its full buffer.
+    # The hub handed the slow stream nothing past its full buffer.
     assert slow_sub.state is SubscriptionState.CATCHING_UP
     assert slow_sub.buffered_events <= 64
     if resets:

@@ -1,5 +1,5 @@
 """The agent actor through AgentManager: registration, turn ownership, staging, dedupe,
-coalescing on the clock, updated_at and attention (seed 000, sections 4.1, 5, 6, 9)."""
+coalescing on the clock, updated_at and attention (docs/design.md)."""
 
 from __future__ import annotations
 

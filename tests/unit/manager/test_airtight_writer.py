@@ -1,4 +1,4 @@
-"""The single writer holds (issue 5, section 1 and 2): provider calls fenced by turn id and
+"""The single writer holds (docs/design.md#durability): provider calls fenced by turn id and
 bounded by deadlines on the FakeClock, shutdown through the queue, a failed writer step ends
 its turn instead of leaving the agent running, and nothing stored goes unpublished."""
 
@@ -25,7 +25,7 @@ from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
 from corral_server.manager.deadlines import deadline, within
 from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
-from corral_server.manager.specs import AgentUpdate
+from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
 from corral_server.providers.base import (
     InterruptResult,
@@ -53,7 +53,7 @@ async def stored_rows(world: World, agent_id: str) -> list[tuple[int, object]]:
     return [(row.seq, row.item) for row in await world.rows(agent_id)]
 
 
-# --- 1. the writer is really single ---------------------------------------------------------
+# --- 1. the single writer is really single --------------------------------------------------------
 
 
 async def test_a_cancel_whose_turn_ends_before_the_interrupt_lands_never_cancels_the_next_turn(
@@ -173,9 +173,7 @@ async def test_a_create_whose_session_never_opens_fails_with_provider_timeout_an
     await world.clock.advance(CREATE_MS)
     with pytest.raises(ProviderTimeout):
         await creating
-    agents, _ = world.manager.list_agents(
-        page_size=0, page_token="", label_selector="", include_archived=True, parent_agent_id=""
-    )
+    agents, _ = world.manager.list_agents(ListQuery(include_archived=True))
     assert agents == []
 
 

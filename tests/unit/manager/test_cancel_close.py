@@ -1,4 +1,4 @@
-"""Cancel outcomes, close, create idempotency and shutdown (seed 000, sections 4.1, 4.3, 5.4).
+"""Cancel outcomes, close, create idempotency and shutdown (docs/design.md#cancel, #lifecycle).
 
 Cancel waits run on the FakeClock (harness.TIMEOUTS: interrupt 1 s, settle 2 s); a test moves
 the clock past them and checks the outcome is not decided a millisecond earlier.
@@ -111,7 +111,7 @@ async def test_a_hanging_interrupt_is_refused_after_both_waits_not_hung(world: W
     session.interrupt_behaviour = "hang"
     canceling = await start_cancel(world, agent.id)
     await world.clock.armed_wait(TIMEOUTS.interrupt_s)
-    # The hang is outside the agent's writer: its events are still processed meanwhile.
+    # The hang is outside the agent's single writer: its events are still processed meanwhile.
     session.emit(ProviderItem("turn-1", AssistantMessage("still here")))
     await world.drained(agent.id)
     await world.clock.advance(INTERRUPT_MS - 1)

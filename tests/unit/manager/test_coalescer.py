@@ -1,4 +1,4 @@
-"""The coalescer joins streaming fragments into whole rows (seed 000, section 6.2)."""
+"""The coalescer joins streaming fragments into whole rows (docs/design.md#coalescing)."""
 
 from __future__ import annotations
 

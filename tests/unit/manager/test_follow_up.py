@@ -1,4 +1,4 @@
-"""A follow-up prompt (seed 000, section 10) where the wire cannot reach it: the agent closes
+"""A follow-up prompt (docs/design.md#permissions) where the wire cannot reach it: the agent closes
 while the follow-up waits for the asking turn to stop, so it never starts and leaves no task
 behind."""
 

@@ -1,4 +1,4 @@
-"""The history gate (seed 000, 6.3) where the wire cannot reach it: items a provider replays
+"""The history gate (docs/design.md#resume) where the wire cannot reach it: items a provider replays
 from its history (`from_history`) while no turn runs, naming a finished turn, or looking like
 an echo of the running turn's prompt. Each is stored as a row with no turn id and nothing
 else happens: no turn starts or ends, no upsert, no `updated_at` change."""

@@ -1,7 +1,7 @@
-"""Hostile provider output (issue 5, section 2): whatever a provider reports (lone surrogates,
-NULs, huge or deeply nested values, rows without turn ids, terminals for the wrong turn), every
-stored row is published exactly once and in order, every started turn ends with exactly one
-terminal event, and the agent is never left running.
+"""Hostile provider output (docs/design.md#coalescing): whatever a provider reports (lone
+surrogates, NULs, huge or deeply nested values, rows without turn ids, terminals for the wrong
+turn), every stored row is published exactly once and in order, every started turn ends with exactly
+one terminal event, and the agent is never left running.
 
 The publisher encodes every event with the daemon's real encoder, so an event that cannot be
 encoded fails where it would in the daemon."""

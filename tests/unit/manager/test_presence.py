@@ -1,4 +1,4 @@
-"""The notification plan (seed 000, section 9): a pure function, read top to bottom."""
+"""The notification plan (docs/design.md#attention): a pure function, read top to bottom."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prompts sent while a turn runs (seed 000, 5.1; seed 003, 5.8): QUEUE waits in FIFO order,
+"""Prompts sent while a turn runs (docs/design.md#turns): QUEUE waits in FIFO order,
 STEER joins the running turn when the provider can, REPLACE cancels then starts with no idle
 moment any subscriber could see; REJECT stays busy throughout."""
 

@@ -1,4 +1,4 @@
-"""ReloadAgent (seed 000, section 4.2): a new provider session under the same agent id; the
+"""ReloadAgent (docs/design.md#resume): a new provider session under the same agent id; the
 timeline and its epoch stay unless rehydrating, which re-bases it under a new epoch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run ownership (seed 000, 5.1 and 5.2) as types: a foreground run owns only its exact id
+"""Run ownership (docs/design.md#turns) as types: a foreground run owns only its exact id
 (or an event without one); an autonomous run without an id owns every event that names none
 or names it."""
 

@@ -1,4 +1,4 @@
-"""Agents are given corral's MCP server where their provider takes one (issue 9, item 10):
+"""Agents are given corral's MCP server where their provider takes one (docs/mcp.md):
 ACP's `session/new` `mcpServers` (when the agent offers HTTP), Claude Code's `--mcp-config`
 and Codex's `mcp_servers` config, the token in their environment, never on a command line."""
 

@@ -1,4 +1,4 @@
-"""The scripted provider's directives for issue 7's paths (providers/script.py): `/history N`
+"""The scripted provider's directives for replay and follow-ups (providers/script.py): `/history N`
 (history replay) and `/follow-up TEXT` (a permission whose ALLOW answer asks for a follow-up
 prompt)."""
 

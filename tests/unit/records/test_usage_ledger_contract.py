@@ -13,7 +13,7 @@ from corral_server.domain.agent import Agent, AgentId, Idle, Usage
 from corral_server.domain.usage import GroupBy, UsageEntry, UsageGroup, UsageQuery
 from corral_server.manager.usage import UsageBook
 from corral_server.records.usage import InMemoryUsageLedger, UsageLedger
-from corral_server.store import Database
+from corral_server.store.database import Database
 from corral_server.store.usage import SqliteUsageLedger
 
 DAY_MS = 86_400_000

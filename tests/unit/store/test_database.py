@@ -13,17 +13,10 @@ from typing import Any
 
 import pytest
 
-from corral_server.store import (
-    DB_FILE,
-    EVENT_LOG_INCARNATION,
-    SCHEMA_VERSION,
-    Database,
-    SchemaTooNew,
-    StoreUnavailable,
-    StoreWriteFailed,
-    read_meta,
-    write_meta,
-)
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import SchemaTooNew, StoreUnavailable, StoreWriteFailed
+from corral_server.store.meta import EVENT_LOG_INCARNATION, read_meta, write_meta
+from corral_server.store.schema import SCHEMA_VERSION
 
 TABLES = {
     "meta",

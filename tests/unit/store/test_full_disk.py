@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from corral_server.store import Database, StoreWriteFailed, read_meta, write_meta
+from corral_server.store.database import Database
+from corral_server.store.errors import StoreWriteFailed
 from corral_server.store.full_disk import WAL_SIZE_LIMIT
+from corral_server.store.meta import read_meta, write_meta
 from tests.support.small_disk import fill, needs_root, small_tmpfs
 
 pytestmark = needs_root

@@ -17,13 +17,10 @@ from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import content_pb2 as content_pb
 from corral_server.domain.agent import Agent, QueuedPrompt
 from corral_server.domain.content import ImagePart, TextPart
-from corral_server.store import (
-    DB_FILE,
-    Database,
-    SqliteAgentRecords,
-    SqliteEventLog,
-    StoreWriteFailed,
-)
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import StoreWriteFailed
+from corral_server.store.event_log import SqliteEventLog
 from tests.support.stores import AgentCodec, sample_agent
 
 LONG = "é" * 100_000  # past the preview: the record cannot hold it

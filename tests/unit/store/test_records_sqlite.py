@@ -14,15 +14,11 @@ import pytest
 
 from corral_server.domain.agent import Agent
 from corral_server.records import LogEntry
-from corral_server.store import (
-    DB_FILE,
-    Database,
-    SqliteAgentRecords,
-    SqliteCreateRequests,
-    SqliteEventLog,
-    SqliteFinishedTurns,
-    StoreWriteFailed,
-)
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import StoreWriteFailed
+from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.schema import MIGRATIONS
 from tests.support.stores import AgentCodec, sample_agent
 

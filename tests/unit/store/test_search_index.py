@@ -9,8 +9,9 @@ from pathlib import Path
 
 from corral_server.domain.timeline import AssistantMessage, Todo
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import DB_FILE, Database, SqliteTimelineStore
+from corral_server.store.database import DB_FILE, Database
 from corral_server.store.search import Backfill, SearchIndex, SearchQuery
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 
 

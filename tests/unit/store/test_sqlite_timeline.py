@@ -22,8 +22,9 @@ from corral_server.domain.timeline import (
     UserMessage,
 )
 from corral_server.rpc.item_codec import ITEM_CODEC
-from corral_server.store import DB_FILE, Database, SqliteTimelineStore, StoreWriteFailed
-from corral_server.store.sqlite_timeline import _PAGE_NEWEST, _PAGE_OLDEST
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import StoreWriteFailed
+from corral_server.store.sqlite_timeline import _PAGE_NEWEST, _PAGE_OLDEST, SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 from tests.support.stores import counting_epochs
 

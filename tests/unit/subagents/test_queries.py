@@ -1,4 +1,4 @@
-"""The run tree queries (seed 002, section 4): BFS with a cycle guard, counts, lookups."""
+"""The run tree queries (docs/design.md#subagents): BFS with a cycle guard, counts, lookups."""
 
 from __future__ import annotations
 

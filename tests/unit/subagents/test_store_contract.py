@@ -18,10 +18,10 @@ from corral_server.domain.subagents import (
     RunId,
     SubagentRun,
 )
-from corral_server.store import Database
+from corral_server.store.database import Database
 from corral_server.store.subagent_runs import SqliteRunStore
-from corral_server.subagents import InMemoryRunStore, RunStore
 from corral_server.subagents.codec import decode_run, encode_run
+from corral_server.subagents.store import InMemoryRunStore, RunStore
 
 
 class Stores:

@@ -1,4 +1,4 @@
-"""curate_activity: the plain-text digest of a timeline (seed 000, section 8)."""
+"""curate_activity: the plain-text digest of a timeline (GetActivity)."""
 
 from __future__ import annotations
 

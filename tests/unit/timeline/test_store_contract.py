@@ -1,5 +1,5 @@
 """The timeline store contract, run against every store (tests/support/stores.py): seqs, epochs,
-retention and every fetch receipt (seed 000, 7.2). Page caps by rows and bytes:
+retention and every fetch receipt (docs/design.md#cursors). Page caps by rows and bytes:
 test_store_contract_pages.py."""
 
 from __future__ import annotations

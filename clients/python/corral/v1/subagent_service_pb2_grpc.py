@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class SubagentServiceStub:
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer.
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer.
     """
 
     def __init__(self, channel):
@@ -58,7 +58,7 @@ class SubagentServiceStub:
 
 
 class SubagentServiceServicer:
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer.
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer.
     """
 
     def SpawnSubagent(self, request, context):
@@ -123,7 +123,7 @@ def add_SubagentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SubagentService:
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer.
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class SubagentServiceStub:
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer."""
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -49,7 +49,7 @@ class SubagentServiceStub:
 
 @_typing.type_check_only
 class SubagentServiceAsyncStub(SubagentServiceStub):
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer."""
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     SpawnSubagent: _aio.UnaryUnaryMultiCallable[_subagent_service_pb2.SpawnSubagentRequest, _subagent_service_pb2.SpawnSubagentResponse]  # type: ignore[assignment]
@@ -67,7 +67,7 @@ class SubagentServiceAsyncStub(SubagentServiceStub):
     """
 
 class SubagentServiceServicer(metaclass=_abc_1.ABCMeta):
-    """SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer."""
+    """SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer."""
 
     @_abc_1.abstractmethod
     def SpawnSubagent(

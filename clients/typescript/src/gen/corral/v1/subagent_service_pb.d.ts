@@ -230,7 +230,7 @@ export declare type SteerSubagentRunResponse = Message<"corral.v1.SteerSubagentR
 export declare const SteerSubagentRunResponseSchema: GenMessage<SteerSubagentRunResponse>;
 
 /**
- * SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer.
+ * SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer.
  *
  * @generated from service corral.v1.SubagentService
  */

@@ -68,7 +68,7 @@ export const SteerSubagentRunResponseSchema = /*@__PURE__*/
   messageDesc(file_corral_v1_subagent_service, 7);
 
 /**
- * SubagentService keeps the tree of sub-agent runs (seed 002): spawn, list, kill, steer.
+ * SubagentService keeps the tree of sub-agent runs: spawn, list, kill, steer.
  *
  * @generated from service corral.v1.SubagentService
  */

@@ -1,0 +1,92 @@
+"""The durable stores of a daemon with a state directory, opened from its SQLite database:
+timelines, agent records, CreateAgent request ids, finished turns, the event log and the
+sub-agent runs, all in one database so their writes commit together.
+
+Opens and returns them; app.py builds the hub, the manager and the registry on them. The
+codecs that turn records into bytes come from the rpc edge, so no store imports protobuf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral_server.config import Config
+from corral_server.providers import reaping
+from corral_server.records.store import LoadedAgents
+from corral_server.rpc.agent_codec import decode_agent, encode_agent
+from corral_server.rpc.item_codec import ITEM_CODEC
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.database import DB_FILE, Database
+from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.private import make_private
+from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
+from corral_server.store.search import Backfill, SearchIndex
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
+from corral_server.store.subagent_runs import SqliteRunStore
+from corral_server.store.usage import SqliteUsageLedger
+from corral_server.subagents.codec import decode_run, encode_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableStores:
+    timeline: SqliteTimelineStore
+    records: SqliteAgentRecords
+    loaded: LoadedAgents  # the stored agents, headers only, to restore before serving
+    requests: SqliteCreateRequests
+    finished: SqliteFinishedTurns
+    event_log: SqliteEventLog
+    runs: SqliteRunStore
+    usage: SqliteUsageLedger  # completed turns' usage (schema v6)
+
+
+async def open_database(config: Config, state_dir: Path, daemon_tag: str) -> Database:
+    """The state directory's database, private (0700, every file 0600), with the agent
+    processes a killed daemon left behind stopped. StoreError when it cannot open."""
+    await asyncio.to_thread(make_private, state_dir, DB_FILE)
+    database = await Database.open(state_dir, lock=config.lock_state_dir)
+    # The directory's lock is ours: agent processes with its tag are a killed daemon's.
+    if reaped := reaping.reap_leftovers(daemon_tag, state_dir):
+        log.warning(
+            "state directory %s: killed %d leftover agent processes", state_dir, len(reaped)
+        )
+    return database
+
+
+async def open_stores(database: Database, config: Config) -> DurableStores:
+    timeline = await SqliteTimelineStore.open(
+        database,
+        ITEM_CODEC,
+        retain_rows=config.timeline_retain_rows,
+        search_index=config.search_index,
+    )
+    records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
+    loaded = await records.load_headers()
+    event_log = await SqliteEventLog.open(
+        database,
+        retain_events=config.log_retain_events,
+        retain_bytes=config.log_retain_bytes,
+    )
+    return DurableStores(
+        timeline=timeline,
+        records=records,
+        loaded=loaded,
+        requests=SqliteCreateRequests(database),
+        finished=SqliteFinishedTurns(database),
+        event_log=event_log,
+        runs=await SqliteRunStore.open(database, encode_run, decode_run),
+        usage=SqliteUsageLedger(database),
+    )
+
+
+async def open_search(database: Database, config: Config) -> SearchIndex:
+    """The full-text index; with it on, rows not indexed yet are indexed in the background."""
+    backfill = Backfill(database, ITEM_CODEC.decode)
+    search = SearchIndex(database, backfill, enabled=config.search_index)
+    if config.search_index:
+        await backfill.start()
+    return search

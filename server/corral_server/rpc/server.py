@@ -1,0 +1,139 @@
+"""The daemon's gRPC server: the services it serves, its interceptors and channel options, and
+binding it to `--listen` (a TCP address or a private unix socket).
+
+The serving daemon (app.py) and a standby's waiting server (standby.py) bind the same way and
+follow the same socket rules. Must not: open the store or start agents (app.py does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from corral.v1 import agent_service_pb2 as agent_svc_pb
+from corral.v1 import agent_service_pb2_grpc as agent_svc_grpc
+from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import server_service_pb2 as server_pb
+from corral.v1 import server_service_pb2_grpc as server_grpc
+from corral.v1 import subagent_service_pb2 as sub_svc_pb
+from corral.v1 import subagent_service_pb2_grpc as sub_svc_grpc
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral.v1 import timeline_service_pb2_grpc as tl_grpc
+from corral.v1 import turn_service_pb2 as turn_pb
+from corral.v1 import turn_service_pb2_grpc as turn_grpc
+from corral_server.listen import socket_dir_problem, socket_in_use
+from corral_server.reclaim import Reclaimer
+from corral_server.rpc.auth import TokenFile
+from corral_server.rpc.bearer import BearerTokens
+from corral_server.rpc.connections import ConnectionBook, ConnectionLimit
+from corral_server.rpc.errors import install_client_gone
+from corral_server.rpc.malformed import MalformedRequests
+
+_SERVICE_FILES = {
+    "AgentService": agent_svc_pb,
+    "TurnService": turn_pb,
+    "TimelineService": tl_pb,
+    "EventService": event_pb,
+    "SubagentService": sub_svc_pb,
+    "ServerService": server_pb,
+}
+
+
+def service_descriptor(name: str) -> Any:
+    """The protobuf descriptor of the corral.v1 service `name` (e.g. "AgentService")."""
+    return _SERVICE_FILES[name].DESCRIPTOR.services_by_name[name]
+
+
+# The full names of the corral.v1 services, for health and reflection.
+SERVICE_NAMES = tuple(service_descriptor(name).full_name for name in _SERVICE_FILES)
+
+
+def build_server(
+    *,
+    tokens: TokenFile | None,
+    connections: ConnectionBook,
+    reclaimer: Reclaimer,
+    max_request_bytes: int,
+    max_streams_per_connection: int,
+    max_connections: int,
+) -> grpc.aio.Server:
+    """The daemon's server, not yet bound, with no services added."""
+    install_client_gone()
+    # The token check runs first: a refused call's body is never decoded.
+    auth = [BearerTokens(tokens)] if tokens is not None else []
+    return grpc.aio.server(
+        interceptors=[*auth, ConnectionLimit(connections), MalformedRequests(reclaimer)],
+        options=[
+            # A second daemon on the same port must fail to bind, not share the port.
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_concurrent_streams", max_streams_per_connection),
+            # Past this, grpc closes a new connection at once ("Socket closed"): idle
+            # connections cannot grow without bound either (ConnectionLimit refuses calls
+            # on more than max_connections clearly, well before).
+            ("grpc.max_allowed_incoming_connections", 2 * max_connections),
+            # A client that reads nothing at all, not even pings, is cut after 80 s: its
+            # connection and what its streams hold go away with it.
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+        ],
+    )
+
+
+def add_services(
+    server: grpc.aio.Server,
+    servicers: Mapping[str, Any],
+    health_servicer: Any,
+    with_reflection: bool,
+) -> None:
+    """Every corral.v1 service (by service name, as `services.build_servicers` gives them),
+    health, and reflection when asked for."""
+    agent_svc_grpc.add_AgentServiceServicer_to_server(servicers["AgentService"], server)
+    turn_grpc.add_TurnServiceServicer_to_server(servicers["TurnService"], server)
+    tl_grpc.add_TimelineServiceServicer_to_server(servicers["TimelineService"], server)
+    sub_svc_grpc.add_SubagentServiceServicer_to_server(servicers["SubagentService"], server)
+    server_grpc.add_ServerServiceServicer_to_server(servicers["ServerService"], server)
+    server.add_generic_rpc_handlers((servicers["EventService"].handler(),))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if with_reflection:
+        enable_reflection(server, SERVICE_NAMES)
+
+
+def enable_reflection(server: grpc.aio.Server, services: tuple[str, ...]) -> None:
+    reflection.enable_server_reflection(
+        (*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+
+async def check_socket(listen: str, path: Path) -> str:
+    """OSError when the socket's directory could let another user replace it, or when
+    another server answers there (grpc would unlink its socket and take the path); else a
+    warning to log ("" for none)."""
+    refusal, warning = socket_dir_problem(path)
+    if refusal:
+        raise OSError(f"cannot listen on {listen}: {refusal}")
+    if await asyncio.to_thread(socket_in_use, path):
+        raise OSError(f"cannot listen on {listen}: a server answers there")
+    return warning
+
+
+def bind(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Bind `server` to `listen` (TLS with `credentials`); the bound port. OSError (one line)
+    when it cannot listen there."""
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(listen, credentials)
+        else:
+            port = server.add_insecure_port(listen)
+    except RuntimeError as exc:  # grpc's "Failed to bind"
+        raise OSError(f"cannot listen on {listen}: {exc}") from exc
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: address in use or invalid")
+    return port
