@@ -8,15 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.clock import FakeClock
 from tests.browser.browser import Browser, Page
+from tests.browser.conftest import page_daemon
 from tests.support.client import Stubs, create_request, prompt_request
-from tests.support.daemon import DaemonThread
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,15 +34,8 @@ def guarded(tmp_path: Path) -> Iterator[tuple[str, Stubs]]:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{FULL}\n{READER} read\n")
     tokens.chmod(0o600)
-    config = Config(web_listen="127.0.0.1:0", auth_token_file=tokens)
-    daemon = DaemonThread(config, FakeClock()).start()
-    channel = grpc.insecure_channel(daemon.address)
-    try:
-        assert daemon.daemon is not None
-        yield f"http://127.0.0.1:{daemon.daemon.web_port}/", Stubs.of(channel)
-    finally:
-        channel.close()
-        daemon.stop()
+    with page_daemon(Config(auth_token_file=tokens)) as served:
+        yield served
 
 
 def busy_agent(stubs: Stubs, cwd: str) -> str:

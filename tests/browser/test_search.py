@@ -7,30 +7,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.clock import FakeClock
 from tests.browser.browser import Browser
+from tests.browser.conftest import page_daemon
 from tests.support.client import Stubs, create_request, text
-from tests.support.daemon import DaemonThread
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def indexed(tmp_path: Path) -> Iterator[tuple[str, Stubs]]:
-    config = Config(web_listen="127.0.0.1:0", state_dir=tmp_path / "state", search_index=True)
-    daemon = DaemonThread(config, FakeClock()).start()
-    channel = grpc.insecure_channel(daemon.address)
-    try:
-        assert daemon.daemon is not None
-        yield f"http://127.0.0.1:{daemon.daemon.web_port}/", Stubs.of(channel)
-    finally:
-        channel.close()
-        daemon.stop()
+    with page_daemon(Config(state_dir=tmp_path / "state", search_index=True)) as served:
+        yield served
 
 
 def agent_saying(stubs: Stubs, cwd: str, title: str, reply: str) -> str:
