@@ -22,6 +22,9 @@ from corral_server.timeline import markdown
 
 # One response's bytes: far under a default client's 4 MiB.
 CHUNK_BYTES = 1 << 20
+# Rows read and written out per page: JSON costs ~100 us a row (protobuf's json_format), so a
+# page holds the loop for ~50 ms at most between two reads in the reader thread.
+PAGE_ROWS = 500
 
 _FORMATS = (svc_pb.EXPORT_FORMAT_UNSPECIFIED, svc_pb.EXPORT_FORMAT_JSONL)
 
@@ -71,7 +74,8 @@ async def _pages(
         return  # an empty timeline
     seq = window.min_seq - 1
     while seq < window.max_seq:
-        page = await manager.fetch_timeline(agent.id, Direction.AFTER, Cursor(epoch, seq), 0)
+        cursor = Cursor(epoch, seq)
+        page = await manager.fetch_timeline(agent.id, Direction.AFTER, cursor, PAGE_ROWS)
         rows = tuple(r for r in page.rows if r.seq <= window.max_seq)
         if page.reset or page.epoch != epoch or not rows or rows[0].seq != seq + 1:
             raise errors.TimelineReset(agent.id)
