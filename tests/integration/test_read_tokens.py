@@ -27,7 +27,7 @@ from corral_server.rpc.roles import READ_METHODS
 from tests.integration.test_hostile_input import RAW_PATHS
 from tests.support.client import Stubs, create_request, error_details, text
 from tests.support.daemon import DaemonThread
-from tests.support.web import Web, WebError
+from tests.support.web import Stream, Web, WebError, stream_request
 
 FULL, READER = "full-token-0123456789", "reader-token-abcdefgh"
 Capture = pytest.CaptureFixture[str]
@@ -179,6 +179,26 @@ async def test_the_web_port_applies_the_same_roles(secured: DaemonThread) -> Non
             **headers,
         )
         assert not messages and (status.code, status.reason) == ("7", "READ_ONLY_TOKEN")
+
+
+async def test_a_read_token_exports_over_connect_streaming(
+    both: tuple[Stubs, str], secured: DaemonThread
+) -> None:
+    _, agent_id = both
+    assert secured.daemon is not None
+    url = f"http://127.0.0.1:{secured.daemon.web_port}"
+    request = agent_pb.ExportAgentRequest(agent_id=agent_id)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        args = stream_request("AgentService/ExportAgent", request)
+        args["headers"]["authorization"] = f"Bearer {READER}"
+        async with client.stream(**args) as response:
+            stream = Stream(response, agent_pb.ExportAgentResponse, False)
+            data = b""
+            while (chunk := await stream.read()) is not None:
+                data += chunk.data
+            assert stream.error() is None
+    header, *_, end = data.splitlines()
+    assert agent_id.encode() in header and end == b'{"end":{"rows":2}}'
 
 
 async def test_a_reload_that_makes_a_token_read_only_ends_its_open_calls(tmp_path: Path) -> None:
