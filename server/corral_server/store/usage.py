@@ -4,8 +4,8 @@
 before; reads add them up in the reader thread, with SQLite's GROUP BY.
 
 Size: a row is ~100-150 bytes (two ids, provider, model, five numbers); a million completed
-turns cost ~150 MB. Rows are never trimmed (what was spent stays spent), nor dropped with a
-rewind: only by the agent's removal, which no RPC does yet.
+turns cost ~150 MB. Rows are never trimmed nor deleted: what was spent stays spent, through
+rewinds, reloads and archives.
 
 Must not: import protobuf or grpc, or run SQLite on the loop.
 """
