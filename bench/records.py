@@ -25,10 +25,10 @@ from typing import Any
 
 from corral_server.domain.agent import Agent, AgentId, Idle, Usage
 from corral_server.records import EventLog, InMemoryAgentRecords, InMemoryEventLog
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database, Synchronous
 from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.format.agents import decode_agent, encode_agent
 
 EVENT = b"e" * 200
 YIELD_EVERY = 64  # as the burst bench: a producer yields between provider events

@@ -22,10 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.timeline import AssistantMessage
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database
+from corral_server.store.format.agents import decode_agent, encode_agent
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 

@@ -37,7 +37,8 @@ from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
 from corral_server.providers.scripted import ScriptedProvider
 from corral_server.reclaim import Reclaimer
-from corral_server.records.store import EventLog
+from corral_server.records.memory import InMemoryRunStore
+from corral_server.records.store import EventLog, RunStore
 from corral_server.rpc import server as grpc_server
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.connections import ConnectionBook
@@ -51,7 +52,6 @@ from corral_server.store.database import Database
 from corral_server.store.search import SearchIndex
 from corral_server.subagents.limits import SpawnRequest
 from corral_server.subagents.registry import SubagentRegistry
-from corral_server.subagents.store import InMemoryRunStore, RunStore
 from corral_server.timeline.memory import InMemoryTimelineStore
 from corral_server.timeline.store import TimelineStore
 

@@ -2,8 +2,9 @@
 timelines, agent records, CreateAgent request ids, finished turns, the event log and the
 sub-agent runs, all in one database so their writes commit together.
 
-Opens and returns them; app.py builds the hub, the manager and the registry on them. The
-codecs that turn records into bytes come from the rpc edge, so no store imports protobuf.
+Opens and returns them; app.py builds the hub, the manager and the registry on them. Records
+are encoded in the store's own format (store/format/); the item codec comes from the rpc edge,
+since a stored item is the streamed one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from corral_server.config import Config
 from corral_server.providers import reaping
 from corral_server.records.store import LoadedAgents
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import DB_FILE, Database
@@ -27,7 +27,6 @@ from corral_server.store.search import Backfill, SearchIndex
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.store.usage import SqliteUsageLedger
-from corral_server.subagents.codec import decode_run, encode_run
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class DurableStores:
     finished: SqliteFinishedTurns
     event_log: SqliteEventLog
     runs: SqliteRunStore
-    usage: SqliteUsageLedger  # completed turns' usage (schema v6)
+    usage: SqliteUsageLedger  # completed turns' usage (schema v7)
 
 
 async def open_database(config: Config, state_dir: Path, daemon_tag: str) -> Database:
@@ -64,7 +63,7 @@ async def open_stores(database: Database, config: Config) -> DurableStores:
         retain_rows=config.timeline_retain_rows,
         search_index=config.search_index,
     )
-    records = await SqliteAgentRecords.open(database, encode_agent, decode_agent)
+    records = await SqliteAgentRecords.open(database)
     loaded = await records.load_headers()
     event_log = await SqliteEventLog.open(
         database,
@@ -78,7 +77,7 @@ async def open_stores(database: Database, config: Config) -> DurableStores:
         requests=SqliteCreateRequests(database),
         finished=SqliteFinishedTurns(database),
         event_log=event_log,
-        runs=await SqliteRunStore.open(database, encode_run, decode_run),
+        runs=await SqliteRunStore.open(database),
         usage=SqliteUsageLedger(database),
     )
 

@@ -20,7 +20,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.hub.log_writer import RETRY_FIRST_S
-from corral_server.store import sqlite_timeline
+from corral_server.store import timeline_tables
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread
 
@@ -66,8 +66,8 @@ def idle(agent_id: str) -> Any:
 async def test_a_failed_row_commit_publishes_none_of_its_rows_and_leaves_no_gap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fail = FailOnce(sqlite_timeline._write_appends)
-    monkeypatch.setattr(sqlite_timeline, "_write_appends", fail)
+    fail = FailOnce(timeline_tables._write_appends)
+    monkeypatch.setattr(timeline_tables, "_write_appends", fail)
     daemon = DaemonThread(Config(state_dir=tmp_path / "state")).start()
     try:
         async with grpc.aio.insecure_channel(daemon.address) as channel:

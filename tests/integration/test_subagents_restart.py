@@ -15,7 +15,6 @@ from corral_server.app import Config
 from corral_server.domain.subagents import RunId, SubagentRun
 from corral_server.store.database import Database
 from corral_server.store.subagent_runs import SqliteRunStore
-from corral_server.subagents.codec import decode_run, encode_run
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.subagents import DEFERRED, DELIVERED, RunWatcher, notices, subagents
@@ -89,7 +88,7 @@ async def test_runs_whose_child_is_gone_end_as_orphans_and_their_requester_is_to
     # Two runs left by a daemon that died: one whose child agent is gone, one whose child was
     # never created (its slot was claimed).
     database = await Database.open(state, synchronous="NORMAL")
-    store = await SqliteRunStore.open(database, encode_run, decode_run)
+    store = await SqliteRunStore.open(database)
     await store.put(stored_run("run-ghost", "ghost-agent", root))
     await store.put(stored_run("run-unborn", "", root))
     await database.close()

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from corral.storage.v1 import records_pb2
 from corral.v1 import agent_pb2
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
@@ -189,17 +190,17 @@ async def test_totals_survive_a_restart_and_a_rewind_and_feed_the_metrics(
 
 def as_before_the_ledger(state: Path) -> None:
     """Leave the database as a daemon from before usage totals did: no ledger table, schema
-    version 5, agent records without `usage_total`."""
+    version 6, agent records without `usage_total`."""
     with sqlite3.connect(state / "corral.db") as conn:
         conn.execute("DROP TABLE turn_usage")
         for agent_id, record in conn.execute("SELECT agent_id, record FROM agents").fetchall():
-            agent = agent_pb2.Agent.FromString(record)
+            agent = records_pb2.Agent.FromString(record)
             agent.ClearField("usage_total")
             conn.execute(
                 "UPDATE agents SET record = ? WHERE agent_id = ?",
                 (agent.SerializeToString(), agent_id),
             )
-        conn.execute("PRAGMA user_version = 5")
+        conn.execute("PRAGMA user_version = 6")
     conn.close()
 
 

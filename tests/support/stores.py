@@ -25,11 +25,11 @@ from corral_server.records import (
     InMemoryEventLog,
     InMemoryFinishedTurns,
 )
-from corral_server.rpc.agent_codec import decode_agent, encode_agent
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import Database
 from corral_server.store.event_log import SqliteEventLog
+from corral_server.store.format.agents import decode_agent, encode_agent
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.memory import InMemoryTimelineStore
@@ -69,7 +69,7 @@ class Stores:
 
 
 class AgentCodec:
-    """The daemon's agent codec (rpc/agent_codec.py) as the (encode, decode) pair the stores
+    """The store's agent codec (store/format/agents.py) as the (encode, decode) pair the stores
     take."""
 
     encode = staticmethod(encode_agent)

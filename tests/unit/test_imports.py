@@ -71,6 +71,7 @@ with tempfile.TemporaryDirectory() as folder:
 # Third-party packages only an edge may load: the gRPC and protobuf runtime, the web stack
 # (uvicorn, starlette) and the MCP SDK.
 WIRE = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google.protobuf", "corral.v1")
+API = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "corral.v1")
 OPTIONAL = ("uvicorn", "starlette", "mcp", "corral_server.mcp.server", "corral_server.web.app")
 
 # module -> what importing it must not load (a name stands for it and its submodules).
@@ -79,13 +80,13 @@ MUST_NOT_LOAD: dict[str, tuple[str, ...]] = {
     # The rpc edge's error table needs the store's errors, not its tables.
     "corral_server.store.errors": ("corral_server.store.database", "corral_server.records"),
     "corral_server.rpc.errors": ("corral_server.store.sqlite_timeline", "corral_server.manager"),
-    "corral_server.store.subagent_runs": ("corral_server.manager", *WIRE),
+    # The store's own messages need the protobuf runtime (store/format/), nothing of the API.
+    "corral_server.store.subagent_runs": ("corral_server.manager", *API),
+    "corral_server.store.format.agents": ("corral_server.manager", "corral_server.rpc", *API),
     "corral_server.records": ("corral_server.store", "corral_server.manager", *WIRE),
     "corral_server.timeline": ("corral_server.timeline.memory",),
     "corral_server.hub": ("corral_server.manager", "corral_server.store", *WIRE),
-    "corral_server.subagents.store": ("corral_server.manager", *WIRE),
     "corral_server.subagents.limits": ("corral_server.manager.manager", *WIRE),
-    "corral_server.subagents.codec": ("corral_server.manager", *WIRE),
     "corral_server.mcp.tokens": ("corral_server.manager", "corral_server.subagents", *WIRE),
     "corral_server.server_info": ("corral_server.app", "corral_server.config", *WIRE),
     "corral_server.manager.manager": ("corral_server.subagents", "corral_server.rpc", *WIRE),
@@ -143,9 +144,13 @@ def test_a_package_loads_nothing_of_a_layer_above_its_own() -> None:
 def test_only_the_rpc_and_web_packages_load_grpc_or_protobuf() -> None:
     # The edges, `corral serve` (app.py and the edges), and all modules together may.
     edges = ("corral_server.rpc", "corral_server.web", "corral_server.daemon")
+    # The disk is an edge too: the store (its format) loads the protobuf runtime and its own
+    # messages, never grpc or the API's.
+    disk = ("corral_server.store",)
     for module, report in loaded().items():
         if module != ALL and not within(module, edges):
-            found = [m for m in report["modules"] if within(m, WIRE)]
+            forbidden = API if within(module, disk) else WIRE
+            found = [m for m in report["modules"] if within(m, forbidden)]
             assert found == [], f"import {module} loads {found[:5]}"
 
 

@@ -45,16 +45,15 @@ LAYERS: tuple[frozenset[str], ...] = (
 
 # Imports across layers that are known and wait for a move (module -> module it may import).
 # Only ever shrinks: an entry that no longer occurs fails too, so the list empties.
-WAITING: frozenset[tuple[str, str]] = frozenset(
-    {
-        # The run-record protocols move down beside the other records (records/).
-        ("corral_server.store.subagent_runs", "corral_server.subagents.store"),
-    }
-)
+WAITING: frozenset[tuple[str, str]] = frozenset()
 
 # Only these import grpc, protobuf or the generated corral.v1 modules.
 EDGES = ("corral_server.rpc.", "corral_server.web.", "corral_server.app")
 WIRE = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "corral")
+# The disk is an edge too: the store's format, and only it, imports protobuf and the store's
+# own messages (corral.storage), never grpc or the API's (corral.v1).
+STORAGE_FORMAT = "corral_server.store.format"
+STORAGE_WIRE = ("google.protobuf", "corral.storage")
 
 
 def module_name(path: Path) -> str:
@@ -133,6 +132,7 @@ def test_only_the_edges_import_grpc_or_protobuf() -> None:
         if not module.startswith(EDGES)
         for target in imports(path)
         if target.split(".")[0] in WIRE
+        and not (module.startswith(STORAGE_FORMAT) and target.startswith(STORAGE_WIRE))
     ]
     assert wire == []
 

@@ -1,27 +1,32 @@
 """Durable records beside the timeline: agent snapshots, CreateAgent request ids, finished
-turns and the Subscribe event log, as Protocols with an in-memory implementation (store/ has
-the SQLite ones)."""
+turns, the Subscribe event log and sub-agent runs, as Protocols with an in-memory
+implementation (store/ has the SQLite ones)."""
 
 from corral_server.records.memory import (
     InMemoryAgentRecords,
     InMemoryCreateRequests,
     InMemoryEventLog,
     InMemoryFinishedTurns,
+    InMemoryRunStore,
     new_incarnation,
 )
 from corral_server.records.store import (
     AgentRecords,
     BadRecord,
+    BadRun,
     CreateRequests,
     EventLog,
     FinishedTurns,
     LoadedAgents,
+    LoadedRuns,
     LogEntry,
+    RunStore,
 )
 
 __all__ = [
     "AgentRecords",
     "BadRecord",
+    "BadRun",
     "CreateRequests",
     "EventLog",
     "FinishedTurns",
@@ -29,7 +34,10 @@ __all__ = [
     "InMemoryCreateRequests",
     "InMemoryEventLog",
     "InMemoryFinishedTurns",
+    "InMemoryRunStore",
     "LoadedAgents",
+    "LoadedRuns",
     "LogEntry",
+    "RunStore",
     "new_incarnation",
 ]

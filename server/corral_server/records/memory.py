@@ -10,13 +10,22 @@ import asyncio
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from corral_server.domain.agent import Agent
-from corral_server.records.store import LoadedAgents, LogEntry
+from corral_server.domain.subagents import SubagentRun
+from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry
+
+V = TypeVar("V")
 
 if TYPE_CHECKING:
-    from corral_server.records.store import AgentRecords, CreateRequests, EventLog, FinishedTurns
+    from corral_server.records.store import (
+        AgentRecords,
+        CreateRequests,
+        EventLog,
+        FinishedTurns,
+        RunStore,
+    )
 
 
 def done() -> asyncio.Future[None]:
@@ -31,20 +40,39 @@ def new_incarnation() -> str:
     return secrets.token_hex(16)
 
 
-class InMemoryAgentRecords:
+class _Latest(Generic[V]):
+    """The last value put under each key, in the order of each key's first put."""
+
+    def __init__(self, key_of: Callable[[V], str]) -> None:
+        self._key_of = key_of
+        self._values: dict[str, V] = {}  # insertion order = order of first put
+
+    def put(self, value: V) -> asyncio.Future[None]:
+        self._values[self._key_of(value)] = value
+        return done()
+
+    def delete(self, key: str) -> asyncio.Future[None]:
+        self._values.pop(key, None)
+        return done()
+
+    def _all(self) -> list[V]:
+        return list(self._values.values())
+
+
+class InMemoryAgentRecords(_Latest[Agent]):
     def __init__(self) -> None:
-        self._agents: dict[str, Agent] = {}  # insertion order = order of first put
-
-    def put(self, agent: Agent) -> asyncio.Future[None]:
-        self._agents[agent.id] = agent
-        return done()
-
-    def delete(self, agent_id: str) -> asyncio.Future[None]:
-        self._agents.pop(agent_id, None)
-        return done()
+        super().__init__(lambda agent: agent.id)
 
     async def load_headers(self) -> LoadedAgents:
-        return LoadedAgents(list(self._agents.values()), [])
+        return LoadedAgents(self._all(), [])
+
+
+class InMemoryRunStore(_Latest[SubagentRun]):
+    def __init__(self) -> None:
+        super().__init__(lambda run: run.run_id)
+
+    async def load(self) -> LoadedRuns:
+        return LoadedRuns(self._all(), [])
 
 
 class InMemoryCreateRequests:
@@ -177,5 +205,5 @@ if TYPE_CHECKING:
     ) -> tuple[AgentRecords, CreateRequests, FinishedTurns]:
         return a, c, f  # mypy proves each implements its protocol
 
-    def _satisfy_log(log: InMemoryEventLog) -> EventLog:
-        return log
+    def _satisfy_log(log: InMemoryEventLog, runs: InMemoryRunStore) -> tuple[EventLog, RunStore]:
+        return log, runs

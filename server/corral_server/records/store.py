@@ -1,12 +1,14 @@
-"""The durable records beside the timeline (issue 6, item 1): what the manager and the hub call,
-as Protocols, so neither depends on SQLite. Two implementations pass one contract suite
-(tests/unit/records/): records/memory.py (tests, benches) and store/ (SQLite, durable).
+"""The durable records beside the timeline: what the manager, the hub and the sub-agent registry
+call, as Protocols, so none depends on SQLite. Two implementations pass one contract suite
+(tests/unit/records/, tests/unit/subagents/test_store_contract.py): records/memory.py (tests,
+benches) and store/ (SQLite, durable).
 
   AgentRecords     the latest snapshot of every agent, read back once at start-up
   CreateRequests   CreateAgent request ids -> (fingerprint, agent id), for idempotent retries
   FinishedTurns    (agent, turn id) of every ended turn: late provider events are dropped
   EventLog         the Subscribe event log: (revision, agent id, encoded event), retained in
                    rows and bytes, with an incarnation minted once per log
+  RunStore         every sub-agent run's record, read back once at start-up
 
 Writes return a future instead of being coroutines: the caller takes its place in the write
 order at the call (as `TimelineStore.append_nowait`) and awaits the future when it must know the
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from corral_server.domain.agent import Agent
+from corral_server.domain.subagents import SubagentRun
 
 
 class BadRecord(NamedTuple):
@@ -43,8 +46,7 @@ class LoadedAgents(NamedTuple):
 class AgentRecords(Protocol):
     """The latest snapshot of every agent. A record is a FULL snapshot (every field of Agent)
     and the last `put` of an agent wins whole: nothing is merged, so no field is ever erased
-    by a write that did not carry it (the `archivedAt` trap of seed 000, 7.3, came from
-    partial writes merged into a record). Only the agent's single writer puts its agent, so
+    by a write that did not carry it. Only the agent's single writer puts its agent, so
     "last" is well defined. An agent's timeline head (epoch, next_seq) belongs to the
     timeline store; the copy inside a record may be older and is not authoritative."""
 
@@ -144,4 +146,35 @@ class EventLog(Protocol):
         of them and `max_bytes` of events, but always one at least when one is retained.
         Entries older than `earliest_revision` are gone: a first entry other than
         `after_revision + 1` tells the caller it fell behind the retention."""
+        ...
+
+
+class BadRun(NamedTuple):
+    """A stored run that could not be decoded: which run and why."""
+
+    run_id: str
+    error: str
+
+
+class LoadedRuns(NamedTuple):
+    """Every run that decoded, in the order of their first `put`, and every one that did not."""
+
+    runs: list[SubagentRun]
+    bad: list[BadRun]
+
+
+class RunStore(Protocol):
+    """Every sub-agent run's record. The last `put` of a run wins whole; only the sub-agent
+    registry (the runs' single writer) puts runs."""
+
+    def put(self, run: SubagentRun) -> asyncio.Future[None]:
+        """Upsert the run's record, whole."""
+        ...
+
+    def delete(self, run_id: str) -> asyncio.Future[None]:
+        """Forget the run (unknown: a no-op)."""
+        ...
+
+    async def load(self) -> LoadedRuns:
+        """Every stored run (committed writes only), for start-up."""
         ...

@@ -44,15 +44,10 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from corral_server.histogram import SECONDS_BOUNDS, Histogram
-from corral_server.store.errors import (
-    SchemaTooNew,
-    StoreError,
-    StoreUnavailable,
-    StoreWriteFailed,
-)
+from corral_server.store.errors import StoreError, StoreUnavailable, StoreWriteFailed, why
 from corral_server.store.full_disk import PRAGMAS as _WAL_PRAGMAS
 from corral_server.store.full_disk import FullDisk
-from corral_server.store.schema import MIGRATIONS, SCHEMA_VERSION
+from corral_server.store.schema import migrate
 
 T = TypeVar("T")
 
@@ -270,35 +265,14 @@ class Database:
             conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             for pragma in _WAL_PRAGMAS:
                 conn.execute(pragma)
-            self._migrate(conn)
+            self.opened_version = migrate(conn, self.path)
         except BaseException as exc:
             if conn is not None:
                 conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise StoreUnavailable(self.path, _why(exc)) from None
+                raise StoreUnavailable(self.path, why(exc)) from None
             raise
         return conn
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(self.path, _why(exc)) from None
-        self.opened_version = version
-        if version > SCHEMA_VERSION:
-            raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            script = MIGRATIONS[target - 1]
-            try:
-                conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;"
-                )
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise StoreUnavailable(
-                    self.path, f"migrating from version {target - 1} to {target}: {_why(exc)}"
-                ) from None
 
     def _take_lock(self) -> None:
         try:
@@ -338,7 +312,7 @@ class Database:
             conn.execute("PRAGMA query_only=1")
             conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         except sqlite3.Error as exc:
-            self._settle_thread(ready, StoreUnavailable(self.path, _why(exc)))
+            self._settle_thread(ready, StoreUnavailable(self.path, why(exc)))
             self._settle_thread(done, None)
             return
         self._settle_thread(ready, None)
@@ -400,12 +374,3 @@ def _failer(future: asyncio.Future[Any]) -> Callable[[BaseException], None]:
 
 def _is_sqlite(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error)
-
-
-def _why(exc: sqlite3.Error) -> str:
-    text = str(exc)
-    if "readonly" in text or "unable to open" in text:
-        return f"{text} (is the state directory writable?)"
-    if "not a database" in text:
-        return f"{text} (is this a corral state directory?)"
-    return text

@@ -15,6 +15,7 @@ because this package was built beside the daemon; the tree above is where they b
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from corral_server.errors import CorralError
@@ -55,3 +56,13 @@ class StoreWriteFailed(StoreError):
             metadata={"path": str(path)},
         )
         self.path = path
+
+
+def why(exc: sqlite3.Error) -> str:
+    """SQLite's message, with what to check when it names a common cause."""
+    text = str(exc)
+    if "readonly" in text or "unable to open" in text:
+        return f"{text} (is the state directory writable?)"
+    if "not a database" in text:
+        return f"{text} (is this a corral state directory?)"
+    return text

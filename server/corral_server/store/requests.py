@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from corral_server.records.store import CreateRequests, FinishedTurns
 
 # Turn ids kept per agent for `contains` without a read: the turns whose late events still
-# arrive (the last one, nearly always). 8 x ~40-byte ids stays far below the 20 KB per idle
-# agent of issue 6.
+# arrive (the last one, nearly always). 8 x ~40-byte ids stays far below the memory budget of
+# 20 KB per idle agent (BENCHMARKS.md, P6).
 RECENT_PER_AGENT = 8
 
 

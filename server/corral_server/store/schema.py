@@ -1,24 +1,28 @@
 """The database schema and its migrations (PRAGMA user_version = how many have run).
 
-`MIGRATIONS[i]` takes a database from version i to i + 1; each runs in one transaction with
-the version bump, so a crash or a full disk mid-migration leaves the previous version intact.
-A database whose version is above `len(MIGRATIONS)` was written by a newer corral and is
-refused (never downgraded). Append new migrations; never edit a released one.
+`MIGRATIONS[i]` takes a database from version i to i + 1: an SQL script, or a function that
+runs in the writer's connection (for a migration that rewrites records). Each runs in one
+transaction with the version bump, so a crash or a full disk mid-migration leaves the previous
+version intact. A database whose version is above `len(MIGRATIONS)` was written by a newer
+corral and is refused (never downgraded). Append new migrations; never edit a released one.
 
-Version 1 creates every table issue 6 needs, though only `meta`, `timelines` and
-`timeline_rows` have code behind them yet:
+The schema version also fixes how the blobs are encoded (store/format/): a change of the
+storage messages is a migration here, never a side effect of a change of the API.
+
+Version 1 creates the durable store's tables:
 
 meta             key -> text value: small facts about the whole store, e.g.
                  'event_log_incarnation' (Subscribe revisions restart only with a new one).
-agents           agent_id -> its record (an encoded snapshot, opaque here) and when it was
-                 last written; start-up reads this table, never the rows.
+agents           agent_id -> its record (a corral.storage.v1.Agent, store/format/agents.py)
+                 and when it was last written; start-up reads this table, never the rows.
 timelines        one row per agent timeline, its head: the epoch, next_seq (the seq the next
                  row gets) and first_seq (the oldest retained seq; next_seq when none is). The
                  store keeps all heads in memory, loaded from here at open. `timeline_id` is
                  the short key of (agent, epoch) in timeline_rows: a rebase takes a new one.
 timeline_rows    the rows of each (agent, epoch): keyed by (timeline_id, seq), so a page is
                  one range scan of the primary key, whatever the timeline's length (no OFFSET).
-                 `item` is the encoded TimelineItem (the rpc layer's codec: the wire's bytes).
+                 `item` is a corral.storage.v1.TimelineItem: the bytes the writer streams
+                 (store/format/__init__.py says why they are the same).
 events           the event log behind Subscribe: revision -> the agent it concerns ('' for
                  none) and the encoded event; retention trims the oldest revisions.
 create_requests  CreateAgent request ids -> the agent they created and an encoded fingerprint
@@ -30,8 +34,8 @@ Version 2 adds `agents.created_order`: the order of each agent's first record, s
 lists agents in creation order as the daemon did before the restart (created_at_ms ties
 within a millisecond, and agent ids are random). A record written again keeps its order.
 
-Version 3 adds `subagent_runs`: run_id -> the run's record (JSON, subagents/codec.py, opaque
-here) and the order of its first write, so start-up restores runs in spawn order.
+Version 3 adds `subagent_runs`: run_id -> the run's record and the order of its first write,
+so start-up restores runs in spawn order. (Records were JSON until version 6.)
 
 Version 4 adds `queued_prompts`: the content of each prompt an agent holds queued, one row per
 content part (a text part's UTF-8 in `text`, an image's type and bytes), keyed by agent,
@@ -44,13 +48,27 @@ Version 5 adds `timeline_text`, the FTS5 full-text index of the timelines' rows 
 timeline_id * 2**32 + seq; store/search.py), and the 'search_backfill' cursor in `meta`: the
 rows a database from before v5 holds are indexed in the background after start-up.
 
-Version 6 adds `turn_usage`: one row per completed turn that reported usage (tokens, cost,
+Version 6 gives the records a storage format of their own (proto/corral/storage/v1/): every
+run's JSON record is rewritten as a corral.storage.v1.SubagentRun, and `meta` names the format
+('record_format'). Agent records and timeline items need no rewrite: the storage messages kept
+the numbers of the API messages they were written as. A run whose JSON does not read is left as
+it is, for start-up to report as a bad record.
+
+Version 7 adds `turn_usage`: one row per completed turn that reported usage (tokens, cost,
 the agent's provider and model, when it ended), so usage adds up by agent, provider, model and
-day (store/usage.py). A database from before v6 starts it empty: turns completed before the
+day (store/usage.py). A database from before v7 starts it empty: turns completed before the
 upgrade are not in it (their agents' `usage_total` starts from zero too).
 """
 
 from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from corral_server.store.errors import SchemaTooNew, StoreUnavailable, why
+from corral_server.store.format import run_json, runs
 
 _V1 = """
 CREATE TABLE meta (
@@ -131,7 +149,27 @@ CREATE VIRTUAL TABLE timeline_text USING fts5(text, kind UNINDEXED, timestamp_ms
 INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
-_V6 = """
+RECORD_FORMAT = "corral.storage.v1"
+
+
+def _records_in_storage_format(conn: sqlite3.Connection) -> None:
+    rewritten: list[tuple[bytes, str]] = []
+    for run_id, record in conn.execute("SELECT run_id, record FROM subagent_runs"):
+        try:
+            rewritten.append((runs.encode_run(run_json.decode_json_run(bytes(record))), run_id))
+        except Exception:  # kept as it is: the loader reports it, the other runs load
+            continue
+    conn.executemany("UPDATE subagent_runs SET record = ? WHERE run_id = ?", rewritten)
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('record_format', ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (RECORD_FORMAT,),
+    )
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+_V7 = """
 CREATE TABLE turn_usage (
     agent_id TEXT NOT NULL,
     turn_id TEXT NOT NULL,
@@ -146,6 +184,47 @@ CREATE TABLE turn_usage (
 CREATE INDEX turn_usage_by_end ON turn_usage (ended_ms);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[Migration, ...] = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _records_in_storage_format,
+    _V7,
+)
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Take the database on `conn` (the writer's) to SCHEMA_VERSION; the version it had (0: a
+    new database). Raises StoreUnavailable (unreadable, or a migration failed: that one rolled
+    back) or SchemaTooNew."""
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(path, why(exc)) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(path, version, SCHEMA_VERSION)
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        try:
+            _run(conn, MIGRATIONS[target - 1], target)
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise StoreUnavailable(
+                path, f"migrating from version {target - 1} to {target}: {why(exc)}"
+            ) from None
+    return version
+
+
+def _run(conn: sqlite3.Connection, step: Migration, target: int) -> None:
+    """One migration and its version bump, in one transaction."""
+    if isinstance(step, str):
+        conn.executescript(f"BEGIN IMMEDIATE;\n{step}\nPRAGMA user_version = {target};\nCOMMIT;")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    step(conn)
+    conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute("COMMIT")

@@ -1,5 +1,5 @@
 """The SQLite usage ledger: `UsageLedger` (records/usage.py) in the `turn_usage` table
-(schema v6). Entries wait on the loop and go to the database in the group commit
+(schema v7). Entries wait on the loop and go to the database in the group commit
 (store/commits.py), so a turn's entry commits with its agent's record or after it, never
 before; reads add them up in the reader thread, with SQLite's GROUP BY.
 

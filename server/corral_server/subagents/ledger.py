@@ -21,8 +21,8 @@ from corral_server import errors
 from corral_server.domain.events import SubagentRunUpdated
 from corral_server.domain.subagents import SubagentRun
 from corral_server.jobs import JobQueue
+from corral_server.records.store import RunStore
 from corral_server.subagents import queries as q
-from corral_server.subagents.store import RunStore
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -35,6 +35,7 @@ from corral_server.domain.subagents import RUN_ID_LABEL, Outcome, RunId, Subagen
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.validate import Limits
+from corral_server.records.store import RunStore
 from corral_server.subagents import queries as q
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import stop_child
@@ -45,7 +46,6 @@ from corral_server.subagents.limits import SpawnRequest, SubagentLimits, check_s
 from corral_server.subagents.outbox import RunOutbox
 from corral_server.subagents.recovery import RunRecovery
 from corral_server.subagents.steer import RunSteering
-from corral_server.subagents.store import RunStore
 from corral_server.subagents.sweeper import RunSweeper
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol, TypedDict
 
 from corral_server.domain.timeline import (
+    MAX_PAGE_BYTES,
+    MAX_PAGE_ROWS,
     Cursor,
     Direction,
     FetchResult,
@@ -97,9 +99,37 @@ class TimelineStore(Protocol):
         ...
 
 
-def check_options(retain_rows: int | None, max_page_rows: int, max_page_bytes: int) -> None:
-    """Every store's constructor options: retention and page limits of at least 1."""
-    if retain_rows is not None and retain_rows < 1:
-        raise ValueError(f"retain_rows must be at least 1, got {retain_rows}")
-    if max_page_rows < 1 or max_page_bytes < 1:
-        raise ValueError(f"page limits must be at least 1, got {max_page_rows} rows")
+class Options(TypedDict, total=False):
+    """What every store's constructor takes: `retain_rows` caps the rows kept per agent (the
+    oldest dropped first, so the oldest retained seq rises; None keeps every row),
+    `epoch_factory` mints epochs, `max_page_rows` and `max_page_bytes` cap a page whatever its
+    limit (one row always fits)."""
+
+    retain_rows: int | None
+    epoch_factory: Callable[[], str]
+    max_page_rows: int
+    max_page_bytes: int
+
+
+class Limits(NamedTuple):
+    """`Options` checked, with their defaults."""
+
+    retain_rows: int | None
+    epoch_factory: Callable[[], str]
+    max_page_rows: int
+    max_page_bytes: int
+
+
+def checked_options(options: Options) -> Limits:
+    """Retention and page limits of at least 1 (ValueError otherwise)."""
+    limits = Limits(
+        options.get("retain_rows"),
+        options.get("epoch_factory", new_epoch),
+        options.get("max_page_rows", MAX_PAGE_ROWS),
+        options.get("max_page_bytes", MAX_PAGE_BYTES),
+    )
+    if limits.retain_rows is not None and limits.retain_rows < 1:
+        raise ValueError(f"retain_rows must be at least 1, got {limits.retain_rows}")
+    if limits.max_page_rows < 1 or limits.max_page_bytes < 1:
+        raise ValueError(f"page limits must be at least 1, got {limits.max_page_rows} rows")
+    return limits

@@ -3,15 +3,12 @@ committed heads, a full disk, and the page query's plan."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-import corral_server.records
-import corral_server.store
 from corral_server.domain.timeline import (
     AssistantMessage,
     Cursor,
@@ -24,7 +21,8 @@ from corral_server.domain.timeline import (
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.database import DB_FILE, Database
 from corral_server.store.errors import StoreWriteFailed
-from corral_server.store.sqlite_timeline import _PAGE_NEWEST, _PAGE_OLDEST, SqliteTimelineStore
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
+from corral_server.store.timeline_tables import _PAGE_NEWEST, _PAGE_OLDEST
 from corral_server.timeline.store import NewRow
 from tests.support.stores import counting_epochs
 
@@ -209,23 +207,3 @@ async def test_fetch_before_and_after_read_the_rows_of_the_committed_epoch(
         )  # the old epoch's rows are gone
     finally:
         await database.close()
-
-
-def test_the_store_and_records_packages_never_import_protobuf_grpc_or_sqlite_above() -> None:
-    store = Path(corral_server.store.__file__).parent
-    records = Path(corral_server.records.__file__).parent
-    for source in [*store.glob("*.py"), *records.glob("*.py")]:
-        for node in ast.walk(ast.parse(source.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            for name in names:
-                assert not name.startswith(("grpc", "google", "corral.", "corral_server.rpc")), (
-                    f"{source.name} imports {name}"
-                )
-                if source.parent == records:  # the protocols know no backend
-                    assert not name.startswith(("sqlite3", "corral_server.store")), (
-                        f"records/{source.name} imports {name}"
-                    )

@@ -1,5 +1,5 @@
-"""The RunStore contract (subagents/store.py), run against the in-memory and the SQLite store;
-the JSON codec round trip."""
+"""The RunStore contract (records/store.py), run against the in-memory and the SQLite store;
+the storage format's round trip of a run (store/format/runs.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from corral_server.domain.subagents import (
     RunId,
     SubagentRun,
 )
+from corral_server.records.memory import InMemoryRunStore
+from corral_server.records.store import RunStore
 from corral_server.store.database import Database
+from corral_server.store.format.runs import decode_run, encode_run
 from corral_server.store.subagent_runs import SqliteRunStore
-from corral_server.subagents.codec import decode_run, encode_run
-from corral_server.subagents.store import InMemoryRunStore, RunStore
 
 
 class Stores:
@@ -38,7 +39,7 @@ class Stores:
     async def reopen(self) -> SqliteRunStore:
         database = await Database.open(self.directory, synchronous="NORMAL")
         self.databases.append(database)
-        return await SqliteRunStore.open(database, encode_run, decode_run)
+        return await SqliteRunStore.open(database)
 
     async def close(self) -> None:
         for database in self.databases:
@@ -123,7 +124,7 @@ async def test_sqlite_runs_survive_a_reopen_and_a_bad_record_is_reported(tmp_pat
                 "INSERT INTO subagent_runs VALUES ('broken', x'00', 99)"
             ).close()
         )
-        reopened = await SqliteRunStore.open(database, encode_run, decode_run)
+        reopened = await SqliteRunStore.open(database)
         loaded = await reopened.load()
         assert loaded.runs == [FULL]
         assert [bad.run_id for bad in loaded.bad] == ["broken"]

@@ -1,0 +1,38 @@
+"""What the record modules share: parsing a blob, times, usage."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from corral.storage.v1 import records_pb2 as pb
+from corral_server.domain.agent import Usage
+
+M = TypeVar("M", bound=Message)
+
+
+def parse(kind: type[M], data: bytes, noun: str) -> M:
+    """The record in `data`; ValueError when it is not one (the store reports it as bad)."""
+    try:
+        return kind.FromString(data)
+    except DecodeError as exc:
+        raise ValueError(f"not an encoded {noun}: {exc}") from exc
+
+
+def usage_record(u: Usage) -> pb.Usage:
+    return pb.Usage(**asdict(u))
+
+
+def usage(stored: pb.Usage) -> Usage:
+    return Usage(**{f.name: getattr(stored, f.name) for f in fields(Usage)})
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
