@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from corral_server.domain.agent import Usage
+from corral_server.domain.agent import PermissionResponse, Usage
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.errors import InvalidArgument
 from corral_server.providers.base import (
     EventSink,
+    InterruptResult,
     ProviderInfo,
     ProviderItem,
     ProviderTurnCompleted,
@@ -54,8 +55,16 @@ class BurstSession:
             await asyncio.sleep(0)
         self._sink(ProviderTurnCompleted(turn_id, Usage(output_tokens=rows)))
 
-    async def interrupt(self) -> bool:
-        return False
+    async def interrupt(self, turn_id: str) -> InterruptResult:
+        return InterruptResult.REFUSED  # a burst runs to its end
+
+    async def respond_permission(
+        self, turn_id: str, request_id: str, response: PermissionResponse
+    ) -> Prompt | None:
+        raise InvalidArgument(f"a burst asks no permission: {request_id}")
+
+    async def steer(self, turn_id: str, prompt: Prompt) -> bool:
+        return False  # not taken: corral queues the prompt
 
     async def close(self) -> None:
         if self._task is not None:

@@ -37,6 +37,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
+from tests.support.client import next_message
 
 AGENTS = 40
 SUBSCRIBERS = 100
@@ -95,7 +96,7 @@ async def _events_per_turn(corral: Corral, agent_id: str) -> int:
         event_pb.SubscribeRequest(agent_ids=[agent_id])
     )
     try:
-        while not any(e.HasField("synced") for e in (await call.read()).events):
+        while not any(e.HasField("synced") for e in (await next_message(call)).events):
             pass
         turns = turn_grpc.TurnServiceStub(corral.channel)
         await turns.SendPrompt(
@@ -108,7 +109,7 @@ async def _events_per_turn(corral: Corral, agent_id: str) -> int:
         count = 0
         while True:
             try:
-                response = await asyncio.wait_for(call.read(), 0.2)
+                response = await asyncio.wait_for(next_message(call), 0.2)
             except TimeoutError:
                 return count
             count += len(response.events)

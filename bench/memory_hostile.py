@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -29,7 +30,7 @@ import grpc
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, SyncStubs, create_request, prompt_request
 from tests.support.memory import rss_mb
 from tests.support.raw_h2 import NeverReadingClient
 
@@ -88,7 +89,7 @@ class Daemon:
 
 
 class Reader(threading.Thread):
-    def __init__(self, call: grpc.Call) -> None:
+    def __init__(self, call: Iterator[event_pb.SubscribeResponse]) -> None:
         super().__init__(daemon=True)
         self.call = call
         self.events = 0
@@ -96,7 +97,7 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            for response in self.call:  # type: ignore[attr-defined]
+            for response in self.call:
                 for event in response.events:
                     self.events += 1
                     self.last = max(self.last, event.revision)
@@ -141,13 +142,13 @@ def never_reading_streams(state: str) -> tuple[float, float, float, int, int, fl
                 caught_up = time.monotonic() - start
                 for client in hostile:
                     client.close()
-                call.cancel()  # type: ignore[attr-defined]
+                call.cancel()
                 return idle, opened, peak, reader.last, head, caught_up
     finally:
         daemon.stop()
 
 
-def _head(stubs: Stubs) -> int:
+def _head(stubs: SyncStubs) -> int:
     """The daemon's head revision: the Synced of a fresh subscription."""
     call = stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=60)
     try:
@@ -156,7 +157,7 @@ def _head(stubs: Stubs) -> int:
                 if event.HasField("synced"):
                     return event.synced.revision
     finally:
-        call.cancel()  # type: ignore[attr-defined]
+        call.cancel()
     raise RuntimeError("no Synced")
 
 
@@ -169,14 +170,14 @@ def refused_requests(state: str) -> tuple[float, float, float | None, float]:
             stubs.agents.ListAgents(agent_pb.ListAgentsRequest())
             idle = daemon.rss()
             body = agent_pb.ClearAttentionRequest(agent_ids=[""] * IDS).SerializeToString()
-            clear = channel.unary_unary(
+            clear: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
                 "/corral.v1.AgentService/ClearAttention", request_serializer=bytes
             )
             for _ in range(REFUSED):
                 try:
                     clear(body)
                 except grpc.RpcError as error:
-                    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+                    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
             after = daemon.rss()
             start = time.monotonic()
             back: float | None = None

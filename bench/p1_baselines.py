@@ -71,7 +71,13 @@ def make_events(count: int) -> list[event_pb.Event]:
 # --- the servers (run in a child process) -------------------------------------------------
 
 
-def _per_message_handler(events: list[event_pb.Event]) -> grpc.RpcMethodHandler:
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def _per_message_handler(
+    events: list[event_pb.Event],
+) -> grpc.RpcMethodHandler[event_pb.SubscribeRequest, event_pb.SubscribeResponse]:
     async def subscribe(
         request: event_pb.SubscribeRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> AsyncIterator[event_pb.SubscribeResponse]:
@@ -86,7 +92,9 @@ def _per_message_handler(events: list[event_pb.Event]) -> grpc.RpcMethodHandler:
     )
 
 
-def _batched_handler(events: list[event_pb.Event]) -> grpc.RpcMethodHandler:
+def _batched_handler(
+    events: list[event_pb.Event],
+) -> grpc.RpcMethodHandler[event_pb.SubscribeRequest, bytes]:
     frames = [frame(event.SerializeToString()) for event in events]
     batches = [
         b"".join(frames[start : start + BATCH_EVENTS])
@@ -103,7 +111,7 @@ def _batched_handler(events: list[event_pb.Event]) -> grpc.RpcMethodHandler:
     return grpc.unary_stream_rpc_method_handler(
         subscribe,
         request_deserializer=event_pb.SubscribeRequest.FromString,
-        response_serializer=lambda data: data,
+        response_serializer=_identity,
     )
 
 

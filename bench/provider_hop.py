@@ -70,7 +70,7 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def turn(turns: turn_grpc.TurnServiceStub, agent_id: str) -> tuple[float, float]:
+async def turn(turns: turn_grpc.TurnServiceAsyncStub, agent_id: str) -> tuple[float, float]:
     """One turn: (monotonic receipt of the assistant row, of turn_completed)."""
     content = [content_pb.ContentPart(text=PROMPT)]
     call = turns.StreamTurn(turn_pb.StreamTurnRequest(agent_id=agent_id, content=content))

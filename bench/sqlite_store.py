@@ -79,7 +79,7 @@ async def burst(rows: int) -> dict[str, Any]:
     }
     for synchronous in ("FULL", "NORMAL"):
         with _scratch() as directory:
-            database, store = await _sqlite(directory, synchronous)  # type: ignore[arg-type]
+            database, store = await _sqlite(directory, synchronous)
             commits = database.commits
             rate = await _pipelined(store, rows)
             out[f"sqlite {synchronous} pipelined"] = rate
@@ -180,8 +180,8 @@ async def _pages_at(directory: str, size: int, samples: int) -> dict[str, float]
     }
 
 
-async def pages(sizes: tuple[int, int], samples: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+async def pages(sizes: tuple[int, int], samples: int) -> dict[int | str, Any]:
+    out: dict[int | str, Any] = {}  # by size, then the ratios and the memory
     for size in sizes:
         with _scratch() as directory:
             began = time.perf_counter()
@@ -200,7 +200,7 @@ async def pages(sizes: tuple[int, int], samples: int) -> dict[str, Any]:
 # --- report ---------------------------------------------------------------------------------
 
 
-def report(burst_: dict[str, Any], group_: dict[str, Any], pages_: dict[str, Any]) -> str:
+def report(burst_: dict[str, Any], group_: dict[str, Any], pages_: dict[int | str, Any]) -> str:
     lines = ["SQLite store: one agent bursting single rows (rows/s, store alone; goal >= 80,000)"]
     lines += [f"  {name:<30} {value:>12,.0f}" for name, value in burst_.items()]
     lines.append("SQLite store: 100 agents, each awaiting its own one-row appends")

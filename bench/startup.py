@@ -16,10 +16,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from corral_cli.health import health_stub
 from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.rpc.item_codec import ITEM_CODEC
@@ -38,7 +40,7 @@ async def fill(state_dir: Path, agents: int, rows: int) -> None:
         timeline = await SqliteTimelineStore.open(db, ITEM_CODEC)
         records = await SqliteAgentRecords.open(db, encode_agent, decode_agent)
         item = AssistantMessage("a row of about a hundred bytes of assistant text, " * 2, "m")
-        pending = []
+        pending: list[asyncio.Future[Any]] = []
         for n in range(agents):
             agent_id = f"{n:032x}"
             head = await timeline.create(agent_id)
@@ -86,7 +88,7 @@ async def serving_after(state_dir: Path) -> tuple[float, int]:
         line = (await proc.stdout.readline()).decode()  # printed once it serves
         port = line.rsplit(":", 1)[1].split()[0]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            health = health_stub(channel)
             reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
             elapsed = time.perf_counter() - started
             assert reply.status == health_pb2.HealthCheckResponse.SERVING

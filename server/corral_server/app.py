@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
 from corral_server.providers import reaping, registry
 from corral_server.providers.base import McpServer, Provider
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 from corral_server.reclaim import Reclaimer
 from corral_server.records.memory import InMemoryRunStore
 from corral_server.records.store import EventLog, RunStore
@@ -118,10 +119,12 @@ class Daemon:
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
         self._credentials = server_credentials(config.tls) if config.tls else None
-        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)
+        # This daemon's calls answered with an error, by status code (both edges; metrics).
+        self.rpc_errors: Counter[str] = Counter()
         limits = StreamLimits(
             max_streams=config.max_streams,
             total_bytes=config.streams_total_bytes,
@@ -249,6 +252,7 @@ class Daemon:
         server = grpc_server.build_server(
             tokens=self.tokens,
             connections=self.connections,
+            rpc_errors=self.rpc_errors,
             reclaimer=Reclaimer(self.clock),
             max_request_bytes=config.max_request_bytes,
             max_streams_per_connection=config.max_streams_per_connection,
@@ -269,7 +273,9 @@ class Daemon:
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
         config = self.config
         if config.web_listen:
-            self.web = edges.web_endpoint(config, config.web_listen, servicers, self.tokens)
+            self.web = edges.web_endpoint(
+                config, config.web_listen, servicers, self.tokens, self.rpc_errors
+            )
             self.web_port = self.web.start()
         if config.mcp_listen:
             self.mcp = await edges.start_mcp(
@@ -283,7 +289,12 @@ class Daemon:
                     f"metrics on {config.metrics_listen} need tokens: there is no auth_token_file"
                 )
             self._metrics = edges.start_metrics(
-                config.metrics_listen, self.manager, self.hub, self.database, tokens
+                config.metrics_listen,
+                self.manager,
+                self.hub,
+                self.database,
+                tokens,
+                self.rpc_errors,
             )
             self.metrics_port = self._metrics.port
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,11 @@ log = logging.getLogger(__name__)
 
 
 def web_endpoint(
-    config: Config, listen: str, servicers: Mapping[str, Any], tokens: TokenFile | None
+    config: Config,
+    listen: str,
+    servicers: Mapping[str, Any],
+    tokens: TokenFile | None,
+    rpc_errors: Counter[str] | None = None,
 ) -> WebEndpoint:
     """corral.v1 over Connect and gRPC-Web, and the dashboard (web/), not yet started."""
     from corral_server.asgi_server import Tls
@@ -51,7 +56,7 @@ def web_endpoint(
     )
     if config.web_static_dir is not None:
         settings = replace(settings, static_dir=config.web_static_dir)
-    return WebEndpoint(settings, by_descriptor(servicers), tokens)
+    return WebEndpoint(settings, by_descriptor(servicers), tokens, rpc_errors)
 
 
 async def start_mcp(
@@ -86,11 +91,12 @@ def start_metrics(
     hub: EventHub,
     database: Database | None,
     tokens: TokenFile | None,
+    rpc_errors: Counter[str] | None = None,
 ) -> MetricsServer:  # on the loop: the collector needs it
     """Prometheus metrics over HTTP on `listen` (threads of their own: metrics_http.py),
     behind `tokens` when given."""
     host, _, port = listen.rpartition(":")
-    registry = registry_for(manager, hub, asyncio.get_running_loop(), database)
+    registry = registry_for(manager, hub, asyncio.get_running_loop(), database, rpc_errors)
     server = serve_metrics(host.strip("[]"), int(port), registry, tokens)
     bound: int = server.server_port
     log.info("metrics on http://%s:%d/metrics", host, bound)

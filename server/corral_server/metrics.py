@@ -25,9 +25,10 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
   corral_usage_turns_total{provider, model}                directory they count from the first
                                                            turn the ledger holds, not from start
 
-The histograms are process-wide (the store's writer threads and the provider deadlines add to
-them, store/database.py and manager/deadlines.py), like the error counts: one daemon per
-process outside tests. Without a state directory the store and event log metrics stay at 0.
+Every number is the daemon's own (its manager, hub, store and error counter), so two daemons in
+one process never add to each other's, except the provider call histograms: the provider
+deadlines (manager/deadlines.py) add to one process-wide table. Without a state directory the
+store and event log metrics stay at 0.
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from corral_server.domain.agent import Usage
-from corral_server.histogram import Histogram
+from corral_server.histogram import SECONDS_BOUNDS, Histogram
 from corral_server.hub import EventHub
 from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
 from corral_server.manager.manager import AgentManager
-from corral_server.rpc.errors import RPC_ERRORS
-from corral_server.store.database import COMMIT_JOBS, COMMIT_SECONDS, Database
+from corral_server.store.database import COMMIT_JOBS_BOUNDS, Database
 
 _Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
@@ -77,11 +77,14 @@ class DaemonCollector(Collector):
         hub: EventHub,
         loop: asyncio.AbstractEventLoop,
         database: Database | None = None,
+        rpc_errors: Counter[str] | None = None,
     ) -> None:
         self._manager = manager
         self._hub = hub
         self._loop = loop
         self._database = database
+        # Calls answered with an error, by status code (rpc/error_counts.py, web/app.py).
+        self._rpc_errors: Counter[str] = Counter() if rpc_errors is None else rpc_errors
 
     async def _read(self) -> _Reading:
         agents = self._manager.agents()
@@ -94,7 +97,7 @@ class DaemonCollector(Collector):
             head,
             sum(a.next_seq - 1 for a in agents),
             [max(0, head - s.delivered_revision) for s in self._hub.subscriptions],
-            dict(RPC_ERRORS),
+            dict(self._rpc_errors),
             0 if writer is None else writer.pending,
             0 if writer is None else writer.failures,
             dict(self._manager.usage.counters),
@@ -136,7 +139,7 @@ class DaemonCollector(Collector):
         )
         yield from self._store()
         yield from _usage(reading.usage)
-        yield from _histograms()
+        yield from self._histograms()
 
     def _store(self) -> Iterator[_Family]:
         """Read here, on the scrape's thread: two plain attributes and one stat."""
@@ -149,6 +152,23 @@ class DaemonCollector(Collector):
         )
         wal = 0 if disk is None else disk.wal_bytes()
         yield GaugeMetricFamily("corral_store_wal_bytes", "Write-ahead log bytes", value=wal)
+
+    def _histograms(self) -> Iterator[HistogramMetricFamily]:
+        """The histograms; each is safe to read from the scrape's thread."""
+        commit = HistogramMetricFamily("corral_store_commit_seconds", "Store transactions")
+        jobs = HistogramMetricFamily("corral_store_commit_jobs", "Write jobs per transaction")
+        database = self._database
+        # Without a store: empty histograms, so the series exist at 0.
+        _add(commit, [], database.commit_seconds if database else Histogram(SECONDS_BOUNDS))
+        _add(jobs, [], database.commit_jobs if database else Histogram(COMMIT_JOBS_BOUNDS))
+        yield commit
+        yield jobs
+        calls = HistogramMetricFamily(
+            "corral_provider_call_seconds", "Provider calls by kind", labels=["kind"]
+        )
+        for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
+            _add(calls, [kind], histogram)
+        yield calls
 
 
 _USAGE_FIELDS = (
@@ -173,22 +193,6 @@ def _usage(counters: dict[tuple[str, str], tuple[Usage, int]]) -> Iterator[Count
     yield turns
 
 
-def _histograms() -> Iterator[HistogramMetricFamily]:
-    """The process-wide histograms; each is safe to read from the scrape's thread."""
-    commit = HistogramMetricFamily("corral_store_commit_seconds", "Store transactions")
-    _add(commit, [], COMMIT_SECONDS)
-    yield commit
-    jobs = HistogramMetricFamily("corral_store_commit_jobs", "Write jobs per transaction")
-    _add(jobs, [], COMMIT_JOBS)
-    yield jobs
-    calls = HistogramMetricFamily(
-        "corral_provider_call_seconds", "Provider calls by kind", labels=["kind"]
-    )
-    for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
-        _add(calls, [kind], histogram)
-    yield calls
-
-
 def _add(family: HistogramMetricFamily, labels: list[str], histogram: Histogram) -> None:
     reading = histogram.read()
     buckets = [(repr(float(b)), n) for b, n in zip(reading.bounds, reading.buckets, strict=True)]
@@ -201,7 +205,10 @@ def registry_for(
     hub: EventHub,
     loop: asyncio.AbstractEventLoop,
     database: Database | None = None,
+    rpc_errors: Counter[str] | None = None,
 ) -> CollectorRegistry:
+    """A registry of this daemon's own (prometheus-client's default registry is the
+    process's, and holds nothing of ours)."""
     registry = CollectorRegistry()
-    registry.register(DaemonCollector(manager, hub, loop, database))
+    registry.register(DaemonCollector(manager, hub, loop, database, rpc_errors))
     return registry

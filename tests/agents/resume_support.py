@@ -42,10 +42,7 @@ async def turn(stubs: Stubs, agent_id: str, prompt: str) -> list[turn_pb.StreamT
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
-    events = []
-    while (event := await call.read()) is not grpc.aio.EOF:
-        events.append(event)
-    return events
+    return [event async for event in call]
 
 
 def ending(events: list[turn_pb.StreamTurnResponse]) -> str:
@@ -63,7 +60,7 @@ async def timeline(stubs: Stubs, agent_id: str) -> list[tuple[str, str]]:
             agent_id=agent_id, direction=tl_pb.TIMELINE_DIRECTION_TAIL, limit=1000
         )
     )
-    rows = []
+    rows: list[tuple[str, str]] = []
     for row in reply.rows:
         kind = str(row.item.WhichOneof("kind"))
         match kind:

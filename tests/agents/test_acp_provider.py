@@ -20,7 +20,7 @@ from corral_server.providers.acp import AcpProvider
 from tests.agents import programs
 from tests.agents.child import sweep, tagged_processes
 from tests.agents.conftest import LEFTOVER_GRACE_S, Place
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 from tests.support.fake_models import FakeModelServer
 
@@ -109,7 +109,7 @@ async def test_cancel_turn_stops_a_slow_acp_stream_as_canceled(
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("Count [[slow]]"))
     )
-    assert (await call.read()).WhichOneof("event") == "turn_started"
+    assert (await next_message(call)).WhichOneof("event") == "turn_started"
     # Rows of a streamed message reach StreamTurn when it ends, so wait on the model stream.
     await asyncio.to_thread(fake.wait_for, lambda calls: any(c.answer == "text" for c in calls))
     canceled = await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
@@ -129,8 +129,8 @@ async def test_an_acp_tool_call_waits_for_a_permission_that_corral_allows(
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
-    while (event := await call.read()).WhichOneof("event") != "permission_requested":
-        assert event is not grpc.aio.EOF
+    while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
+        pass
     asked = event.permission_requested.permission
     allow = next(a for a in asked.actions if a.kind == "allow_once")
     await stubs.turns.RespondToPermission(
@@ -186,8 +186,8 @@ async def test_an_acp_tool_call_that_corral_denies_does_not_run(stubs: Stubs, pl
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
-    while (event := await call.read()).WhichOneof("event") != "permission_requested":
-        assert event is not grpc.aio.EOF
+    while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
+        pass
     asked = event.permission_requested.permission
     reject = next(a for a in asked.actions if a.kind == "reject_once")
     await stubs.turns.RespondToPermission(

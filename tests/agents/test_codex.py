@@ -5,6 +5,7 @@ declined), interrupt, and a model HTTP error."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from tests.agents import programs
 from tests.agents.conftest import Place, Spawn, Timings
@@ -12,11 +13,12 @@ from tests.agents.drivers import CodexDriver
 from tests.support.fake_models import FakeModelServer
 
 
-async def turn(codex: CodexDriver, thread_id: str, text: str) -> dict:
+async def turn(codex: CodexDriver, thread_id: str, text: str) -> dict[str, Any]:
     turn_id = await codex.start_turn(thread_id, text)
     done = await codex.until("turn/completed")
     assert done["params"]["turn"]["id"] == turn_id
-    return done["params"]["turn"]
+    turn: dict[str, Any] = done["params"]["turn"]
+    return turn
 
 
 def agent_text(codex: CodexDriver) -> str:

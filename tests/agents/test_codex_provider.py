@@ -20,7 +20,7 @@ from corral_server.providers.codex import CodexProvider
 from tests.agents import programs
 from tests.agents.child import sweep, tagged_processes
 from tests.agents.conftest import LEFTOVER_GRACE_S, Place
-from tests.support.client import Stubs, create_request, prompt_request, text
+from tests.support.client import Stubs, create_request, next_message, prompt_request, text
 from tests.support.daemon import DaemonThread
 from tests.support.fake_models import FakeModelServer
 
@@ -88,9 +88,11 @@ def said(events: list[turn_pb.StreamTurnResponse]) -> str:
     return "".join(m.text for m in items(events, "assistant_message"))
 
 
-async def until_permission(call: Any) -> turn_pb.StreamTurnResponse:
-    while (event := await call.read()).WhichOneof("event") != "permission_requested":
-        assert event is not grpc.aio.EOF
+async def until_permission(
+    call: grpc.aio.UnaryStreamCall[turn_pb.StreamTurnRequest, turn_pb.StreamTurnResponse],
+) -> turn_pb.StreamTurnResponse:
+    while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
+        pass
     return event
 
 

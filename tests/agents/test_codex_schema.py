@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.agents import programs
 
@@ -37,9 +40,23 @@ def changed_definitions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
+def updating(environ: Mapping[str, str]) -> bool:
+    """Whether this run refreshes the snapshot: CORRAL_UPDATE_CODEX_SCHEMA=1, never under CI
+    (a CI run that rewrote the snapshot would pass whatever codex now speaks)."""
+    if environ.get("CORRAL_UPDATE_CODEX_SCHEMA") != "1":
+        return False
+    if environ.get("CI"):
+        raise RuntimeError(
+            "CORRAL_UPDATE_CODEX_SCHEMA=1 is refused under CI (CI is set): refresh the codex "
+            "schema snapshot on a workstation and commit it (tests/agents/codex_schema/README.md)"
+        )
+    return True
+
+
 def test_the_pinned_codex_speaks_the_protocol_of_the_committed_snapshot(tmp_path: Path) -> None:
+    update = updating(os.environ)
     generated = generate(tmp_path)
-    if os.environ.get("CORRAL_UPDATE_CODEX_SCHEMA") == "1":
+    if update:
         SNAPSHOT.write_bytes(generated)
     committed = SNAPSHOT.read_bytes()
     if generated != committed:
@@ -48,6 +65,14 @@ def test_the_pinned_codex_speaks_the_protocol_of_the_committed_snapshot(tmp_path
             f"codex's app-server protocol changed ({len(changed)} definitions: "
             f"{', '.join(changed[:40])}); see tests/agents/codex_schema/README.md"
         )
+
+
+def test_a_snapshot_update_is_refused_under_ci_and_taken_only_when_asked() -> None:
+    with pytest.raises(RuntimeError, match="refused under CI"):
+        updating({"CORRAL_UPDATE_CODEX_SCHEMA": "1", "CI": "true"})
+    assert updating({"CORRAL_UPDATE_CODEX_SCHEMA": "1"})
+    assert not updating({"CI": "true"})
+    assert not updating({})
 
 
 def test_a_changed_definition_is_named() -> None:

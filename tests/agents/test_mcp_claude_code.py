@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from corral.v1 import subagent_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
@@ -87,7 +88,7 @@ async def test_claude_code_is_given_corrals_tools_and_spawns_a_sub_agent_with_th
     assert runs[0].run_id in fake.model_calls()[1].tool_results[0]  # the tool's answer
 
 
-async def subagents_of(daemon: DaemonThread, agent_id: str) -> list[object]:
+async def subagents_of(daemon: DaemonThread, agent_id: str) -> list[sub_pb.SubagentRun]:
     async with grpc.aio.insecure_channel(daemon.address) as channel:
         reply = await subagents(channel).ListSubagentRuns(
             sub_svc_pb.ListSubagentRunsRequest(agent_id=agent_id)

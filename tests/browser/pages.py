@@ -7,7 +7,7 @@ from typing import Any
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from tests.browser.browser import Page
-from tests.support.client import Stubs
+from tests.support.client import SyncStubs
 
 # The rows the open agent page holds, as (seq, kind, words) with the same words as `row_key`.
 ROWS_JS = """() => {
@@ -53,7 +53,7 @@ def row_key(row: timeline_pb.TimelineRow) -> list[Any]:
     return [row.seq, _KINDS.get(kind, ""), words]
 
 
-def daemon_rows(stubs: Stubs, agent_id: str) -> list[list[Any]]:
+def daemon_rows(stubs: SyncStubs, agent_id: str) -> list[list[Any]]:
     """The whole timeline as the daemon answers it (gRPC), in the page's terms."""
     page = stubs.timeline.FetchTimeline(
         tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0), timeout=30
@@ -79,7 +79,7 @@ def page_rows(page: Page) -> list[list[Any]]:
 
 
 def wait_rows_equal(
-    page: Page, stubs: Stubs, agent_id: str, timeout_ms: int = 15_000
+    page: Page, stubs: SyncStubs, agent_id: str, timeout_ms: int = 15_000
 ) -> list[list[Any]]:
     """Polls until the page holds exactly the daemon's rows; returns them."""
     want = daemon_rows(stubs, agent_id)

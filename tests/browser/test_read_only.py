@@ -14,7 +14,7 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from tests.browser.browser import Browser, Page
 from tests.browser.conftest import page_daemon
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import SyncStubs, create_request, prompt_request
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +30,7 @@ WRITE_CONTROLS = (
 
 
 @pytest.fixture
-def guarded(tmp_path: Path) -> Iterator[tuple[str, Stubs]]:
+def guarded(tmp_path: Path) -> Iterator[tuple[str, SyncStubs]]:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{FULL}\n{READER} read\n")
     tokens.chmod(0o600)
@@ -38,7 +38,7 @@ def guarded(tmp_path: Path) -> Iterator[tuple[str, Stubs]]:
         yield served
 
 
-def busy_agent(stubs: Stubs, cwd: str) -> str:
+def busy_agent(stubs: SyncStubs, cwd: str) -> str:
     """An agent waiting on a permission, with a prompt queued behind the turn."""
     full = (("authorization", f"Bearer {FULL}"),)
     agent = stubs.agents.CreateAgent(create_request(cwd, title="watched"), metadata=full).agent
@@ -63,7 +63,7 @@ def open_with(browser: Browser, url: str, token: str, agent_id: str) -> Page:
 
 
 def test_a_read_token_sees_everything_and_no_control_it_cannot_use(
-    browser: Browser, guarded: tuple[str, Stubs], tmp_path: Path
+    browser: Browser, guarded: tuple[str, SyncStubs], tmp_path: Path
 ) -> None:
     url, stubs = guarded
     agent_id = busy_agent(stubs, str(tmp_path))

@@ -16,7 +16,7 @@ from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests.browser.browser import Browser
 from tests.browser.pages import page_rows, wait_rows_equal
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, SyncStubs, create_request, prompt_request
 from tests.support.daemon import DaemonProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,7 +37,7 @@ class Served:
         self.proc: DaemonProcess | None = None
         self.channel: grpc.Channel | None = None
 
-    def start(self) -> Stubs:
+    def start(self) -> SyncStubs:
         self.proc = DaemonProcess(
             self.state_dir, "--web-listen", f"127.0.0.1:{self.web_port}", "--log-level", "ERROR"
         ).start()

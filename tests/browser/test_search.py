@@ -13,18 +13,18 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from tests.browser.browser import Browser
 from tests.browser.conftest import page_daemon
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import SyncStubs, create_request, text
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def indexed(tmp_path: Path) -> Iterator[tuple[str, Stubs]]:
+def indexed(tmp_path: Path) -> Iterator[tuple[str, SyncStubs]]:
     with page_daemon(Config(state_dir=tmp_path / "state", search_index=True)) as served:
         yield served
 
 
-def agent_saying(stubs: Stubs, cwd: str, title: str, reply: str) -> str:
+def agent_saying(stubs: SyncStubs, cwd: str, title: str, reply: str) -> str:
     request = create_request(cwd, title=title, initial_prompt=text(f"/reply {reply}"))
     agent_id = str(stubs.agents.CreateAgent(request, timeout=30).agent.id)
     stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id), timeout=30)
@@ -32,7 +32,7 @@ def agent_saying(stubs: Stubs, cwd: str, title: str, reply: str) -> str:
 
 
 def test_the_search_box_finds_rows_and_opens_their_agent(
-    browser: Browser, indexed: tuple[str, Stubs], tmp_path: Path
+    browser: Browser, indexed: tuple[str, SyncStubs], tmp_path: Path
 ) -> None:
     url, stubs = indexed
     found = agent_saying(stubs, str(tmp_path), "napper", "the capybara naps <b>soundly</b>")

@@ -68,7 +68,7 @@ async def ask(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(request))
     )
     said, last = "", ""
-    while (event := await call.read()) is not grpc.aio.EOF:
+    while isinstance(event := await call.read(), turn_pb.StreamTurnResponse):
         last = str(event.WhichOneof("event"))
         if event.HasField("row") and event.row.item.HasField("assistant_message"):
             said += event.row.item.assistant_message.text

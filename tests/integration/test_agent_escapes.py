@@ -51,7 +51,7 @@ async def escape(stubs: Stubs, agent_id: str, escaped: list[Key], prompt: str = 
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
     )
     said = ""
-    while (event := await call.read()) is not grpc.aio.EOF:
+    while isinstance(event := await call.read(), turn_pb.StreamTurnResponse):
         if event.HasField("row") and event.row.item.HasField("assistant_message"):
             said += event.row.item.assistant_message.text
     pid = int(said)
@@ -231,7 +231,7 @@ async def test_an_orphan_of_a_dead_agent_process_is_killed_and_reaped_by_corral_
             call = stubs.turns.StreamTurn(
                 turn_pb.StreamTurnRequest(agent_id=dies.id, content=text(prompt))
             )
-            while (event := await call.read()) is not grpc.aio.EOF:
+            while isinstance(event := await call.read(), turn_pb.StreamTurnResponse):
                 last = event.WhichOneof("event")
             assert last == "turn_failed"
             pid = int((tmp_path / "pid").read_text())

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral_cli.health import health_stub
 from corral_cli.main import main
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details
@@ -103,7 +104,7 @@ def test_a_right_token_lets_a_whole_agent_call_through(
 
 def test_health_answers_without_a_token(secured: DaemonThread) -> None:
     with grpc.insecure_channel(secured.address) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
+        reply = health_stub(channel).Check(
             health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT
         )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -134,6 +135,7 @@ def test_an_undecodable_body_without_a_token_is_unauthenticated_not_decoded(
     secured: DaemonThread,
 ) -> None:
     with grpc.insecure_channel(secured.address) as channel:
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.AgentService/ListAgents")
         with pytest.raises(grpc.RpcError) as caught:
             raw(b"\xff\xff\xff", timeout=TIMEOUT)
@@ -145,6 +147,7 @@ def test_an_unknown_method_without_a_token_is_unauthenticated_not_unimplemented(
 ) -> None:
     """Without a token a caller learns nothing, not even which methods exist."""
     with grpc.insecure_channel(secured.address) as channel:
+        raw: grpc.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.NoSuchService/Probe")
         with pytest.raises(grpc.RpcError) as caught:
             raw(b"", timeout=TIMEOUT)

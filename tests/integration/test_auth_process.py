@@ -15,9 +15,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
+from corral_cli.health import health_stub
 from corral_server import daemon as serve_cli
 from tests.support.client import Stubs, error_details
 from tests.support.daemon import DaemonProcess
@@ -93,7 +94,7 @@ def test_health_needs_no_token_in_a_served_daemon(tmp_path: Path) -> None:
     proc = DaemonProcess(tmp_path / "state", "--auth-token-file", str(tokens)).start()
     try:
         with grpc.insecure_channel(proc.address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
+            reply = health_stub(channel).Check(
                 health_pb2.HealthCheckRequest(service="corral.v1.AgentService"), timeout=30
             )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING

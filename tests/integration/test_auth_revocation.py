@@ -14,6 +14,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 import httpx2
@@ -22,7 +23,7 @@ import pytest
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from tests import conftest
-from tests.support.client import Stubs, create_request, error_details, text
+from tests.support.client import Stubs, create_request, error_details, next_message, text
 from tests.support.daemon import DaemonProcess, DaemonThread
 from tests.support.web import Stream, stream_request
 
@@ -76,21 +77,25 @@ async def revoke(daemon: DaemonThread, token_file: Path) -> None:
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(reload(), daemon.loop))
 
 
-async def until_synced(watch: grpc.aio.UnaryStreamCall[event_pb.SubscribeRequest, object]) -> None:
+Resp = TypeVar("Resp")
+Watch = grpc.aio.UnaryStreamCall[event_pb.SubscribeRequest, event_pb.SubscribeResponse]
+
+
+async def until_synced(
+    watch: Watch,
+) -> None:
     while True:
-        reply: event_pb.SubscribeResponse = await watch.read()  # type: ignore[assignment]
+        reply = await next_message(watch)
         if any(e.HasField("synced") for e in reply.events):
             return
 
 
-async def read_until_refused(call: grpc.aio.UnaryStreamCall[object, object]) -> list[object]:
+async def read_until_refused(call: grpc.aio.UnaryStreamCall[Any, Resp]) -> list[Resp]:
     """Every message `call` still delivers, then the refusal's code and reason (asserted)."""
-    seen: list[object] = []
+    seen: list[Resp] = []
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         while True:
-            message = await call.read()
-            assert message is not grpc.aio.EOF, "the stream ended without a status"
-            seen.append(message)
+            seen.append(await next_message(call))
     details = error_details(refused.value)
     assert (details.code, details.reason) == (grpc.StatusCode.UNAUTHENTICATED, "TOKEN_REVOKED")
     return seen
@@ -101,17 +106,20 @@ async def create_agent(stubs: Stubs, cwd: Path, token: str) -> str:
     return str(reply.agent.id)
 
 
-async def watch_all(stubs: Stubs, token: str) -> grpc.aio.UnaryStreamCall[object, object]:
+async def watch_all(stubs: Stubs, token: str) -> Watch:
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(), metadata=bearer(token))
     await until_synced(watch)
     return watch
 
 
-async def until_seen(watch: grpc.aio.UnaryStreamCall[object, object], agent_id: str) -> None:
+async def until_seen(
+    watch: Watch,
+    agent_id: str,
+) -> None:
     """Read `watch` until it told of a finished turn and of the agent `agent_id`."""
     seen_completed = seen_agent = False
     while not (seen_completed and seen_agent):
-        reply: event_pb.SubscribeResponse = await watch.read()  # type: ignore[assignment]
+        reply = await next_message(watch)
         for event in reply.events:
             seen_completed |= event.HasField("turn_completed")
             seen_agent |= event.agent_upserted.agent.id == agent_id
@@ -129,7 +137,7 @@ async def test_a_revoked_token_ends_its_streams_and_waits_and_another_tokens_go_
             agent_id=agent_id, content=text(f"/sleep {TURN_MS}", "after the reload")
         )
         turn = stubs.turns.StreamTurn(request, metadata=bearer(DROPPED))
-        started: turn_pb.StreamTurnResponse = await turn.read()  # type: ignore[assignment]
+        started = await next_message(turn)
         assert started.HasField("turn_started")
         idle = stubs.turns.WaitForIdle(
             turn_pb.WaitForIdleRequest(agent_id=agent_id), metadata=bearer(DROPPED)
@@ -146,12 +154,12 @@ async def test_a_revoked_token_ends_its_streams_and_waits_and_another_tokens_go_
             await idle
         assert error_details(waited.value).reason == "TOKEN_REVOKED"
         turn_events = await read_until_refused(turn)
-        assert not [e for e in turn_events if e.HasField("turn_completed")]  # type: ignore[attr-defined]
+        assert not [e for e in turn_events if e.HasField("turn_completed")]
         watched = await read_until_refused(dropped_watch)
         assert not [
             e
             for reply in watched
-            for e in reply.events  # type: ignore[attr-defined]
+            for e in reply.events
             if e.HasField("turn_completed") or e.agent_upserted.agent.id == later
         ]
         await until_seen(kept_watch, later)  # the other token's stream goes on

@@ -132,7 +132,7 @@ async def test_bad_prompts_are_rejected_before_anything_is_stored(
             ],
         ),
         prompt_request(agent.id, "x" * 2_000_000),
-        prompt_request(agent.id, "hi", if_running=99),  # type: ignore[arg-type]
+        prompt_request(agent.id, "hi", if_running=99),
     ]
     for request in bad:
         with pytest.raises(grpc.aio.AioRpcError) as info:

@@ -13,7 +13,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.domain.timeline import MAX_ROW_BYTES
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, SyncStubs, create_request, text
 from tests.support.daemon import DaemonThread
 
 TAIL, BEFORE, AFTER = (
@@ -27,7 +27,7 @@ BIG_REPLY = "/reply " + EMOJI * 475_000  # 1.9 MB: a user row and a reply row of
 
 
 @pytest.fixture(scope="module")
-def big_agent(grpc_server: DaemonThread, tmp_path_factory: Any) -> Iterator[tuple[Stubs, str]]:
+def big_agent(grpc_server: DaemonThread, tmp_path_factory: Any) -> Iterator[tuple[SyncStubs, str]]:
     """An agent whose timeline holds three turns of two ~1.9 MB rows each (~11 MB)."""
     with grpc.insecure_channel(grpc_server.address) as channel:  # a default client
         stubs = Stubs.of(channel)
@@ -41,7 +41,13 @@ def big_agent(grpc_server: DaemonThread, tmp_path_factory: Any) -> Iterator[tupl
         yield stubs, agent_id
 
 
-def fetch(stubs: Stubs, agent_id: str, direction: int, cursor: Any = None, **kw: Any) -> Any:
+def fetch(
+    stubs: SyncStubs,
+    agent_id: str,
+    direction: tl_pb.TimelineDirection.ValueType,
+    cursor: Any = None,
+    **kw: Any,
+) -> tl_pb.FetchTimelineResponse:
     request = tl_pb.FetchTimelineRequest(agent_id=agent_id, direction=direction, **kw)
     if cursor is not None:
         request.cursor.CopyFrom(cursor)
@@ -53,7 +59,7 @@ def seqs(page: Any) -> list[int]:
 
 
 def test_two_big_rows_come_one_page_each_and_the_receipt_leads_on(
-    big_agent: tuple[Stubs, str],
+    big_agent: tuple[SyncStubs, str],
 ) -> None:
     stubs, agent_id = big_agent
     tail = fetch(stubs, agent_id, TAIL)  # limit unset: 200 rows asked for
@@ -67,7 +73,7 @@ def test_two_big_rows_come_one_page_each_and_the_receipt_leads_on(
 
 @pytest.mark.parametrize("direction", [TAIL, AFTER])
 def test_limit_zero_over_a_long_timeline_pages_on_to_the_end(
-    big_agent: tuple[Stubs, str], direction: int
+    big_agent: tuple[SyncStubs, str], direction: int
 ) -> None:
     stubs, agent_id = big_agent
     if direction == TAIL:
@@ -89,7 +95,7 @@ def test_limit_zero_over_a_long_timeline_pages_on_to_the_end(
 
 
 def test_activity_with_a_huge_budget_answers_at_most_the_cap(
-    big_agent: tuple[Stubs, str],
+    big_agent: tuple[SyncStubs, str],
 ) -> None:
     stubs, agent_id = big_agent
     request = tl_pb.GetActivityRequest(agent_id=agent_id, max_chars=4_000_000)

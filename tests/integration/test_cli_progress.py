@@ -156,14 +156,15 @@ def at_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def shown(console: Console) -> str:
+    err = console.err
+    assert isinstance(err, io.StringIO)
     with progress.waiting(console, "x", "y"):
         deadline = time.monotonic() + DEADLINE_S
         # On a terminal the line comes at once (SHOW_AFTER_S = 0); elsewhere never.
-        while console.err.isatty() and not console.json and "⏳" not in console.err.getvalue():
+        while err.isatty() and not console.json and "⏳" not in err.getvalue():
             assert time.monotonic() < deadline
             time.sleep(0.01)
-    assert isinstance(console.err, io.StringIO)
-    return console.err.getvalue()
+    return err.getvalue()
 
 
 def test_the_line_shows_on_a_terminal(at_once: None) -> None:

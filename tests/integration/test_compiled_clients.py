@@ -173,6 +173,11 @@ AWKWARD = "nul:\x00 ls:\u2028 ps:\u2029 </script><!-- naïve 🦀"
 NUMBERS = '{"neg_zero": -0.0, "big": 12345678901234567890, "exp": 1e21, "tiny": 5e-324}'
 
 
+def turn_completed(turn_id: str) -> Callable[[event_pb.Event], bool]:
+    """A test for the turn_completed event of `turn_id`."""
+    return lambda event: event.turn_completed.turn_id == turn_id
+
+
 def payload(event: event_pb.Event) -> str:
     return str(event.WhichOneof("payload"))
 
@@ -262,6 +267,7 @@ async def through_the_drain(tmp_path: Path, start: Start) -> list[NodeSubscriber
     assert archived[-1].HasField("archived_at") and archived[-1].labels["team"] == "blue"
     calls = [e.timeline_row_appended.row.item.tool_call for e in py.seen]
     neg_zero = next(c.input.struct_value["neg_zero"] for c in calls if c.name == "calc")
+    assert isinstance(neg_zero, float)
     assert math.copysign(1.0, neg_zero) == -1.0  # the sign survived the server
     for sub, end in zip(subs, ends, strict=True):
         assert end == (0, ""), sub.name
@@ -319,7 +325,7 @@ async def test_after_a_restart_a_resume_replays_and_a_wrong_incarnation_resets_a
             agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
             for text in ("one", f"/reply {AWKWARD}"):
                 turn_id = (await stubs.turns.SendPrompt(prompt_request(agent.id, text))).turn_id
-                await py.until(lambda e, t=turn_id: e.turn_completed.turn_id == t)
+                await py.until(turn_completed(turn_id))
             py.close()
     finally:
         first.stop()

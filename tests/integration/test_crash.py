@@ -29,7 +29,7 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, prompt_request, text
+from tests.support.client import Stubs, create_request, next_message, prompt_request, text
 from tests.support.daemon import DaemonProcess
 
 ITERATIONS = int(os.environ.get("CORRAL_CRASH_ITERATIONS", "3"))
@@ -76,7 +76,7 @@ async def turns(stubs: Stubs, agent_id: str, seen: Seen, acks: asyncio.Queue[Non
             call = stubs.turns.StreamTurn(
                 turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
             )
-            first = await call.read()
+            first = await next_message(call)
             assert first.WhichOneof("event") == "turn_started"
             seen.acked.setdefault(agent_id, []).append(prompt)  # the durable ack
             acks.put_nowait(None)
@@ -168,8 +168,8 @@ async def check_event_log(stubs: Stubs, seen: Seen) -> None:
             head = synced[0].revision
             break
     assert sorted(replayed) == list(range(1, head + 1)), "revisions not contiguous"
-    for revision, event in seen.events.items():
-        assert replayed.get(revision) == event, f"event {revision} lost or changed"
+    for revision, body in seen.events.items():
+        assert replayed.get(revision) == body, f"event {revision} lost or changed"
 
 
 @pytest.mark.parametrize("iteration", range(ITERATIONS))

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES
 from tests.support.client import Stubs, create_request
 from tests.support.daemon import DaemonProcess
@@ -27,7 +28,7 @@ def served(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 def test_health_is_serving_overall_and_per_service(served: DaemonProcess) -> None:
     with grpc.insecure_channel(served.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
+        health = health_stub(channel)
         for service in ("", "corral.v1.AgentService", "corral.v1.EventService"):
             reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -105,9 +106,7 @@ def _drain_with_a_balancer_watching(
     with grpc.insecure_channel(served.address) as channel:
         stubs = Stubs.of(channel)
         agent_id = stubs.agents.CreateAgent(create_request(str(tmp_path))).agent.id
-        health = health_pb2_grpc.HealthStub(channel).Watch(
-            health_pb2.HealthCheckRequest(service="")
-        )
+        health = health_stub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
         assert next(health).status == health_pb2.HealthCheckResponse.SERVING
         stream = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
         # The snapshot already holds the agent; the create's own events are published once
@@ -117,7 +116,7 @@ def _drain_with_a_balancer_watching(
         served.proc.send_signal(signal.SIGTERM)
         assert next(health).status == health_pb2.HealthCheckResponse.NOT_SERVING
         # The delay: the port is open and every service answers, health says NOT_SERVING.
-        checker = health_pb2_grpc.HealthStub(channel)
+        checker = health_stub(channel)
         for service in ("", *SERVICE_NAMES):
             reply = checker.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from corral_server.daemon import build_parser, is_loopback
+from corral_server.daemon import build_parser
+from corral_server.listen import is_loopback
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TIMEOUT = 60.0

@@ -10,12 +10,13 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES, Config, Daemon
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, create_request, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -52,15 +53,15 @@ async def test_calls_are_answered_during_the_delay_and_streams_end_after_it(
     daemon.manager.refuse_new_work = recording_refuse  # type: ignore[method-assign]
     async with grpc.aio.insecure_channel(draining.address) as channel:
         stubs = Stubs.of(channel)
-        health = health_pb2_grpc.HealthStub(channel)
+        health = health_stub(channel)
         watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
-        assert (await watch.read()).status == SERVING
+        assert (await next_message(watch)).status == SERVING
         stream = stubs.events.Subscribe(event_pb.SubscribeRequest())
         incarnation = (await read_until_synced(stream))[-1].synced.incarnation
         drained = asyncio.run_coroutine_threadsafe(daemon.drain(grace_s=5.0), draining.loop)
 
         # 1. Health goes NOT_SERVING for the server and every service.
-        assert (await watch.read()).status == NOT_SERVING
+        assert (await next_message(watch)).status == NOT_SERVING
         for service in ("", *SERVICE_NAMES):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
             assert reply.status == NOT_SERVING
@@ -79,7 +80,7 @@ async def test_calls_are_answered_during_the_delay_and_streams_end_after_it(
         await draining.advance_async(5_000)
         for call in (stream, late):
             events: list[event_pb.Event] = []
-            while (response := await call.read()) is not grpc.aio.EOF:
+            while isinstance(response := await call.read(), event_pb.SubscribeResponse):
                 events += response.events
             ending = events[-1].stream_ending
             assert ending.resume_revision >= 1 and ending.incarnation == incarnation
@@ -101,7 +102,5 @@ async def test_a_drain_is_bounded_by_its_delay_and_grace_even_if_agents_hang() -
     # The server stopped: a new connection is refused.
     async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as channel:
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=5
-            )
+            await health_stub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert info.value.code() is grpc.StatusCode.UNAVAILABLE

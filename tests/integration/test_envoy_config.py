@@ -14,12 +14,14 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2, agent_service_pb2_grpc
+from corral_cli.health import health_stub
 from corral_server.app import Config
 from tests.support.daemon import DaemonThread
 
@@ -60,8 +62,12 @@ def test_envoy_refuses_a_broken_copy(envoy: Path, tmp_path: Path) -> None:
     assert "timeout" in done.stderr
 
 
-def poll(probe: Callable[[], str | None], what: str) -> str:
-    """Envoy checks on the wall clock (its own process): ask until `probe` answers."""
+T = TypeVar("T")
+
+
+def poll(probe: Callable[[], T | None], what: str) -> T:
+    """Envoy checks on the wall clock (its own process): ask until `probe` answers (a truthy
+    answer)."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         answer = probe()
@@ -128,7 +134,7 @@ def test_envoy_routes_to_the_serving_daemon_only(envoy: Path, tmp_path: Path) ->
                 "its listener",
             )
             with grpc.insecure_channel(listener) as channel:
-                health = health_pb2_grpc.HealthStub(channel)
+                health = health_stub(channel)
                 reply = health.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
                 agents = agent_service_pb2_grpc.AgentServiceStub(channel)

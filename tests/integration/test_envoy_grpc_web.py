@@ -21,7 +21,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from tests import conftest
-from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.client import Stubs, create_request, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.envoy import TIMEOUT, Envoy, envoy_binary, running_envoy
 from tests.support.web import (
@@ -164,7 +164,7 @@ async def test_a_grpc_web_subscribe_through_envoy_carries_the_grpc_events(
             web_events: list[event_pb.Event] = []
             grpc_events: list[event_pb.Event] = []
             while through_turn(grpc_events, started.turn_id) is None:
-                grpc_events.extend((await grpc_call.read()).events)
+                grpc_events.extend((await next_message(grpc_call)).events)
             while through_turn(web_events, started.turn_id) is None:
                 message = await stream.read()
                 assert message is not None, stream.error()

@@ -38,7 +38,9 @@ async def agent_with_history(stubs: Stubs, cwd: Path) -> str:
     return agent_id
 
 
-async def export(stubs: Stubs, agent_id: str, fmt: int = svc_pb.EXPORT_FORMAT_JSONL) -> bytes:
+async def export(
+    stubs: Stubs, agent_id: str, fmt: svc_pb.ExportFormat.ValueType = svc_pb.EXPORT_FORMAT_JSONL
+) -> bytes:
     call = stubs.agents.ExportAgent(svc_pb.ExportAgentRequest(agent_id=agent_id, format=fmt))
     return b"".join([chunk.data async for chunk in call])
 

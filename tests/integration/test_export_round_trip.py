@@ -19,7 +19,7 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral_server.domain import timeline as dt
 from corral_server.rpc import export_jsonl
 from corral_server.rpc.items import row_to_pb
-from tests.support.client import Stubs
+from tests.support.client import Stubs, SyncStubs
 from tests.support.daemon import DaemonThread
 from tests.support.items import clean_items
 
@@ -37,7 +37,7 @@ ROWS = st.lists(
 
 
 @pytest.fixture(scope="module")
-def stubs(grpc_server: DaemonThread) -> Iterator[Stubs]:
+def stubs(grpc_server: DaemonThread) -> Iterator[SyncStubs]:
     with grpc.insecure_channel(grpc_server.address) as channel:
         yield Stubs.of(channel)
 
@@ -50,12 +50,12 @@ def file_of(rows: list[dt.TimelineRow], cwd: str) -> bytes:
     return out + export_jsonl.end_line(len(rows))
 
 
-def imported(stubs: Stubs, data: bytes) -> str:
+def imported(stubs: SyncStubs, data: bytes) -> str:
     request = svc_pb.ImportAgentExportRequest(data=data)
     return str(stubs.agents.ImportAgentExport(iter([request])).agent.id)
 
 
-def exported(stubs: Stubs, agent_id: str) -> bytes:
+def exported(stubs: SyncStubs, agent_id: str) -> bytes:
     call = stubs.agents.ExportAgent(svc_pb.ExportAgentRequest(agent_id=agent_id))
     return b"".join(chunk.data for chunk in call)
 
@@ -71,7 +71,7 @@ def without_ids_and_times(data: bytes) -> list[Any]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=ROWS)
 def test_export_import_export_gives_the_same_file_but_ids_and_times(
-    stubs: Stubs, tmp_path_factory: pytest.TempPathFactory, rows: list[dt.TimelineRow]
+    stubs: SyncStubs, tmp_path_factory: pytest.TempPathFactory, rows: list[dt.TimelineRow]
 ) -> None:
     cwd = str(Path(tmp_path_factory.getbasetemp()))
     first = exported(stubs, imported(stubs, file_of(rows, cwd)))

@@ -83,7 +83,10 @@ async def test_a_failed_row_commit_publishes_none_of_its_rows_and_leaves_no_gap(
             await asyncio.to_thread(daemon.clock.wait_for_timer, 10)
             await daemon.advance_async(10)
             # The log writer waits out its back-off (on the daemon's clock), then goes on.
-            while fail.failed == 0 or daemon.daemon.hub.log_writer.pending:  # type: ignore[union-attr]
+            assert daemon.daemon is not None
+            writer = daemon.daemon.hub.log_writer
+            assert writer is not None
+            while fail.failed == 0 or writer.pending:
                 await daemon.advance_async(round(RETRY_FIRST_S * 1000))
             waited = await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
             assert waited.agent.last_error.code == "WRITER_FAILED"

@@ -14,7 +14,7 @@ import grpc
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 
 ALLOW, DENY = turn_pb.PERMISSION_BEHAVIOR_ALLOW, turn_pb.PERMISSION_BEHAVIOR_DENY
@@ -23,7 +23,7 @@ SETTLE_MS = 10_000  # tests/conftest.py's settle_s
 
 async def subscribed(stubs: Stubs, agent_id: str) -> Any:
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-    while not any(e.HasField("synced") for e in (await watch.read()).events):
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
         pass
     return watch
 

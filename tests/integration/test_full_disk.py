@@ -13,12 +13,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral_cli.health import health_stub
 from corral_server.app import Config
 from corral_server.hub.log_writer import RETRY_MAX_S
 from corral_server.store.database import DB_FILE
@@ -72,9 +73,9 @@ async def settle(daemon: DaemonThread) -> None:
 
 
 async def health(channel: grpc.aio.Channel) -> int:
-    stub = health_pb2_grpc.HealthStub(channel)
+    stub = health_stub(channel)
     response = await stub.Check(health_pb2.HealthCheckRequest(service=""))
-    return response.status  # type: ignore[no-any-return]
+    return response.status
 
 
 async def replies(stubs: Stubs, agent_id: str) -> tuple[set[str], set[str]]:

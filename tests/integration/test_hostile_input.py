@@ -16,13 +16,13 @@ import os
 import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2, struct_pb2, timestamp_pb2
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
@@ -35,8 +35,9 @@ from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import subagent_service_pb2 as sub_svc_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral_cli.health import health_stub
 from corral_server.app import SERVICE_NAMES
-from tests.support.client import ErrorDetails, Stubs, create_request, error_details, text
+from tests.support.client import ErrorDetails, Stubs, SyncStubs, create_request, error_details, text
 from tests.support.daemon import DaemonThread
 
 Code = grpc.StatusCode
@@ -98,7 +99,7 @@ def documented(error: grpc.RpcError) -> ErrorDetails:
         assert "larger than max" in details.message, details
         return details
     assert details.reason, f"no ErrorInfo reason: {details}"
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(cast(grpc.Call, error))  # a sync call's error is the call
     assert status is not None
     infos = [d for d in status.details if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR)]
     assert len(infos) == 1, details
@@ -158,7 +159,7 @@ class State:
 @dataclass
 class World:
     channel: grpc.Channel
-    stubs: Stubs
+    stubs: SyncStubs
     cwd: str
     idle: tuple[str, ...]  # never closed; running only between an OK prompt and `settle`
     busy: tuple[str, ...]  # running a SLEEP_FOREVER turn at the start of every example
@@ -228,7 +229,7 @@ class World:
         )
 
     def health(self, service: str = "") -> int:
-        stub = health_pb2_grpc.HealthStub(self.channel)
+        stub = health_stub(self.channel)
         request = health_pb2.HealthCheckRequest(service=service)
         status: int = stub.Check(request, timeout=DEADLINE_S).status
         return status

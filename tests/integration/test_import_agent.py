@@ -23,7 +23,7 @@ from corral_server.clock import FakeClock
 from corral_server.domain.timeline import AssistantMessage, ToolCall, ToolCallStatus, UserMessage
 from corral_server.errors import ProviderSessionNotFound
 from corral_server.providers.base import EventSink, ProviderItem, SessionConfig
-from corral_server.providers.scripted import ScriptedProvider, ScriptedSession
+from corral_server.providers.scripted_provider import ScriptedProvider, ScriptedSession
 from tests.support.client import Stubs, error_details, prompt_request
 from tests.support.daemon import DaemonThread
 

@@ -44,7 +44,7 @@ async def post(daemon: DaemonThread, authorization: bytes) -> httpx2.Response:
         return await http.post(
             endpoint(daemon).url,
             json=LIST,
-            headers={"accept": "application/json", "authorization": authorization},
+            headers={b"accept": b"application/json", b"authorization": authorization},
         )
 
 

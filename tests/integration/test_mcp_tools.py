@@ -49,8 +49,9 @@ class Agent:
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
         result = await self.client.call_tool(tool, arguments)
         assert not result.is_error, result.content
-        assert result.structured_content is not None
-        return result.structured_content
+        content: dict[str, Any] | None = result.structured_content
+        assert content is not None
+        return content
 
     async def refused(self, tool: str, **arguments: Any) -> str:
         result = await self.client.call_tool(tool, arguments)

@@ -1,7 +1,9 @@
-"""Prometheus metrics (`--metrics-listen`): scraped over HTTP from a real daemon while turns
-run, the counters move: turns, events, rows, agents and errors; with a state directory the
-store's commit latency and batch size; provider call latency by kind; and the event log's
-pending events and failed commits while its commits fail."""
+"""Prometheus metrics (`--metrics-listen`), scraped over HTTP from a real daemon after a known
+sequence of calls: exactly the turns, events, rows, agents and error answers of that sequence
+(each daemon counts into its own registry, so a call counted twice, or another daemon's,
+shows); with a state directory the store's commits (latency and batch size), provider call
+latency by kind, and the event log's pending events and failed commits while its commits
+fail."""
 
 from __future__ import annotations
 
@@ -14,22 +16,30 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import httpx2 as httpx
 import pytest
 
 from corral.v1 import agent_service_pb2 as svc_pb
+from corral.v1 import server_service_pb2 as server_pb
+from corral.v1 import server_service_pb2_grpc as server_grpc
+from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.hub.log_writer import RETRY_FIRST_S
 from tests.support.client import Stubs, create_request, prompt_request, text
 from tests.support.daemon import DaemonThread
+from tests.support.web import Web, WebError
 
 TIMEOUT = 60.0  # generous: a 2-core machine running the suite in parallel is slow
 PROVIDER_CALLS = ("create_session", "start_turn", "interrupt", "close")
+OUTCOMES = ("started", "completed", "failed", "canceled")
+STATES = ("initializing", "idle", "running", "errored", "closed")
 
 
 @pytest.fixture
 def measured() -> Iterator[DaemonThread]:
-    daemon = DaemonThread(Config(metrics_listen="127.0.0.1:0")).start()
+    config = Config(metrics_listen="127.0.0.1:0", web_listen="127.0.0.1:0")
+    daemon = DaemonThread(config).start()
     yield daemon
     daemon.stop()
 
@@ -56,8 +66,18 @@ def scrape(daemon: DaemonThread) -> dict[str, float]:
     return values
 
 
-async def test_the_counters_move_while_turns_run(measured: DaemonThread, tmp_path: Any) -> None:
+def errors_of(values: dict[str, float]) -> dict[str, float]:
+    """The error answers by code: `corral_rpc_errors_total{code="NOT_FOUND"}` -> NOT_FOUND."""
+    prefix = 'corral_rpc_errors_total{code="'
+    return {k[len(prefix) : -2]: v for k, v in values.items() if k.startswith(prefix)}
+
+
+async def test_the_counters_are_exactly_the_daemons_own(
+    measured: DaemonThread, tmp_path: Any
+) -> None:
     before = await asyncio.to_thread(scrape, measured)
+    assert before['corral_turns_total{outcome="started"}'] == 0
+    assert errors_of(before) == {}
     async with grpc.aio.insecure_channel(measured.address) as channel:
         stubs = Stubs.of(channel)
         agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
@@ -66,18 +86,32 @@ async def test_the_counters_move_while_turns_run(measured: DaemonThread, tmp_pat
                 turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(prompt))
             )
             _ = [e async for e in call]
-        with pytest.raises(grpc.aio.AioRpcError):
-            await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id="f" * 32))
+        for _ in range(2):
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id="f" * 32))
+        # The web edge answers from the same servicers and counts into the same counter.
+        assert measured.daemon is not None
+        base = f"http://127.0.0.1:{measured.daemon.web_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            refused = await Web(client).unary(
+                "AgentService/GetAgent",
+                svc_pb.GetAgentRequest(agent_id="f" * 32),
+                svc_pb.GetAgentResponse,
+            )
+        assert isinstance(refused, WebError) and refused.code == "not_found"
+        rows = await stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id))
+        info = await server_grpc.ServerServiceStub(channel).GetServerInfo(
+            server_pb.GetServerInfoRequest()
+        )
     after = await asyncio.to_thread(scrape, measured)
-    assert after['corral_turns_total{outcome="started"}'] == (
-        before['corral_turns_total{outcome="started"}'] + 2
-    )
-    assert after['corral_turns_total{outcome="completed"}'] >= 1
-    assert after['corral_turns_total{outcome="failed"}'] >= 1
-    assert after["corral_events_total"] > before["corral_events_total"]
-    assert after["corral_timeline_rows"] >= before["corral_timeline_rows"] + 4
-    assert after['corral_agents{state="errored"}'] >= 1
-    assert after.get('corral_rpc_errors_total{code="NOT_FOUND"}', 0) >= 1
+    turns = {o: after[f'corral_turns_total{{outcome="{o}"}}'] for o in OUTCOMES}
+    assert turns == {"started": 2, "completed": 1, "failed": 1, "canceled": 0}
+    assert errors_of(after) == {"NOT_FOUND": 3}  # two over gRPC, one over the web
+    assert after["corral_events_total"] == info.head_revision
+    assert after["corral_timeline_rows"] == len(rows.rows)
+    agents = {s: after[f'corral_agents{{state="{s}"}}'] for s in STATES}
+    assert agents == {"initializing": 0, "idle": 0, "running": 0, "errored": 1, "closed": 0}
+    assert after["corral_subscribers"] == 0
 
 
 def calls(kind: str) -> str:
@@ -101,16 +135,22 @@ async def test_store_commits_and_provider_calls_are_timed(
         assert canceled.outcome == turn_pb.CANCEL_OUTCOME_SETTLED
         await stubs.agents.CloseAgent(svc_pb.CloseAgentRequest(agent_id=agent_id))
     after = await asyncio.to_thread(scrape, stored)
-    for kind in PROVIDER_CALLS:
-        assert after[calls(kind)] > before.get(calls(kind), 0), kind
+    # The provider call table is the process's (manager/deadlines.py): exact differences.
+    made = {kind: after[calls(kind)] - before.get(calls(kind), 0) for kind in PROVIDER_CALLS}
+    assert made == {"create_session": 1, "start_turn": 2, "interrupt": 1, "close": 1}
     assert after['corral_provider_call_seconds_sum{kind="start_turn"}'] > 0
+    # The store's own transactions, each counted once: as many as the store committed.
+    database = stored.daemon.database if stored.daemon else None
+    assert database is not None
     count = "corral_store_commit_seconds_count"
-    assert after[count] >= before[count] + 4  # the agent, its rows, its turns, its events
-    assert after['corral_store_commit_seconds_bucket{le="+Inf"}'] == after[count]
-    assert after["corral_store_commit_seconds_sum"] > before["corral_store_commit_seconds_sum"]
-    jobs = "corral_store_commit_jobs_count"
-    assert after[jobs] - before[jobs] == after[count] - before[count]  # one per transaction
-    assert after["corral_store_commit_jobs_sum"] >= after[jobs]  # at least a job in each
+    settled = await until_scraped(
+        stored, lambda v: v[count] == database.commits, "one count per transaction"
+    )
+    assert settled[count] >= before[count] + 4  # the agent, its rows, its turns, its events
+    assert settled['corral_store_commit_seconds_bucket{le="+Inf"}'] == settled[count]
+    assert settled["corral_store_commit_seconds_sum"] > before["corral_store_commit_seconds_sum"]
+    assert settled["corral_store_commit_jobs_count"] == settled[count]  # one per transaction
+    assert settled["corral_store_commit_jobs_sum"] >= settled[count]  # at least a job in each
 
 
 async def until_scraped(
@@ -158,6 +198,7 @@ async def test_the_event_logs_pending_events_and_failed_commits_are_counted(
         stalled = await until_scraped(
             stored, lambda v: v["corral_event_log_failures_total"] >= 1, "a failed commit"
         )
+        assert stalled["corral_event_log_failures_total"] == 1  # retried on the clock only
         assert stalled["corral_event_log_pending"] >= 1  # numbered, kept, not published
         # The disk has room again; the log retries after its back-off (on the daemon's clock).
         sql(stored, "DROP TRIGGER full")
@@ -166,4 +207,4 @@ async def test_the_event_logs_pending_events_and_failed_commits_are_counted(
         after = await until_scraped(
             stored, lambda v: v["corral_event_log_pending"] == 0, "the events committed"
         )
-        assert after["corral_event_log_failures_total"] >= 1
+        assert after["corral_event_log_failures_total"] == 1

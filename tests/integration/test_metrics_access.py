@@ -12,9 +12,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import event_service_pb2 as event_pb
 from corral_server.app import Config
+from tests.support.client import Stubs
 from tests.support.daemon import DaemonProcess, DaemonThread
 
 TOKEN, OTHER = "metrics-token-0123456789", "other-token-9876543210"
@@ -89,3 +93,27 @@ def test_loopback_metrics_stay_open_with_tokens_on(tmp_path: Path, token_file: P
         assert code == 200 and "corral_agents" in body
     finally:
         proc.stop()
+
+
+def test_calls_refused_for_their_token_count_once_and_let_in_streams_count_nothing(
+    guarded: DaemonThread,
+) -> None:
+    assert guarded.daemon is not None
+    port = guarded.daemon.metrics_port
+    bearer = (("authorization", f"Bearer {TOKEN}"),)
+    with grpc.insecure_channel(guarded.address) as channel:
+        stubs = Stubs.of(channel)
+        with pytest.raises(grpc.RpcError):
+            stubs.agents.ListAgents(agent_pb.ListAgentsRequest(), timeout=30)
+        with pytest.raises(grpc.RpcError):
+            list(stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=30))
+        # Let in: a stream the token wrapper writes (rpc/bearer.py), cancelled by its client
+        # after its first message (nobody is answered an error), then a unary call.
+        stream = stubs.events.Subscribe(event_pb.SubscribeRequest(), metadata=bearer)
+        assert next(stream).events
+        stream.cancel()
+        stubs.agents.ListAgents(agent_pb.ListAgentsRequest(), metadata=bearer, timeout=30)
+    code, body = scrape(port, TOKEN)
+    assert code == 200
+    errors = dict(re.findall(r'corral_rpc_errors_total\{code="(\w+)"\} (\S+)', body))
+    assert errors == {"UNAUTHENTICATED": "2.0"}

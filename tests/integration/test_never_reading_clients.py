@@ -40,7 +40,7 @@ def served(tmp_path: Path) -> Iterator[DaemonProcess]:
 class Reader(threading.Thread):
     """A normal subscriber: collects every revision it is sent until `turns` completions."""
 
-    def __init__(self, call: grpc.Call, turns: int) -> None:
+    def __init__(self, call: Iterator[event_pb.SubscribeResponse], turns: int) -> None:
         super().__init__(daemon=True)
         self.call, self.turns = call, turns
         self.revisions: list[int] = []
@@ -48,7 +48,7 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         completed = 0
-        for response in self.call:  # type: ignore[attr-defined]
+        for response in self.call:
             for event in response.events:
                 if event.revision:
                     self.revisions.append(event.revision)
@@ -107,4 +107,4 @@ def test_never_reading_streams_are_bounded_ended_and_do_not_hold_back_a_reader(
                 else:
                     assert resume == 0 and not given
             client.close()
-        reader_call.cancel()  # type: ignore[attr-defined]
+        reader_call.cancel()

@@ -13,7 +13,7 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 
 NONE, IN_APP, PUSH = (
@@ -32,7 +32,7 @@ def fresh() -> Iterator[DaemonThread]:
 
 async def attention_of_a_turn(stubs: Stubs, agent_id: str, *lines: str) -> Any:
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-    while not any(e.HasField("synced") for e in (await watch.read()).events):
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
         pass
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
@@ -40,7 +40,7 @@ async def attention_of_a_turn(stubs: Stubs, agent_id: str, *lines: str) -> Any:
     _ = [e async for e in call]
     try:
         while True:
-            for event in (await watch.read()).events:
+            for event in (await next_message(watch)).events:
                 if event.HasField("attention_required"):
                     return event.attention_required
     finally:

@@ -18,7 +18,7 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL
 from tests.integration.test_notifications import attention_of_a_turn, heartbeat
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 
 
@@ -54,7 +54,7 @@ async def test_attention_is_not_raised_again_while_its_mark_is_set(
         stubs = Stubs.of(channel)
         agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
         watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-        while not any(e.HasField("synced") for e in (await watch.read()).events):
+        while not any(e.HasField("synced") for e in (await next_message(watch)).events):
             pass
         await stubs.turns.SendPrompt(
             turn_pb.SendPromptRequest(agent_id=agent_id, content=text("/permission a"))
@@ -62,7 +62,7 @@ async def test_attention_is_not_raised_again_while_its_mark_is_set(
         seen: list[Any] = []
         request = None
         while request is None:
-            for event in (await watch.read()).events:
+            for event in (await next_message(watch)).events:
                 seen.append(event)
                 if event.HasField("permission_requested"):
                     request = event.permission_requested.permission
@@ -74,13 +74,13 @@ async def test_attention_is_not_raised_again_while_its_mark_is_set(
             )
         )
         while not any(e.HasField("turn_completed") for e in seen):
-            seen.extend((await watch.read()).events)
+            seen.extend((await next_message(watch)).events)
         # Ended by a permission, then by the turn: the mark was set, so no second event.
         await stubs.turns.SendPrompt(
             turn_pb.SendPromptRequest(agent_id=agent_id, content=text("/permission b"))
         )
         while sum(e.HasField("permission_requested") for e in seen) < 2:
-            seen.extend((await watch.read()).events)
+            seen.extend((await next_message(watch)).events)
         watch.cancel()
         reasons = [e.attention_required.reason for e in seen if e.HasField("attention_required")]
         assert reasons == [agent_types_pb.ATTENTION_REASON_PERMISSION]

@@ -12,7 +12,7 @@ import pytest
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, error_details, text
+from tests.support.client import Stubs, create_request, error_details, next_message, text
 
 ALLOW, DENY = turn_pb.PERMISSION_BEHAVIOR_ALLOW, turn_pb.PERMISSION_BEHAVIOR_DENY
 
@@ -23,7 +23,7 @@ async def asking_turn(stubs: Stubs, cwd: Any, *lines: str) -> tuple[str, Any, An
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
     )
-    while (event := await call.read()).WhichOneof("event") != "permission_requested":
+    while (event := await next_message(call)).WhichOneof("event") != "permission_requested":
         pass
     return agent_id, call, event.permission_requested
 

@@ -12,7 +12,14 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, error_details, prompt_request, text
+from tests.support.client import (
+    Stubs,
+    create_request,
+    error_details,
+    next_message,
+    prompt_request,
+    text,
+)
 from tests.support.daemon import DaemonThread
 
 QUEUE, STEER, REPLACE = (
@@ -137,7 +144,7 @@ async def test_replace_shows_no_idle_moment_to_a_subscriber(
     stubs = Stubs.of(aio_channel)
     agent_id = await sleeping_agent(stubs, daemon, tmp_path, 7_004)
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-    while not any(e.HasField("synced") for e in (await watch.read()).events):
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
         pass
     replaced = await stubs.turns.SendPrompt(
         prompt_request(agent_id, "/reply instead", if_running=REPLACE)
@@ -146,9 +153,9 @@ async def test_replace_shows_no_idle_moment_to_a_subscriber(
     states: list[str] = []
     done = False
     while not done:
-        for event in (await watch.read()).events:
+        for event in (await next_message(watch)).events:
             if event.HasField("agent_upserted"):
-                states.append(event.agent_upserted.agent.lifecycle.WhichOneof("state"))
+                states.append(str(event.agent_upserted.agent.lifecycle.WhichOneof("state")))
             done = done or (
                 event.HasField("turn_completed")
                 and event.turn_completed.turn_id == replaced.turn_id

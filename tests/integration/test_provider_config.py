@@ -15,6 +15,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -24,7 +25,7 @@ from grpc_status import rpc_status
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_cli.main import main
-from tests.support.client import Stubs, create_request, error_details, text
+from tests.support.client import Stubs, SyncStubs, create_request, error_details, text
 from tests.support.daemon import DaemonProcess
 
 SERVE = [sys.executable, "-m", "corral_cli.main", "serve"]
@@ -83,18 +84,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 
 @pytest.fixture(scope="module")
-def stubs(served: DaemonProcess) -> Iterator[Stubs]:
+def stubs(served: DaemonProcess) -> Iterator[SyncStubs]:
     with grpc.insecure_channel(served.address) as channel:
         yield Stubs.of(channel)
 
 
-def listed(stubs: Stubs) -> dict[str, agent_pb.Provider]:
+def listed(stubs: SyncStubs) -> dict[str, agent_pb.Provider]:
     reply = stubs.agents.ListProviders(agent_pb.ListProvidersRequest(), timeout=30)
     return {p.name: p for p in reply.providers}
 
 
 def test_list_providers_gives_scripted_the_builtins_then_the_files_entries(
-    stubs: Stubs,
+    stubs: SyncStubs,
 ) -> None:
     assert list(listed(stubs)) == [
         "scripted",
@@ -108,20 +109,20 @@ def test_list_providers_gives_scripted_the_builtins_then_the_files_entries(
     ]
 
 
-def test_a_config_defined_acp_provider_is_listed_available(stubs: Stubs) -> None:
+def test_a_config_defined_acp_provider_is_listed_available(stubs: SyncStubs) -> None:
     mine = listed(stubs)["my-acp"]
     assert (mine.kind, mine.available, mine.unavailable_reason) == ("acp", True, "")
 
 
 def test_a_provider_whose_command_is_missing_is_listed_unavailable_with_the_reason(
-    stubs: Stubs,
+    stubs: SyncStubs,
 ) -> None:
     missing = listed(stubs)["missing"]
     assert (missing.kind, missing.available) == ("acp", False)
     assert missing.unavailable_reason == "no-such-agent not found"
 
 
-def test_builtins_are_available_exactly_when_their_program_is_on_path(stubs: Stubs) -> None:
+def test_builtins_are_available_exactly_when_their_program_is_on_path(stubs: SyncStubs) -> None:
     providers = listed(stubs)
     gemini, claude_acp = providers["gemini"], providers["claude-acp"]
     assert (gemini.kind, gemini.available, gemini.unavailable_reason) == ("acp", True, "")
@@ -133,7 +134,7 @@ def test_builtins_are_available_exactly_when_their_program_is_on_path(stubs: Stu
         assert builtin.unavailable_reason  # not found, or (before its adapter) not in the build
 
 
-def test_scripted_providers_list_every_field_of_their_modes_and_models(stubs: Stubs) -> None:
+def test_scripted_providers_list_every_field_of_their_modes_and_models(stubs: SyncStubs) -> None:
     for name in ("scripted", "demo"):
         provider = listed(stubs)[name]
         assert provider.available
@@ -146,7 +147,7 @@ def test_scripted_providers_list_every_field_of_their_modes_and_models(stubs: St
 
 
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(cast(grpc.Call, error))  # a sync call's error is the call
     assert status is not None
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
@@ -157,7 +158,7 @@ def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:
 
 
 def test_create_agent_on_an_unavailable_provider_is_failed_precondition_with_the_reason(
-    stubs: Stubs, tmp_path: Path
+    stubs: SyncStubs, tmp_path: Path
 ) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         stubs.agents.CreateAgent(create_request(str(tmp_path), provider="missing"), timeout=30)
@@ -174,7 +175,7 @@ def test_create_agent_on_an_unavailable_provider_is_failed_precondition_with_the
 
 
 def test_create_agent_on_an_unknown_provider_still_names_the_known_ones(
-    stubs: Stubs, tmp_path: Path
+    stubs: SyncStubs, tmp_path: Path
 ) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         stubs.agents.CreateAgent(create_request(str(tmp_path), provider="nope"), timeout=30)
@@ -184,7 +185,7 @@ def test_create_agent_on_an_unknown_provider_still_names_the_known_ones(
 
 
 def test_a_config_defined_scripted_provider_under_another_name_creates_agents(
-    stubs: Stubs, tmp_path: Path
+    stubs: SyncStubs, tmp_path: Path
 ) -> None:
     agent = stubs.agents.CreateAgent(create_request(str(tmp_path), provider="demo"), timeout=30)
     assert agent.agent.provider == "demo"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx2 as httpx
@@ -90,7 +91,9 @@ async def test_a_read_token_reads_everything_and_changes_nothing(
     await stubs.agents.GetUsage(agent_pb.GetUsageRequest(), metadata=read)
     await stubs.events.Heartbeat(event_pb.HeartbeatRequest(client_id="phone"), metadata=read)
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]), metadata=read)
-    assert any(e.HasField("agent_upserted") for e in (await watch.read()).events)
+    first = await watch.read()
+    assert isinstance(first, event_pb.SubscribeResponse)
+    assert any(e.HasField("agent_upserted") for e in first.events)
     watch.cancel()
     with pytest.raises(grpc.aio.AioRpcError) as searched:  # no state directory: not a refusal
         await stubs.timeline.SearchTimeline(tl_pb.SearchTimelineRequest(query="x"), metadata=read)
@@ -101,13 +104,14 @@ async def test_a_read_token_reads_everything_and_changes_nothing(
         assert describe(info, metadata=read).caller_role == "read"
         assert describe(info, metadata=bearer(FULL)).caller_role == "full"
 
-    for call, request in [
+    writes: list[tuple[Any, Any]] = [
         (stubs.turns.SendPrompt, turn_pb.SendPromptRequest(agent_id=agent_id, content=text("hi"))),
         (stubs.turns.CancelTurn, turn_pb.CancelTurnRequest(agent_id=agent_id)),
         (stubs.agents.CloseAgent, agent_pb.CloseAgentRequest(agent_id=agent_id)),
         (stubs.agents.ClearAttention, agent_pb.ClearAttentionRequest(agent_ids=[agent_id])),
         (stubs.agents.CreateAgent, create_request("/")),
-    ]:
+    ]
+    for call, request in writes:
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await call(request, metadata=read)
         details = error_details(refused.value)
@@ -130,7 +134,8 @@ def raw_call(channel: grpc.Channel, path: str, streaming: bool, token: str) -> g
         else:
             channel.unary_unary(path, identity, identity)(b"", metadata=bearer(token), timeout=5)
     except grpc.RpcError as exc:
-        return exc.code()  # type: ignore[no-any-return]
+        code: grpc.StatusCode = exc.code()
+        return code
     return grpc.StatusCode.OK
 
 
@@ -149,26 +154,26 @@ async def test_the_web_port_applies_the_same_roles(secured: DaemonThread) -> Non
     url = f"http://127.0.0.1:{secured.daemon.web_port}"
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         web = Web(client)
-        headers = {"authorization": f"Bearer {READER}"}
+        reader = f"Bearer {READER}"
         listed = await web.unary(
             "AgentService/ListAgents",
             agent_pb.ListAgentsRequest(),
             agent_pb.ListAgentsResponse,
-            **headers,
+            authorization=reader,
         )
         assert isinstance(listed, agent_pb.ListAgentsResponse)
         info = await web.unary(
             "ServerService/GetServerInfo",
             server_pb.GetServerInfoRequest(),
             server_pb.GetServerInfoResponse,
-            **headers,
+            authorization=reader,
         )
         assert isinstance(info, server_pb.GetServerInfoResponse) and info.caller_role == "read"
         refused = await web.unary(
             "AgentService/CreateAgent",
             create_request("/"),
             agent_pb.CreateAgentResponse,
-            **headers,
+            authorization=reader,
         )
         assert isinstance(refused, WebError)
         assert (refused.code, refused.reason) == ("permission_denied", "READ_ONLY_TOKEN")
@@ -176,7 +181,7 @@ async def test_the_web_port_applies_the_same_roles(secured: DaemonThread) -> Non
             "TurnService/CancelTurn",
             turn_pb.CancelTurnRequest(agent_id="x"),
             turn_pb.CancelTurnResponse,
-            **headers,
+            authorization=reader,
         )
         assert not messages and (status.code, status.reason) == ("7", "READ_ONLY_TOKEN")
 
@@ -224,7 +229,8 @@ async def test_a_reload_that_makes_a_token_read_only_ends_its_open_calls(tmp_pat
             again = Stubs.of(channel).events.Subscribe(
                 event_pb.SubscribeRequest(), metadata=bearer(FULL)
             )
-            assert (await again.read()).events  # a watcher now, welcome as one
+            welcome = await again.read()  # a watcher now, welcome as one
+            assert isinstance(welcome, event_pb.SubscribeResponse) and welcome.events
             again.cancel()
     finally:
         daemon.stop()

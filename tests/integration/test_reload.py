@@ -12,7 +12,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 
 
 async def agent_with_a_turn(stubs: Stubs, cwd: Any) -> str:
@@ -43,7 +43,7 @@ async def test_a_rehydrating_reload_makes_old_cursors_stale_and_tells_subscriber
     page = await stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id))
     old_cursor = page.end_cursor
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-    while not any(e.HasField("synced") for e in (await watch.read()).events):
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
         pass
     request = svc_pb.ReloadAgentRequest(agent_id=agent_id, rehydrate_from_disk=True)
     reply = await stubs.agents.ReloadAgent(request)
@@ -51,7 +51,7 @@ async def test_a_rehydrating_reload_makes_old_cursors_stale_and_tells_subscriber
     assert new_epoch != old_cursor.epoch
     reset = None
     while reset is None:
-        for event in (await watch.read()).events:
+        for event in (await next_message(watch)).events:
             if event.HasField("timeline_reset"):
                 reset = event.timeline_reset
     watch.cancel()

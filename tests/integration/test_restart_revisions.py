@@ -14,7 +14,7 @@ import grpc
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, prompt_request, text
+from tests.support.client import Stubs, create_request, next_message, prompt_request, text
 from tests.support.daemon import DaemonThread
 
 
@@ -25,8 +25,7 @@ async def until(
     """Events of the stream up to and including the first with payload `done`."""
     out: list[event_pb.Event] = []
     while True:
-        response = await asyncio.wait_for(call.read(), 10)
-        assert response is not grpc.aio.EOF
+        response = await asyncio.wait_for(next_message(call), 10)
         out += response.events
         if any(e.WhichOneof("payload") == done for e in response.events):
             return out

@@ -12,7 +12,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, error_details, text
+from tests.support.client import Stubs, create_request, error_details, next_message, text
 
 
 async def turn(stubs: Stubs, agent_id: str, *lines: str) -> str:
@@ -35,7 +35,7 @@ async def test_an_echoed_prompt_is_stored_once_and_learns_the_providers_message_
     stubs = Stubs.of(aio_channel)
     agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
     watch = stubs.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[agent_id]))
-    while not any(e.HasField("synced") for e in (await watch.read()).events):
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
         pass
     turn_id = await turn(stubs, agent_id, "/echo", "/reply one")
     page = await rows(stubs, agent_id)
@@ -44,7 +44,7 @@ async def test_an_echoed_prompt_is_stored_once_and_learns_the_providers_message_
     assert (users[0].seq, users[0].provider_message_id) == (1, f"{turn_id}-user")
     updated = None
     while updated is None:
-        for event in (await watch.read()).events:
+        for event in (await next_message(watch)).events:
             if event.HasField("timeline_row_updated"):
                 updated = event.timeline_row_updated
     watch.cancel()

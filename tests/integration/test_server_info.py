@@ -15,12 +15,13 @@ from pathlib import Path
 import grpc
 import httpx2 as httpx
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
+from corral_cli.health import health_stub
 from corral_server.manager.validate import Limits
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details
@@ -48,7 +49,7 @@ def served() -> Iterator[DaemonThread]:
 
 
 @pytest.fixture
-async def info_stub(served: DaemonThread) -> AsyncIterator[server_grpc.ServerServiceStub]:
+async def info_stub(served: DaemonThread) -> AsyncIterator[server_grpc.ServerServiceAsyncStub]:
     async with grpc.aio.insecure_channel(served.address) as channel:
         yield server_grpc.ServerServiceStub(channel)
 
@@ -68,7 +69,7 @@ async def synced_of(stream: AsyncIterator[event_pb.SubscribeResponse]) -> event_
 
 
 async def test_it_says_its_version_api_limits_providers_and_features(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub
 ) -> None:
     info = await info_stub.GetServerInfo(server_pb.GetServerInfoRequest(), timeout=TIMEOUT)
     daemon = served.daemon
@@ -97,7 +98,7 @@ async def test_it_says_its_version_api_limits_providers_and_features(
 
 
 async def test_its_incarnation_and_head_are_those_subscribers_see(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub, tmp_path: Path
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub, tmp_path: Path
 ) -> None:
     async with grpc.aio.insecure_channel(served.address) as channel:
         stream = event_grpc.EventServiceStub(channel).Subscribe(event_pb.SubscribeRequest())
@@ -119,7 +120,7 @@ async def test_its_incarnation_and_head_are_those_subscribers_see(
 
 @pytest.mark.parametrize("json_codec", [False, True], ids=["proto", "json"])
 async def test_connect_on_the_web_port_answers_as_grpc_does(
-    served: DaemonThread, info_stub: server_grpc.ServerServiceStub, json_codec: bool
+    served: DaemonThread, info_stub: server_grpc.ServerServiceAsyncStub, json_codec: bool
 ) -> None:
     async with await web_client(served) as client:
         answer = await Web(client).unary(
@@ -144,7 +145,7 @@ async def test_a_draining_daemon_says_draining_while_it_still_answers(tmp_path: 
             daemon.daemon.drain(grace_s=3.0, delay_s=60.0), daemon.loop
         )
         async with grpc.aio.insecure_channel(daemon.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            health = health_stub(channel)
             deadline = asyncio.get_running_loop().time() + TIMEOUT
             while (await health.Check(health_pb2.HealthCheckRequest())).status == (
                 health_pb2.HealthCheckResponse.SERVING

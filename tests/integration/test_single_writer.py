@@ -18,7 +18,14 @@ from corral_server.app import Config
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.manager.specs import Timeouts
 from corral_server.providers.base import ProviderItem, ProviderTurnCompleted
-from tests.support.client import Stubs, create_request, error_details, prompt_request, text
+from tests.support.client import (
+    Stubs,
+    create_request,
+    error_details,
+    next_message,
+    prompt_request,
+    text,
+)
 from tests.support.daemon import DaemonThread
 from tests.support.fakes import FakeProvider
 
@@ -61,7 +68,7 @@ async def test_stream_turn_carries_the_rows_a_provider_reports_without_a_turn_id
     agent_id = await fake_agent(stubs, tmp_path)
     session = fake.session
     call = stubs.turns.StreamTurn(turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("go")))
-    first = await call.read()
+    first = await next_message(call)
     assert first.WhichOneof("event") == "turn_started"
     turn_id = first.turn_started.turn_id
     fake_daemon.loop.call_soon_threadsafe(
@@ -70,7 +77,7 @@ async def test_stream_turn_carries_the_rows_a_provider_reports_without_a_turn_id
         ProviderTurnCompleted(turn_id),
     )
     rest = []
-    while (event := await call.read()) is not grpc.aio.EOF:
+    while isinstance(event := await call.read(), turn_pb.StreamTurnResponse):
         rest.append(event)
     kinds = [e.WhichOneof("event") for e in rest]
     assert kinds == ["row", "row", "turn_completed"]

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as svc_pb
+from corral_cli.health import health_stub
 from tests.support.client import Stubs, create_request, error_details
 from tests.support.daemon import DaemonProcess
 
@@ -38,7 +39,7 @@ async def test_a_standby_waits_not_serving_then_takes_over_with_the_stored_agent
         assert standby.proc is not None and standby.proc.stdout is not None
         waiting = address_in(standby.proc.stdout.readline(), "standby")
         async with grpc.aio.insecure_channel(waiting) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            health = health_stub(channel)
             for service in ("", "corral.v1.AgentService"):
                 reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
                 assert reply.status == NOT_SERVING
@@ -52,9 +53,7 @@ async def test_a_standby_waits_not_serving_then_takes_over_with_the_stored_agent
         took_over = address_in(standby.proc.stdout.readline(), "listening")  # blocks until then
         assert took_over == waiting  # the same port: a balancer needs no new backend
         async with grpc.aio.insecure_channel(took_over) as channel:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="")
-            )
+            reply = await health_stub(channel).Check(health_pb2.HealthCheckRequest(service=""))
             assert reply.status == SERVING
             listed = await Stubs.of(channel).agents.ListAgents(svc_pb.ListAgentsRequest())
             assert [a.id for a in listed.agents] == [created.agent.id]

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
+from corral_cli.health import health_stub
 from tests.support.client import Stubs
 from tests.support.daemon import DaemonProcess
 
@@ -38,9 +39,7 @@ def socket_dir() -> Iterator[Path]:
 
 def health(address: str) -> int:
     with grpc.insecure_channel(address) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=30
-        )
+        reply = health_stub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
     return int(reply.status)
 
 

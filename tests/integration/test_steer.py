@@ -16,7 +16,7 @@ from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.clock import FakeClock
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 from tests.support.client import Stubs, create_request, prompt_request, text
 from tests.support.daemon import DaemonThread
 

@@ -57,7 +57,7 @@ async def test_a_call_on_one_connection_more_than_the_limit_is_refused_clearly(
                 await Stubs.of(three).turns.WaitForIdle(
                     turn_pb.WaitForIdleRequest(agent_id="x"), timeout=10
                 )
-            details = error_details(refused.value)  # type: ignore[arg-type]
+            details = error_details(refused.value)
             assert details.code is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert details.reason == "STREAM_LIMIT"
             assert "--max-connections" in details.message
@@ -70,7 +70,7 @@ async def test_a_call_on_one_connection_more_than_the_limit_is_refused_clearly(
                         turn_pb.WaitForIdleRequest(agent_id="x"), timeout=10
                     )
                 except grpc.aio.AioRpcError as error:
-                    if error_details(error).reason != "STREAM_LIMIT":  # type: ignore[arg-type]
+                    if error_details(error).reason != "STREAM_LIMIT":
                         break  # answered (the agent is unknown): served
                 assert asyncio.get_running_loop().time() < deadline
         held[1].cancel()
@@ -84,7 +84,7 @@ async def test_a_stream_over_the_daemons_total_is_refused_clearly(capped: Daemon
             await synced(call)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await synced(stubs.events.Subscribe(event_pb.SubscribeRequest(), timeout=10))
-        details = error_details(refused.value)  # type: ignore[arg-type]
+        details = error_details(refused.value)
         assert details.code is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert details.reason == "STREAM_LIMIT" and "--max-streams" in details.message
         held[0].cancel()
@@ -95,7 +95,7 @@ async def test_a_stream_over_the_daemons_total_is_refused_clearly(capped: Daemon
                 await synced(again)
                 break
             except grpc.aio.AioRpcError as error:
-                assert error_details(error).reason == "STREAM_LIMIT"  # type: ignore[arg-type]
+                assert error_details(error).reason == "STREAM_LIMIT"
                 assert asyncio.get_running_loop().time() < deadline
         for call in (*held[1:], again):
             call.cancel()

@@ -6,6 +6,7 @@ start restores the old run's announce."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -39,12 +40,11 @@ async def steer(channel: grpc.aio.Channel, run_id: str, message: str) -> sub_pb.
 
 
 def error_metadata(error: grpc.RpcError) -> dict[str, str]:
-    status: status_pb2.Status | None = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status: status_pb2.Status | None = rpc_status.from_call(cast(grpc.Call, error))
     assert status is not None
     for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):  # False for another type of detail
             return dict(info.metadata)
     return {}
 

@@ -12,7 +12,7 @@ import pytest
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, create_request, next_message, text
 from tests.support.daemon import DaemonThread
 
 
@@ -37,8 +37,7 @@ class Reader:
             if predicate(event):
                 return event
         while True:
-            response = await self.call.read()
-            assert response is not grpc.aio.EOF, "stream ended early"
+            response = await next_message(self.call)
             self.messages += 1
             self.events.extend(response.events)
             for event in response.events:
@@ -102,7 +101,7 @@ async def test_fresh_subscription_gets_snapshot_then_synced_then_live_events(
 
 
 def _agent_of(event: event_pb.Event) -> str:
-    payload = getattr(event, event.WhichOneof("payload"))
+    payload = getattr(event, str(event.WhichOneof("payload")))
     if event.WhichOneof("payload") == "agent_upserted":
         return str(payload.agent.id)
     return str(getattr(payload, "agent_id", ""))

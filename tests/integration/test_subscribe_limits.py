@@ -13,7 +13,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.rpc.event_service import MAX_SUBSCRIBE_AGENT_IDS
-from tests.support.client import Stubs, create_request, error_details, text
+from tests.support.client import Stubs, create_request, error_details, next_message, text
 from tests.support.daemon import DaemonThread
 
 MiB = 1 << 20
@@ -120,8 +120,7 @@ async def test_no_subscribe_response_exceeds_1_mib_unless_one_event_alone_does(
             sizes: list[tuple[int, int]] = []
             last = 0
             while last < head:
-                response = await call.read()
-                assert response is not grpc.aio.EOF
+                response = await next_message(call)
                 sizes.append((response.ByteSize(), len(response.events)))
                 last = max([last, *(e.revision for e in response.events)])
             assert all(size <= MiB or count == 1 for size, count in sizes), sizes

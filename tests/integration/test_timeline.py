@@ -11,7 +11,7 @@ import pytest
 from corral.v1 import timeline_pb2
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, text
+from tests.support.client import Stubs, SyncStubs, create_request, text
 from tests.support.daemon import DaemonThread
 
 TAIL, BEFORE, AFTER = (
@@ -30,7 +30,7 @@ def small_daemon() -> Iterator[DaemonThread]:
     daemon.stop()
 
 
-def run_turn(stubs: Stubs, cwd: Any) -> str:
+def run_turn(stubs: SyncStubs, cwd: Any) -> str:
     agent_id = stubs.agents.CreateAgent(create_request(str(cwd))).agent.id
     script = [f"/think thought {i}" for i in range(1, THOUGHTS + 1)] + ["/reply done"]
     call = stubs.turns.StreamTurn(_stream_request(agent_id, script))
@@ -44,8 +44,14 @@ def _stream_request(agent_id: str, lines: list[str]) -> Any:
     return turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
 
 
-def fetch(stubs: Stubs, agent_id: str, direction: int = TAIL, cursor: Any = None, **kw: Any) -> Any:
-    request = tl_pb.FetchTimelineRequest(agent_id=agent_id, direction=direction, **kw)  # type: ignore[arg-type]
+def fetch(
+    stubs: SyncStubs,
+    agent_id: str,
+    direction: tl_pb.TimelineDirection.ValueType = TAIL,
+    cursor: Any = None,
+    **kw: Any,
+) -> tl_pb.FetchTimelineResponse:
+    request = tl_pb.FetchTimelineRequest(agent_id=agent_id, direction=direction, **kw)
     if cursor is not None:
         request.cursor.CopyFrom(cursor)
     return stubs.timeline.FetchTimeline(request)

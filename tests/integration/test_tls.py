@@ -13,9 +13,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
+from corral_cli.health import health_stub
 from corral_cli.main import main
 from corral_server.rpc.tls import TlsFiles
 from tests import conftest
@@ -91,7 +92,7 @@ def credentials(ca: KeyPair, client: KeyPair | None = None) -> grpc.ChannelCrede
 
 def health(channel: grpc.Channel) -> int:
     request = health_pb2.HealthCheckRequest(service="")
-    status: int = health_pb2_grpc.HealthStub(channel).Check(request, timeout=TIMEOUT).status
+    status: int = health_stub(channel).Check(request, timeout=TIMEOUT).status
     return status
 
 
@@ -111,14 +112,14 @@ def test_a_tls_client_that_trusts_the_authority_is_served(tls: DaemonThread, pki
 
 def test_plaintext_to_a_tls_port_fails_at_once_as_unavailable(tls: DaemonThread) -> None:
     with grpc.insecure_channel(tls.address) as channel:
-        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_client_that_does_not_trust_the_server_certificate_is_refused(
     tls: DaemonThread, pki: Pki
 ) -> None:
     with grpc.secure_channel(tls.address, credentials(pki.other_ca)) as channel:
-        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE
 
 
 def test_mutual_tls_serves_a_client_certificate_from_its_authority(
@@ -134,7 +135,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate_of_its_authority(
 ) -> None:
     client = pki.intruder if who == "another authority" else None
     with grpc.secure_channel(mutual.address, credentials(pki.ca, client)) as channel:
-        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert refused(channel).code() is grpc.StatusCode.UNAVAILABLE
 
 
 def test_tokens_over_tls(tls_tokens: DaemonThread, pki: Pki) -> None:

@@ -12,7 +12,14 @@ from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, error_details, prompt_request, text
+from tests.support.client import (
+    Stubs,
+    create_request,
+    error_details,
+    next_message,
+    prompt_request,
+    text,
+)
 from tests.support.daemon import DaemonThread
 
 
@@ -151,12 +158,12 @@ async def test_cancel_of_a_running_turn_settles_with_turn_canceled(
     call = stubs.turns.StreamTurn(
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("/sleep 60000"))
     )
-    first = await call.read()
+    first = await next_message(call)
     assert first.WhichOneof("event") == "turn_started"
     resp = await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
     assert resp.outcome == turn_pb.CANCEL_OUTCOME_SETTLED
     rest = []
-    while (event := await call.read()) is not grpc.aio.EOF:
+    while isinstance(event := await call.read(), turn_pb.StreamTurnResponse):
         rest.append(event)
     assert rest[-1].WhichOneof("event") == "turn_canceled"
     assert resp.agent.lifecycle.WhichOneof("state") == "idle"

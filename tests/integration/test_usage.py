@@ -74,7 +74,9 @@ def plus(*pairs: tuple[int, int]) -> tuple[int, int]:
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-async def usage(stubs: Stubs, *group_by: int, **kw: Any) -> svc_pb.GetUsageResponse:
+async def usage(
+    stubs: Stubs, *group_by: svc_pb.UsageGroupBy.ValueType, **kw: Any
+) -> svc_pb.GetUsageResponse:
     return await stubs.agents.GetUsage(svc_pb.GetUsageRequest(group_by=group_by, **kw))
 
 
@@ -147,7 +149,7 @@ async def test_bad_requests_are_invalid_arguments_naming_the_field(
     _, stubs = durable
     at = Timestamp(seconds=START_MS // 1000)
     for request, field in [
-        (svc_pb.GetUsageRequest(group_by=[99]), "group_by[0]"),
+        (svc_pb.GetUsageRequest(group_by=[svc_pb.UsageGroupBy.ValueType(99)]), "group_by[0]"),
         (svc_pb.GetUsageRequest(page_size=1001), "page_size"),
         (svc_pb.GetUsageRequest(start_time=at, end_time=at), "end_time"),
         (svc_pb.GetUsageRequest(page_token="bogus"), "page_token"),

@@ -55,7 +55,8 @@ async def web(guarded: DaemonThread) -> AsyncIterator[Web]:
         yield Web(client)
 
 
-BEARER = {"authorization": f"Bearer {TOKEN}"}
+AUTHORIZATION = f"Bearer {TOKEN}"
+BEARER = {"authorization": AUTHORIZATION}
 
 
 async def test_a_call_without_a_token_is_unauthenticated_token_missing(web: Web) -> None:
@@ -65,20 +66,20 @@ async def test_a_call_without_a_token_is_unauthenticated_token_missing(web: Web)
 
 
 async def test_a_wrong_token_is_refused_in_both_protocols(web: Web) -> None:
-    wrong = {"authorization": "Bearer not-the-token"}
+    wrong = "Bearer not-the-token"
     error = await web.unary(
-        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **wrong
+        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, authorization=wrong
     )
     assert isinstance(error, WebError) and error.reason == "TOKEN_INVALID"
     messages, status = await web.grpc_web(
-        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **wrong
+        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, authorization=wrong
     )
     assert not messages and (status.code, status.reason) == ("16", "TOKEN_INVALID")
 
 
 async def test_the_token_lets_a_call_through(web: Web) -> None:
     answer = await web.unary(
-        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **BEARER
+        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, authorization=AUTHORIZATION
     )
     assert isinstance(answer, agent_pb.ListAgentsResponse)
 
@@ -128,7 +129,10 @@ async def test_the_streams_of_one_client_are_capped(web: Web, guarded: DaemonThr
     deadline = asyncio.get_running_loop().time() + 10
     while True:
         answer = await web.unary(
-            LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **BEARER
+            LIST,
+            agent_pb.ListAgentsRequest(),
+            agent_pb.ListAgentsResponse,
+            authorization=AUTHORIZATION,
         )
         if isinstance(answer, agent_pb.ListAgentsResponse):
             break
@@ -153,15 +157,18 @@ async def test_a_page_of_another_origin_is_refused_before_anything_runs(
     )
     assert answer.status_code == 403 and "cross-origin" in answer.text
     listed = await web.unary(
-        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **BEARER
+        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, authorization=AUTHORIZATION
     )
     assert isinstance(listed, agent_pb.ListAgentsResponse) and not listed.agents
 
 
 async def test_the_page_s_own_origin_is_served(web: Web, guarded: DaemonThread) -> None:
-    own = {"origin": web_url(guarded)}
     answer = await web.unary(
-        LIST, agent_pb.ListAgentsRequest(), agent_pb.ListAgentsResponse, **own, **BEARER
+        LIST,
+        agent_pb.ListAgentsRequest(),
+        agent_pb.ListAgentsResponse,
+        origin=web_url(guarded),
+        authorization=AUTHORIZATION,
     )
     assert isinstance(answer, agent_pb.ListAgentsResponse)
 

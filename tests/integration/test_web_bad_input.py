@@ -96,6 +96,7 @@ async def test_an_undecodable_body_is_malformed_request_with_the_grpc_message(
 ) -> None:
     garbage = b"\xff\xff\xff"
     async with grpc.aio.insecure_channel(web_daemon.address) as channel:
+        raw: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]
         raw = channel.unary_unary("/corral.v1.AgentService/CreateAgent")
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await raw(garbage)
@@ -244,7 +245,9 @@ async def test_a_body_that_stops_arriving_is_refused_and_frees_its_slot(
         )
         writer.write(head.encode() + body[:1])  # and then nothing more
         head_bytes = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        length = int(re.search(rb"content-length: (\d+)", head_bytes).group(1))  # type: ignore[union-attr]
+        found = re.search(rb"content-length: (\d+)", head_bytes)
+        assert found is not None, head_bytes
+        length = int(found.group(1))
         answer = await asyncio.wait_for(reader.readexactly(length), 10)
         writer.close()
         assert head_bytes.startswith(b"HTTP/1.1 504 ") and b"deadline_exceeded" in answer

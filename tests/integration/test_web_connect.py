@@ -85,6 +85,7 @@ async def test_connect_unary_calls_create_prompt_and_fetch_like_grpc(
         tl_pb.FetchTimelineResponse,
         json_codec=json_codec,
     )
+    assert not isinstance(fetched, WebError), fetched
     over_grpc = await stubs.timeline.FetchTimeline(tl_pb.FetchTimelineRequest(agent_id=agent_id))
     assert fetched == over_grpc
     kinds = [row.item.WhichOneof("kind") for row in fetched.rows]

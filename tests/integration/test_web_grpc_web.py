@@ -15,7 +15,7 @@ from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from tests.support.client import Stubs, create_request, error_details, prompt_request
+from tests.support.client import Stubs, create_request, error_details, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.web import (
     Stream,
@@ -113,7 +113,7 @@ async def test_grpc_web_subscribe_streams_the_grpc_events_then_ok_trailers(
         web_events: list[event_pb.Event] = []
         grpc_events: list[event_pb.Event] = []
         while through_turn(grpc_events, started.turn_id) is None:
-            grpc_events.extend((await grpc_call.read()).events)
+            grpc_events.extend((await next_message(grpc_call)).events)
         while through_turn(web_events, started.turn_id) is None:
             web_events.extend((await stream.read()).events)
         over_grpc = through_turn(grpc_events, started.turn_id)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from corral_server.domain.agent import Agent, AgentId, Idle, PermissionResponse
 from corral_server.domain.content import Prompt
 from corral_server.domain.events import Event
+from corral_server.hub import Prepared
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
@@ -40,8 +41,15 @@ E = TypeVar("E")
 TERMINAL = (ProviderTurnCompleted, ProviderTurnFailed, ProviderTurnCanceled)
 
 
-class _Recorded(NamedTuple):
+class _Recorded(Prepared):
+    """A prepared event that keeps its domain event too: the fake records domain events."""
+
     event: Event
+
+
+def _recorded(prepared: Prepared) -> Event:
+    assert isinstance(prepared, _Recorded), "prepared by another publisher"
+    return prepared.event
 
 
 # What `FakeSession.interrupt` does for the running turn: answer CONFIRMED (True) or REFUSED
@@ -142,11 +150,12 @@ class FakeSession:
 
     async def respond_permission(
         self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
+    ) -> Prompt | None:
         self.calls.append("respond_permission")
         self.responses.append((turn_id, request_id, response))
         if self.respond_error is not None:
             raise self.respond_error
+        return None  # no follow-up prompt
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         self.calls.append("steer")
@@ -250,21 +259,22 @@ class RecordingPublisher:
         self.batch_sizes: list[int] = []
         self.fail_prepare: Callable[[Event], bool] = lambda event: False
 
-    def prepare(self, event: Event) -> _Recorded:
+    def prepare(self, event: Event) -> Prepared:
         if self.fail_prepare(event):
             raise ValueError("cannot encode this event (test)")
-        encode_event(0, event)
-        return _Recorded(event)
+        recorded = _Recorded("", encode_event(0, event))
+        recorded.event = event
+        return recorded
 
-    def commit(self, prepared: _Recorded) -> int:
+    def commit(self, prepared: Prepared) -> int:
         revision = len(self.published) + 1
-        self.published.append((revision, prepared.event))
+        self.published.append((revision, _recorded(prepared)))
         self.batch_sizes.append(1)
         return revision
 
-    def commit_many(self, prepared: Sequence[_Recorded]) -> int:
-        for event in prepared:
-            self.published.append((len(self.published) + 1, event.event))
+    def commit_many(self, prepared: Sequence[Prepared]) -> int:
+        for one in prepared:
+            self.published.append((len(self.published) + 1, _recorded(one)))
         self.batch_sizes.append(len(prepared))
         return len(self.published)
 

@@ -81,7 +81,7 @@ class RunWatcher:
         await asyncio.wait_for(wait(), WAIT_S)
 
 
-def subagents(channel: grpc.aio.Channel) -> sub_grpc.SubagentServiceStub:
+def subagents(channel: grpc.aio.Channel) -> sub_grpc.SubagentServiceAsyncStub:
     return sub_grpc.SubagentServiceStub(channel)
 
 

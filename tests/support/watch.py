@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
 from corral.v1 import event_service_pb2 as event_pb
 from tests.support.client import Stubs
 
@@ -35,7 +33,7 @@ class Watch:
                 if done(event):
                     return event
             response = await self._call.read()
-            assert response is not grpc.aio.EOF, "the stream ended"
+            assert isinstance(response, event_pb.SubscribeResponse), "the stream ended"
             self._unread.extend(response.events)
 
     def kinds(self) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -21,6 +21,12 @@ from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2_grpc as event_grpc
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
+
+if TYPE_CHECKING:  # what a sync call returns, named in the stubs only
+    from grpc import _CallFuture, _CallIterator
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 DEFAULT_ADDR = "127.0.0.1:50051"
 # Unary calls only; streams (run, send --follow, logs -f) last as long as the turn or the user.
@@ -111,15 +117,7 @@ class _Details(grpc.ClientCallDetails):
         self.compression = base.compression
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _UnaryUnary = grpc.UnaryUnaryClientInterceptor[Any, Any]
-    _UnaryStream = grpc.UnaryStreamClientInterceptor[Any, Any]
-else:
-    _UnaryUnary = grpc.UnaryUnaryClientInterceptor
-    _UnaryStream = grpc.UnaryStreamClientInterceptor
-
-
-class _Bearer(_UnaryUnary, _UnaryStream):
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     """Adds `authorization: Bearer <token>` to every call, over TLS or plaintext alike (gRPC's
     own token credentials refuse plaintext, which a loopback daemon with tokens speaks)."""
 
@@ -131,18 +129,18 @@ class _Bearer(_UnaryUnary, _UnaryStream):
 
     def intercept_unary_unary(
         self,
-        continuation: Callable[[grpc.ClientCallDetails, Any], grpc.CallFuture[Any]],
+        continuation: Callable[[grpc.ClientCallDetails, Req], _CallFuture[Resp]],
         client_call_details: grpc.ClientCallDetails,
-        request: Any,
-    ) -> grpc.CallFuture[Any]:
+        request: Req,
+    ) -> _CallFuture[Resp]:
         return continuation(self._details(client_call_details), request)
 
     def intercept_unary_stream(
         self,
-        continuation: Callable[[grpc.ClientCallDetails, Any], grpc.CallIterator[Any]],
+        continuation: Callable[[grpc.ClientCallDetails, Req], _CallIterator[Resp]],
         client_call_details: grpc.ClientCallDetails,
-        request: Any,
-    ) -> grpc.CallIterator[Any]:
+        request: Req,
+    ) -> _CallIterator[Resp]:
         return continuation(self._details(client_call_details), request)
 
 
@@ -179,7 +177,7 @@ def connect(addr: str, timeout_s: float, access: Access | None = None) -> Iterat
 
 def stop(call: grpc.RpcContext) -> None:
     """Cancel a streaming call (its iterator then ends with CANCELLED, which nobody reads)."""
-    call.cancel()  # type: ignore[no-untyped-call]  # untyped in grpc-stubs
+    call.cancel()
 
 
 def prompt_text(words: Sequence[str]) -> str:

@@ -16,12 +16,13 @@ import json
 from collections import Counter
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral_cli import failure, server_info
 from corral_cli.client import Client
 from corral_cli.grammar import version
+from corral_cli.health import health_stub
 from corral_cli.render import Console, state_name
 
 _PAGE_SIZE = 1000
@@ -59,9 +60,10 @@ def status(client: Client, console: Console, args: argparse.Namespace) -> int:
 def _serving(client: Client) -> tuple[str, str]:
     """serving / draining (NOT_SERVING: a drain, or a standby, told apart by ListAgents) /
     not reachable, and why when it is not serving."""
-    stub = health_pb2_grpc.HealthStub(client.channel)
     try:
-        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=client.timeout_s)
+        reply = health_stub(client.channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=client.timeout_s
+        )
     except grpc.RpcError as exc:
         failed = failure.decode(exc)
         return "not reachable", f"{failed.code.name}: {failed.message}"

@@ -33,7 +33,6 @@ class LogReader:
         self._chunks: OrderedDict[int, list[Entry]] = OrderedDict()
         self._reading: dict[int, asyncio.Future[list[Entry]]] = {}
         self._ahead: set[asyncio.Task[None]] = set()
-        self.reads = 0  # log reads done (tests and benches)
 
     async def after(self, position: int) -> list[Entry]:
         """Retained entries after `position`, oldest first, contiguous, at least one when the
@@ -69,7 +68,6 @@ class LogReader:
             raise
         finally:
             del self._reading[start]
-        self.reads += 1
         chunk = cast("list[Entry]", read)  # a LogEntry is an Entry: the log keeps frames
         if chunk and chunk[0][0] == start + 1:  # only what is still retained is kept
             self._chunks[start] = chunk

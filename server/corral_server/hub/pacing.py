@@ -49,6 +49,7 @@ class Pacer:
 
     @property
     def scheduled(self) -> bool:
+        """A release is scheduled (for tests: the hub only calls `request`)."""
         return self._timer is not None
 
     def request(self, live: int) -> None:

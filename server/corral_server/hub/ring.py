@@ -12,16 +12,22 @@ its frames, and each event is encoded and framed once for every subscriber.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import TypeAlias
 
+from corral_server.domain.events import Event, StreamControl
 from corral_server.varint import SMALL_VARINTS
 from corral_server.varint import encode_varint as _varint
 
 Entry: TypeAlias = tuple[int, str, bytes]
 """(revision, agent_id, frame): built once per published event and shared by the ring and
 by every subscriber buffer that holds it (a plain tuple: cheapest to build and index)."""
+
+Encoder: TypeAlias = Callable[[int, Event | StreamControl], bytes]
+"""(revision, event) -> the serialized corral.v1.Event, the payload of one frame; revision 0
+for snapshot and control entries (the rpc edge passes one: the hub never imports protobuf)."""
 
 frame_of = itemgetter(2)
 
@@ -44,6 +50,20 @@ def frame(payload: bytes) -> bytes:
     if length < 4096:
         return _HEADERS[length] + payload
     return _header(length) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFormat:
+    """What every stream of one hub shares: the encoder, the most events in one batch, and the
+    incarnation every Synced and StreamEnding names."""
+
+    encode: Encoder
+    batch_events: int
+    incarnation: str
+
+    def control(self, item: Event | StreamControl) -> bytes:
+        """The frame of a snapshot or control entry (encoded with revision 0)."""
+        return frame(self.encode(0, item))
 
 
 # `Event.revision` is field 1, varint (tag 0x08). Revisions below 2**14 come whole from a
@@ -142,14 +162,6 @@ class Ring:
         self.head = head
         self.first = head + 1
         self.size_bytes = 0
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def max_bytes(self) -> int | None:
-        return self._max_bytes
 
     @property
     def earliest_resumable(self) -> int:

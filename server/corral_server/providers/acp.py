@@ -1,14 +1,15 @@
 """The `acp` provider: drives any Agent Client Protocol agent (protocol version 1) as a child
-process, one process per corral session (issue 8, item 3).
+process, one process per corral session.
 
 This module owns the mapping between ACP and the provider contract: `initialize` and
 `session/new` make a session (`session/load`, or the unstable `session/resume`, reopen a
 stored one), `session/prompt` is a turn (its stop reason is the turn's end),
 `session/update` becomes timeline items, `session/cancel` is an interrupt, and
 `session/request_permission` becomes a corral permission; an import keeps what `session/load`
-replays (`acp_history.py`). The framing and the process live in
-`acp_wire.py`, the confined file methods in `acp_files.py`. It must never report an event after
-`close()` returns, and reports exactly one terminal event per turn it started.
+replays (`acp_history.py`). JSON-RPC lives in `jsonrpc.py` over the process connection of
+`connection.py`, the session's lifecycle in `command.py`, the confined file methods in
+`acp_files.py`. It must never report an event after `close()` returns, and reports exactly one
+terminal event per turn it started.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import base64
 import contextlib
 import itertools
 import logging
-import shutil
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import assert_never
+from dataclasses import dataclass
+from typing import TypeVar, assert_never
+
+from acp import schema
+from pydantic import BaseModel, ValidationError
 
 from corral_server.domain.agent import (
     AgentError,
@@ -33,37 +36,54 @@ from corral_server.domain.agent import (
     Usage,
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart
-from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.domain.timeline import JsonValue
+from corral_server.errors import FailedPrecondition
 from corral_server.providers import acp_files
 from corral_server.providers.acp_history import history_items
-from corral_server.providers.acp_items import ItemMapper
-from corral_server.providers.acp_wire import (
-    METHOD_NOT_FOUND,
-    AcpConnection,
-    AcpConnectionLost,
-    AcpError,
-    Json,
-)
+from corral_server.providers.acp_items import ItemMapper, Update
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
-    ProviderInfo,
     ProviderItem,
     ProviderPermissionRequested,
-    ProviderSessionDied,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.providers.command import (
+    CommandProvider,
+    CommandSession,
+    Run,
+    ignore_events,
+    import_config,
+)
+from corral_server.providers.connection import (
+    ConnectionLost,
+    Framing,
+    LineConnection,
+    RequestFailed,
+)
+from corral_server.providers.jsonrpc import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    JsonRpc,
+    Params,
+    RpcError,
+)
 from corral_server.providers.mcp_servers import acp_servers
 from corral_server.providers.sandbox import FileSandbox
 
 logger = logging.getLogger(__name__)
 
+M = TypeVar("M", bound=BaseModel)
+CANCELLED_OUTCOME = schema.DeniedOutcome(outcome="cancelled")
+
 PROTOCOL_VERSION = 1
+# After stdin closes, how long an agent may take to exit on its own.
+FRAMING = Framing(who="the agent", label="acp", strict=False, eof_grace_s=0.3)
 AGENT_ERROR = "AGENT_ERROR"  # the agent answered the prompt with a JSON-RPC error
 AGENT_EXITED = "AGENT_EXITED"  # the agent process died (or broke the framing) mid-turn
 CANCELLED = "cancelled"
@@ -79,24 +99,11 @@ class AcpStartFailed(FailedPrecondition):
     """The agent did not start or failed its handshake."""
 
 
-class AcpProvider:
+class AcpProvider(CommandProvider):
+    kind = "acp"
+
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "acp") -> None:
-        self._argv = tuple(argv)
-        self._env = dict(env)
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def info(self) -> ProviderInfo:
-        path = self._env.get("PATH")
-        found = bool(self._argv) and shutil.which(self._argv[0], path=path) is not None
-        reason = "" if found else f"{self._argv[0] if self._argv else '(no command)'} not found"
-        return ProviderInfo(self._name, "acp", found, reason)
-
-    def validate_prompt(self, prompt: Prompt) -> None:
-        return None  # any text or image prompt can be sent; the agent judges it
+        super().__init__(argv, env, name=name)
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> AcpSession:
         session = AcpSession(config, sink)
@@ -109,10 +116,8 @@ class AcpProvider:
         """What `session/load` of the session replays (`acp_history.py`), in a process of
         its own, closed before this returns. An agent without loadSession, or that does not
         know the session, is AcpStartFailed with the agent's reason."""
-        config = SessionConfig(
-            "import", cwd, resume_session_id=provider_session_id, daemon_tag=daemon_tag
-        )
-        session = AcpSession(config, lambda _: None)
+        config = import_config(provider_session_id, cwd, daemon_tag)
+        session = AcpSession(config, ignore_events)
         session.replayed = []
         await session.start(self._argv, self._env)
         try:
@@ -122,100 +127,72 @@ class AcpProvider:
 
 
 @dataclass(slots=True)
-class _Run:
-    """The running turn: set from `start_turn` until its terminal event is reported."""
-
-    turn_id: str
+class _Run(Run):
+    # The turn's `session/prompt` request, which close() cancels.
     task: asyncio.Task[None] | None = None
-    canceling: bool = False
-    # Permissions the turn waits on, by corral request id: set by the answer.
-    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
 
 
-class AcpSession:
+class AcpSession(CommandSession[_Run]):
+    framing = FRAMING
+    start_failed = AcpStartFailed
+    cancel_reason = CANCELLED
+
     def __init__(self, config: SessionConfig, sink: EventSink) -> None:
-        self._config = config
-        self._sink = sink
-        self._conn: AcpConnection | None = None
+        super().__init__(config, sink)
+        self._rpc: JsonRpc | None = None
         self._session_id = ""
-        self._run: _Run | None = None
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
         self._files = FileSandbox(config.cwd)  # the fs/ methods, confined to the cwd
-        # Set once the session is open: from then on a death is reported to the sink.
-        self._ready = False
-        self._closed = False
         # An import's session: the updates `session/load` replays are kept here (else dropped).
-        self.replayed: list[Mapping[str, Json]] | None = None
+        self.replayed: list[Update] | None = None
 
     @property
     def session_id(self) -> str:
         return self._session_id
 
-    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        try:
-            self._conn = await AcpConnection.spawn(
-                argv,
-                env,
-                self._config.cwd,
-                self._on_request,
-                self._on_notification,
-                self._lost,
-                self._config.daemon_tag,
-            )
-        except OSError as exc:
-            raise AcpStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
-        try:
-            await self._handshake(self._conn)
-        except BaseException as exc:
-            tail = self._conn.stderr_tail(800)
-            await self._conn.close()
-            if isinstance(exc, AcpError | AcpConnectionLost):
-                raise AcpStartFailed(f"the agent failed its handshake: {exc} {tail}") from exc
-            raise
-        self._ready = True
-        if self._conn.lost is not None:  # it died right after its answer
-            self._lost(self._conn.lost)
-
-    async def _handshake(self, conn: AcpConnection) -> None:
-        capabilities = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False}
-        init = await conn.request(
-            "initialize",
-            {
-                "protocolVersion": PROTOCOL_VERSION,
-                "clientCapabilities": capabilities,
-                "clientInfo": {"name": "corral", "version": "0"},
-            },
+    def _attach(self, conn: LineConnection) -> None:
+        self._rpc = JsonRpc(
+            conn, self._on_request, self._on_notification, self._lost, version_member=True
         )
-        version = init.get("protocolVersion") if isinstance(init, dict) else None
-        if version != PROTOCOL_VERSION:
-            raise AcpError(f"the agent speaks protocol version {version!r}, not 1")
-        servers = acp_servers(self._config.mcp_servers, init.get("agentCapabilities"))
-        params = {"cwd": self._config.cwd, "mcpServers": servers}
-        resume_id = self._config.resume_session_id
+
+    async def _handshake(self) -> None:
+        assert self._rpc is not None
+        rpc = self._rpc
+        fs = schema.FileSystemCapabilities(read_text_file=True, write_text_file=True)
+        asked = schema.InitializeRequest(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(fs=fs, terminal=False),
+            client_info=schema.Implementation(name="corral", version="0"),
+        )
+        init = _answer(schema.InitializeResponse, await rpc.request("initialize", _dump(asked)))
+        if init.protocol_version != PROTOCOL_VERSION:
+            version = init.protocol_version
+            raise RequestFailed(f"the agent speaks protocol version {version!r}, not 1")
+        capabilities = init.agent_capabilities
+        servers = acp_servers(self._config.mcp_servers, capabilities)
+        cwd, resume_id = self._config.cwd, self._config.resume_session_id
         if resume_id:
-            method = _resume_method(init.get("agentCapabilities"))
+            method = _resume_method(capabilities)
             if self.replayed is not None and method != "session/load":
-                raise AcpError("the agent cannot replay a stored session (no loadSession)")
+                raise RequestFailed("the agent cannot replay a stored session (no loadSession)")
             # session/load replays the whole conversation as session/update notifications
             # before it answers: no turn runs and `_session_id` is not set yet, so
             # `_on_notification` drops them (corral stored those rows when they happened).
-            await conn.request(method, {**params, "sessionId": resume_id})
+            load = schema.LoadSessionRequest(cwd=cwd, mcp_servers=[*servers], session_id=resume_id)
+            await rpc.request(method, _dump(load))
             self._session_id = resume_id
             return
-        made = await conn.request("session/new", params)
-        session_id = made.get("sessionId") if isinstance(made, dict) else None
-        if not isinstance(session_id, str) or not session_id:
-            raise AcpError(f"session/new answered without a sessionId: {made!r}")
-        self._session_id = session_id
+        new = schema.NewSessionRequest(cwd=cwd, mcp_servers=[*servers])
+        made = _answer(schema.NewSessionResponse, await rpc.request("session/new", _dump(new)))
+        if not made.session_id:
+            raise RequestFailed("session/new answered an empty sessionId")
+        self._session_id = made.session_id
 
     # --- turns -----------------------------------------------------------------------------
 
     async def start_turn(self, prompt: Prompt) -> str:
-        if self._closed or self._conn is None:
-            raise AgentClosed(self._config.agent_id)
-        if self._run is not None:
-            raise AgentBusy(self._config.agent_id, self._run.turn_id)
+        self._check_idle()
         run = _Run(turn_id=f"turn-{uuid.uuid4().hex}")
         self._run = run
         self._items.start_turn(run.turn_id)
@@ -224,103 +201,65 @@ class AcpSession:
         return run.turn_id
 
     async def _prompt(self, run: _Run, prompt: Prompt) -> None:
-        assert self._conn is not None
-        params = {"sessionId": self._session_id, "prompt": _content_blocks(prompt)}
+        assert self._rpc is not None
+        params = schema.PromptRequest(
+            session_id=self._session_id, prompt=[*_content_blocks(prompt)]
+        )
         terminal: ProviderEvent
         try:
-            result = await self._conn.request("session/prompt", params)
+            result = await self._rpc.request("session/prompt", _dump(params))
             terminal = _terminal(run, result)
-        except AcpError as exc:
+        except RequestFailed as exc:
             terminal = ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_ERROR))
-        except AcpConnectionLost as exc:
+        except ConnectionLost as exc:
             terminal = ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_EXITED))
         if run.canceling and not isinstance(terminal, ProviderTurnCanceled):
             # Interrupt answered CONFIRMED: the turn ends canceled whatever the agent said.
             terminal = ProviderTurnCanceled(run.turn_id, CANCELLED)
         self._end(run, terminal)
 
-    def _end(self, run: _Run, terminal: ProviderEvent) -> None:
-        if self._run is not run:
-            return  # ended already (the process died first, or the session closed)
-        self._run = None
-        for answer in run.asking.values():
-            if not answer.done():
-                answer.cancel()
-        try:
-            self._emit(terminal)
-        except Exception:
-            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
-
-    async def interrupt(self, turn_id: str) -> InterruptResult:
-        run = self._run
-        if run is None or (turn_id and run.turn_id != turn_id) or self._conn is None:
-            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
-        if not run.canceling:
-            run.canceling = True
-            # ACP: the client answers its pending permission requests with `cancelled`.
-            for answer in run.asking.values():
-                if not answer.done():
-                    answer.cancel()
-            # A dead agent fails the prompt's wait too, and the turn ends canceled.
-            with contextlib.suppress(AcpConnectionLost):
-                await self._conn.notify("session/cancel", {"sessionId": self._session_id})
+    async def _interrupt(self, run: _Run) -> InterruptResult:
+        assert self._rpc is not None
+        run.canceling = True
+        # ACP: the client answers its pending permission requests with `cancelled`.
+        run.stop_asking()
+        # A dead agent fails the prompt's wait too, and the turn ends canceled.
+        with contextlib.suppress(ConnectionLost):
+            cancel = schema.CancelNotification(session_id=self._session_id)
+            await self._rpc.notify("session/cancel", _dump(cancel))
         return InterruptResult.CONFIRMED
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         return False  # ACP v1 has no way into a running prompt: corral queues it
 
-    async def respond_permission(
-        self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
-        run = self._run
-        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
-        if answer is None or answer.done():
-            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
-        answer.set_result(response)
-
     async def close(self) -> None:
         self._closed = True
-        run, self._run = self._run, None
+        run = self._run
         if run is not None and run.task is not None and not run.task.done():
             run.task.cancel()
             await asyncio.wait([run.task])
-        if self._conn is not None:
-            await self._conn.close()
+        await super().close()
 
     # --- from the agent --------------------------------------------------------------------
 
-    def _emit(self, event: ProviderEvent) -> None:
-        if not self._closed:
-            self._sink(event)
-
-    def _lost(self, reason: str) -> None:
-        """The process died outside `close()` (which silences this): a running turn ends
-        (canceled when an interrupt was confirmed, else failed; its prompt's wait then finds
-        it ended), then the death is reported. During the handshake nobody listens yet."""
-        logger.warning("acp agent of %s is gone: %s", self._config.agent_id, reason)
-        run = self._run
-        if run is not None:
-            failed = ProviderTurnFailed(run.turn_id, AgentError(reason, AGENT_EXITED))
-            canceled = ProviderTurnCanceled(run.turn_id, CANCELLED)
-            self._end(run, canceled if run.canceling else failed)
-        if self._ready:
-            self._emit(ProviderSessionDied(reason))
-
-    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
-        update = params.get("update")
-        if self.replayed is not None and method == "session/update" and isinstance(update, dict):
-            if params.get("sessionId") == self._config.resume_session_id:
-                self.replayed.append(update)
+    def _on_notification(self, method: str, params: Params) -> None:
+        if method != "session/update":
             return
-        if method != "session/update" or params.get("sessionId") != self._session_id:
+        try:
+            note = schema.SessionNotification.model_validate(params)
+        except ValidationError as exc:
+            logger.info("acp agent of %s: an update not of ACP: %s", self._config.agent_id, exc)
             return
-        run = self._run
-        if run is None or not isinstance(update, dict):
+        if self.replayed is not None:
+            if note.session_id == self._config.resume_session_id:
+                self.replayed.append(note.update)
+            return
+        if note.session_id != self._session_id or self._run is None:
             return  # e.g. available commands after session/new: nothing for the timeline
-        for item in self._items.map(update):
+        for item in self._items.map(note.update):
             self._emit(item)
 
-    async def _on_request(self, method: str, params: Mapping[str, Json]) -> Json:
+    async def _on_request(self, _rid: JsonValue, method: str, params: Params) -> object:
         match method:
             case "session/request_permission":
                 return await self._ask(params)
@@ -329,30 +268,28 @@ class AcpSession:
             case "fs/write_text_file":
                 return await acp_files.write_text_file(self._files, params)
             case _:
-                raise AcpError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
+                raise RpcError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
 
-    async def _ask(self, params: Mapping[str, Json]) -> Json:
-        cancelled = {"outcome": {"outcome": "cancelled"}}
+    async def _ask(self, params: Params) -> object:
+        try:
+            asked = schema.RequestPermissionRequest.model_validate(params)
+        except ValidationError as exc:
+            raise RpcError(f"not a permission request: {exc}", INVALID_PARAMS) from exc
+        cancelled = _dump(schema.RequestPermissionResponse(outcome=CANCELLED_OUTCOME))
         run = self._run
         if run is None or run.canceling:
             return cancelled
-        options = [o for o in params.get("options") or () if isinstance(o, dict)]
-        tool = params.get("toolCall")
-        tool = tool if isinstance(tool, dict) else {}
-        for item in self._items.map({**tool, "sessionUpdate": "tool_call_update"}):
+        tool = asked.tool_call
+        for item in self._items.tool_call(tool):
             self._emit(item)
         request_id = f"{run.turn_id}-permission-{next(self._permission_ids)}"
-        raw_input = tool.get("rawInput")
         permission = PendingPermission(
             id=request_id,
-            name=self._items.tool_name(str(tool.get("toolCallId", ""))) or "tool",
-            kind=str(tool.get("kind", "tool")),
-            title=str(tool.get("title", "")),
-            input=raw_input if isinstance(raw_input, dict) else {},
-            actions=tuple(
-                PermissionAction(str(o.get("optionId")), str(o.get("name", "")), str(o.get("kind")))
-                for o in options
-            ),
+            name=self._items.tool_name(tool.tool_call_id) or "tool",
+            kind=tool.kind or "tool",
+            title=tool.title or "",
+            input=tool.raw_input if isinstance(tool.raw_input, dict) else {},
+            actions=tuple(PermissionAction(o.option_id, o.name, o.kind) for o in asked.options),
             turn_id=run.turn_id,
         )
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
@@ -366,70 +303,84 @@ class AcpSession:
             raise
         finally:
             run.asking.pop(request_id, None)
-        option = _chosen_option(options, response)
+        option = _chosen_option(asked.options, response)
         if option is None:
             return cancelled
-        return {"outcome": {"outcome": "selected", "optionId": option}}
+        chosen = schema.AllowedOutcome(outcome="selected", option_id=option)
+        return _dump(schema.RequestPermissionResponse(outcome=chosen))
 
 
-def _resume_method(capabilities: Json) -> str:
+def _dump(message: BaseModel) -> dict[str, object]:
+    """A message of ours as JSON: the fields we set, by their ACP names."""
+    return message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _answer(shape: type[M], result: JsonValue) -> M:
+    """The agent's answer to one of our requests, or RequestFailed saying what is wrong."""
+    try:
+        return shape.model_validate(result)
+    except ValidationError as exc:
+        raise RequestFailed(f"the agent answered with no {shape.__name__}: {exc}") from exc
+
+
+def _resume_method(capabilities: schema.AgentCapabilities | None) -> str:
     """How this agent reopens a stored session: `session/load` (ACP v1, with a replay corral
     drops) when it offers loadSession, else the unstable `session/resume` when offered."""
-    capabilities = capabilities if isinstance(capabilities, dict) else {}
-    if capabilities.get("loadSession") is True:
+    if capabilities is not None and capabilities.load_session is True:
         return "session/load"
-    sessions = capabilities.get("sessionCapabilities")
-    if isinstance(sessions, dict) and isinstance(sessions.get("resume"), dict):
+    sessions = capabilities.session_capabilities if capabilities is not None else None
+    if sessions is not None and sessions.resume is not None:
         return "session/resume"
-    raise AcpError("the agent cannot reopen a session (it offers neither loadSession nor resume)")
+    raise RequestFailed(
+        "the agent cannot reopen a session (it offers neither loadSession nor resume)"
+    )
 
 
-def _chosen_option(options: list[dict[str, Json]], response: PermissionResponse) -> str | None:
-    ids = [str(o.get("optionId")) for o in options]
-    if response.selected_action_id in ids:
+def _chosen_option(
+    options: list[schema.PermissionOption], response: PermissionResponse
+) -> str | None:
+    if response.selected_action_id in [o.option_id for o in options]:
         return response.selected_action_id
     for kind in _OPTION_KINDS[response.behavior]:
         for option in options:
-            if option.get("kind") == kind:
-                return str(option.get("optionId"))
+            if option.kind == kind:
+                return option.option_id
     return None
 
 
-def _content_blocks(prompt: Prompt) -> list[dict[str, Json]]:
-    blocks: list[dict[str, Json]] = []
+def _content_blocks(
+    prompt: Prompt,
+) -> list[schema.TextContentBlock | schema.ImageContentBlock]:
+    blocks: list[schema.TextContentBlock | schema.ImageContentBlock] = []
     for part in prompt:
         match part:
             case TextPart(text=text):
-                blocks.append({"type": "text", "text": text})
+                blocks.append(schema.TextContentBlock(type="text", text=text))
             case ImagePart(mime_type=mime, data=data):
                 encoded = base64.b64encode(data).decode()
-                blocks.append({"type": "image", "mimeType": mime, "data": encoded})
+                blocks.append(schema.ImageContentBlock(type="image", mime_type=mime, data=encoded))
             case _:
                 assert_never(part)
     return blocks
 
 
-def _terminal(run: _Run, result: Json) -> ProviderEvent:
-    stop = result.get("stopReason") if isinstance(result, dict) else None
-    if stop == CANCELLED:
+def _terminal(run: _Run, result: JsonValue) -> ProviderEvent:
+    try:
+        answer = schema.PromptResponse.model_validate(result)
+    except ValidationError:
+        stop = result.get("stopReason") if isinstance(result, dict) else None
+        message = f"the agent ended the prompt with an unknown stop reason {stop!r}"
+        return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
+    if answer.stop_reason == CANCELLED:
         return ProviderTurnCanceled(run.turn_id, CANCELLED)
-    if stop in ("end_turn", "max_tokens", "max_turn_requests", "refusal"):
-        return ProviderTurnCompleted(run.turn_id, _usage(result))
-    message = f"the agent ended the prompt with an unknown stop reason {stop!r}"
-    return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
+    return ProviderTurnCompleted(run.turn_id, _usage(answer.usage))
 
 
-def _usage(result: Json) -> Usage | None:
-    usage = result.get("usage") if isinstance(result, dict) else None
-    if not isinstance(usage, dict):
+def _usage(usage: schema.Usage | None) -> Usage | None:
+    if usage is None:
         return None
-
-    def count(key: str) -> int:
-        value = usage.get(key)
-        return value if isinstance(value, int) else 0
-
     return Usage(
-        input_tokens=count("inputTokens"),
-        output_tokens=count("outputTokens"),
-        cached_input_tokens=count("cachedReadTokens"),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=usage.cached_read_tokens or 0,
     )

@@ -7,32 +7,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from corral_server.providers.acp_wire import INTERNAL_ERROR, AcpError, Json
+from corral_server.domain.timeline import JsonValue
+from corral_server.providers.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from corral_server.providers.sandbox import FileSandbox, SandboxError
 
-INVALID_PARAMS = -32602
 
-
-def _path(raw: Json) -> str:
+def _path(raw: JsonValue) -> str:
     if not isinstance(raw, str) or not raw:
-        raise AcpError("path must be a non-empty string", INVALID_PARAMS)
+        raise RpcError("path must be a non-empty string", INVALID_PARAMS)
     return raw
 
 
-def _positive(params: Mapping[str, Json], name: str) -> int | None:
+def _positive(params: Mapping[str, JsonValue], name: str) -> int | None:
     value = params.get(name)
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise AcpError(f"{name} must be a positive integer", INVALID_PARAMS)
+        raise RpcError(f"{name} must be a positive integer", INVALID_PARAMS)
     return value
 
 
-def _error(exc: SandboxError) -> AcpError:
-    return AcpError(str(exc), INVALID_PARAMS if exc.refused else INTERNAL_ERROR)
+def _error(exc: SandboxError) -> RpcError:
+    return RpcError(str(exc), INVALID_PARAMS if exc.refused else INTERNAL_ERROR)
 
 
-async def read_text_file(files: FileSandbox, params: Mapping[str, Json]) -> Json:
+async def read_text_file(files: FileSandbox, params: Mapping[str, JsonValue]) -> JsonValue:
     path = _path(params.get("path"))
     line, limit = _positive(params, "line"), _positive(params, "limit")
     try:
@@ -41,18 +40,18 @@ async def read_text_file(files: FileSandbox, params: Mapping[str, Json]) -> Json
     except SandboxError as exc:
         raise _error(exc) from None
     except OSError as exc:
-        raise AcpError(f"cannot read {path}: {exc}") from exc
+        raise RpcError(f"cannot read {path}: {exc}") from exc
 
 
-async def write_text_file(files: FileSandbox, params: Mapping[str, Json]) -> Json:
+async def write_text_file(files: FileSandbox, params: Mapping[str, JsonValue]) -> JsonValue:
     path = _path(params.get("path"))
     content = params.get("content")
     if not isinstance(content, str):
-        raise AcpError("content must be a string", INVALID_PARAMS)
+        raise RpcError("content must be a string", INVALID_PARAMS)
     try:
         await files.write_text(path, content)
     except SandboxError as exc:
         raise _error(exc) from None
     except OSError as exc:
-        raise AcpError(f"cannot write {path}: {exc}") from exc
+        raise RpcError(f"cannot write {path}: {exc}") from exc
     return None

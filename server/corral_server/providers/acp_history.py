@@ -3,37 +3,31 @@
 `session/load` replays the stored session as `session/update` notifications before it
 answers. For an import they are kept and mapped here: `user_message_chunk`s become the user's
 messages, everything else as `acp_items.ItemMapper` maps a live turn. History rows are not
-coalesced (seed 000, 6.3), so this joins what the coalescer would have: consecutive chunks of
-one message become one item, and a tool call's updates become its latest state, in the place
-of its first report. Pure: no I/O.
+coalesced (docs/design.md#resume), so this joins what the coalescer would have: consecutive
+chunks of one message become one item, and a tool call's updates become its latest state, in
+the place of its first report. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    JsonValue,
-    Reasoning,
-    ToolCall,
-    UserMessage,
-)
-from corral_server.providers.acp_items import ItemMapper
+from acp import schema
+
+from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, UserMessage
+from corral_server.providers.acp_items import ItemMapper, Update, text_of
 from corral_server.providers.base import ProviderItem
 
-_USER_CHUNK = "user_message_chunk"
 
-
-def history_items(updates: Iterable[Mapping[str, JsonValue]]) -> list[ProviderItem]:
+def history_items(updates: Iterable[Update]) -> list[ProviderItem]:
     mapper = ItemMapper()
     mapper.start_turn("history")
     out: list[ProviderItem] = []
     calls: dict[str, int] = {}  # call id -> its index in `out`
     for update in updates:
-        if update.get("sessionUpdate") == _USER_CHUNK:
-            message_id = mapper.segment(_USER_CHUNK)
-            text = _chunk_text(update.get("content"))
+        if isinstance(update, schema.UserMessageChunk):
+            message_id = mapper.segment(update.session_update)
+            text = text_of(update.content)
             if text:
                 _add(out, ProviderItem("", UserMessage(text, message_id=message_id), message_id))
             continue
@@ -68,10 +62,3 @@ def _add(out: list[ProviderItem], item: ProviderItem) -> None:
             out[-1] = last._replace(item=Reasoning(a.text + b.text))
         case _:
             out.append(item)
-
-
-def _chunk_text(content: JsonValue) -> str:
-    if isinstance(content, dict) and content.get("type") == "text":
-        text = content.get("text")
-        return text if isinstance(text, str) else ""
-    return ""

@@ -1,4 +1,5 @@
-"""ACP `session/update` payloads as timeline items (seed 000, section 6.2).
+"""ACP `session/update` payloads as timeline items (how fragments are joined:
+docs/design.md#coalescing).
 
 Message and thought chunks carry no message id in ACP v1, so this mapper names them: chunks of
 one kind in a row share an id (the coalescer joins them), and any other update starts a new
@@ -9,19 +10,37 @@ which claude-agent-acp sends) is reported as the whole latest state. Pure: no I/
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeAlias, cast
 
-from corral_server.domain.timeline import (
-    AssistantMessage,
-    JsonValue,
-    Reasoning,
-    Todo,
-    TodoEntry,
-    ToolCall,
-    ToolCallStatus,
-)
+from acp import schema
+
+from corral_server.domain import timeline
+from corral_server.domain.timeline import JsonValue, ToolCall, ToolCallStatus
 from corral_server.providers.base import ProviderItem
+
+# What a `session/update` carries (the SDK's `SessionNotification.update`).
+Update: TypeAlias = (
+    schema.UserMessageChunk
+    | schema.AgentMessageChunk
+    | schema.AgentThoughtChunk
+    | schema.ToolCallStart
+    | schema.ToolCallProgress
+    | schema.AgentPlanUpdate
+    | schema.AgentPlanContentUpdate
+    | schema.AgentPlanRemovedUpdate
+    | schema.AvailableCommandsUpdate
+    | schema.CurrentModeUpdate
+    | schema.ConfigOptionUpdate
+    | schema.SessionInfoUpdate
+    | schema.UsageUpdate
+)
+# A tool call's report: its start, an update, or the call a permission request is about.
+ToolReport: TypeAlias = schema.ToolCallStart | schema.ToolCallProgress | schema.ToolCallUpdate
+ToolContent: TypeAlias = (
+    schema.ContentToolCallContent | schema.FileEditToolCallContent | schema.TerminalToolCallContent
+)
 
 _STATUS = {
     "pending": ToolCallStatus.PENDING,
@@ -50,36 +69,26 @@ class ItemMapper:
         call = self._calls.get(call_id)
         return call.name if call is not None else ""
 
-    def map(self, update: Mapping[str, JsonValue]) -> list[ProviderItem]:
-        kind = str(update.get("sessionUpdate", ""))
-        match kind:
-            case "agent_message_chunk" | "agent_thought_chunk":
-                text = _text(update.get("content"))
+    def map(self, update: Update) -> list[ProviderItem]:
+        match update:
+            case schema.AgentMessageChunk() | schema.AgentThoughtChunk():
+                text = text_of(update.content)
                 if not text:
                     return []
-                message_id = self.segment(kind)
+                message_id = self.segment(update.session_update)
                 item = (
-                    AssistantMessage(text, message_id)
-                    if kind == "agent_message_chunk"
-                    else Reasoning(text)
+                    timeline.AssistantMessage(text, message_id)
+                    if isinstance(update, schema.AgentMessageChunk)
+                    else timeline.Reasoning(text)
                 )
                 return [ProviderItem(self.turn_id, item, message_id)]
-            case "tool_call" | "tool_call_update":
+            case schema.ToolCallStart() | schema.ToolCallProgress():
                 self._segment_kind = ""
-                call = self._tool_call(update)
-                return [ProviderItem(self.turn_id, call)] if call is not None else []
-            case "plan":
+                return self.tool_call(update)
+            case schema.AgentPlanUpdate(entries=entries):
                 self._segment_kind = ""
-                entries = update.get("entries")
-                if not isinstance(entries, list):
-                    return []
-                todo = Todo(
-                    tuple(
-                        TodoEntry(str(e.get("content", "")), e.get("status") == "completed")
-                        for e in entries
-                        if isinstance(e, dict)
-                    )
-                )
+                steps = [timeline.TodoEntry(e.content, e.status == "completed") for e in entries]
+                todo = timeline.Todo(tuple(steps))
                 return [ProviderItem(self.turn_id, todo)]
             case _:
                 # user_message_chunk (corral stores the prompt itself), available commands,
@@ -92,41 +101,40 @@ class ItemMapper:
             self._segment_id = f"{self.turn_id}-{next(self._segments)}"
         return self._segment_id
 
-    def _tool_call(self, update: Mapping[str, JsonValue]) -> ToolCall | None:
-        call_id = update.get("toolCallId")
-        if not isinstance(call_id, str) or not call_id:
-            return None
+    def tool_call(self, report: ToolReport) -> list[ProviderItem]:
+        """The call's whole latest state, from a report of what changed."""
+        call_id = report.tool_call_id
+        if not call_id:
+            return []
         calls = self._calls
         known = calls.get(call_id) or ToolCall(call_id, "tool", ToolCallStatus.PENDING)
-        status = _STATUS.get(str(update.get("status")))
+        status = _STATUS.get(report.status or "")
         call = replace(known, status=status or known.status)
-        if isinstance(title := update.get("title"), str) and title:
-            call = replace(call, name=title)
-        if "rawInput" in update:
-            call = replace(call, input=update["rawInput"])
-        output = update.get("rawOutput", _content_text(update.get("content")))
+        if report.title:
+            call = replace(call, name=report.title)
+        given = report.model_fields_set
+        if "raw_input" in given:
+            call = replace(call, input=cast(JsonValue, report.raw_input))
+        if "raw_output" in given:
+            output = cast(JsonValue, report.raw_output)
+        else:
+            output = _content_text(report.content)
         if output not in (None, ""):
             call = replace(call, output=output)
         if call.status is ToolCallStatus.FAILED and not call.error:
             call = replace(call, error=str(call.output or "failed"))
         calls[call_id] = call
-        return call
+        return [ProviderItem(self.turn_id, call)]
 
 
-def _text(content: JsonValue) -> str:
-    if isinstance(content, dict) and content.get("type") == "text":
-        text = content.get("text")
-        return text if isinstance(text, str) else ""
-    return ""
+def text_of(content: object) -> str:
+    """The text of a text content block; "" for any other block."""
+    return content.text if isinstance(content, schema.TextContentBlock) else ""
 
 
-def _content_text(content: JsonValue) -> JsonValue:
-    """The text of a tool call's content list (`{"type":"content","content":{text}}`)."""
-    if not isinstance(content, list):
-        return None
+def _content_text(content: Sequence[ToolContent] | None) -> str | None:
+    """The text of a tool call's content list (its `content` entries with text in them)."""
     texts = [
-        _text(c.get("content"))
-        for c in content
-        if isinstance(c, dict) and c.get("type") == "content"
+        text_of(c.content) for c in content or () if isinstance(c, schema.ContentToolCallContent)
     ]
     return "\n".join(t for t in texts if t) or None

@@ -3,7 +3,7 @@
 A provider never touches manager state. It reports what happens through the `EventSink` it
 was given (a plain callback that must not block: the manager only enqueues the event onto the
 agent's serial queue). Events may arrive before `start_turn` returns; the manager stages them
-(seed 000, section 5.2).
+(docs/design.md#turns).
 
 Importing (ImportAgent) is an optional capability: a provider that can read a stored
 session's conversation also implements `HistoryImporter`; `importer_of` is the one place that
@@ -92,13 +92,14 @@ class ProviderTurnStarted:
 class ProviderItem(NamedTuple):
     """A timeline item, possibly a fragment: consecutive AssistantMessage / Reasoning items
     with the same message id are text chunks the coalescer joins; ToolCall items with the
-    same call_id are status updates where the latest wins (seed 000, section 6.2). A
+    same call_id are status updates where the latest wins (docs/design.md#coalescing). A
     NamedTuple: one per streamed fragment, on the hot path (see TimelineRow)."""
 
     turn_id: str
     item: TimelineItem
     provider_message_id: str = ""
-    # Replayed from the provider's history (seed 000, 6.3): stored silently, outside any turn.
+    # Replayed from the provider's history: stored silently, outside any turn
+    # (docs/design.md#resume).
     from_history: bool = False
 
 
@@ -163,7 +164,7 @@ EventSink: TypeAlias = Callable[[ProviderEvent], None]
 
 
 class InterruptResult(enum.Enum):
-    """A provider's answer to "stop turn T" (seed 000, section 5.4)."""
+    """A provider's answer to "stop turn T" (docs/design.md#cancel)."""
 
     CONFIRMED = "confirmed"  # T is stopping; its ProviderTurnCanceled follows (or came already)
     REFUSED = "refused"  # T goes on
@@ -191,11 +192,11 @@ class ProviderSession(Protocol):
     ) -> Prompt | None:
         """Answer pending request `request_id` of turn `turn_id` (raise when the provider no
         longer waits for it). A prompt returned is a follow-up the provider needs to go on:
-        corral starts it as a turn replacing the running one (seed 000, section 10)."""
+        corral starts it as a turn replacing the running one (docs/design.md#turns)."""
         ...
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
-        """Deliver `prompt` into running turn `turn_id` (seed 003, section 5.8). True when the
+        """Deliver `prompt` into running turn `turn_id` (docs/design.md#turns). True when the
         provider took it; False when it cannot (then corral queues the prompt instead).
         Providers without `ProviderInfo.can_steer` answer False."""
         ...

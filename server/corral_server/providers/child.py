@@ -1,7 +1,6 @@
-"""One agent child process, the plumbing the three adapters share (acp_wire.py, codex_wire.py,
-claude_code_wire.py): spawning it, its bounded stderr tail, its stdout lines, writing a JSON
-line, the tasks that live as long as it does, the table of requests waiting for an answer, and
-stopping it with whatever it spawned.
+"""One agent child process, under the line connection every adapter runs on (connection.py):
+spawning it, its bounded stderr tail, its stdout lines, writing a JSON line, the tasks that live
+as long as it does, and stopping it with whatever it spawned.
 
 The child runs in its own process group, so closing it stops whatever it spawned, carries
 an environment tag that finds what left the group (providers/reaping.py), and is a child
@@ -9,8 +8,8 @@ subreaper, so that what it spawned stays in its tree by parentage whatever it do
 environment or session (providers/process_tree.py); a daemon with a state directory records it
 and what it spawns in its ledger (providers/tracking.py), found by the next daemon after a
 SIGKILL. This module knows no
-protocol: what a line means, request ids, and the wording of every error belong to the wire
-modules. It must never leave a process behind after `close()`.
+protocol: what a line means, request ids, and the wording of every error belong to
+connection.py and the protocols above it. It must never leave a process behind after `close()`.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, TypeAlias, TypeVar
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
 
 from corral_server.providers import process_tree, tracking
 from corral_server.providers.reaping import TAG_ENV, kill_tagged, process_tag, record
@@ -37,9 +36,6 @@ TERM_GRACE_S = 2.0
 # After the kill, how long close waits for what came back to the daemon to be reaped.
 REAP_WAIT_S = 1.0
 REAP_POLL_S = 0.01
-
-Json: TypeAlias = Any
-Key = TypeVar("Key", int, str)
 
 
 class LineTooLong(Exception):
@@ -160,7 +156,7 @@ class AgentProcess:
                 rc = await asyncio.wait_for(self._proc.wait(), wait_s)
         return rc
 
-    async def write_json(self, message: Mapping[str, Json]) -> None:
+    async def write_json(self, message: Mapping[str, object]) -> None:
         """Write `message` as one compact JSON line; ConnectionError or RuntimeError when the
         pipe is gone."""
         stdin = self._proc.stdin
@@ -239,30 +235,3 @@ async def _reap(killed: list[process_tree.Key]) -> None:
         if not (killed := process_tree.reap(killed)):
             return
         await asyncio.sleep(REAP_POLL_S)  # nothing tells us when a SIGKILL took effect
-
-
-class PendingRequests(Generic[Key]):
-    """Our requests that wait for the child's answer, by request id."""
-
-    def __init__(self) -> None:
-        self._futures: dict[Key, asyncio.Future[Json]] = {}
-
-    def open(self, key: Key) -> asyncio.Future[Json]:
-        future: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
-        self._futures[key] = future
-        return future
-
-    def drop(self, key: Key) -> None:
-        self._futures.pop(key, None)
-
-    def waiting(self, key: Key) -> asyncio.Future[Json] | None:
-        """The future of request `key` if it still waits for its answer."""
-        future = self._futures.get(key)
-        return None if future is None or future.done() else future
-
-    def fail_all(self, error: Callable[[], BaseException]) -> None:
-        """Fail every waiting request with a fresh `error()`; the table is empty after."""
-        futures, self._futures = self._futures, {}
-        for future in futures.values():
-            if not future.done():
-                future.set_exception(error())

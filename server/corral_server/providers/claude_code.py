@@ -1,10 +1,11 @@
 """The `claude-code` provider: drives Claude Code (`claude -p`, stream-json both ways) as a
-child process, one process per corral session (issue 8, item 4).
+child process, one process per corral session.
 
 This module owns the mapping between Claude Code's stream-json protocol and the provider
 contract: a user line is a turn and its `result` line the turn's end; a `can_use_tool` control
-request is a corral permission; an `interrupt` control request is an interrupt. The process and
-the framing live in `claude_code_wire.py`, the items in `claude_code_items.py`.
+request is a corral permission; an `interrupt` control request is an interrupt. The control
+protocol lives in `claude_code_wire.py` over the process connection of `connection.py`, the
+session's lifecycle in `command.py`, the items in `claude_code_items.py`.
 
 The session id is Claude Code's: a new session is started with `--session-id` (so the id is
 known when the session is made, before any turn) and a stored one with `--resume`; whatever
@@ -18,11 +19,10 @@ import asyncio
 import base64
 import itertools
 import logging
-import shutil
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never, cast
 
 from corral_server.domain.agent import (
     AgentError,
@@ -32,32 +32,43 @@ from corral_server.domain.agent import (
     PermissionResponse,
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart
-from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.errors import FailedPrecondition
 from corral_server.providers import claude_code_history
 from corral_server.providers import claude_code_items as items
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
-    ProviderEvent,
-    ProviderInfo,
     ProviderItem,
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
-    ProviderSessionDied,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.providers.claude_code_wire import (
-    ClaudeConnection,
-    ClaudeConnectionLost,
-    ClaudeControlError,
-    Json,
+from corral_server.providers.claude_code_messages import (
+    ControlCancelLine,
+    ControlRequestBody,
+    ControlRequestLine,
+    ImageSource,
+    InputBlock,
+    ResultLine,
+    ToolAnswer,
+    UserInput,
+    as_line,
+)
+from corral_server.providers.claude_code_wire import FRAMING, ClaudeControl
+from corral_server.providers.command import CommandProvider, CommandSession, Run
+from corral_server.providers.connection import (
+    ConnectionLost,
+    JsonObject,
+    LineConnection,
+    RequestFailed,
 )
 from corral_server.providers.mcp_servers import claude_flags, token_environment
 
 logger = logging.getLogger(__name__)
+
 
 AGENT_EXITED = "AGENT_EXITED"  # the process died (or broke the framing) mid-turn
 
@@ -105,26 +116,14 @@ class ClaudeStartFailed(FailedPrecondition):
     """Claude Code did not start, or its session could not be opened or resumed."""
 
 
-class ClaudeCodeProvider:
+class ClaudeCodeProvider(CommandProvider):
+    kind = "claude-code"
+    modes = MODES
+
     def __init__(
         self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "claude-code"
     ) -> None:
-        self._argv = tuple(argv)
-        self._env = dict(env)
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def info(self) -> ProviderInfo:
-        path = self._env.get("PATH")
-        found = bool(self._argv) and shutil.which(self._argv[0], path=path) is not None
-        reason = "" if found else f"{self._argv[0] if self._argv else '(no command)'} not found"
-        return ProviderInfo(self._name, "claude-code", found, reason, modes=MODES)
-
-    def validate_prompt(self, prompt: Prompt) -> None:
-        return None  # text and images both go to Claude Code as content blocks
+        super().__init__(argv, env, name=name)
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ClaudeCodeSession:
         session = ClaudeCodeSession(config, sink)
@@ -152,113 +151,73 @@ class ClaudeCodeProvider:
 
 
 @dataclass(slots=True)
-class _Run:
-    """The running turn: set from `start_turn` until its terminal event is reported."""
-
-    turn_id: str
-    canceling: bool = False
-    # Permissions the turn waits on, by corral request id: Claude Code's request id and the
-    # answer's future.
-    asking: dict[str, _Asking] = field(default_factory=dict)
+class _Run(Run):
+    # Claude Code's control request id of each permission the turn waits on, by corral's id.
+    claude_ids: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Asking:
-    claude_request_id: str
-    answer: asyncio.Future[PermissionResponse]
+class ClaudeCodeSession(CommandSession[_Run]):
+    framing = FRAMING
+    start_failed = ClaudeStartFailed
+    cancel_reason = items.CANCELLED
 
-
-class ClaudeCodeSession:
     def __init__(self, config: SessionConfig, sink: EventSink) -> None:
-        self._config = config
-        self._sink = sink
-        self._conn: ClaudeConnection | None = None
+        super().__init__(config, sink)
+        self._control: ClaudeControl | None = None
         self._session_id = config.resume_session_id or str(uuid.uuid4())
-        self._run: _Run | None = None
         self._items = items.ItemMapper()
         self._permission_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
         # The error of a result outside any turn (claude's reason to exit at start).
         self._stray_error = ""
-        # Set once the handshake succeeded: from then on a death is reported to the sink.
-        self._ready = False
-        self._closed = False
 
     @property
     def session_id(self) -> str:
         return self._session_id
 
-    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        """Start the process and its handshake (`initialize`): a session that cannot be
-        resumed makes Claude Code exit at once, which fails the handshake with its reason."""
-        try:
-            self._conn = await ClaudeConnection.spawn(
-                argv, env, self._config.cwd, self._on_message, self._lost, self._config.daemon_tag
-            )
-        except OSError as exc:
-            raise ClaudeStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
-        try:
-            await self._conn.control({"subtype": "initialize"})
-        except BaseException as exc:
-            reason = "; ".join(filter(None, (self._stray_error, self._conn.lost or str(exc))))
-            await self._conn.close()
-            if isinstance(exc, ClaudeControlError | ClaudeConnectionLost):
-                raise ClaudeStartFailed(f"claude failed its handshake: {reason}") from exc
-            raise
-        self._ready = True
-        if self._conn.lost is not None:  # it died right after its answer
-            self._lost(self._conn.lost)
+    def _attach(self, conn: LineConnection) -> None:
+        self._control = ClaudeControl(conn, self._on_message, self._lost)
+
+    async def _handshake(self) -> None:
+        """`initialize`: a session that cannot be resumed makes Claude Code exit at once,
+        which fails the handshake with its reason."""
+        assert self._control is not None
+        await self._control.control({"subtype": "initialize"})
+
+    def _start_failure(self, reason: str) -> str:
+        return "; ".join(filter(None, (self._stray_error, reason)))
 
     # --- turns -----------------------------------------------------------------------------
 
     async def start_turn(self, prompt: Prompt) -> str:
-        if self._closed or self._conn is None:
-            raise AgentClosed(self._config.agent_id)
-        if self._run is not None:
-            raise AgentBusy(self._config.agent_id, self._run.turn_id)
+        self._check_idle()
+        assert self._control is not None
         run = _Run(turn_id=f"turn-{uuid.uuid4().hex}")
         self._run = run
         self._items.start_turn(run.turn_id)
         self._emit(ProviderTurnStarted(run.turn_id))
-        line = {
+        line: UserInput = {
             "type": "user",
             "message": {"role": "user", "content": _content_blocks(prompt)},
             "parent_tool_use_id": None,
             "session_id": self._session_id,
         }
         try:
-            await self._conn.send(line)
-        except ClaudeConnectionLost as exc:
+            await self._control.send(line)
+        except ConnectionLost as exc:
             self._end(run, ProviderTurnFailed(run.turn_id, AgentError(str(exc), AGENT_EXITED)))
         return run.turn_id
 
-    def _end(self, run: _Run, terminal: ProviderEvent) -> None:
-        if self._run is not run:
-            return  # ended already
-        self._run = None
-        for asking in run.asking.values():
-            if not asking.answer.done():
-                asking.answer.cancel()
-        try:
-            self._emit(terminal)
-        except Exception:
-            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
-
-    async def interrupt(self, turn_id: str) -> InterruptResult:
-        run = self._run
-        if run is None or (turn_id and run.turn_id != turn_id) or self._conn is None:
-            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
-        if run.canceling:
-            return InterruptResult.CONFIRMED
+    async def _interrupt(self, run: _Run) -> InterruptResult:
+        assert self._control is not None
         run.canceling = True
         try:
-            await self._conn.control({"subtype": "interrupt"})
-        except ClaudeControlError:
+            await self._control.control({"subtype": "interrupt"})
+        except RequestFailed:
             if self._run is not run:
                 return InterruptResult.NOT_RUNNING  # it ended by itself meanwhile
             run.canceling = False
             return InterruptResult.REFUSED
-        except ClaudeConnectionLost:
+        except ConnectionLost:
             pass  # a dead agent ends the turn too: canceled, as confirmed
         return InterruptResult.CONFIRMED
 
@@ -267,95 +226,59 @@ class ClaudeCodeSession:
         # every user line must stay one turn with one result. Corral queues the prompt.
         return False
 
-    async def respond_permission(
-        self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
-        run = self._run
-        asking = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
-        if asking is None or asking.answer.done():
-            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
-        asking.answer.set_result(response)
-
-    async def close(self) -> None:
-        self._closed = True
-        run, self._run = self._run, None
-        if run is not None:
-            for asking in run.asking.values():
-                asking.answer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._conn is not None:
-            await self._conn.close()
-
     # --- from the agent --------------------------------------------------------------------
 
-    def _emit(self, event: ProviderEvent) -> None:
-        if not self._closed:
-            self._sink(event)
-
-    def _lost(self, reason: str) -> None:
-        """The process died outside `close()` (which silences this): a running turn ends
-        (canceled when an interrupt was confirmed, else failed), then the death is reported.
-        During the handshake nobody listens yet: the start fails with the reason instead."""
-        logger.warning("claude of %s is gone: %s", self._config.agent_id, reason)
-        run = self._run
-        if run is not None:
-            failed = ProviderTurnFailed(run.turn_id, AgentError(reason, AGENT_EXITED))
-            self._end(run, items.terminal(run.turn_id, {}, True) if run.canceling else failed)
-        if self._ready:
-            self._emit(ProviderSessionDied(reason))
-
-    def _on_message(self, line: Mapping[str, Json]) -> None:
+    def _on_message(self, message: JsonObject) -> None:
+        line = as_line(message)
         kind = line.get("type")
         reported = line.get("session_id")
-        said = kind == "result" or (kind == "system" and line.get("subtype") == "init")
+        said = kind == "result" or (kind == "system" and message.get("subtype") == "init")
         if said and isinstance(reported, str) and reported:
             self._session_id = reported  # the agent's own word wins
         match kind:
             case "control_request":
-                self._spawn(self._on_control_request(line))
+                assert self._conn is not None
+                request = cast(ControlRequestLine, line)
+                self._conn.start_handler(self._on_control_request(request))
             case "control_cancel_request":
-                self._withdrawn(str(line.get("request_id")))
+                self._withdrawn(str(cast(ControlCancelLine, line).get("request_id")))
             case "result":
-                run = self._run
-                if run is None:
-                    if line.get("is_error") is True:
-                        self._stray_error = items.error_of(line).message
-                    logger.info("claude of %s: a result outside a turn", self._config.agent_id)
-                    return
-                self._end(run, items.terminal(run.turn_id, line, run.canceling))
+                self._on_result(cast(ResultLine, line))
             case _:
                 if self._run is None:
                     return  # nothing of a turn: e.g. a late line of a canceled one
                 for item in self._items.map(line):
                     self._emit(item)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _on_result(self, result: ResultLine) -> None:
+        run = self._run
+        if run is None:
+            if result.get("is_error") is True:
+                self._stray_error = items.error_of(result).message
+            logger.info("claude of %s: a result outside a turn", self._config.agent_id)
+            return
+        self._end(run, items.terminal(run.turn_id, result, run.canceling))
 
-    async def _on_control_request(self, line: Mapping[str, Json]) -> None:
-        assert self._conn is not None
+    async def _on_control_request(self, line: ControlRequestLine) -> None:
+        assert self._control is not None
         request_id = str(line.get("request_id", ""))
         request = line.get("request")
-        request = request if isinstance(request, dict) else {}
+        request = request if isinstance(request, dict) else ControlRequestBody()
         try:
             if request.get("subtype") == "can_use_tool":
                 answer = await self._ask(request_id, request)
                 if answer is not None:
-                    await self._conn.respond(request_id, answer)
+                    await self._control.respond(request_id, answer)
             else:
                 subtype = request.get("subtype")
-                await self._conn.refuse(request_id, f"not supported by corral: {subtype}")
-        except ClaudeConnectionLost:
+                await self._control.refuse(request_id, f"not supported by corral: {subtype}")
+        except ConnectionLost:
             pass  # the turn ends with the connection
 
-    async def _ask(self, claude_request_id: str, request: Mapping[str, Json]) -> Json | None:
+    async def _ask(self, claude_request_id: str, request: ControlRequestBody) -> ToolAnswer | None:
         """Ask corral; the answer for Claude Code, or None when nobody waits for one (Claude
         Code withdrew the request, or the session closed)."""
-        denied = {"behavior": "deny", "message": "the turn ended"}
+        denied: ToolAnswer = {"behavior": "deny", "message": "the turn ended"}
         run = self._run
         if run is None or run.canceling:
             return denied
@@ -375,7 +298,8 @@ class ClaudeCodeSession:
             turn_id=run.turn_id,
         )
         answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = _Asking(claude_request_id, answer)
+        run.asking[request_id] = answer
+        run.claude_ids[request_id] = claude_request_id
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
         try:
             response = await answer
@@ -385,6 +309,7 @@ class ClaudeCodeSession:
             raise
         finally:
             run.asking.pop(request_id, None)
+            run.claude_ids.pop(request_id, None)
         if response.behavior is PermissionBehavior.ALLOW:
             if (running := self._items.running(call_id)) is not None:
                 self._emit(running)
@@ -397,20 +322,21 @@ class ClaudeCodeSession:
         run = self._run
         if run is None:
             return
-        for request_id, asking in list(run.asking.items()):
-            if asking.claude_request_id == claude_request_id and not asking.answer.done():
-                asking.answer.cancel()
+        for request_id, claude_id in list(run.claude_ids.items()):
+            answer = run.asking.get(request_id)
+            if claude_id == claude_request_id and answer is not None and not answer.done():
+                answer.cancel()
                 self._emit(ProviderPermissionResolved(run.turn_id, request_id, None))
 
 
-def _content_blocks(prompt: Prompt) -> list[dict[str, Json]]:
-    blocks: list[dict[str, Json]] = []
+def _content_blocks(prompt: Prompt) -> list[InputBlock]:
+    blocks: list[InputBlock] = []
     for part in prompt:
         match part:
             case TextPart(text=text):
                 blocks.append({"type": "text", "text": text})
             case ImagePart(mime_type=mime, data=data):
-                source = {
+                source: ImageSource = {
                     "type": "base64",
                     "media_type": mime,
                     "data": base64.b64encode(data).decode(),

@@ -18,11 +18,13 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
-from corral_server.domain.timeline import JsonValue, UserMessage
+from corral_server.domain.timeline import UserMessage
 from corral_server.errors import InvalidArgument, ProviderSessionNotFound
 from corral_server.providers.base import ProviderItem
 from corral_server.providers.claude_code_items import ItemMapper
+from corral_server.providers.claude_code_messages import UserLine, as_line
 
 # Claude Code's session ids are UUIDs; anything that could leave the projects folder is refused.
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
@@ -86,16 +88,16 @@ def transcript_items(lines: list[str]) -> list[ProviderItem]:
             continue
         match line.get("type"):
             case "user":
-                out += _user_text(line)
-                out += mapper.map(line)  # its tool results
+                out += _user_text(cast(UserLine, line))
+                out += mapper.map(as_line(line))  # its tool results
             case "assistant":
-                out += mapper.map(line)
+                out += mapper.map(as_line(line))
             case _:
                 pass
     return [item._replace(from_history=True) for item in out]
 
 
-def _user_text(line: Mapping[str, JsonValue]) -> list[ProviderItem]:
+def _user_text(line: UserLine) -> list[ProviderItem]:
     """The user's own words (a string, or text blocks beside no tool result)."""
     message = line.get("message")
     if not isinstance(message, dict):

@@ -15,13 +15,12 @@ Pure: no I/O, no sink.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from corral_server.domain.agent import AgentError, Usage
 from corral_server.domain.timeline import (
     AssistantMessage,
-    JsonValue,
     Reasoning,
     TimelineItem,
     ToolCall,
@@ -34,14 +33,20 @@ from corral_server.providers.base import (
     ProviderTurnCompleted,
     ProviderTurnFailed,
 )
+from corral_server.providers.claude_code_messages import (
+    AssistantLine,
+    ContentBlock,
+    Line,
+    ResultLine,
+    StreamEventLine,
+    UserLine,
+)
 
 AGENT_ERROR = "AGENT_ERROR"  # Claude Code ended the turn with an error result
 MODEL_ERROR = "MODEL_ERROR"  # the model API answered with an error (result carries its status)
 CANCELLED = "cancelled"
 
 _TEXT_DELTAS = {"text_delta": "text", "thinking_delta": "thinking"}
-
-Line = Mapping[str, JsonValue]
 
 
 @dataclass(slots=True)
@@ -63,11 +68,11 @@ class ItemMapper:
     def map(self, line: Line) -> list[ProviderItem]:
         match line.get("type"):
             case "stream_event":
-                return self._stream_event(line)
+                return self._stream_event(cast(StreamEventLine, line))
             case "assistant":
-                return self._assistant(line)
+                return self._assistant(cast(AssistantLine, line))
             case "user":
-                return self._user(line)
+                return self._user(cast(UserLine, line))
             case _:
                 return []
 
@@ -83,7 +88,7 @@ class ItemMapper:
 
     # --- lines -----------------------------------------------------------------------------
 
-    def _stream_event(self, line: Line) -> list[ProviderItem]:
+    def _stream_event(self, line: StreamEventLine) -> list[ProviderItem]:
         event = line.get("event")
         if not isinstance(event, dict):
             return []
@@ -107,7 +112,7 @@ class ItemMapper:
         self._streamed[(message_id, index)] = self._streamed.get((message_id, index), 0) + len(text)
         return [self._text(key, text, message_id)]
 
-    def _assistant(self, line: Line) -> list[ProviderItem]:
+    def _assistant(self, line: AssistantLine) -> list[ProviderItem]:
         message = line.get("message")
         if not isinstance(message, dict) or line.get("is_api_error_message"):
             return []
@@ -127,9 +132,7 @@ class ItemMapper:
                     items.append(self._call(ToolCall(call_id, name, status, tool_input)))
         return items
 
-    def _whole_text(
-        self, kind: str, block: Mapping[str, JsonValue], message_id: str
-    ) -> list[ProviderItem]:
+    def _whole_text(self, kind: str, block: ContentBlock, message_id: str) -> list[ProviderItem]:
         text = block.get(kind)
         if not isinstance(text, str):
             return []
@@ -141,7 +144,7 @@ class ItemMapper:
         rest = text[streamed:]
         return [self._text(kind, rest, message_id)] if rest else []
 
-    def _user(self, line: Line) -> list[ProviderItem]:
+    def _user(self, line: UserLine) -> list[ProviderItem]:
         message = line.get("message")
         if not isinstance(message, dict):
             return []
@@ -172,13 +175,13 @@ class ItemMapper:
         return ProviderItem(self.turn_id, call)
 
 
-def _blocks(content: JsonValue) -> list[Mapping[str, JsonValue]]:
+def _blocks(content: object) -> list[ContentBlock]:
     if isinstance(content, list):
-        return [b for b in content if isinstance(b, dict)]
+        return [cast(ContentBlock, b) for b in content if isinstance(b, dict)]
     return []
 
 
-def _result_text(content: JsonValue) -> str:
+def _result_text(content: object) -> str:
     """A tool result's text: a string, or the text blocks of a list."""
     if isinstance(content, str):
         return content
@@ -189,7 +192,7 @@ def _result_text(content: JsonValue) -> str:
 # --- the end of a turn ----------------------------------------------------------------------
 
 
-def terminal(turn_id: str, result: Line, canceling: bool) -> ProviderEvent:
+def terminal(turn_id: str, result: ResultLine, canceling: bool) -> ProviderEvent:
     """The turn's end from its `result` line. An interrupt that Claude Code confirmed ends the
     turn canceled, whatever the result says (it reports `error_during_execution`)."""
     if canceling:
@@ -200,7 +203,7 @@ def terminal(turn_id: str, result: Line, canceling: bool) -> ProviderEvent:
     return ProviderTurnFailed(turn_id, error_of(result))
 
 
-def error_of(result: Line) -> AgentError:
+def error_of(result: ResultLine) -> AgentError:
     status = result.get("api_error_status")
     text = result.get("result")
     errors = result.get("errors")
@@ -212,7 +215,7 @@ def error_of(result: Line) -> AgentError:
     return AgentError(text, AGENT_ERROR)
 
 
-def usage(result: Line) -> Usage | None:
+def usage(result: ResultLine) -> Usage | None:
     """The turn's tokens (input counts cached and cache-writing input too, as the other
     providers do) and its cost (this turn's, not the session's running total)."""
     raw = result.get("usage")

@@ -1,209 +1,82 @@
-"""One Claude Code process (`claude -p`, stream-json both ways) and its line framing.
+"""Claude Code's control protocol over its stream-json line connection (`claude -p`).
 
-This module owns the framing over one Claude Code process (its spawning, stderr tail and
-stopping live in child.py), the one stdout reader, and the table of our control requests that
-wait for a `control_response`. It knows nothing of sessions or turns: every other line goes,
-in order, to the handler it was given.
+This module owns the control messages: our `control_request`s with their ids, the
+`control_response`s that settle them, and our answers to Claude Code's own control requests.
+It knows nothing of sessions or turns: every other line goes, in order, to the reader it was
+given (a `control_request` of Claude Code's among them).
 
-It must never hang on a dead or broken process: when stdout ends, a line is not a JSON object,
-or a line is longer than MAX_LINE_BYTES, the connection is lost once (with a reason that
-carries the tail of stderr), the process is killed, and every waiting control request fails
-with `ClaudeConnectionLost`. Stream-json is JSON lines only, so a line that is not one means
-the two sides no longer agree on where the turn is: continuing could end the wrong turn.
+Stream-json is JSON lines only, so the connection is strict (connection.py): a line that is
+not a JSON object means the two sides no longer agree on where the turn is, and continuing
+could end the wrong turn. Claude Code runs each Bash command in a session of its own
+(setsid), so a command's background child outlives a kill of the process group; the process
+tag (child.py) still finds it.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import cast
 
-from corral_server.providers.child import (
-    MAX_LINE_BYTES,
-    AgentProcess,
-    LineTooLong,
-    PendingRequests,
+from corral_server.domain.timeline import JsonValue
+from corral_server.providers.claude_code_messages import ControlResponseLine
+from corral_server.providers.connection import (
+    ConnectionLost,
+    Framing,
+    JsonObject,
+    LineConnection,
+    MessageReader,
+    RequestFailed,
 )
 
-logger = logging.getLogger(__name__)
-
 # After stdin closes Claude Code exits on its own (measured: ~0.05 s when idle).
-EOF_GRACE_S = 0.5
-# After stdout ends, how long to wait for the exit status before reporting the loss without it.
-EXIT_WAIT_S = 2.0
-# Claude Code runs each Bash command in a session of its own (setsid), so a command's
-# background child outlives a kill of the process group; the tag (child.py) still finds it.
-
-Json: TypeAlias = Any
-MessageHandler: TypeAlias = Callable[[Mapping[str, Json]], None]
+FRAMING = Framing(who="claude", label="claude", strict=True, eof_grace_s=0.5)
 
 
-class ClaudeConnectionLost(Exception):
-    """The process ended, or broke the framing; no answer will come."""
-
-
-class ClaudeControlError(Exception):
-    """Claude Code answered one of our control requests with an error."""
-
-
-class ClaudeConnection:
-    """Invariant: once `_lost` is set, `_pending` is empty and stays empty."""
+class ClaudeControl:
+    """Control requests both ways over `line`, which it starts reading."""
 
     def __init__(
         self,
-        process: AgentProcess,
-        on_message: MessageHandler,
-        on_lost: Callable[[str], None],
+        line: LineConnection,
+        on_message: MessageReader,
+        on_lost: Callable[[ConnectionLost], None],
     ) -> None:
-        self._process = process
+        self._line = line
         self._on_message = on_message
-        self._on_lost = on_lost
         self._ids = itertools.count(1)
-        self._pending: PendingRequests[str] = PendingRequests()
-        self._lost: str | None = None
-        process.start_readers(self._read_stdout())
+        line.start(self._read, on_lost)
 
-    @classmethod
-    async def spawn(
-        cls,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        cwd: str,
-        on_message: MessageHandler,
-        on_lost: Callable[[str], None],
-        daemon_tag: str = "",
-    ) -> ClaudeConnection:
-        process = await AgentProcess.spawn(argv, env, cwd, "claude", daemon_tag)
-        return cls(process, on_message, on_lost)
+    async def send(self, message: Mapping[str, object]) -> None:
+        await self._line.send(message)
 
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def tag(self) -> str:
-        return self._process.tag
-
-    @property
-    def lost(self) -> str | None:
-        """Why the connection is gone, or None while it works."""
-        return self._lost
-
-    def stderr_tail(self, chars: int = 2000) -> str:
-        return self._process.stderr_tail(chars)
-
-    # --- sending ---------------------------------------------------------------------------
-
-    async def send(self, message: Mapping[str, Json]) -> None:
-        if self._lost is not None:
-            raise ClaudeConnectionLost(self._lost)
-        try:
-            await self._process.write_json(message)
-        except (ConnectionError, RuntimeError) as exc:
-            self._lose(f"writing to claude failed: {exc}")
-            raise ClaudeConnectionLost(self._lost or str(exc)) from exc
-
-    async def control(self, request: Mapping[str, Json]) -> Json:
-        """Send a control request and wait for its response (no deadline here: the caller's
-        actor has one; a dead process fails the wait)."""
-        if self._lost is not None:
-            raise ClaudeConnectionLost(self._lost)
+    async def control(self, request: Mapping[str, object]) -> JsonValue:
+        """Send a control request and wait for its response (`RequestFailed` when Claude Code
+        answers it with an error; no deadline here: the caller's actor has one)."""
         request_id = f"corral-{next(self._ids)}"
-        future = self._pending.open(request_id)
-        try:
-            await self.send(
-                {"type": "control_request", "request_id": request_id, "request": request}
-            )
-            return await future
-        finally:
-            self._pending.drop(request_id)
+        message = {"type": "control_request", "request_id": request_id, "request": request}
+        return await self._line.call(request_id, message, str(request.get("subtype")))
 
-    async def respond(self, request_id: str, response: Mapping[str, Json]) -> None:
+    async def respond(self, request_id: str, response: Mapping[str, object]) -> None:
         """Answer a control request of Claude Code's with success."""
-        await self.send(
-            {
-                "type": "control_response",
-                "response": {"subtype": "success", "request_id": request_id, "response": response},
-            }
-        )
+        answer = {"subtype": "success", "request_id": request_id, "response": response}
+        await self._line.send({"type": "control_response", "response": answer})
 
     async def refuse(self, request_id: str, error: str) -> None:
         """Answer a control request of Claude Code's with an error."""
-        await self.send(
-            {
-                "type": "control_response",
-                "response": {"subtype": "error", "request_id": request_id, "error": error},
-            }
-        )
+        answer = {"subtype": "error", "request_id": request_id, "error": error}
+        await self._line.send({"type": "control_response", "response": answer})
 
-    # --- receiving -------------------------------------------------------------------------
-
-    async def _read_stdout(self) -> None:
-        reason = "claude closed its stdout"
-        while True:
-            try:
-                line = await self._process.read_line()
-            except LineTooLong:
-                reason = f"claude wrote a line over {MAX_LINE_BYTES} bytes"
-                break
-            if line is None:
-                break
-            broken = self._dispatch(line)
-            if broken is not None:
-                reason = broken
-                break
-        if reason == "claude closed its stdout":
-            # Its exit status makes the better reason; a loaded machine may take a while.
-            rc = await self._process.exit_status(EXIT_WAIT_S)
-            if rc is not None:
-                reason = f"claude exited with status {rc}"
-        self._lose(reason)
-        if self._process.returncode is None:
-            # It broke the framing but lives on: nothing it says can be trusted now.
-            self._process.kill_group()
-
-    def _dispatch(self, line: bytes) -> str | None:
-        """Hand one line on; returns why the framing broke, or None."""
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return f"claude wrote a line that is not JSON: {line[:200]!r}"
-        if not isinstance(message, dict):
-            return f"claude wrote a line that is not a JSON object: {line[:200]!r}"
-        if message.get("type") == "control_response":
-            self._settle(message.get("response"))
-            return None
-        try:
+    def _read(self, message: JsonObject) -> None:
+        if message.get("type") != "control_response":
             self._on_message(message)
-        except Exception:
-            logger.exception("claude %d: cannot handle %.200r", self.pid, line)
-        return None
-
-    def _settle(self, response: Json) -> None:
+            return
+        response = cast(ControlResponseLine, message).get("response")
         if not isinstance(response, dict):
             return
-        future = self._pending.waiting(str(response.get("request_id")))
-        if future is None:
-            return
+        request_id = str(response.get("request_id"))
         if response.get("subtype") == "error":
-            future.set_exception(ClaudeControlError(str(response.get("error", "error"))))
+            error = RequestFailed(str(response.get("error", "error")))
+            self._line.settle(request_id, error=error)
         else:
-            future.set_result(response.get("response"))
-
-    def _lose(self, reason: str) -> None:
-        if self._lost is not None:
-            return
-        self._lost = lost = self._process.with_stderr(reason)
-        self._pending.fail_all(lambda: ClaudeConnectionLost(lost))
-        self._on_lost(lost)
-
-    # --- closing ---------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Stop the process and all it spawned (AgentProcess.close): nothing is left, even
-        when the close is cut short by its caller (a deadline)."""
-        self._on_lost = lambda _reason: None  # a close is not a death to report
-        await self._process.close(EOF_GRACE_S)
-        self._lose("closed")
+            self._line.settle(request_id, response.get("response"))

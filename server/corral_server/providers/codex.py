@@ -8,14 +8,13 @@ anything before a session (or an import) is asked for.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 
 from corral_server.clock import Clock, SystemClock
-from corral_server.domain.content import Prompt
-from corral_server.providers.base import EventSink, ProviderInfo, ProviderItem, SessionConfig
+from corral_server.providers.base import EventSink, ProviderItem, SessionConfig
 from corral_server.providers.codex_items import history_items
 from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
+from corral_server.providers.command import CommandProvider, ignore_events, import_config
 from corral_server.providers.mcp_servers import codex_flags, token_environment
 
 __all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "CodexStartFailed"]
@@ -24,7 +23,11 @@ __all__ = ["MODES", "REQUEST_TIMEOUT_S", "CodexProvider", "CodexSession", "Codex
 REQUEST_TIMEOUT_S = 20.0
 
 
-class CodexProvider:
+class CodexProvider(CommandProvider):
+    kind = "codex"
+    modes = MODES
+    can_steer = True
+
     def __init__(
         self,
         argv: Sequence[str],
@@ -34,24 +37,9 @@ class CodexProvider:
         clock: Clock | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
-        self._argv = tuple(argv)
-        self._env = dict(env)
-        self._name = name
+        super().__init__(argv, env, name=name)
         self._clock = clock or SystemClock()
         self._timeout_s = request_timeout_s
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def info(self) -> ProviderInfo:
-        path = self._env.get("PATH")
-        found = bool(self._argv) and shutil.which(self._argv[0], path=path) is not None
-        reason = "" if found else f"{self._argv[0] if self._argv else '(no command)'} not found"
-        return ProviderInfo(self._name, "codex", found, reason, modes=MODES, can_steer=True)
-
-    def validate_prompt(self, prompt: Prompt) -> None:
-        return None  # text and images both map to codex input
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> CodexSession:
         session = CodexSession(config, sink, self._clock, self._timeout_s)
@@ -65,10 +53,8 @@ class CodexProvider:
         """Thread `provider_session_id`'s turns, from `thread/resume` in a process of its own
         (closed before this returns; the agent's next turn resumes the thread again). A
         thread codex does not know is CodexStartFailed with codex's reason."""
-        config = SessionConfig(
-            "import", cwd, resume_session_id=provider_session_id, daemon_tag=daemon_tag
-        )
-        session = CodexSession(config, lambda _: None, self._clock, self._timeout_s)
+        config = import_config(provider_session_id, cwd, daemon_tag)
+        session = CodexSession(config, ignore_events, self._clock, self._timeout_s)
         await session.start([*self._argv, "app-server"], self._env)
         try:
             return history_items(session.resumed_thread)

@@ -1,5 +1,5 @@
-"""Codex app-server notifications as timeline items, and a turn's token usage (seed 000,
-section 6.2).
+"""Codex app-server notifications as timeline items, and a turn's token usage (how fragments
+are joined: docs/design.md#coalescing).
 
 Codex names every item (`itemId`), so a message's deltas share that id as their
 provider_message_id (the coalescer joins them), and a tool-like item (a command, a patch, an
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 from corral_server.domain.agent import Usage
 from corral_server.domain.timeline import (
@@ -25,7 +26,9 @@ from corral_server.domain.timeline import (
     ToolCallStatus,
     UserMessage,
 )
+from corral_server.providers import codex_protocol as protocol
 from corral_server.providers.base import ProviderItem
+from corral_server.providers.codex_protocol import ThreadItem
 
 # CommandExecutionStatus / PatchApplyStatus / McpToolCallStatus / DynamicToolCallStatus.
 _STATUS = {
@@ -43,7 +46,7 @@ _TOOL_NAMES = {
 }
 
 
-def _str(value: JsonValue) -> str:
+def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -63,7 +66,7 @@ class ItemMapper:
     def tool_call(self, item_id: str) -> ToolCall | None:
         return self._calls.get(item_id)
 
-    def completed(self, item: Mapping[str, JsonValue]) -> list[ProviderItem]:
+    def completed(self, item: ThreadItem) -> list[ProviderItem]:
         """A whole item of a finished turn (`thread/resume` history)."""
         return self._item(item, True)
 
@@ -71,23 +74,27 @@ class ItemMapper:
         """The items one notification of the running turn carries (most carry none)."""
         match method:
             case "item/agentMessage/delta":
-                return self._text(_str(params.get("itemId")), _str(params.get("delta")), True)
+                delta = cast(protocol.AgentMessageDeltaNotification, params)
+                return self._text(_str(delta.get("itemId")), _str(delta.get("delta")), True)
             case "item/reasoning/summaryTextDelta":
-                return self._text(_str(params.get("itemId")), _str(params.get("delta")), False)
+                summary = cast(protocol.ReasoningSummaryTextDeltaNotification, params)
+                return self._text(_str(summary.get("itemId")), _str(summary.get("delta")), False)
             case "item/reasoning/summaryPartAdded":
-                first = params.get("summaryIndex") in (0, None)
-                item_id = _str(params.get("itemId"))
+                part = cast(protocol.ReasoningSummaryPartAddedNotification, params)
+                first = part.get("summaryIndex") in (0, None)
+                item_id = _str(part.get("itemId"))
                 return [] if first else self._text(item_id, "\n\n", False)
             case "item/reasoning/textDelta":
-                item_id = f"{_str(params.get('itemId'))}-text"
-                return self._text(item_id, _str(params.get("delta")), False)
+                text = cast(protocol.ReasoningTextDeltaNotification, params)
+                item_id = f"{_str(text.get('itemId'))}-text"
+                return self._text(item_id, _str(text.get("delta")), False)
             case "item/started" | "item/completed":
-                item = params.get("item")
+                item = cast(protocol.ItemCompletedNotification, params).get("item")
                 if not isinstance(item, dict):
                     return []
                 return self._item(item, method == "item/completed")
             case "turn/plan/updated":
-                return self._plan(params.get("plan"))
+                return self._plan(cast(protocol.TurnPlanUpdatedNotification, params).get("plan"))
             case _:
                 return []
 
@@ -105,7 +112,7 @@ class ItemMapper:
             return []  # streamed differently: the deltas stand
         return self._text(item_id, whole[len(seen) :], assistant)
 
-    def _item(self, item: Mapping[str, JsonValue], completed: bool) -> list[ProviderItem]:
+    def _item(self, item: ThreadItem, completed: bool) -> list[ProviderItem]:
         kind, item_id = _str(item.get("type")), _str(item.get("id"))
         if not item_id:
             return []
@@ -133,7 +140,7 @@ class ItemMapper:
         self._calls[call.call_id] = call
         return ProviderItem(self.turn_id, call)
 
-    def _plan(self, plan: JsonValue) -> list[ProviderItem]:
+    def _plan(self, plan: object) -> list[ProviderItem]:
         if not isinstance(plan, list):
             return []
         entries = tuple(
@@ -144,29 +151,30 @@ class ItemMapper:
         return [ProviderItem(self.turn_id, Todo(entries))]
 
 
-def _tool_call(kind: str, item_id: str, item: Mapping[str, JsonValue], completed: bool) -> ToolCall:
+def _tool_call(kind: str, item_id: str, item: ThreadItem, completed: bool) -> ToolCall:
     status = _STATUS.get(_str(item.get("status")))
     if status is None:
         status = ToolCallStatus.COMPLETED if completed else ToolCallStatus.RUNNING
     call = ToolCall(item_id, _TOOL_NAMES.get(kind, kind), status)
     match kind:
         case "commandExecution":
-            call = _command(call, item)
+            call = _command(call, cast(protocol.CommandExecutionThreadItem, item))
         case "fileChange":
-            call = _file_change(call, item)
-        case "mcpToolCall" | "dynamicToolCall":
-            call = _tool(call, item)
+            call = _file_change(call, cast(protocol.FileChangeThreadItem, item))
+        case "mcpToolCall" | "dynamicToolCall":  # the same keys, but for server vs namespace
+            call = _tool(call, cast(protocol.McpToolCallThreadItem, item))
         case _:
+            raw = cast(Mapping[str, JsonValue], item)
             fields = ("query", "action", "path")
             call = ToolCall(
-                item_id, call.name, status, input={k: item[k] for k in fields if k in item}
+                item_id, call.name, status, input={k: raw[k] for k in fields if k in raw}
             )
     if item.get("status") == "declined":
         return ToolCall(call.call_id, call.name, status, call.input, call.output, "declined")
     return call
 
 
-def _command(call: ToolCall, item: Mapping[str, JsonValue]) -> ToolCall:
+def _command(call: ToolCall, item: protocol.CommandExecutionThreadItem) -> ToolCall:
     command: JsonValue = {"command": _str(item.get("command")), "cwd": _str(item.get("cwd"))}
     output = item.get("aggregatedOutput")
     exit_code = item.get("exitCode")
@@ -176,7 +184,7 @@ def _command(call: ToolCall, item: Mapping[str, JsonValue]) -> ToolCall:
     return ToolCall(call.call_id, call.name, call.status, command, output, error)
 
 
-def _file_change(call: ToolCall, item: Mapping[str, JsonValue]) -> ToolCall:
+def _file_change(call: ToolCall, item: protocol.FileChangeThreadItem) -> ToolCall:
     changes = item.get("changes")
     listed = [c for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
     patch: list[JsonValue] = [
@@ -191,10 +199,11 @@ def _file_change(call: ToolCall, item: Mapping[str, JsonValue]) -> ToolCall:
     return ToolCall(call.call_id, call.name, call.status, {"changes": patch}, None, error)
 
 
-def _tool(call: ToolCall, item: Mapping[str, JsonValue]) -> ToolCall:
+def _tool(call: ToolCall, item: protocol.McpToolCallThreadItem) -> ToolCall:
     name = _str(item.get("tool")) or call.name
     server = _str(item.get("server")) or _str(item.get("namespace"))
-    output = item.get("result", item.get("contentItems"))
+    raw = cast(Mapping[str, JsonValue], item)  # a dynamic tool call says contentItems
+    output = raw.get("result", raw.get("contentItems"))
     error = item.get("error")
     message = _str(error.get("message")) if isinstance(error, dict) else _str(error)
     if call.status is ToolCallStatus.FAILED and not message:
@@ -218,7 +227,7 @@ class UsageTally:
     _before: tuple[int, int, int] | None = None
     _now: tuple[int, int, int] = (0, 0, 0)
 
-    def update(self, usage: JsonValue) -> None:
+    def update(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
         total, last = _tokens(usage.get("total")), _tokens(usage.get("last"))
@@ -238,7 +247,7 @@ class UsageTally:
         )
 
 
-def _tokens(breakdown: JsonValue) -> tuple[int, int, int]:
+def _tokens(breakdown: object) -> tuple[int, int, int]:
     """(input, output, cached input) of a TokenUsageBreakdown."""
     if not isinstance(breakdown, dict):
         return (0, 0, 0)
@@ -250,12 +259,12 @@ def _tokens(breakdown: JsonValue) -> tuple[int, int, int]:
     return (count("inputTokens"), count("outputTokens"), count("cachedInputTokens"))
 
 
-def history_items(thread: Mapping[str, JsonValue]) -> list[ProviderItem]:
+def history_items(thread: protocol.Thread | None) -> list[ProviderItem]:
     """A resumed thread's turns (`Thread.turns[].items`) as history items, oldest first: the
     user's messages (their text parts), then what the turn produced, as `ItemMapper` maps a
     completed item."""
     out: list[ProviderItem] = []
-    turns = thread.get("turns")
+    turns = thread.get("turns") if thread is not None else None
     for turn in turns if isinstance(turns, list) else []:
         if not isinstance(turn, dict):
             continue
@@ -266,13 +275,13 @@ def history_items(thread: Mapping[str, JsonValue]) -> list[ProviderItem]:
             if not isinstance(item, dict):
                 continue
             if item.get("type") == "userMessage":
-                out += _user_message(mapper.turn_id, item)
+                out += _user_message(mapper.turn_id, cast(protocol.UserMessageThreadItem, item))
             else:
                 out += mapper.completed(item)
     return [item._replace(from_history=True) for item in out]
 
 
-def _user_message(turn_id: str, item: Mapping[str, JsonValue]) -> list[ProviderItem]:
+def _user_message(turn_id: str, item: protocol.UserMessageThreadItem) -> list[ProviderItem]:
     content = item.get("content")
     parts = content if isinstance(content, list) else []
     texts = [_str(p.get("text")) for p in parts if isinstance(p, dict) and p.get("type") == "text"]

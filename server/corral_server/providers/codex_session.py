@@ -1,4 +1,4 @@
-"""One codex session: one `codex app-server` process and one codex thread (issue 8, item 5).
+"""One codex session: one `codex app-server` process and one codex thread.
 
 This module owns the mapping between the app-server protocol and the provider contract:
 `initialize` / `initialized` and `thread/start` (or `thread/resume` of
@@ -7,9 +7,10 @@ is a turn and codex's turn id is corral's; `turn/completed` ends it (completed, 
 failed: `codex_turns.py`); `turn/interrupt` (fenced by the turn id) is an interrupt;
 `turn/steer` takes a prompt into the running turn; item notifications become timeline items
 (`codex_items.py`); command and file-change approval requests become corral permissions
-(`codex_approvals.py`). The framing and the process live in `codex_wire.py`. It must never
-report an event after `close()` returns, and reports exactly one terminal event per turn it
-started.
+(`codex_approvals.py`). JSON-RPC (without its "jsonrpc" member, one message per line) lives in
+`jsonrpc.py` over the process connection of `connection.py`, with a deadline on every request;
+the session's lifecycle in `command.py`. It must never report an event after `close()`
+returns, and reports exactly one terminal event per turn it started.
 """
 
 from __future__ import annotations
@@ -18,22 +19,23 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
+from typing import cast
 
 from corral_server.clock import Clock
 from corral_server.domain.agent import AgentError, PermissionResponse
 from corral_server.domain.content import Prompt
-from corral_server.errors import AgentBusy, AgentClosed, FailedPrecondition
+from corral_server.domain.timeline import JsonValue
+from corral_server.errors import AgentBusy, FailedPrecondition
 from corral_server.providers import codex_approvals as approvals
+from corral_server.providers import codex_protocol as protocol
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
-    ProviderEvent,
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
-    ProviderTurnCanceled,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
@@ -48,16 +50,21 @@ from corral_server.providers.codex_turns import (
     terminal,
     user_input,
 )
-from corral_server.providers.codex_wire import (
-    METHOD_NOT_FOUND,
-    CodexConnection,
-    CodexConnectionLost,
-    CodexError,
-    CodexTimeout,
-    Json,
+from corral_server.providers.command import CommandSession
+from corral_server.providers.connection import (
+    ConnectionLost,
+    Framing,
+    LineConnection,
+    RequestFailed,
+    RequestTimeout,
 )
+from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, Params, RpcError
 
 logger = logging.getLogger(__name__)
+
+# After stdin closes, how long codex may take to exit on its own (measured: ~50 ms). Codex
+# writes nothing but protocol lines to stdout: any other line breaks the connection.
+FRAMING = Framing(who="codex", label="codex", strict=True, eof_grace_s=0.5)
 
 # Modes: codex's approval policy and sandbox for the thread. The first is the default.
 MODES = (
@@ -68,7 +75,7 @@ MODES = (
     ProviderMode("read-only", "Read only", "a read-only sandbox; the model asks for more"),
     ProviderMode("full-access", "Full access", "no sandbox, never asks"),
 )
-_POLICIES = {
+_POLICIES: dict[str, tuple[str, protocol.SandboxMode]] = {
     "untrusted": ("untrusted", "workspace-write"),
     "on-request": ("on-request", "workspace-write"),
     "read-only": ("on-request", "read-only"),
@@ -88,18 +95,19 @@ class CodexStartFailed(FailedPrecondition):
     """codex did not start, failed its handshake, or could not open (or resume) the thread."""
 
 
-class CodexSession:
+class CodexSession(CommandSession[Run]):
+    framing = FRAMING
+    start_failed = CodexStartFailed
+    cancel_reason = INTERRUPTED
+
     def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock, timeout_s: float):
-        self._config = config
-        self._sink = sink
-        self._clock = clock
+        super().__init__(config, sink, clock)
         self._timeout_s = timeout_s
-        self._conn: CodexConnection | None = None
+        self._rpc: JsonRpc | None = None
         self._thread_id = ""
-        self._run: Run | None = None
         # While turn/start waits for codex's answer, that turn's notifications wait here.
         self._starting = False
-        self._early: list[tuple[str, Mapping[str, Json]]] = []
+        self._early: list[tuple[str, Params]] = []
         self._started = asyncio.Event()  # set whenever no turn/start is in flight
         self._started.set()
         # Approval requests codex settled before corral was asked (serverRequest/resolved
@@ -107,54 +115,36 @@ class CodexSession:
         self._settled: set[int | str] = set()
         self._items = ItemMapper()
         self._permission_ids = itertools.count(1)
-        # Set once the thread is open: from then on a death is reported to the sink.
-        self._ready = False
-        self._closed = False
         # The thread `thread/resume` answered (with its turns and items), for an import.
-        self.resumed_thread: Mapping[str, Json] = {}
+        self.resumed_thread: protocol.Thread | None = None
 
     @property
     def session_id(self) -> str:
         return self._thread_id
 
-    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        try:
-            self._conn = await CodexConnection.spawn(
-                argv,
-                env,
-                self._config.cwd,
-                self._clock,
-                self._on_request,
-                self._on_notification,
-                self._lost,
-                self._config.daemon_tag,
-            )
-        except OSError as exc:
-            raise CodexStartFailed(f"cannot start {argv[0] if argv else ''}: {exc}") from exc
-        try:
-            await self._handshake(self._conn)
-        except BaseException as exc:
-            tail = self._conn.stderr_tail(800).strip()
-            await self._conn.close()
-            if isinstance(exc, CodexConnectionLost):  # its message ends with stderr already
-                raise CodexStartFailed(f"codex failed its start: {exc}") from exc
-            if isinstance(exc, CodexError):
-                why = f"codex failed its start: {exc}"
-                raise CodexStartFailed(f"{why}; stderr: {tail}" if tail else why) from exc
-            raise
-        self._ready = True
-        if self._conn.lost is not None:  # it died right after its answer
-            self._lost(self._conn.lost)
+    def _attach(self, conn: LineConnection) -> None:
+        self._rpc = JsonRpc(
+            conn, self._on_request, self._on_notification, self._lost, version_member=False
+        )
 
-    async def _handshake(self, conn: CodexConnection) -> None:
-        client = {"name": "corral", "title": "corral", "version": "0.1.0"}
-        capabilities = {"optOutNotificationMethods": list(_OPT_OUT)}
-        init = {"clientInfo": client, "capabilities": capabilities}
+    def _death(self, lost: ConnectionLost) -> AgentError:
+        return AgentError(str(lost), lost.code)  # died, or broke the framing
+
+    def _reports_death(self) -> bool:
+        return self._ready and not self._starting  # a turn/start in flight reports it itself
+
+    async def _handshake(self) -> None:
+        conn = self._rpc
+        assert conn is not None
+        init: protocol.InitializeParams = {
+            "clientInfo": {"name": "corral", "title": "corral", "version": "0.1.0"},
+            "capabilities": {"optOutNotificationMethods": list(_OPT_OUT)},
+        }
         await conn.request("initialize", init, self._timeout_s)
         await conn.notify("initialized")
         config = self._config
         approval, sandbox = _POLICIES.get(config.mode or MODES[0].id, _POLICIES[MODES[0].id])
-        params: dict[str, Json] = {
+        params: protocol.ThreadStartParams = {
             "cwd": config.cwd,
             "approvalPolicy": approval,
             "sandbox": sandbox,
@@ -162,16 +152,24 @@ class CodexSession:
         if config.model:
             params["model"] = config.model
         if config.resume_session_id:
-            params["threadId"] = config.resume_session_id
-            made = await conn.request("thread/resume", params, self._timeout_s)
+            resume: protocol.ThreadResumeParams = {
+                "threadId": config.resume_session_id,
+                "cwd": config.cwd,
+                "approvalPolicy": approval,
+                "sandbox": sandbox,
+            }
+            if config.model:
+                resume["model"] = config.model
+            answer = await conn.request("thread/resume", resume, self._timeout_s)
         else:
-            made = await conn.request("thread/start", params, self._timeout_s)
+            answer = await conn.request("thread/start", params, self._timeout_s)
+        made = cast(protocol.ThreadStartResponse, answer)  # thread/resume answers the same
         thread = made.get("thread") if isinstance(made, dict) else None
         thread_id = thread.get("id") if isinstance(thread, dict) else None
         if not isinstance(thread_id, str) or not thread_id:
-            raise CodexError(f"codex answered without a thread id: {made!r:.300}")
+            raise RequestFailed(f"codex answered without a thread id: {made!r:.300}")
         if config.resume_session_id and thread_id != config.resume_session_id:
-            raise CodexError(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
+            raise RequestFailed(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
         self._thread_id = thread_id
         if config.resume_session_id and isinstance(thread, dict):
             self.resumed_thread = thread
@@ -179,27 +177,30 @@ class CodexSession:
     # --- turns -----------------------------------------------------------------------------
 
     async def start_turn(self, prompt: Prompt) -> str:
-        conn = self._conn
-        if self._closed or conn is None:
-            raise AgentClosed(self._config.agent_id)
-        if self._run is not None or self._starting:
-            raise AgentBusy(self._config.agent_id, self._run.turn_id if self._run else "")
-        params = {"threadId": self._thread_id, "input": user_input(prompt)}
+        conn = self._check_idle()
+        if self._starting:
+            raise AgentBusy(self._config.agent_id, "")
+        assert self._rpc is not None
+        params: protocol.TurnStartParams = {
+            "threadId": self._thread_id,
+            "input": user_input(prompt),
+        }
         self._starting, self._early, self._settled = True, [], set()
         self._started.clear()
         try:
-            result = await conn.request("turn/start", params, self._timeout_s)
-        except CodexConnectionLost as exc:
+            answer = await self._rpc.request("turn/start", params, self._timeout_s)
+        except ConnectionLost as exc:
             failed_id = self._failed_start(AgentError(str(exc), exc.code))
             self._emit(ProviderSessionDied(str(exc)))  # `_lost` left it to us
             return failed_id
-        except CodexTimeout as exc:
+        except RequestTimeout as exc:
             return self._failed_start(AgentError(str(exc), AGENT_TIMEOUT))
-        except CodexError as exc:
+        except RequestFailed as exc:
             return self._failed_start(AgentError(f"codex refused the turn: {exc}", AGENT_ERROR))
         finally:
             self._starting = False
             self._started.set()  # an approval that came early looks for the run once it yields
+        result = cast(protocol.TurnStartResponse, answer)
         turn = result.get("turn") if isinstance(result, dict) else None
         turn_id = turn.get("id") if isinstance(turn, dict) else None
         if not isinstance(turn_id, str) or not turn_id:
@@ -223,32 +224,20 @@ class CodexSession:
         self._emit(ProviderTurnFailed(turn_id, error))
         return turn_id
 
-    def _end(self, run: Run, ending: ProviderEvent) -> None:
-        if self._run is run:
-            self._run = None
-        for answer in run.asking.values():
-            if not answer.done():
-                answer.cancel()
-        try:
-            self._emit(ending)
-        except Exception:
-            logger.exception("sink raised on the terminal event of turn %s", run.turn_id)
-
-    async def interrupt(self, turn_id: str) -> InterruptResult:
-        run, conn = self._run, self._conn
-        if run is None or (turn_id and run.turn_id != turn_id) or conn is None:
-            return InterruptResult.NOT_RUNNING  # fenced: never stop a turn it was not meant for
-        if run.canceling:
-            return InterruptResult.CONFIRMED
+    async def _interrupt(self, run: Run) -> InterruptResult:
+        assert self._rpc is not None
         run.canceling = True
         confirmed = False
         try:
-            params = {"threadId": self._thread_id, "turnId": run.turn_id}
-            await conn.request("turn/interrupt", params, self._timeout_s)
+            params: protocol.TurnInterruptParams = {
+                "threadId": self._thread_id,
+                "turnId": run.turn_id,
+            }
+            await self._rpc.request("turn/interrupt", params, self._timeout_s)
             confirmed = True
-        except CodexConnectionLost:
+        except ConnectionLost:
             confirmed = True  # the turn ends canceled with the process
-        except CodexError as exc:
+        except RequestFailed as exc:
             if self._run is not run:
                 return InterruptResult.NOT_RUNNING  # it ended before codex took the interrupt
             logger.warning("codex refused to interrupt turn %s: %s", run.turn_id, exc)
@@ -256,72 +245,35 @@ class CodexSession:
         finally:
             if not confirmed:
                 run.canceling = False
-        for answer in run.asking.values():  # answered "cancel": the turn stops anyway
-            if not answer.done():
-                answer.cancel()
+        run.stop_asking()  # answered "cancel": the turn stops anyway
         return InterruptResult.CONFIRMED
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
-        run, conn = self._run, self._conn
+        run, conn = self._run, self._rpc
         if run is None or run.turn_id != turn_id or run.canceling or conn is None:
             return False
-        params = {
+        params: protocol.TurnSteerParams = {
             "threadId": self._thread_id,
             "expectedTurnId": turn_id,
             "input": user_input(prompt),
         }
         try:
             await conn.request("turn/steer", params, self._timeout_s)
-        except (CodexError, CodexConnectionLost) as exc:
+        except (RequestFailed, ConnectionLost) as exc:
             logger.info("codex did not take a steer into turn %s: %s", turn_id, exc)
             return False
         return True
 
-    async def respond_permission(
-        self, turn_id: str, request_id: str, response: PermissionResponse
-    ) -> None:
-        run = self._run
-        answer = run.asking.get(request_id) if run is not None and run.turn_id == turn_id else None
-        if answer is None or answer.done():
-            raise FailedPrecondition(f"turn {turn_id!r} is not waiting for {request_id!r}")
-        answer.set_result(response)
-
-    async def close(self) -> None:
-        self._closed = True
-        run, self._run = self._run, None
-        if run is not None:
-            for answer in run.asking.values():
-                if not answer.done():
-                    answer.cancel()
-        if self._conn is not None:
-            await self._conn.close()
-
     # --- from codex ------------------------------------------------------------------------
 
-    def _emit(self, event: ProviderEvent) -> None:
-        if not self._closed:
-            self._sink(event)
-
-    def _lost(self, lost: CodexConnectionLost) -> None:
-        """The process died outside `close()` (which silences this): a running turn ends
-        (canceled when an interrupt was confirmed, else failed), then the death is reported.
-        During the handshake nobody listens yet: the start fails with the reason instead."""
-        logger.warning("codex of %s is gone: %s", self._config.agent_id, lost)
-        run = self._run
-        if run is not None:
-            canceled = ProviderTurnCanceled(run.turn_id, INTERRUPTED)
-            failed = ProviderTurnFailed(run.turn_id, AgentError(str(lost), lost.code))
-            self._end(run, canceled if run.canceling else failed)
-        if self._ready and not self._starting:  # a turn/start in flight reports it itself
-            self._emit(ProviderSessionDied(str(lost)))
-
-    def _on_notification(self, method: str, params: Mapping[str, Json]) -> None:
+    def _on_notification(self, method: str, params: Params) -> None:
         thread_id = params.get("threadId")
         if thread_id is not None and thread_id != self._thread_id:
             return  # another thread's news (none is opened on this connection today)
         run = self._run
         if method == "serverRequest/resolved":  # carries no turn id
-            self._resolved(run, params.get("requestId"))
+            resolved = cast(protocol.ServerRequestResolvedNotification, params)
+            self._resolved(run, resolved.get("requestId"))
             return
         turn_id = params.get("turnId")
         if turn_id is None and isinstance(turn := params.get("turn"), dict):
@@ -332,18 +284,20 @@ class CodexSession:
             return  # a turn that ended, or thread-wide news: nothing for the timeline
         match method:
             case "turn/completed":
-                turn = params.get("turn")
-                self._end(run, terminal(run, turn if isinstance(turn, dict) else {}))
+                ended = cast(protocol.TurnCompletedNotification, params).get("turn")
+                self._end(run, terminal(run, ended if isinstance(ended, dict) else None))
             case "thread/tokenUsage/updated":
-                run.usage.update(params.get("tokenUsage"))
+                usage = cast(protocol.ThreadTokenUsageUpdatedNotification, params)
+                run.usage.update(usage.get("tokenUsage"))
             case "error":
-                if params.get("willRetry") is not True:
-                    run.error = agent_error(params.get("error"))
+                error = cast(protocol.ErrorNotification, params)
+                if error.get("willRetry") is not True:
+                    run.error = agent_error(error.get("error"))
             case _:
                 for item in self._items.map(method, params):
                     self._emit(item)
 
-    def _resolved(self, run: Run | None, rpc_id: Json) -> None:
+    def _resolved(self, run: Run | None, rpc_id: JsonValue) -> None:
         """Codex settled an approval itself (the turn was interrupted, say): corral's
         pending permission ends unanswered. An echo of corral's own answer finds it done."""
         if not isinstance(rpc_id, int | str):
@@ -358,23 +312,23 @@ class CodexSession:
         answer.cancel()
         self._emit(ProviderPermissionResolved(run.turn_id, request_id))
 
-    def _on_request(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
-        """Called in line order (see codex_wire.RequestHandler): an approval is registered,
+    def _on_request(self, rpc_id: JsonValue, method: str, params: Params) -> Awaitable[JsonValue]:
+        """Called in line order (see jsonrpc.RequestHandler): an approval is registered,
         and corral asked, before codex's next line is read."""
         if method not in (approvals.COMMAND_APPROVAL, approvals.FILE_CHANGE_APPROVAL):
-            error = CodexError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
+            error = RpcError(f"method not supported by corral: {method}", METHOD_NOT_FOUND)
             return _raising(error)
         if self._starting:
             return self._approve_once_started(rpc_id, method, params)
         return self._approve(rpc_id, method, params)
 
     async def _approve_once_started(
-        self, rpc_id: Json, method: str, params: Mapping[str, Json]
-    ) -> Json:
+        self, rpc_id: JsonValue, method: str, params: Params
+    ) -> JsonValue:
         await self._started.wait()  # asked before codex's answer to turn/start came in
         return await self._approve(rpc_id, method, params)
 
-    def _approve(self, rpc_id: Json, method: str, params: Mapping[str, Json]) -> Awaitable[Json]:
+    def _approve(self, rpc_id: JsonValue, method: str, params: Params) -> Awaitable[JsonValue]:
         run = self._run
         if run is None or params.get("turnId") != run.turn_id:
             return _answered({"decision": "decline"})  # not the running turn: nobody could
@@ -399,8 +353,8 @@ class CodexSession:
         key: int | str | None,
         request_id: str,
         answer: asyncio.Future[PermissionResponse],
-        decisions: Sequence[Json],
-    ) -> Json:
+        decisions: Sequence[JsonValue],
+    ) -> JsonValue:
         try:
             response = await answer
         except asyncio.CancelledError:
@@ -415,9 +369,9 @@ class CodexSession:
         return {"decision": approvals.decision(decisions, response)}
 
 
-async def _answered(result: Json) -> Json:
+async def _answered(result: JsonValue) -> JsonValue:
     return result
 
 
-async def _raising(error: Exception) -> Json:
+async def _raising(error: Exception) -> JsonValue:
     raise error

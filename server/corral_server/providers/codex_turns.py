@@ -4,14 +4,13 @@ codex's `turn/completed` (or a failure) becomes the turn's one terminal event. P
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import assert_never
 
-from corral_server.domain.agent import AgentError, PermissionResponse
+from corral_server.domain.agent import AgentError
 from corral_server.domain.content import ImagePart, Prompt, TextPart
+from corral_server.domain.timeline import JsonValue
 from corral_server.providers.base import (
     ProviderEvent,
     ProviderTurnCanceled,
@@ -19,7 +18,8 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
 )
 from corral_server.providers.codex_items import UsageTally
-from corral_server.providers.codex_wire import Json
+from corral_server.providers.codex_protocol import Turn, TurnError, UserInput
+from corral_server.providers.command import Run as CommandRun
 
 AGENT_ERROR = "AGENT_ERROR"  # codex failed the turn, or refused a request
 AGENT_TIMEOUT = "AGENT_TIMEOUT"  # codex did not answer turn/start within its deadline
@@ -27,23 +27,19 @@ INTERRUPTED = "interrupted"
 
 
 @dataclass(slots=True)
-class Run:
+class Run(CommandRun):
     """The running turn: set once codex named it, until its terminal event is reported."""
 
-    turn_id: str
-    canceling: bool = False
     usage: UsageTally = field(default_factory=UsageTally)
     # The last error notification codex will not retry (a failed turn may carry none).
     error: AgentError | None = None
-    # Approvals the turn waits on, by corral request id: set by the answer.
-    asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
     # Codex's JSON-RPC id of each approval request -> corral's request id.
     by_rpc_id: dict[int | str | None, str] = field(default_factory=dict)
 
 
-def user_input(prompt: Prompt) -> list[dict[str, Json]]:
+def user_input(prompt: Prompt) -> list[UserInput]:
     """A prompt as codex UserInput items (images as data URLs)."""
-    items: list[dict[str, Json]] = []
+    items: list[UserInput] = []
     for part in prompt:
         match part:
             case TextPart(text=text):
@@ -56,15 +52,15 @@ def user_input(prompt: Prompt) -> list[dict[str, Json]]:
     return items
 
 
-def terminal(run: Run, turn: Mapping[str, Json]) -> ProviderEvent:
-    status = turn.get("status")
+def terminal(run: Run, turn: Turn | None) -> ProviderEvent:
+    status = turn.get("status") if turn is not None else None
     if run.canceling or status == "interrupted":
         # Interrupt answered CONFIRMED: the turn ends canceled whatever codex said.
         return ProviderTurnCanceled(run.turn_id, INTERRUPTED)
     if status == "completed":
         return ProviderTurnCompleted(run.turn_id, run.usage.usage())
     if status == "failed":
-        error = turn.get("error")
+        error = turn.get("error") if turn is not None else None
         failure = agent_error(error) if isinstance(error, dict) else run.error
         return ProviderTurnFailed(
             run.turn_id, failure or AgentError("codex failed the turn", AGENT_ERROR)
@@ -73,7 +69,7 @@ def terminal(run: Run, turn: Mapping[str, Json]) -> ProviderEvent:
     return ProviderTurnFailed(run.turn_id, AgentError(message, AGENT_ERROR))
 
 
-def agent_error(error: Json) -> AgentError:
+def agent_error(error: TurnError | JsonValue) -> AgentError:
     """A codex TurnError: its message, with codex's error kind when it names one."""
     if not isinstance(error, dict):
         return AgentError("codex reported an error", AGENT_ERROR)

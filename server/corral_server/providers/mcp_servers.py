@@ -14,13 +14,12 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+
+from acp import schema
 
 from corral_server.providers.base import McpServer
 
 log = logging.getLogger(__name__)
-
-Json = Any
 
 
 def token_env(server: McpServer) -> str:
@@ -34,24 +33,26 @@ def token_environment(servers: Sequence[McpServer]) -> dict[str, str]:
     return {token_env(s): s.bearer_token for s in servers if s.bearer_token}
 
 
-def acp_servers(servers: Sequence[McpServer], capabilities: Json) -> list[Json]:
+def acp_servers(
+    servers: Sequence[McpServer], capabilities: schema.AgentCapabilities | None
+) -> list[schema.HttpMcpServer]:
     """`session/new`'s `mcpServers`: HTTP servers, if the agent says it takes them
     (`agentCapabilities.mcpCapabilities.http`); none otherwise (ACP v1 requires only stdio)."""
     if not servers:
         return []
-    caps = capabilities.get("mcpCapabilities") if isinstance(capabilities, dict) else None
-    if not (isinstance(caps, dict) and caps.get("http") is True):
+    caps = capabilities.mcp_capabilities if capabilities is not None else None
+    if not (caps is not None and caps.http is True):
         log.info("the agent takes no HTTP MCP servers: it runs without corral's tools")
         return []
     return [
-        {
-            "type": "http",
-            "name": s.name,
-            "url": s.url,
-            "headers": [{"name": "Authorization", "value": f"Bearer {s.bearer_token}"}]
+        schema.HttpMcpServer(
+            type="http",
+            name=s.name,
+            url=s.url,
+            headers=[schema.HttpHeader(name="Authorization", value=f"Bearer {s.bearer_token}")]
             if s.bearer_token
             else [],
-        }
+        )
         for s in servers
     ]
 
@@ -61,9 +62,9 @@ def claude_flags(servers: Sequence[McpServer]) -> list[str]:
     expands `${VAR}` in MCP configs)."""
     if not servers:
         return []
-    config: dict[str, Json] = {}
+    config: dict[str, object] = {}
     for s in servers:
-        entry: dict[str, Json] = {"type": "http", "url": s.url}
+        entry: dict[str, object] = {"type": "http", "url": s.url}
         if s.bearer_token:
             entry["headers"] = {"Authorization": f"Bearer ${{{token_env(s)}}}"}
         config[s.name] = entry

@@ -19,7 +19,7 @@ from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider
 from corral_server.providers.config import ProviderEntry
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 
 # Usable without a config file when their programs are on PATH; a config entry of the same
 # name replaces one. (`scripted` is not among them: it is always there, and not replaceable.)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
@@ -12,12 +11,10 @@ from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.errors import Ctx, streaming, unary
 from corral_server.rpc.export import export_agent
 from corral_server.rpc.import_file import import_agent_export
 from corral_server.rpc.usage import get_usage
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 _UPDATABLE = ("title", "labels", "mode", "model")
 # A selector is at most max_labels terms of a key and a value: 64 * (256 + 256 + 2) < 64 K.

@@ -23,7 +23,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -40,6 +40,8 @@ from corral_server.rpc.roles import CALLER_ROLE, denied, permits
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -170,13 +172,7 @@ def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, status: grpc.Statu
             return grpc.stream_stream_rpc_method_handler(streaming, **kw)
 
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class BearerTokens(_Interceptor):
+class BearerTokens(grpc.aio.ServerInterceptor):
     """Refuses, with UNAUTHENTICATED, every call but health that lacks a good bearer token,
     and ends a call let in when its token is revoked. Runs first, so a refused call's body is
     never decoded."""
@@ -187,10 +183,10 @@ class BearerTokens(_Interceptor):
     async def intercept_service(
         self,
         continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
         ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         method: str = handler_call_details.method
         if method.startswith(EXEMPT_PREFIXES):
             return await continuation(handler_call_details)
@@ -199,8 +195,8 @@ class BearerTokens(_Interceptor):
         handler = await continuation(handler_call_details)
         role = self._tokens.role_of(token) if not reason else None
         if role is not None and permits(role, method):
-            return revocable(handler, self._tokens, token, role)  # type: ignore[return-value]
+            return revocable(handler, self._tokens, token, role)
         log.debug("refused %s: %s", method, reason or "a read-only token")
         status = unauthenticated(reason) if reason else denied(method)
-        result: grpc.RpcMethodHandler[Any, Any] = _refusal(handler, status)
+        result: grpc.RpcMethodHandler[Req, Resp] = _refusal(handler, status)
         return result

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -131,13 +130,8 @@ def to_status(error: errors.CorralError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-# Calls answered with an error, by status code name (the metrics endpoint reads it).
-RPC_ERRORS: Counter[str] = Counter()
-
-
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: errors.CorralError) -> NoReturn:
     status = to_status(error)
-    RPC_ERRORS[status.code.name] += 1
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: context.abort raises")
 
@@ -150,7 +144,6 @@ async def refuse(context: grpc.aio.ServicerContext[Any, Any], error: errors.Corr
     each refused request alive until the collector got to it (with the daemon's tuned
     thresholds, very late: 20 refused 5 MB requests held 2.2 GB)."""
     status = to_status(error)
-    RPC_ERRORS[status.code.name] += 1
     try:
         await context.abort(status.code, status.details, status.trailing_metadata)
     except grpc.aio.AbortError as aborted:
@@ -174,6 +167,10 @@ async def _abort_internal(context: grpc.aio.ServicerContext[Any, Any], exc: Base
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Self_ = TypeVar("Self_")
+
+# A servicer's context as the servicers see it: they only hand it on to the decorators below,
+# which abort through it, so the request and response types it is generic in never matter.
+Ctx = grpc.aio.ServicerContext[Any, Any]
 
 Unary = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 Streaming = Callable[[Self_, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]

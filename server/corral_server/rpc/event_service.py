@@ -16,7 +16,6 @@ Must not: hold protobuf messages per event, or keep a subscription open after it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
@@ -78,7 +77,7 @@ class EventServicer:
     def presence(self) -> dict[str, Presence]:
         return self.presence_book.clients
 
-    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+    def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {

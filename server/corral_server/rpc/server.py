@@ -8,6 +8,7 @@ follow the same socket rules. Must not: open the store or start agents (app.py d
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from corral_server.reclaim import Reclaimer
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.connections import ConnectionBook, ConnectionLimit
+from corral_server.rpc.error_counts import ErrorCounts
 from corral_server.rpc.errors import install_client_gone
 from corral_server.rpc.malformed import MalformedRequests
 
@@ -58,6 +60,7 @@ def build_server(
     *,
     tokens: TokenFile | None,
     connections: ConnectionBook,
+    rpc_errors: Counter[str],
     reclaimer: Reclaimer,
     max_request_bytes: int,
     max_streams_per_connection: int,
@@ -68,7 +71,12 @@ def build_server(
     # The token check runs first: a refused call's body is never decoded.
     auth = [BearerTokens(tokens)] if tokens is not None else []
     return grpc.aio.server(
-        interceptors=[*auth, ConnectionLimit(connections), MalformedRequests(reclaimer)],
+        interceptors=[
+            ErrorCounts(rpc_errors),  # outermost: sees how every call ended
+            *auth,
+            ConnectionLimit(connections),
+            MalformedRequests(reclaimer),
+        ],
         options=[
             # A second daemon on the same port must fail to bind, not share the port.
             ("grpc.so_reuseport", 0),

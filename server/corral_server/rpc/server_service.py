@@ -8,11 +8,10 @@ service's prefix through), while every agent call there answers STANDBY.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.roles import CALLER_ROLE
 from corral_server.server_info import ServerInfo, ServingState
 
@@ -67,7 +66,7 @@ class ServerService(server_grpc.ServerServiceServicer):
 
     @unary
     async def GetServerInfo(
-        self, request: server_pb.GetServerInfoRequest, context: Any
+        self, request: server_pb.GetServerInfoRequest, context: Ctx
     ) -> server_pb.GetServerInfoResponse:
         answer = encode_server_info(self._describe())
         answer.caller_role = CALLER_ROLE.get()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -29,11 +29,8 @@ from corral_server.server_info import ServerInfo
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # What a standby answers; reflection's v1 and v1alpha services share the prefix.
 ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
-
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 
 def _identity(data: bytes) -> bytes:
@@ -46,19 +43,21 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
     raise AssertionError("unreachable: context.abort raises")
 
 
-class _RefuseAgentCalls(_Interceptor):
+class _RefuseAgentCalls(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
         continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
         ],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         if details.method.startswith(ANSWERED_PREFIXES):
             return await continuation(details)
-        return grpc.unary_unary_rpc_method_handler(
+        # Raw bytes in whatever the method's types: the refusal never decodes nor answers.
+        refusal: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(
             _refuse, request_deserializer=_identity, response_serializer=_identity
         )
+        return refusal
 
 
 @dataclass
@@ -91,7 +90,7 @@ async def start_standby_server(
     install_client_gone()
     auth = [BearerTokens(tokens)] if tokens is not None else []
     server = grpc.aio.server(interceptors=[*auth, _RefuseAgentCalls()])
-    servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     server_grpc.add_ServerServiceServicer_to_server(ServerService(lambda: info), server)
     if reflection:

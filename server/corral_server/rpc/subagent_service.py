@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import subagent_service_pb2 as svc_pb
 from corral.v1 import subagent_service_pb2_grpc as svc_grpc
 from corral_server import errors
 from corral_server.rpc import bounds
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.subagent_codec import run_to_pb, spawn_from_pb
 from corral_server.subagents.registry import SubagentRegistry
 from corral_server.subagents.steer import check_message
-
-Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it loosely
 
 
 class SubagentService(svc_grpc.SubagentServiceServicer):

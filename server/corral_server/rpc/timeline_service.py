@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral_server import errors
 from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import unary
+from corral_server.rpc.errors import Ctx, unary
 from corral_server.rpc.timeline_search import search_timeline
 from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
-
-Ctx = Any
 
 _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
@@ -20,17 +19,16 @@ from corral_server.manager.turns import (
 )
 from corral_server.rpc import convert
 from corral_server.rpc.bounds import check_content, check_string
-from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.errors import Ctx, streaming, unary
 from corral_server.rpc.streams import StreamBook
 from corral_server.rpc.turn_follow import TurnFollower
-
-Ctx = Any
 
 # RespondToPermission: an answer's message and edited tool input stay small.
 MAX_PERMISSION_MESSAGE_CHARS = 16_384
 MAX_UPDATED_INPUT_BYTES = 1 << 20
 
-_IF_RUNNING = {
+# Keyed by plain int: a request may carry a number no enum member has.
+_IF_RUNNING: dict[int, IfRunning] = {
     turn_pb.IF_RUNNING_UNSPECIFIED: IfRunning.REJECT,
     turn_pb.IF_RUNNING_REJECT: IfRunning.REJECT,
     turn_pb.IF_RUNNING_QUEUE: IfRunning.QUEUE,
@@ -58,7 +56,7 @@ _OUTCOME = {
 
 def _if_running(value: int) -> IfRunning:
     try:
-        return _IF_RUNNING[value]  # type: ignore[index]
+        return _IF_RUNNING[value]
     except KeyError:
         raise errors.InvalidArgument.field("if_running", f"unknown value {value}") from None
 

@@ -8,19 +8,18 @@ Must not: wrap health or reflection (they are not corral.v1's), or hold per-call
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import grpc
 
 PREFIX = "/corral.v1."
 
-if TYPE_CHECKING:  # generic in the stubs only
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
+# intercept_service is generic in the request and response types of the handler it passes on.
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 
-class HandlerWrapper(_Interceptor):
+class HandlerWrapper(grpc.aio.ServerInterceptor):
     """Subclasses say how one method's handler is wrapped (`wrap`)."""
 
     def __init__(self) -> None:
@@ -33,10 +32,10 @@ class HandlerWrapper(_Interceptor):
     async def intercept_service(
         self,
         continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
         ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
+    ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         method: str = handler_call_details.method
         handler = await continuation(handler_call_details)
         if handler is None or not method.startswith(PREFIX):
@@ -45,5 +44,5 @@ class HandlerWrapper(_Interceptor):
         if wrapped is None or wrapped[0] is not handler:
             wrapped = (handler, self.wrap(method, handler))
             self._wrapped[method] = wrapped
-        result: grpc.RpcMethodHandler[Any, Any] = wrapped[1]
+        result: grpc.RpcMethodHandler[Req, Resp] = wrapped[1]
         return result

@@ -63,11 +63,8 @@ MAX_BATCH_JOBS = 256
 # Page cache per connection (negative = KiB): 1 M rows' index and a warm working set fit.
 _CACHE_KIB = 64 * 1024
 
-# Every committed transaction of every writer thread in this process (one daemon per process
-# outside tests), for the metrics: its duration from BEGIN to the end of COMMIT (the fsync
-# included), and how many jobs shared it (MAX_BATCH_JOBS at most).
-COMMIT_SECONDS = Histogram(SECONDS_BOUNDS)
-COMMIT_JOBS = Histogram((1, 2, 4, 8, 16, 32, 64, 128, MAX_BATCH_JOBS))
+# The buckets of `Database.commit_jobs`: how many jobs shared a transaction.
+COMMIT_JOBS_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, MAX_BATCH_JOBS)
 
 
 _ThreadMain = Callable[[asyncio.Future[None], asyncio.Future[None]], None]
@@ -108,6 +105,10 @@ class Database:
         # Transactions committed by the writer thread (written there, read anywhere): how
         # many commits a burst cost, for tests and benches.
         self.commits = 0
+        # This store's committed transactions, for the metrics: each one's duration from
+        # BEGIN to the end of COMMIT (the fsync included), and how many jobs shared it.
+        self.commit_seconds = Histogram(SECONDS_BOUNDS)
+        self.commit_jobs = Histogram(COMMIT_JOBS_BOUNDS)
         # Whether commits fail for lack of space, and the way back (the writer thread's).
         self.full_disk = FullDisk(self.path)
 
@@ -237,8 +238,8 @@ class Database:
             results = [job.run(conn) for job in batch]
             conn.execute("COMMIT")
             self.commits += 1
-            COMMIT_SECONDS.add(time.perf_counter() - started)
-            COMMIT_JOBS.add(len(batch))
+            self.commit_seconds.add(time.perf_counter() - started)
+            self.commit_jobs.add(len(batch))
         except Exception as exc:
             with contextlib.suppress(sqlite3.Error):
                 if conn.in_transaction:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -86,8 +87,12 @@ class WebApp:
         calls: OpenCalls,
         static: StaticFiles,
         max_request_bytes: int,
+        rpc_errors: Counter[str] | None = None,
     ) -> None:
         self._methods = methods
+        # Calls answered with an error, by status code: the daemon's count, shared with its
+        # gRPC edge (rpc/error_counts.py), for the metrics.
+        self.rpc_errors: Counter[str] = Counter() if rpc_errors is None else rpc_errors
         self.access = access
         self.calls = calls
         self._static = static
@@ -136,6 +141,22 @@ class WebApp:
             await plain(send, 415, text, [(b"accept-post", ACCEPTED.encode())])
             return
         out = protocol.responder(send, self.access.cors(headers))
+        try:
+            await self._answer(scope, receive, headers, authorization, method, protocol, out)
+        finally:
+            if out.status is not None and out.status.code is not grpc.StatusCode.OK:
+                self.rpc_errors[out.status.code.name] += 1
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        headers: dict[str, str],
+        authorization: list[str],
+        method: Method | None,
+        protocol: Protocol,
+        out: Responder,
+    ) -> None:
         version = headers.get("connect-protocol-version")
         if protocol.kind != "grpc-web" and version not in (None, "1"):
             await out.finish(_invalid(f"connect-protocol-version {version!r} is not 1"))

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import grpc
 
 from corral_server import errors
-from corral_server.rpc.errors import RPC_ERRORS, to_status
+from corral_server.rpc.errors import to_status
 
 DETAILS_KEY = "grpc-status-details-bin"
 
@@ -33,7 +33,6 @@ class WebStatus:
     def of(cls, error: errors.CorralError) -> WebStatus:
         """The status the gRPC edge gives `error` (same code, message and details)."""
         status = to_status(error)
-        RPC_ERRORS[status.code.name] += 1
         return cls.from_grpc(status.code, status.details, status.trailing_metadata)
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class WebEndpoint:
         settings: WebSettings,
         servicers: Mapping[ServiceDescriptor, object],
         tokens: TokenFile | None,
+        rpc_errors: Counter[str] | None = None,
     ) -> None:
         self.settings = settings
         access = Access(tokens, frozenset(settings.allow_origins), is_loopback(settings.listen))
@@ -49,6 +51,7 @@ class WebEndpoint:
             self.calls,
             StaticFiles(settings.static_dir),
             settings.max_request_bytes,
+            rpc_errors,
         )
         self._server = AsgiServer(self.app, "corral-web", settings.grace_s, settings.tls)
         self.port = 0

@@ -116,6 +116,7 @@ class Responder:
         self._send = send
         self._headers = headers
         self.finished = False  # the call's end was written: nothing may follow it
+        self.status: WebStatus | None = None  # the error the call ended with, once finished
 
     async def start(self, status: int, content_type: str, length: int | None = None) -> None:
         headers = [(b"content-type", content_type.encode()), *self._headers]
@@ -133,6 +134,7 @@ class Responder:
         """Write the call's end, once (a cut racing the call's own end writes nothing)."""
         if not self.finished:
             self.finished = True
+            self.status = status
             await self._finish(status)
 
     async def _finish(self, status: WebStatus | None) -> None:

@@ -25,6 +25,7 @@ from corral_server.domain.timeline import AssistantMessage, TimelineRow
 from corral_server.hub import EventHub, Subscription
 from corral_server.hub.ring import Entry, frame, revision_field, take_batch
 from tests.support.fakes import idle_agent
+from tests.support.hub import poll
 
 
 def encode(revision: int, event: Event | StreamControl) -> bytes:
@@ -46,7 +47,7 @@ def row(seq: int) -> RowAppended:
 
 def batches(sub: Subscription) -> list[bytes]:
     out: list[bytes] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         out.append(batch)
     return out
 

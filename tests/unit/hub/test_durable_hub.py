@@ -27,6 +27,7 @@ from corral_server.records import InMemoryEventLog, LogEntry
 from corral_server.rpc.convert import encode_event
 from corral_server.store.errors import StoreWriteFailed
 from tests.support.fakes import idle_agent
+from tests.support.hub import poll
 
 
 class GatedLog(InMemoryEventLog):
@@ -68,7 +69,7 @@ def agents(scope: frozenset[str]) -> list[Agent]:
 
 def ready(sub: Subscription) -> list[event_pb.Event]:
     out: list[event_pb.Event] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         out += event_pb.SubscribeResponse.FromString(batch).events
     return out
 
@@ -159,7 +160,7 @@ async def test_a_resume_older_than_the_ring_replays_from_the_log() -> None:
     log = await committed_log(5)
     hub = EventHub(encode_event, log=log)  # the ring starts empty at 5
     sub = hub.subscribe(frozenset(), 2, agents, resume_incarnation="kept")
-    assert sub.poll() is None  # the step reads the log: not ready without waiting
+    assert poll(sub) is None  # the step reads the log: not ready without waiting
     stream = await read(sub, 4)
     assert turns(stream) == [(3, "t3"), (4, "t4"), (5, "t5")]
     assert stream[-1].synced.revision == 5 and not stream[-1].synced.reset

@@ -12,6 +12,7 @@ from corral_server.domain.events import AgentRemoved, TurnStarted
 from corral_server.hub import EventHub, Subscription, new_incarnation
 from corral_server.rpc.convert import encode_event
 from tests.support.fakes import idle_agent
+from tests.support.hub import poll
 
 
 def agents(scope: frozenset[str]) -> list[Agent]:
@@ -21,7 +22,7 @@ def agents(scope: frozenset[str]) -> list[Agent]:
 def events(sub: Subscription) -> list[event_pb.Event]:
     """Everything the subscription has ready now, without waiting."""
     out: list[event_pb.Event] = []
-    while (batch := sub.poll()) is not None:
+    while (batch := poll(sub)) is not None:
         out += event_pb.SubscribeResponse.FromString(batch).events
     return out
 

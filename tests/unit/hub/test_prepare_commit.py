@@ -21,6 +21,7 @@ from corral_server.hub.ring import frame_with_revision, revision_field
 from corral_server.rpc import wire
 from corral_server.rpc.convert import encode_event
 from tests.support.fakes import idle_agent
+from tests.support.hub import poll
 
 BUSY = da.Agent(
     id=AgentId("a" * 32),
@@ -78,7 +79,7 @@ REVISIONS = [1, 2, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, 2**40]
 
 def test_every_event_kind_is_covered() -> None:
     covered = {type(event) for event in EVERY_KIND}
-    assert covered == set(de.Event.__args__)  # type: ignore[attr-defined]
+    assert covered == set(de.Event.__args__)
 
 
 @pytest.mark.parametrize("event", EVERY_KIND, ids=lambda e: type(e).__name__)
@@ -101,22 +102,22 @@ def test_numbering_a_row_of_any_size_matches_protobuf(revision: int, text: str) 
 def test_commit_frames_the_prepared_event_with_the_next_revision() -> None:
     hub = EventHub(encode_event)
     sub = hub.subscribe(frozenset(), None, lambda scope: ())
-    sub.poll()  # the snapshot: just Synced(0)
+    poll(sub)  # the snapshot: just Synced(0)
     expected = b""
     for revision, event in enumerate(EVERY_KIND, start=1):
         prepared = hub.prepare(event)
         assert prepared == Prepared(event.agent_id, encode_event(0, event))
         assert hub.commit(prepared) == revision
         expected += frame(encode_event(revision, event))
-    assert sub.poll() == expected
+    assert poll(sub) == expected
 
 
 def test_publish_is_prepare_then_commit() -> None:
     hub = EventHub(encode_event)
     sub = hub.subscribe(frozenset(), None, lambda scope: ())
-    sub.poll()
+    poll(sub)
     assert hub.publish(EVERY_KIND[3]) == 1
-    assert sub.poll() == frame(encode_event(1, EVERY_KIND[3]))
+    assert poll(sub) == frame(encode_event(1, EVERY_KIND[3]))
 
 
 def test_an_event_the_encoder_refuses_fails_in_prepare_and_takes_no_revision() -> None:

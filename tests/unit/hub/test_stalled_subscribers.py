@@ -5,7 +5,8 @@ point that skips nothing."""
 from __future__ import annotations
 
 from corral_server.hub import EventHub, SubscriptionState
-from tests.unit.hub.test_event_hub import Agents, drain, encode, publish_rows, rows
+from tests.support.hub import poll
+from tests.unit.hub.test_event_hub import Agents, drain, encode, publish_rows, rows, state
 
 
 async def test_a_buffer_whose_oldest_event_left_the_ring_is_dropped_at_the_next_release() -> None:
@@ -14,10 +15,10 @@ async def test_a_buffer_whose_oldest_event_left_the_ring_is_dropped_at_the_next_
     assert drain(slow) == ["0:upsert a1", "0:synced 0"]
     publish_rows(hub, "a1", range(1, 31))
     # The ring keeps 21..30; the buffer may not keep 1..20 alive: demoted, nothing held.
-    assert slow.state is SubscriptionState.CATCHING_UP
+    assert state(slow) is SubscriptionState.CATCHING_UP
     assert slow.buffered_events == 0
     assert drain(slow) == ["0:reset 0 20", "0:upsert a1", "0:synced 30 reset"]
-    assert slow.state is SubscriptionState.LIVE
+    assert state(slow) is SubscriptionState.LIVE
 
 
 async def test_end_one_drops_what_was_not_taken_and_names_what_was_given() -> None:
@@ -25,7 +26,7 @@ async def test_end_one_drops_what_was_not_taken_and_names_what_was_given() -> No
     sub = hub.subscribe(frozenset(), None, Agents("a1"))
     drain(sub)
     publish_rows(hub, "a1", range(1, 6))
-    assert sub.poll() is not None  # 1 and 2 taken; 3..5 still buffered
+    assert poll(sub) is not None  # 1 and 2 taken; 3..5 still buffered
     hub.end_one(sub, "the client did not read for 30 s")
     assert sub.buffered_events == 0
     assert drain(sub) == ["0:ending 2"]
@@ -35,7 +36,7 @@ async def test_end_one_drops_what_was_not_taken_and_names_what_was_given() -> No
 async def test_end_one_before_the_snapshot_was_all_taken_resumes_from_zero() -> None:
     hub = EventHub(encode, batch_events=1)
     sub = hub.subscribe(frozenset(), None, Agents("a1", "a2"))
-    assert sub.poll() is not None  # the first upsert only
+    assert poll(sub) is not None  # the first upsert only
     hub.end_one(sub, "stalled")
     assert drain(sub) == ["0:ending 0"]
 
@@ -44,7 +45,7 @@ async def test_end_one_of_a_catching_up_subscriber_resumes_where_its_replay_stoo
     hub = EventHub(encode, batch_events=2)
     publish_rows(hub, "a1", range(1, 9))
     sub = hub.subscribe(frozenset(), 2, Agents("a1"))
-    assert sub.poll() is not None  # replays 3, 4
+    assert poll(sub) is not None  # replays 3, 4
     hub.end_one(sub, "stalled")
     assert drain(sub) == ["0:ending 4"]
     resumed = hub.subscribe(frozenset(), 4, Agents("a1"))

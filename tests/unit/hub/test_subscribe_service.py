@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import pytest
@@ -123,7 +124,7 @@ class Served:
     agents: Agents
     servicer: EventServicer
     channel: grpc.aio.Channel
-    stub: event_grpc.EventServiceStub
+    stub: event_grpc.EventServiceAsyncStub
     address: str
 
 
@@ -136,7 +137,7 @@ async def serve() -> AsyncIterator[StartServer]:
     servers: list[grpc.aio.Server] = []
     channels: list[grpc.aio.Channel] = []
 
-    async def start(**hub_options: int) -> Served:
+    async def start(**hub_options: Any) -> Served:
         hub = EventHub(encode, **hub_options)
         agents = Agents()
         servicer = EventServicer(hub, agents)

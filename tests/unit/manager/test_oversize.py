@@ -13,6 +13,7 @@ from corral_server.domain.timeline import (
     MAX_ROW_BYTES,
     AssistantMessage,
     ErrorItem,
+    JsonValue,
     Todo,
     TodoEntry,
     ToolCall,
@@ -55,7 +56,7 @@ def test_an_item_that_fits_is_returned_as_the_same_object() -> None:
 
 
 def test_a_huge_tool_output_becomes_its_json_text_cut_with_a_marker() -> None:
-    output = {"lines": [f"line {i}" for i in range(400_000)]}
+    output: JsonValue = {"lines": [f"line {i}" for i in range(400_000)]}
     call = ToolCall("c1", "bash", ToolCallStatus.COMPLETED, {"cmd": "seq"}, output)
     fitted = fit_item(call)
     assert isinstance(fitted, ToolCall)
@@ -88,6 +89,7 @@ def test_two_big_fields_are_cut_to_one_common_size() -> None:
 def test_any_other_big_text_is_cut_with_a_marker(item: ErrorItem | UserMessage) -> None:
     fitted = fit_item(item)
     assert item_bytes(fitted) <= MAX_ROW_BYTES
+    assert isinstance(fitted, ErrorItem | UserMessage)
     text = fitted.message if isinstance(fitted, ErrorItem) else fitted.text
     assert "… [cut by corral: " in text
 

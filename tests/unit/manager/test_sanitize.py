@@ -61,7 +61,7 @@ def test_a_tool_input_from_json_loads_with_a_lone_surrogate_is_cleaned_keys_too(
 
 
 def test_non_finite_numbers_become_their_protobuf_json_names() -> None:
-    value = [math.nan, math.inf, -math.inf, 1.5]
+    value: list[dt.JsonValue] = [math.nan, math.inf, -math.inf, 1.5]
     assert sanitize_json(value) == ["NaN", "Infinity", "-Infinity", 1.5]
 
 
@@ -86,7 +86,8 @@ def test_a_value_nested_too_deep_even_for_json_text_is_named() -> None:
 
 
 def test_non_json_values_are_shown_as_text() -> None:
-    value = {1: b"\x00", None: {1, 2}, "big": 10**400, "huge": 2**20_000, "t": (1, 2)}
+    # Not JSON, as a provider's parsed output may be despite its types.
+    value: Any = {1: b"\x00", None: {1, 2}, "big": 10**400, "huge": 2**20_000, "t": (1, 2)}
     clean: Any = sanitize_json(value)
     assert clean["1"] == "<bytes: b'\\x00'>"
     assert clean["null"] == "<set: {1, 2}>"

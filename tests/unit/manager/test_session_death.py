@@ -58,7 +58,7 @@ async def test_an_idle_death_leaves_an_error_row_and_the_agent_idle(world: World
     session.emit(ProviderSessionDied("killed by the OOM killer"))
     after = await world.drained(agent.id)
     assert after.lifecycle == Idle() and session.closed
-    assert after.last_error.code == "AGENT_EXITED"
+    assert after.last_error is not None and after.last_error.code == "AGENT_EXITED"
     last = (await world.items(agent.id))[-1]
     assert isinstance(last, ErrorItem) and "OOM" in last.message
 

@@ -23,9 +23,10 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, cast
 
 import acp
+import acp.interfaces
 from acp.schema import PermissionOption, ToolCallUpdate
 
 MODE = sys.argv[1]
@@ -123,7 +124,8 @@ def raw(line: bytes) -> None:
 async def main() -> None:
     if MODE == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    await acp.run_agent(StubAgent())
+    # The SDK answers method-not-found for what StubAgent leaves out of its Agent protocol.
+    await acp.run_agent(cast(acp.interfaces.Agent, StubAgent()))
     if MODE == "hang":  # stdin closed: still not exiting
         await asyncio.Event().wait()
 

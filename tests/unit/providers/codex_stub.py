@@ -53,7 +53,7 @@ def delta(text: str) -> None:
 
 
 def complete(status: str = "completed") -> None:
-    turn = {"id": TURN, "items": [], "status": status, "error": None}
+    turn: dict[str, Any] = {"id": TURN, "items": [], "status": status, "error": None}
     send({"method": "turn/completed", "params": {"threadId": THREAD, "turn": turn}})
 
 

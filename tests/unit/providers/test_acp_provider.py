@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from acp import schema
 
 from corral_server.domain.agent import PermissionBehavior, PermissionResponse
 from corral_server.domain.content import TextPart
 from corral_server.domain.timeline import AssistantMessage, ToolCall, ToolCallStatus
 from corral_server.providers import acp_files
 from corral_server.providers.acp import AcpProvider, AcpSession, AcpStartFailed
-from corral_server.providers.acp_items import ItemMapper
-from corral_server.providers.acp_wire import AcpError
+from corral_server.providers.acp_items import ItemMapper, Update
 from corral_server.providers.base import (
     InterruptResult,
     ProviderEvent,
@@ -32,6 +32,7 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.providers.jsonrpc import RpcError
 from corral_server.providers.sandbox import FileSandbox
 
 STUB = Path(__file__).with_name("acp_stub.py")
@@ -174,20 +175,26 @@ async def test_files_are_confined_to_the_cwd(tmp_path: Path) -> None:
     }
     assert await acp_files.read_text_file(files, {"path": str(cwd / "missing")}) == {"content": ""}
     for bad in (str(cwd / ".." / "secret"), str(cwd / "link"), "relative.txt"):
-        with pytest.raises(AcpError):
+        with pytest.raises(RpcError):
             await acp_files.read_text_file(files, {"path": bad})
-        with pytest.raises(AcpError):
+        with pytest.raises(RpcError):
             await acp_files.write_text_file(files, {"path": bad, "content": "x"})
-    with pytest.raises(AcpError, match="line must be a positive integer"):
+    with pytest.raises(RpcError, match="line must be a positive integer"):
         await acp_files.read_text_file(files, {"path": str(cwd / "a" / "b.txt"), "line": 0})
     assert (tmp_path / "secret").read_text() == "no"
+
+
+def as_update(update: dict[str, object]) -> Update:
+    """A `session/update`'s update as the SDK reads it off the wire."""
+    return schema.SessionNotification.model_validate({"sessionId": "s", "update": update}).update
 
 
 def test_a_repeated_tool_call_id_is_an_update_of_the_whole_call() -> None:
     items = ItemMapper()
     items.start_turn("t1")
-    items.map({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Bash", "rawInput": {}})
-    [update] = items.map({"sessionUpdate": "tool_call", "toolCallId": "c1", "status": "completed"})
+    call = {"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Bash"}
+    items.map(as_update({**call, "rawInput": {}}))
+    [update] = items.map(as_update({**call, "status": "completed"}))
     assert update.item == ToolCall("c1", "Bash", ToolCallStatus.COMPLETED, input={})
 
 

@@ -4,7 +4,7 @@ streamed or came whole; tool calls follow their use and result; result subtypes 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from corral_server.domain.agent import AgentError, Usage
 from corral_server.domain.timeline import AssistantMessage, Reasoning, ToolCall, ToolCallStatus
@@ -15,6 +15,7 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
 )
 from corral_server.providers.claude_code_items import ItemMapper, terminal, usage
+from corral_server.providers.claude_code_messages import ResultLine, as_line
 
 
 def mapper() -> ItemMapper:
@@ -48,8 +49,13 @@ def tool_result(call_id: str, content: Any, is_error: bool = False) -> dict[str,
     return {"type": "user", "message": {"role": "user", "content": [block]}}
 
 
-def run(m: ItemMapper, *lines: dict[str, Any]) -> list[ProviderItem]:
-    return [item for line in lines for item in m.map(line)]
+def run(m: ItemMapper, *lines: Any) -> list[ProviderItem]:
+    return [item for line in lines for item in m.map(as_line(line))]
+
+
+def result(line: dict[str, Any]) -> ResultLine:
+    """A `result` line as the session hands it on (unchecked, as parsed)."""
+    return cast(ResultLine, line)
 
 
 def test_streamed_text_is_reported_by_its_deltas_and_not_again_by_its_assistant_line() -> None:
@@ -182,22 +188,22 @@ def test_result_subtypes_end_the_turn() -> None:
     }
     max_turns = {"subtype": "error_max_turns", "is_error": True}
     during = {"subtype": "error_during_execution", "is_error": True, "errors": ["a", "b"]}
-    assert terminal("t1", success, False) == ProviderTurnCompleted("t1", Usage(1, 2))
-    assert terminal("t1", api, False) == ProviderTurnFailed(
+    assert terminal("t1", result(success), False) == ProviderTurnCompleted("t1", Usage(1, 2))
+    assert terminal("t1", result(api), False) == ProviderTurnFailed(
         "t1", AgentError("API Error: 429 slow down", "MODEL_ERROR")
     )
-    failed = terminal("t1", max_turns, False)
+    failed = terminal("t1", result(max_turns), False)
     assert isinstance(failed, ProviderTurnFailed) and "error_max_turns" in failed.error.message
-    assert terminal("t1", during, False) == ProviderTurnFailed(
+    assert terminal("t1", result(during), False) == ProviderTurnFailed(
         "t1", AgentError("a; b", "AGENT_ERROR")
     )
     # An interrupt claude confirmed ends the turn canceled, whatever the result says.
-    for result in (success, during):
-        assert terminal("t1", result, True) == ProviderTurnCanceled("t1", "cancelled")
+    for line in (success, during):
+        assert terminal("t1", result(line), True) == ProviderTurnCanceled("t1", "cancelled")
 
 
 def test_usage_counts_all_input_and_this_turns_cost() -> None:
-    result = {
+    line = {
         "usage": {
             "input_tokens": 10,
             "cache_creation_input_tokens": 4,
@@ -207,6 +213,6 @@ def test_usage_counts_all_input_and_this_turns_cost() -> None:
         "total_cost_usd": 9.0,  # the session's running total: not this turn's
         "model_usage_since_last_result": {"a": {"costUSD": 0.5}, "b": {"costUSD": 0.25}, "c": "?"},
     }
-    assert usage(result) == Usage(20, 7, 6, 0.75)
-    assert usage({"usage": {"input_tokens": "x"}}) == Usage()
-    assert usage({}) is None
+    assert usage(result(line)) == Usage(20, 7, 6, 0.75)
+    assert usage(result({"usage": {"input_tokens": "x"}})) == Usage()
+    assert usage(result({})) is None

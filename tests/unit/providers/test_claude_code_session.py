@@ -31,12 +31,12 @@ from corral_server.providers.base import (
     ProviderTurnFailed,
     SessionConfig,
 )
+from corral_server.providers.child import MAX_LINE_BYTES
 from corral_server.providers.claude_code import (
     ClaudeCodeProvider,
     ClaudeCodeSession,
     ClaudeStartFailed,
 )
-from corral_server.providers.claude_code_wire import MAX_LINE_BYTES
 from tests.agents.child import tagged_processes
 
 STUB = Path(__file__).with_name("claude_code_stub.py")
@@ -91,10 +91,11 @@ def events() -> Events:
 
 
 async def open_session(
-    mode: str, tmp_path: Path, events: Events, **config: str
+    mode: str, tmp_path: Path, events: Events, resume_session_id: str = ""
 ) -> AsyncIterator[ClaudeCodeSession]:
     provider = stub(mode)
-    session = await provider.create_session(SessionConfig("a1", str(tmp_path), **config), events)
+    config = SessionConfig("a1", str(tmp_path), resume_session_id=resume_session_id)
+    session = await provider.create_session(config, events)
     try:
         yield session
     finally:

@@ -108,7 +108,7 @@ async def test_deltas_sent_before_the_answer_to_turn_start_belong_to_the_turn(
     [
         ("crash", "AGENT_EXITED", "status 3"),
         ("huge", "AGENT_PROTOCOL_ERROR", "over 16777216 bytes"),
-        ("garbage", "AGENT_PROTOCOL_ERROR", "not a JSON object: b'not json at all'"),
+        ("garbage", "AGENT_PROTOCOL_ERROR", "not JSON: b'not json at all'"),
     ],
 )
 async def test_a_codex_that_dies_or_breaks_the_framing_fails_the_turn_clearly(

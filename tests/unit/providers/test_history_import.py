@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
+from acp import schema
 
 from corral_server.domain.timeline import (
     AssistantMessage,
+    JsonValue,
     Reasoning,
     ToolCall,
     ToolCallStatus,
@@ -23,6 +26,7 @@ from corral_server.providers.claude_code_history import (
     transcript_path,
 )
 from corral_server.providers.codex_items import history_items as codex_history
+from corral_server.providers.codex_protocol import Thread
 
 
 def test_a_claude_transcript_maps_the_conversation_and_skips_what_is_not_it() -> None:
@@ -78,7 +82,7 @@ def test_a_claude_transcript_is_found_by_cwd_and_refuses_ids_that_leave_its_fold
 
 
 def test_a_codex_threads_turns_become_user_messages_and_completed_items() -> None:
-    thread = {
+    thread: dict[str, JsonValue] = {
         "id": "th",
         "turns": [
             {
@@ -103,7 +107,7 @@ def test_a_codex_threads_turns_become_user_messages_and_completed_items() -> Non
             }
         ],
     }
-    items = codex_history(thread)
+    items = codex_history(cast(Thread, thread))  # as codex's answer is read
     assert all(i.from_history for i in items)
     kinds = [type(i.item) for i in items]
     assert kinds == [UserMessage, Reasoning, ToolCall, AssistantMessage]
@@ -128,7 +132,10 @@ def test_an_acp_replay_joins_chunks_of_one_message_and_keeps_a_calls_latest_stat
         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"},
         chunk("user_message_chunk", "thanks"),
     ]
-    items = acp_history(updates)  # type: ignore[arg-type]
+    items = acp_history(
+        schema.SessionNotification.model_validate({"sessionId": "s", "update": u}).update
+        for u in updates
+    )
     assert all(i.from_history and i.turn_id == "" for i in items)
     got = [i.item for i in items]
     assert [type(g) for g in got] == [

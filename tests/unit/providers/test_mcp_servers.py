@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from acp import schema
 
 from corral_server.providers.acp import AcpProvider
 from corral_server.providers.base import McpServer, ProviderEvent, SessionConfig
@@ -71,7 +72,8 @@ async def test_acp_session_new_carries_the_server_when_the_agent_offers_http(
 
 
 def test_acp_without_servers_sends_an_empty_list() -> None:
-    assert acp_servers((), {"mcpCapabilities": {"http": True}}) == []
+    http = schema.AgentCapabilities(mcp_capabilities=schema.McpCapabilities(http=True))
+    assert acp_servers((), http) == []
 
 
 def test_claude_code_gets_an_mcp_config_whose_token_comes_from_its_environment() -> None:

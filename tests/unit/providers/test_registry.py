@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -17,7 +18,7 @@ from corral_server.providers.registry import (
     build,
     with_builtins,
 )
-from corral_server.providers.scripted import ScriptedProvider
+from corral_server.providers.scripted_provider import ScriptedProvider
 
 ADAPTERS = {
     "claude-code": ("corral_server.providers.claude_code", "ClaudeCodeProvider"),
@@ -133,13 +134,13 @@ def test_an_adapter_in_the_build_gets_argv_env_and_name(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, cls = ADAPTERS[kind]
-    recorded = type("Recorded", (Recorded,), {"made": []})
+    recorded = cast(type[Recorded], type("Recorded", (Recorded,), {"made": []}))
     monkeypatch.setattr(registry, cls, recorded)
     clock = FakeClock()
     extra = "\nconfig = { model = 'o3', retries = 0 }" if kind == "codex" else ""
     text = f"[providers.mine]\nkind = '{kind}'\ncommand = ['/opt/x']\nenv = {{ K = 'v' }}{extra}"
     provider = build(parse(text), clock, environ={"HOME": "/h", "K": "old"})["mine"]
-    assert isinstance(provider, recorded)
+    assert isinstance(provider, Recorded)
     assert provider.clock is (clock if kind == "codex" else None)
     argv = ["/opt/x", "-c", 'model="o3"', "-c", "retries=0"] if kind == "codex" else ["/opt/x"]
     assert recorded.made == [(argv, {"HOME": "/h", "K": "v"}, "mine")]
@@ -148,7 +149,7 @@ def test_an_adapter_in_the_build_gets_argv_env_and_name(
 def test_inherit_env_false_gives_the_program_only_its_own_env(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    recorded = type("Recorded", (Recorded,), {"made": []})
+    recorded = cast(type[Recorded], type("Recorded", (Recorded,), {"made": []}))
     monkeypatch.setattr(registry, "CodexProvider", recorded)
     text = "[providers.c]\nkind = 'codex'\ninherit_env = false\nenv = { CODEX_HOME = '/c' }"
     build(parse(text), FakeClock(), environ={"HOME": "/h", "SECRET": "s"})

@@ -1,4 +1,5 @@
-"""The scripted provider's directives for replay and follow-ups (providers/script.py): `/history N`
+"""The scripted provider's directives for replay and follow-ups (providers/script_parser.py):
+`/history N`
 (history replay) and `/follow-up TEXT` (a permission whose ALLOW answer asks for a follow-up
 prompt)."""
 
@@ -7,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import MAX_HISTORY_ITEMS, FollowUp, History, parse_script
+from corral_server.providers.script_parser import MAX_HISTORY_ITEMS, parse_script
+from corral_server.providers.script_steps import FollowUp, History
 
 
 def test_history_parses_a_count_of_items() -> None:

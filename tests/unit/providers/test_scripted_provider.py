@@ -32,7 +32,7 @@ from corral_server.providers.base import (
     ProviderTurnStarted,
     SessionConfig,
 )
-from corral_server.providers.scripted import ScriptedProvider, ScriptedSession
+from corral_server.providers.scripted_provider import ScriptedProvider, ScriptedSession
 
 TERMINAL = (ProviderTurnCompleted, ProviderTurnFailed, ProviderTurnCanceled)
 

@@ -1,13 +1,12 @@
-"""Parsing the scripted provider's prompts into steps (providers/script.py)."""
+"""Parsing the scripted provider's prompts into steps (providers/script_parser.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import (
-    KNOWN_DIRECTIVES,
-    MAX_SLEEP_MS,
+from corral_server.providers.script_parser import KNOWN_DIRECTIVES, MAX_SLEEP_MS, parse_script
+from corral_server.providers.script_steps import (
     Fail,
     Permission,
     RefuseInterrupt,
@@ -18,7 +17,6 @@ from corral_server.providers.script import (
     Step,
     Think,
     Tool,
-    parse_script,
 )
 
 

@@ -1,4 +1,4 @@
-"""Parsing the scripted provider's turn directives (providers/script.py): `/autonomous`
+"""Parsing the scripted provider's turn directives (providers/script_parser.py): `/autonomous`
 sections, `/permissions N`, and the directives that shape a turn's end or its interrupts."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from corral_server.errors import InvalidArgument
-from corral_server.providers.script import (
-    MAX_PERMISSIONS,
+from corral_server.providers.script_parser import MAX_PERMISSIONS, parse_script
+from corral_server.providers.script_steps import (
     Autonomous,
     DuplicateTerminal,
     HangInterrupt,
@@ -17,7 +17,6 @@ from corral_server.providers.script import (
     Script,
     Sleep,
     TerminalWithoutId,
-    parse_script,
 )
 
 

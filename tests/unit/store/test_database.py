@@ -7,7 +7,7 @@ import errno
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,7 @@ async def test_writes_queued_during_a_commit_share_the_next_transaction(db: Data
         entered.set()
         release.wait(10)
 
-    def put(key: str) -> object:
+    def put(key: str) -> Callable[[sqlite3.Connection], int]:
         def run(conn: sqlite3.Connection) -> int:
             conn.execute("INSERT INTO meta VALUES (?, ?)", (key, "v"))
             return db.commits  # the commits before this job's transaction
@@ -150,7 +150,7 @@ async def test_writes_queued_during_a_commit_share_the_next_transaction(db: Data
 
     first = asyncio.ensure_future(db.write(blocking))
     await asyncio.to_thread(entered.wait, 10)
-    later = [asyncio.ensure_future(db.write(put(f"k{i}"))) for i in range(50)]  # type: ignore[arg-type]
+    later = [asyncio.ensure_future(db.write(put(f"k{i}"))) for i in range(50)]
     await asyncio.sleep(0)  # all fifty are queued behind the blocked transaction
     release.set()
     await first
@@ -166,7 +166,7 @@ async def test_a_failing_job_fails_alone_and_leaves_nothing_behind(db: Database)
         entered.set()
         release.wait(10)
 
-    def put(key: str, fail: bool = False) -> object:
+    def put(key: str, fail: bool = False) -> Callable[[sqlite3.Connection], None]:
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO meta VALUES (?, ?)", (key, "v"))
             if fail:
@@ -177,7 +177,7 @@ async def test_a_failing_job_fails_alone_and_leaves_nothing_behind(db: Database)
     first = asyncio.ensure_future(db.write(blocking))
     await asyncio.to_thread(entered.wait, 10)
     jobs = [put("a"), put("bad", fail=True), put("c")]
-    results = [asyncio.ensure_future(db.write(job)) for job in jobs]  # type: ignore[arg-type]
+    results = [asyncio.ensure_future(db.write(job)) for job in jobs]
     release.set()
     await first
     outcomes = await asyncio.gather(*results, return_exceptions=True)

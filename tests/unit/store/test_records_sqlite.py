@@ -235,7 +235,9 @@ async def test_writes_of_every_store_in_one_loop_turn_share_one_commit(state: Pa
 def _version_1_database_with_one_agent(state: Path) -> None:
     state.mkdir(parents=True)
     conn = sqlite3.connect(state / DB_FILE)
-    conn.executescript(MIGRATIONS[0])
+    first = MIGRATIONS[0]
+    assert isinstance(first, str)  # the first migration is a plain SQL script
+    conn.executescript(first)
     conn.execute("PRAGMA user_version = 1")
     conn.execute(
         "INSERT INTO agents VALUES (?, ?, 0)", ("old", AgentCodec.encode(sample_agent("old")))

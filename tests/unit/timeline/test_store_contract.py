@@ -537,7 +537,8 @@ async def _check_against_model(kind: str, ops: list[object], retain_rows: int | 
 
 async def _run_model(store: TimelineStore, ops: list[object], retain_rows: int | None) -> None:
     await store.create(AGENT)
-    epochs, all_seqs = [EPOCH], []
+    epochs = [EPOCH]
+    all_seqs: list[int] = []
     for op in ops:
         match op:
             case _Append(count=count):

@@ -1,9 +1,9 @@
-"""The grammar of the built-in `scripted` provider (API.md, "The built-in scripted provider").
+"""The grammar of the built-in `scripted` provider (docs/api.md, "The scripted provider").
 
-This module owns parsing only: a prompt's text becomes a `Script` (the plain text plus an
-ordered tuple of steps) or an `InvalidArgument` whose field violations name every bad line. It
-never runs a step, never sleeps and knows nothing of sessions, events or which capabilities the
-server has delivered yet (that is `scripted.py`'s concern).
+This module owns parsing only: a prompt's text becomes a `Script` (script_steps.py: the plain
+text plus an ordered tuple of steps) or an `InvalidArgument` whose field violations name every
+bad line. It never runs a step, never sleeps and knows nothing of sessions, events or which
+capabilities the server has delivered yet (that is `scripted_turn.py`'s concern).
 
 Grammar: a line that starts with `/` is a directive; every other line is text. The text is the
 non-directive lines joined with newlines, without leading or trailing blank lines.
@@ -13,11 +13,31 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
-from typing import TypeAlias
+from dataclasses import replace
 
 from corral_server.domain.timeline import JsonValue
 from corral_server.errors import FieldViolation, InvalidArgument
+from corral_server.providers.script_steps import (
+    Autonomous,
+    DuplicateTerminal,
+    Echo,
+    Fail,
+    FollowUp,
+    HangInterrupt,
+    History,
+    Permission,
+    Permissions,
+    RefuseInterrupt,
+    ReplayTurn,
+    Reply,
+    Script,
+    Sleep,
+    Spawn,
+    Step,
+    TerminalWithoutId,
+    Think,
+    Tool,
+)
 
 # Listed in error messages, so a user who mistyped one sees what exists.
 KNOWN_DIRECTIVES = (
@@ -58,158 +78,6 @@ _TOOL = re.compile(r"(\S+)(?:\s+(.*))?", re.DOTALL)
 _MS = re.compile(r"[0-9]{1,9}")
 _COUNT = re.compile(r"[0-9]{1,5}")
 _TURN_ID = re.compile(r"\S{1,128}")
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Think:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    name: str
-    # A JSON object, or None when the directive gave no input.
-    input: JsonValue = None
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class RefuseInterrupt:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Permission:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Spawn:
-    task: str
-
-
-@dataclass(frozen=True, slots=True)
-class Echo:
-    """The provider reports the prompt back as a user message with its own message id, as
-    real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """The provider replays `count` items of earlier history (`from_history`), as a resumed
-    session does: alternately a user and an assistant message."""
-
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class FollowUp:
-    """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
-    next, as a prompt replacing the running turn (seed 000, section 10). `text` is itself a
-    valid script."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    """`count` permission requests at once (named `permission-1` ...); the turn goes on when
-    every one is answered. With `input_bytes`, each request's tool input is
-    {"content": that many "x"}: a provider asking with large inputs."""
-
-    count: int
-    input_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HangInterrupt:
-    """From this step on, an interrupt of the turn never answers (until the session closes):
-    the provider call corral makes runs into its deadline."""
-
-
-@dataclass(frozen=True, slots=True)
-class TerminalWithoutId:
-    """The turn's terminal event (completed or failed) names no turn: corral gives it the
-    running turn's id (seed 000, 5.2)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicateTerminal:
-    """The turn's terminal event is reported twice, the copy right after it."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayTurn:
-    """Once the turn has ended, the provider reports turn `turn_id`'s start and completion
-    again, as a provider replaying a finished turn's events does (after a reconnect, say)."""
-
-    turn_id: str
-
-
-Step: TypeAlias = (
-    Reply
-    | Think
-    | Tool
-    | Sleep
-    | Fail
-    | RefuseInterrupt
-    | Permission
-    | Permissions
-    | Spawn
-    | Echo
-    | History
-    | FollowUp
-    | HangInterrupt
-    | TerminalWithoutId
-    | DuplicateTerminal
-    | ReplayTurn
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Autonomous:
-    """`/autonomous [no-id]`: the prompt's lines after it are a script the provider runs as a
-    turn it starts by itself once the prompt's turn has ended (seed 000, 5.1). With `no-id`,
-    every event of that turn names no turn."""
-
-    script: Script
-    with_id: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """A parsed prompt. Invariant: `text`, `steps` or `autonomous` is non-empty (an
-    autonomous section itself may be empty: it then answers `You said nothing.`)."""
-
-    text: str
-    steps: tuple[Step, ...]
-    autonomous: Autonomous | None = None
-
-    @property
-    def needs_default_reply(self) -> bool:
-        """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`),
-        so the session answers `You said: <text>` after the other steps."""
-        return not any(isinstance(step, Reply | Fail | Spawn) for step in self.steps)
-
-    def all_steps(self) -> tuple[Step, ...]:
-        """The steps of this script and of its autonomous section."""
-        if self.autonomous is None:
-            return self.steps
-        return (*self.steps, *self.autonomous.script.steps)
 
 
 class _BadLine(ValueError):

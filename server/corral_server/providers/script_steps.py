@@ -1,0 +1,163 @@
+"""The scripted provider's scripts as data: a `Script` (a prompt's text, its ordered steps and
+an optional autonomous section) and one frozen type per directive. script_parser.py makes them
+from a prompt; scripted_turn.py plays them. Nothing here parses or runs anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from corral_server.domain.timeline import JsonValue
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Think:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    # A JSON object, or None when the directive gave no input.
+    input: JsonValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseInterrupt:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """The provider reports the prompt back as a user message with its own message id, as
+    real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """The provider replays `count` items of earlier history (`from_history`), as a resumed
+    session does: alternately a user and an assistant message."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A permission request (named `follow-up`) whose ALLOW answer asks corral to run `text`
+    next, as a prompt replacing the running turn (docs/design.md#turns). `text` is itself a
+    valid script."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """`count` permission requests at once (named `permission-1` ...); the turn goes on when
+    every one is answered. With `input_bytes`, each request's tool input is
+    {"content": that many "x"}: a provider asking with large inputs."""
+
+    count: int
+    input_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HangInterrupt:
+    """From this step on, an interrupt of the turn never answers (until the session closes):
+    the provider call corral makes runs into its deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalWithoutId:
+    """The turn's terminal event (completed or failed) names no turn: corral gives it the
+    running turn's id (docs/design.md#turns)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateTerminal:
+    """The turn's terminal event is reported twice, the copy right after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayTurn:
+    """Once the turn has ended, the provider reports turn `turn_id`'s start and completion
+    again, as a provider replaying a finished turn's events does (after a reconnect, say)."""
+
+    turn_id: str
+
+
+Step: TypeAlias = (
+    Reply
+    | Think
+    | Tool
+    | Sleep
+    | Fail
+    | RefuseInterrupt
+    | Permission
+    | Permissions
+    | Spawn
+    | Echo
+    | History
+    | FollowUp
+    | HangInterrupt
+    | TerminalWithoutId
+    | DuplicateTerminal
+    | ReplayTurn
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Autonomous:
+    """`/autonomous [no-id]`: the prompt's lines after it are a script the provider runs as a
+    turn it starts by itself once the prompt's turn has ended (docs/design.md#turns). With
+    `no-id`, every event of that turn names no turn."""
+
+    script: Script
+    with_id: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A parsed prompt. Invariant: `text`, `steps` or `autonomous` is non-empty (an
+    autonomous section itself may be empty: it then answers `You said nothing.`)."""
+
+    text: str
+    steps: tuple[Step, ...]
+    autonomous: Autonomous | None = None
+
+    @property
+    def needs_default_reply(self) -> bool:
+        """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`),
+        so the session answers `You said: <text>` after the other steps."""
+        return not any(isinstance(step, Reply | Fail | Spawn) for step in self.steps)
+
+    def all_steps(self) -> tuple[Step, ...]:
+        """The steps of this script and of its autonomous section."""
+        if self.autonomous is None:
+            return self.steps
+        return (*self.steps, *self.autonomous.script.steps)
