@@ -28,6 +28,7 @@ from bench import (
     memory_hostile,
     p1,
     p2_pages,
+    p2_projected,
     p2_rpc,
     search,
     startup,
@@ -59,6 +60,8 @@ async def main(quick: bool) -> None:
     print(p2_pages.report(store))
     print()
     print(p2_rpc.report(await p2_rpc.measure()))
+    print()
+    print(p2_projected.report(await p2_projected.measure(200_000 if quick else 1_000_000)))
     print()
     turns = 10 if quick else 20
     print(latency.report(await latency.measure(turns)))

@@ -14,6 +14,7 @@ import pytest
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
@@ -28,6 +29,8 @@ from tests.support.web import (
     stream_request,
     through_turn,
 )
+
+RAW, PROJECTED = timeline_pb.TIMELINE_VIEW_RAW, timeline_pb.TIMELINE_VIEW_PROJECTED
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +136,14 @@ async def _grpc_until(call: Any, turn_id: str) -> list[event_pb.Event]:
     return through
 
 
+# PROJECTED too: the web port serves the same servicer, so a projected stream's re-encoded
+# batches (docs/design.md#projections) must pass both codecs as the hub's do.
+@pytest.mark.parametrize("view", [RAW, PROJECTED], ids=["raw", "projected"])
 async def test_connect_subscribe_in_proto_and_json_gets_exactly_the_grpc_events(
-    web: Web, stubs: Stubs, tmp_path: Any
+    web: Web, stubs: Stubs, tmp_path: Any, view: timeline_pb.TimelineView.ValueType
 ) -> None:
     agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
-    request = event_pb.SubscribeRequest(agent_ids=[agent.id])
+    request = event_pb.SubscribeRequest(agent_ids=[agent.id], view=view)
     grpc_call = stubs.events.Subscribe(request)
     async with contextlib.AsyncExitStack() as stack:
         streams = []
@@ -156,6 +162,9 @@ async def test_connect_subscribe_in_proto_and_json_gets_exactly_the_grpc_events(
         await grpc_synced(grpc_call)
         started = await stubs.turns.SendPrompt(prompt_request(agent.id, "hello there"))
         over_grpc = await _grpc_until(grpc_call, started.turn_id)
+        kinds = {e.WhichOneof("payload") for e in over_grpc}
+        projected = "timeline_entry_upserted" in kinds and "timeline_row_appended" not in kinds
+        assert projected is (view == PROJECTED)
         for stream in streams:
             assert await _read_until(stream, started.turn_id) == over_grpc
         grpc_call.cancel()

@@ -247,6 +247,12 @@ def _add_following(sub: Subparsers, parents: Parents) -> None:
         "--limit", type=int, default=200, metavar="N", help="last N rows (0 = all; default 200)"
     )
     logs.add_argument(
+        "--projected",
+        action="store_true",
+        help="one line per entry: a tool call's updates and a message's rows folded, "
+        "`#RANGES` naming the rows (-f: an entry again each time a row changes it)",
+    )
+    logs.add_argument(
         "--until-idle",
         action="store_true",
         help="with -f: exit once the agent is idle or errored (at once if it already is)",

@@ -23,7 +23,7 @@ Must not: print a row twice, or skip one silently (retention that dropped rows i
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from corral.v1 import agent_pb2 as agent_types_pb
 from corral.v1 import event_service_pb2 as event_pb
@@ -55,17 +55,28 @@ def check(args: argparse.Namespace) -> str:
 
 
 def logs(client: Client, console: Console, args: argparse.Namespace) -> int:
+    follower: type[Follower] = Follower
+    if args.projected:
+        # follow_projected builds on this module, so it is loaded only when asked for.
+        from corral_cli import follow_projected
+
+        follower = follow_projected.ProjectedFollower
     if args.follow:
-        return _Follower(client, console, args.agent, args.limit, args.until_idle).run()
+        return follower(client, console, args.agent, args.limit, args.until_idle).run()
     page = client.timeline.FetchTimeline(
         tl_pb.FetchTimelineRequest(
-            agent_id=args.agent, direction=tl_pb.TIMELINE_DIRECTION_TAIL, limit=args.limit
+            agent_id=args.agent,
+            direction=tl_pb.TIMELINE_DIRECTION_TAIL,
+            limit=args.limit,
+            view=follower.request_view,
         ),
         timeout=client.timeout_s,
     )
     for row in page.rows:
         _print_row(console, row)
-    if not page.rows:
+    if page.entries:
+        follow_projected.print_entries(console, page.entries)
+    elif not page.rows:
         console.note(empty_timeline(page.epoch, page.window.next_seq))
     return failure.EXIT_OK
 
@@ -80,7 +91,7 @@ def empty_timeline(epoch: str, next_seq: int) -> str:
 
 def attach(client: Client, console: Console, args: argparse.Namespace) -> int:
     """Follow the agent's output live from now on, without its history."""
-    return _Follower(client, console, args.agent, 0, False, history=False).run()
+    return Follower(client, console, args.agent, 0, False, history=False).run()
 
 
 def _print_row(console: Console, row: timeline_pb.TimelineRow) -> None:
@@ -95,7 +106,10 @@ def _settled(agent: agent_types_pb.Agent) -> bool:
     return state_name(agent) not in _BUSY_STATES and not agent.queued_prompts
 
 
-class _Follower:
+class Follower:
+    # The view the subscription asks for (follow_projected.py asks for PROJECTED).
+    request_view: timeline_pb.TimelineView.ValueType = timeline_pb.TIMELINE_VIEW_RAW
+
     def __init__(
         self,
         client: Client,
@@ -122,7 +136,8 @@ class _Follower:
         self.asked: set[str] = set()
 
     def run(self) -> int:
-        call = self.client.events.Subscribe(event_pb.SubscribeRequest(agent_ids=[self.agent_id]))
+        request = event_pb.SubscribeRequest(agent_ids=[self.agent_id], view=self.request_view)
+        call = self.client.events.Subscribe(request)
         try:
             for response in call:
                 exit_code = self._handle_all(response.events)
@@ -248,31 +263,43 @@ class _Follower:
         self.expected = 1
 
     def _live_row(self, appended: event_pb.TimelineRowAppended) -> None:
-        if self.in_snapshot or appended.agent_id != self.agent_id:
-            return
-        if appended.epoch != self.epoch:
-            return  # an old epoch's row, or a new epoch whose reset is still to come
         row = appended.row
-        if row.seq < self.expected:
+        self._live(
+            appended.agent_id, appended.epoch, row.seq, lambda: _print_row(self.console, row)
+        )
+
+    def _live(self, agent_id: str, epoch: str, seq: int, show: Callable[[], None]) -> None:
+        """Show what live row `seq` brought if it is the next one expected (catching up from
+        FetchTimeline first when it is beyond that)."""
+        if self.in_snapshot or agent_id != self.agent_id:
+            return
+        if epoch != self.epoch:
+            return  # an old epoch's row, or a new epoch whose reset is still to come
+        if seq < self.expected:
             return  # already printed from history
-        if row.seq > self.expected:
-            self._catch_up(row.seq)
-        if row.seq == self.expected:
-            _print_row(self.console, row)
-            self.expected = row.seq + 1
+        if seq > self.expected:
+            self._catch_up(seq)
+        if seq == self.expected:
+            show()
+            self.expected = seq + 1
+
+    def _page_after(self, limit: int) -> tl_pb.FetchTimelineResponse:
+        """The page after the last row printed, in the view the follower shows."""
+        return self.client.timeline.FetchTimeline(
+            tl_pb.FetchTimelineRequest(
+                agent_id=self.agent_id,
+                direction=tl_pb.TIMELINE_DIRECTION_AFTER,
+                cursor=timeline_pb.Cursor(epoch=self.epoch, seq=self.expected - 1),
+                limit=limit,
+                view=self.request_view,
+            ),
+            timeout=self.client.timeout_s,
+        )
 
     def _catch_up(self, until_seq: int) -> None:
         """Print rows expected .. until_seq-1 of the current epoch from FetchTimeline."""
         while self.expected < until_seq:
-            page = self.client.timeline.FetchTimeline(
-                tl_pb.FetchTimelineRequest(
-                    agent_id=self.agent_id,
-                    direction=tl_pb.TIMELINE_DIRECTION_AFTER,
-                    cursor=timeline_pb.Cursor(epoch=self.epoch, seq=self.expected - 1),
-                    limit=min(_PAGE_ROWS, until_seq - self.expected),
-                ),
-                timeout=self.client.timeout_s,
-            )
+            page = self._page_after(min(_PAGE_ROWS, until_seq - self.expected))
             if page.stale_cursor:
                 return  # the epoch moved on; its timeline_reset event is on the way
             if page.gap:

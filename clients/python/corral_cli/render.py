@@ -41,22 +41,29 @@ class Console:
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
     def line(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        _write_line(self.out, text)
 
     def note(self, text: str) -> None:
         """A human line on stderr (progress, ids, turn boundaries): not with --json."""
         if not self.json:
-            print(text, file=self.err, flush=True)
+            _write_line(self.err, text)
 
     def error(self, text: str) -> None:
         """A failure on stderr, with --json too (the exit code alone says too little)."""
-        print(text, file=self.err, flush=True)
+        _write_line(self.err, text)
 
     def message(self, msg: Message) -> None:
         """One protobuf message as one JSON line, with the .proto field names (as grpcurl and
         the Node client print them) and enum values by name."""
         as_dict = json_format.MessageToDict(msg, preserving_proto_field_name=True)
         self.line(json.dumps(as_dict, ensure_ascii=False))
+
+
+def _write_line(stream: TextIO, text: str) -> None:
+    # One write per line (print writes the text and the newline apart), so lines from commands
+    # run on several threads of one process never interleave within a line.
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def local_time(ts: Timestamp, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:

@@ -53,11 +53,14 @@ KNOWN_DIRECTIVES = (
     "/refuse-interrupt",
     "/replay-turn",
     "/reply",
+    "/reply+",
     "/sleep",
     "/spawn",
     "/terminal-without-id",
     "/think",
     "/tool",
+    "/tool-end",
+    "/tool-start",
 )
 
 # One day: long enough for any "keep the turn busy" test, short enough that no clock overflows
@@ -144,6 +147,12 @@ def _parse_directive(line: str) -> Step:
     match name:
         case "/reply":
             return Reply(_required(name, argument, "the reply text"))
+        case "/reply+":
+            return Reply(_required(name, argument, "the reply text"), continues=True)
+        case "/tool-start":
+            return replace(_parse_tool(argument), phase="start")
+        case "/tool-end":
+            return Tool(_required(name, argument, "the tool name"), phase="end")
         case "/think":
             return Think(_required(name, argument, "the reasoning text"))
         case "/tool":

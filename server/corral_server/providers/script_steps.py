@@ -14,6 +14,9 @@ from corral_server.domain.timeline import JsonValue
 @dataclass(frozen=True, slots=True)
 class Reply:
     text: str
+    # `/reply+`: more of the turn's previous reply (the same message id), so with a `/sleep`
+    # between them one message is stored as several rows, as a slow stream is.
+    continues: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,10 @@ class Tool:
     name: str
     # A JSON object, or None when the directive gave no input.
     input: JsonValue = None
+    # "call": RUNNING then COMPLETED at once; "start" (`/tool-start`): RUNNING only; "end"
+    # (`/tool-end NAME`): the COMPLETED update of the call `/tool-start NAME` began, so other
+    # steps can come between a call's updates.
+    phase: str = "call"
 
 
 @dataclass(frozen=True, slots=True)

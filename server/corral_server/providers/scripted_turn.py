@@ -94,6 +94,8 @@ class ScriptedRun:
     terminal_without_id: bool = False
     duplicate_terminal: bool = False
     replays: list[str] = field(default_factory=list)
+    # The message id of the turn's latest reply, which a `/reply+` continues.
+    last_message: str = ""
     # Scripts of prompts steered into the turn (a `can_steer` provider), run after its own.
     steered: list[steps.Script] = field(default_factory=list)
     # The permission the turn waits on, by request id: set by its answer; with the follow-up
@@ -150,8 +152,8 @@ class TurnPlayer:
     async def _play_step(self, run: ScriptedRun, step: steps.Step, index: int) -> int:
         """Run one step; return how many words of reply it produced."""
         match step:
-            case steps.Reply(text=text):
-                return self._stream_reply(run, text, index)
+            case steps.Reply(text=text, continues=continues):
+                return self._stream_reply(run, text, index, continues)
             case steps.Think(text=text):
                 message_id = f"{run.tag}-think-{index}"
                 self._emit(ProviderItem(run.turn_id, Reasoning(text), message_id))
@@ -298,10 +300,14 @@ class TurnPlayer:
         self._emit(ProviderItem(run.turn_id, done))
 
     async def _call_tool(self, run: ScriptedRun, tool: steps.Tool, index: int) -> None:
-        call_id = f"{run.tag}-call-{index}"
-        running = ToolCall(call_id, tool.name, ToolCallStatus.RUNNING, input=tool.input)
-        self._emit(ProviderItem(run.turn_id, running))
-        await asyncio.sleep(0)
+        # A started call is named by its tool, so its `/tool-end NAME` finds it.
+        call_id = f"{run.tag}-call-{index}" if tool.phase == "call" else f"{run.tag}-{tool.name}"
+        if tool.phase != "end":
+            running = ToolCall(call_id, tool.name, ToolCallStatus.RUNNING, input=tool.input)
+            self._emit(ProviderItem(run.turn_id, running))
+            if tool.phase == "start":
+                return
+            await asyncio.sleep(0)
         completed = ToolCall(
             call_id,
             tool.name,
@@ -311,10 +317,15 @@ class TurnPlayer:
         )
         self._emit(ProviderItem(run.turn_id, completed))
 
-    def _stream_reply(self, run: ScriptedRun, text: str, index: int) -> int:
+    def _stream_reply(
+        self, run: ScriptedRun, text: str, index: int, continues: bool = False
+    ) -> int:
         """Report `text` as chunks sharing one message id, so the manager's coalescer joins
         them into one assistant row. Returns the reply's word count."""
         message_id = f"{run.tag}-msg-{index}"
+        if continues and run.last_message:
+            message_id = run.last_message
+        run.last_message = message_id
         for chunk in reply_chunks(text):
             item = AssistantMessage(chunk, message_id=message_id)
             self._emit(ProviderItem(run.turn_id, item, provider_message_id=message_id))

@@ -21,11 +21,13 @@ import grpc
 from google.protobuf import timestamp_pb2
 
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_pb2 as timeline_pb
 from corral_server.clock import Clock, SystemClock
-from corral_server.errors import FieldViolation, InvalidArgument
+from corral_server.errors import FieldViolation, InvalidArgument, Unimplemented
 from corral_server.hub import EventHub, SnapshotFn, Subscription
 from corral_server.manager.presence import Presence, PresenceBook
 from corral_server.rpc.errors import streaming, unary
+from corral_server.rpc.projected_stream import AgentFetch, ProjectedStream
 from corral_server.rpc.streams import StreamBook
 
 SERVICE_NAME = "corral.v1.EventService"
@@ -64,8 +66,11 @@ class EventServicer:
         presence: PresenceBook | None = None,
         clock: Clock | None = None,
         streams: StreamBook | None = None,
+        fetch_timeline: AgentFetch | None = None,
     ) -> None:
         self._hub = hub
+        # Reads stored rows for projected streams (None: PROJECTED is UNIMPLEMENTED).
+        self._fetch_timeline = fetch_timeline
         self._streams = streams or StreamBook(clock=clock)
         self._snapshot = snapshot
         self._max_id_chars = max_id_chars
@@ -110,6 +115,7 @@ class EventServicer:
         if violations:
             raise InvalidArgument("invalid agent_ids", *violations)
         resume = request.resume_revision if request.HasField("resume_revision") else None
+        projected = self._projected(request.view)
         hub = self._hub
         subscription: Subscription | None = None
         reason = f"the client did not read for {self._streams.limits.stall_s:g} s"
@@ -132,12 +138,23 @@ class EventServicer:
             # deadline passes, or the hub ends the stream.
             async with subscription:
                 async for batch in subscription:
+                    if projected is not None:
+                        batch = await projected.batch(batch)
                     if not await stream.write(len(batch)):
                         continue  # it stalled waiting for room: the ending comes next
                     yield batch  # returns once grpc wrote it within the client's window
                     subscription.batch_bytes = stream.written(hub.batch_bytes)
         finally:
             stream.close()
+
+    def _projected(self, view: int) -> ProjectedStream | None:
+        if view not in timeline_pb.TimelineView.values():
+            raise InvalidArgument.field("view", f"unknown value {view}")
+        if view != timeline_pb.TIMELINE_VIEW_PROJECTED:
+            return None
+        if self._fetch_timeline is None:
+            raise Unimplemented("this EventService has no timeline to project")
+        return ProjectedStream(self._fetch_timeline)
 
     @unary
     async def heartbeat(

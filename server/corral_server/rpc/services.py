@@ -45,6 +45,7 @@ def build_servicers(
             presence=manager.presence,
             clock=clock,
             streams=streams,
+            fetch_timeline=manager.fetch_timeline,
         ),
     }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
+from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import timeline_service_pb2_grpc as tl_grpc
 from corral_server import errors
@@ -9,9 +12,11 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import Ctx, unary
+from corral_server.rpc.projection_codec import entry_to_pb
 from corral_server.rpc.timeline_search import search_timeline
 from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
+from corral_server.timeline.projected_pages import ProjectedPage, fetch_projected
 
 _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_UNSPECIFIED: Direction.TAIL,
@@ -19,6 +24,8 @@ _DIRECTION = {
     tl_pb.TIMELINE_DIRECTION_BEFORE: Direction.BEFORE,
     tl_pb.TIMELINE_DIRECTION_AFTER: Direction.AFTER,
 }
+
+_VIEWS = frozenset(timeline_pb.TimelineView.values())
 
 
 def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
@@ -40,6 +47,16 @@ def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
         msg.start_cursor.CopyFrom(convert.cursor_to_pb(result.start_cursor))
     if result.end_cursor is not None:
         msg.end_cursor.CopyFrom(convert.cursor_to_pb(result.end_cursor))
+    return msg
+
+
+def page_to_pb(page: ProjectedPage) -> tl_pb.FetchTimelineResponse:
+    """A projected receipt: the raw one's fields, entries for rows, cursors of entries."""
+    msg = receipt_to_pb(page.receipt)
+    msg.entries.extend(entry_to_pb(entry) for entry in page.entries)
+    if page.start_cursor is not None and page.end_cursor is not None:
+        msg.start_cursor.CopyFrom(convert.cursor_to_pb(page.start_cursor))
+        msg.end_cursor.CopyFrom(convert.cursor_to_pb(page.end_cursor))
     return msg
 
 
@@ -65,6 +82,16 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
         if cursor is not None and direction is not Direction.TAIL and not cursor.epoch:
             raise errors.InvalidArgument.field("cursor.epoch", "required")
         limit = request.limit if request.HasField("limit") else None
+        view = request.view
+        if view not in _VIEWS:
+            raise errors.InvalidArgument.field("view", f"unknown value {view}")
+        if view == timeline_pb.TIMELINE_VIEW_PROJECTED:
+            agent_id = request.agent_id
+
+            def fetch(d: Direction, c: Cursor | None, n: int | None) -> Awaitable[FetchResult]:
+                return self._manager.fetch_timeline(agent_id, d, c, n)
+
+            return page_to_pb(await fetch_projected(fetch, direction, cursor, limit))
         result = await self._manager.fetch_timeline(request.agent_id, direction, cursor, limit)
         return receipt_to_pb(result)
 

@@ -29,7 +29,7 @@ from corral.v1 import turn_service_pb2 as corral_dot_v1_dot_turn__service__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/v1/event_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x18\x63orral/v1/subagent.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1c\x63orral/v1/turn_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n\x10SubscribeRequest\x12\x11\n\tagent_ids\x18\x01 \x03(\t\x12\x1c\n\x0fresume_revision\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12resume_incarnation\x18\x03 \x01(\tB\x12\n\x10_resume_revision\"5\n\x11SubscribeResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.corral.v1.Event\"\x8e\x07\n\x05\x45vent\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x32\n\x0e\x61gent_upserted\x18\x02 \x01(\x0b\x32\x18.corral.v1.AgentUpsertedH\x00\x12\x30\n\ragent_removed\x18\x03 \x01(\x0b\x32\x17.corral.v1.AgentRemovedH\x00\x12?\n\x15timeline_row_appended\x18\x04 \x01(\x0b\x32\x1e.corral.v1.TimelineRowAppendedH\x00\x12\x32\n\x0etimeline_reset\x18\x05 \x01(\x0b\x32\x18.corral.v1.TimelineResetH\x00\x12.\n\x0cturn_started\x18\x06 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12\x32\n\x0eturn_completed\x18\x07 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x08 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\t \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x12>\n\x14permission_requested\x18\n \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x0b \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12:\n\x12\x61ttention_required\x18\x0c \x01(\x0b\x32\x1c.corral.v1.AttentionRequiredH\x00\x12=\n\x14subagent_run_updated\x18\r \x01(\x0b\x32\x1d.corral.v1.SubagentRunUpdatedH\x00\x12#\n\x06synced\x18\x0e \x01(\x0b\x32\x11.corral.v1.SyncedH\x00\x12:\n\x12subscription_reset\x18\x0f \x01(\x0b\x32\x1c.corral.v1.SubscriptionResetH\x00\x12\x30\n\rstream_ending\x18\x10 \x01(\x0b\x32\x17.corral.v1.StreamEndingH\x00\x12=\n\x14timeline_row_updated\x18\x11 \x01(\x0b\x32\x1d.corral.v1.TimelineRowUpdatedH\x00\x42\t\n\x07payload\"0\n\rAgentUpserted\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\" \n\x0c\x41gentRemoved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"[\n\x13TimelineRowAppended\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12#\n\x03row\x18\x03 \x01(\x0b\x32\x16.corral.v1.TimelineRow\"_\n\x12TimelineRowUpdated\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\x1b\n\x13provider_message_id\x18\x04 \x01(\t\"@\n\rTimelineReset\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x80\x01\n\x11\x41ttentionRequired\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\x12-\n\x0cnotification\x18\x03 \x01(\x0b\x32\x17.corral.v1.Notification\"L\n\x0cNotification\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.corral.v1.NotificationKind\x12\x11\n\tclient_id\x18\x02 \x01(\t\"}\n\x12SubagentRunUpdated\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x1a\n\x12requester_agent_id\x18\x03 \x01(\t\x12#\n\x03run\x18\x04 \x01(\x0b\x32\x16.corral.v1.SubagentRun\">\n\x06Synced\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\r\n\x05reset\x18\x02 \x01(\x08\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"Z\n\x11SubscriptionReset\x12\x1a\n\x12requested_revision\x18\x01 \x01(\x04\x12\x19\n\x11\x65\x61rliest_revision\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"L\n\x0cStreamEnding\x12\x17\n\x0fresume_revision\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\x9f\x01\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_type\x18\x02 \x01(\t\x12\x18\n\x10\x66ocused_agent_id\x18\x03 \x01(\t\x12\x13\n\x0b\x61pp_visible\x18\x04 \x01(\x08\x12\x34\n\x10last_activity_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x13\n\x11HeartbeatResponse*\x8b\x01\n\x10NotificationKind\x12!\n\x1dNOTIFICATION_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16NOTIFICATION_KIND_NONE\x10\x01\x12\x1c\n\x18NOTIFICATION_KIND_IN_APP\x10\x02\x12\x1a\n\x16NOTIFICATION_KIND_PUSH\x10\x03\x32\xa0\x01\n\x0c\x45ventService\x12H\n\tSubscribe\x12\x1b.corral.v1.SubscribeRequest\x1a\x1c.corral.v1.SubscribeResponse0\x01\x12\x46\n\tHeartbeat\x12\x1b.corral.v1.HeartbeatRequest\x1a\x1c.corral.v1.HeartbeatResponseB]\n\rcom.corral.v1B\x11\x45ventServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/v1/event_service.proto\x12\tcorral.v1\x1a\x15\x63orral/v1/agent.proto\x1a\x18\x63orral/v1/subagent.proto\x1a\x18\x63orral/v1/timeline.proto\x1a\x1c\x63orral/v1/turn_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n\x10SubscribeRequest\x12\x11\n\tagent_ids\x18\x01 \x03(\t\x12\x1c\n\x0fresume_revision\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12resume_incarnation\x18\x03 \x01(\t\x12%\n\x04view\x18\x04 \x01(\x0e\x32\x17.corral.v1.TimelineViewB\x12\n\x10_resume_revision\"5\n\x11SubscribeResponse\x12 \n\x06\x65vents\x18\x01 \x03(\x0b\x32\x10.corral.v1.Event\"\xd3\x07\n\x05\x45vent\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x32\n\x0e\x61gent_upserted\x18\x02 \x01(\x0b\x32\x18.corral.v1.AgentUpsertedH\x00\x12\x30\n\ragent_removed\x18\x03 \x01(\x0b\x32\x17.corral.v1.AgentRemovedH\x00\x12?\n\x15timeline_row_appended\x18\x04 \x01(\x0b\x32\x1e.corral.v1.TimelineRowAppendedH\x00\x12\x32\n\x0etimeline_reset\x18\x05 \x01(\x0b\x32\x18.corral.v1.TimelineResetH\x00\x12.\n\x0cturn_started\x18\x06 \x01(\x0b\x32\x16.corral.v1.TurnStartedH\x00\x12\x32\n\x0eturn_completed\x18\x07 \x01(\x0b\x32\x18.corral.v1.TurnCompletedH\x00\x12,\n\x0bturn_failed\x18\x08 \x01(\x0b\x32\x15.corral.v1.TurnFailedH\x00\x12\x30\n\rturn_canceled\x18\t \x01(\x0b\x32\x17.corral.v1.TurnCanceledH\x00\x12>\n\x14permission_requested\x18\n \x01(\x0b\x32\x1e.corral.v1.PermissionRequestedH\x00\x12<\n\x13permission_resolved\x18\x0b \x01(\x0b\x32\x1d.corral.v1.PermissionResolvedH\x00\x12:\n\x12\x61ttention_required\x18\x0c \x01(\x0b\x32\x1c.corral.v1.AttentionRequiredH\x00\x12=\n\x14subagent_run_updated\x18\r \x01(\x0b\x32\x1d.corral.v1.SubagentRunUpdatedH\x00\x12#\n\x06synced\x18\x0e \x01(\x0b\x32\x11.corral.v1.SyncedH\x00\x12:\n\x12subscription_reset\x18\x0f \x01(\x0b\x32\x1c.corral.v1.SubscriptionResetH\x00\x12\x30\n\rstream_ending\x18\x10 \x01(\x0b\x32\x17.corral.v1.StreamEndingH\x00\x12=\n\x14timeline_row_updated\x18\x11 \x01(\x0b\x32\x1d.corral.v1.TimelineRowUpdatedH\x00\x12\x43\n\x17timeline_entry_upserted\x18\x12 \x01(\x0b\x32 .corral.v1.TimelineEntryUpsertedH\x00\x42\t\n\x07payload\"0\n\rAgentUpserted\x12\x1f\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x10.corral.v1.Agent\" \n\x0c\x41gentRemoved\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"[\n\x13TimelineRowAppended\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12#\n\x03row\x18\x03 \x01(\x0b\x32\x16.corral.v1.TimelineRow\"_\n\x12TimelineRowUpdated\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\x1b\n\x13provider_message_id\x18\x04 \x01(\t\"@\n\rTimelineReset\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x80\x01\n\x11\x41ttentionRequired\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\x12-\n\x0cnotification\x18\x03 \x01(\x0b\x32\x17.corral.v1.Notification\"L\n\x0cNotification\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.corral.v1.NotificationKind\x12\x11\n\tclient_id\x18\x02 \x01(\t\"}\n\x12SubagentRunUpdated\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63hild_agent_id\x18\x02 \x01(\t\x12\x1a\n\x12requester_agent_id\x18\x03 \x01(\t\x12#\n\x03run\x18\x04 \x01(\x0b\x32\x16.corral.v1.SubagentRun\">\n\x06Synced\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\r\n\x05reset\x18\x02 \x01(\x08\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"Z\n\x11SubscriptionReset\x12\x1a\n\x12requested_revision\x18\x01 \x01(\x04\x12\x19\n\x11\x65\x61rliest_revision\x18\x02 \x01(\x04\x12\x0e\n\x06reason\x18\x03 \x01(\t\"L\n\x0cStreamEnding\x12\x17\n\x0fresume_revision\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\t\"\x9f\x01\n\x10HeartbeatRequest\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_type\x18\x02 \x01(\t\x12\x18\n\x10\x66ocused_agent_id\x18\x03 \x01(\t\x12\x13\n\x0b\x61pp_visible\x18\x04 \x01(\x08\x12\x34\n\x10last_activity_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x13\n\x11HeartbeatResponse\"r\n\x15TimelineEntryUpserted\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\'\n\x05\x65ntry\x18\x03 \x01(\x0b\x32\x18.corral.v1.TimelineEntry\x12\x0f\n\x07row_seq\x18\x04 \x01(\x04*\x8b\x01\n\x10NotificationKind\x12!\n\x1dNOTIFICATION_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16NOTIFICATION_KIND_NONE\x10\x01\x12\x1c\n\x18NOTIFICATION_KIND_IN_APP\x10\x02\x12\x1a\n\x16NOTIFICATION_KIND_PUSH\x10\x03\x32\xa0\x01\n\x0c\x45ventService\x12H\n\tSubscribe\x12\x1b.corral.v1.SubscribeRequest\x1a\x1c.corral.v1.SubscribeResponse0\x01\x12\x46\n\tHeartbeat\x12\x1b.corral.v1.HeartbeatRequest\x1a\x1c.corral.v1.HeartbeatResponseB]\n\rcom.corral.v1B\x11\x45ventServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,40 +37,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.event_service_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\021EventServiceProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
-  _globals['_NOTIFICATIONKIND']._serialized_start=2361
-  _globals['_NOTIFICATIONKIND']._serialized_end=2500
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=182
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=297
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=299
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=352
-  _globals['_EVENT']._serialized_start=355
-  _globals['_EVENT']._serialized_end=1265
-  _globals['_AGENTUPSERTED']._serialized_start=1267
-  _globals['_AGENTUPSERTED']._serialized_end=1315
-  _globals['_AGENTREMOVED']._serialized_start=1317
-  _globals['_AGENTREMOVED']._serialized_end=1349
-  _globals['_TIMELINEROWAPPENDED']._serialized_start=1351
-  _globals['_TIMELINEROWAPPENDED']._serialized_end=1442
-  _globals['_TIMELINEROWUPDATED']._serialized_start=1444
-  _globals['_TIMELINEROWUPDATED']._serialized_end=1539
-  _globals['_TIMELINERESET']._serialized_start=1541
-  _globals['_TIMELINERESET']._serialized_end=1605
-  _globals['_ATTENTIONREQUIRED']._serialized_start=1608
-  _globals['_ATTENTIONREQUIRED']._serialized_end=1736
-  _globals['_NOTIFICATION']._serialized_start=1738
-  _globals['_NOTIFICATION']._serialized_end=1814
-  _globals['_SUBAGENTRUNUPDATED']._serialized_start=1816
-  _globals['_SUBAGENTRUNUPDATED']._serialized_end=1941
-  _globals['_SYNCED']._serialized_start=1943
-  _globals['_SYNCED']._serialized_end=2005
-  _globals['_SUBSCRIPTIONRESET']._serialized_start=2007
-  _globals['_SUBSCRIPTIONRESET']._serialized_end=2097
-  _globals['_STREAMENDING']._serialized_start=2099
-  _globals['_STREAMENDING']._serialized_end=2175
-  _globals['_HEARTBEATREQUEST']._serialized_start=2178
-  _globals['_HEARTBEATREQUEST']._serialized_end=2337
-  _globals['_HEARTBEATRESPONSE']._serialized_start=2339
-  _globals['_HEARTBEATRESPONSE']._serialized_end=2358
-  _globals['_EVENTSERVICE']._serialized_start=2503
-  _globals['_EVENTSERVICE']._serialized_end=2663
+  _globals['_NOTIFICATIONKIND']._serialized_start=2586
+  _globals['_NOTIFICATIONKIND']._serialized_end=2725
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=183
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=337
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=339
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=392
+  _globals['_EVENT']._serialized_start=395
+  _globals['_EVENT']._serialized_end=1374
+  _globals['_AGENTUPSERTED']._serialized_start=1376
+  _globals['_AGENTUPSERTED']._serialized_end=1424
+  _globals['_AGENTREMOVED']._serialized_start=1426
+  _globals['_AGENTREMOVED']._serialized_end=1458
+  _globals['_TIMELINEROWAPPENDED']._serialized_start=1460
+  _globals['_TIMELINEROWAPPENDED']._serialized_end=1551
+  _globals['_TIMELINEROWUPDATED']._serialized_start=1553
+  _globals['_TIMELINEROWUPDATED']._serialized_end=1648
+  _globals['_TIMELINERESET']._serialized_start=1650
+  _globals['_TIMELINERESET']._serialized_end=1714
+  _globals['_ATTENTIONREQUIRED']._serialized_start=1717
+  _globals['_ATTENTIONREQUIRED']._serialized_end=1845
+  _globals['_NOTIFICATION']._serialized_start=1847
+  _globals['_NOTIFICATION']._serialized_end=1923
+  _globals['_SUBAGENTRUNUPDATED']._serialized_start=1925
+  _globals['_SUBAGENTRUNUPDATED']._serialized_end=2050
+  _globals['_SYNCED']._serialized_start=2052
+  _globals['_SYNCED']._serialized_end=2114
+  _globals['_SUBSCRIPTIONRESET']._serialized_start=2116
+  _globals['_SUBSCRIPTIONRESET']._serialized_end=2206
+  _globals['_STREAMENDING']._serialized_start=2208
+  _globals['_STREAMENDING']._serialized_end=2284
+  _globals['_HEARTBEATREQUEST']._serialized_start=2287
+  _globals['_HEARTBEATREQUEST']._serialized_end=2446
+  _globals['_HEARTBEATRESPONSE']._serialized_start=2448
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2467
+  _globals['_TIMELINEENTRYUPSERTED']._serialized_start=2469
+  _globals['_TIMELINEENTRYUPSERTED']._serialized_end=2583
+  _globals['_EVENTSERVICE']._serialized_start=2728
+  _globals['_EVENTSERVICE']._serialized_end=2888
 # @@protoc_insertion_point(module_scope)

@@ -50,6 +50,7 @@ class SubscribeRequest(_message.Message):
     AGENT_IDS_FIELD_NUMBER: _builtins.int
     RESUME_REVISION_FIELD_NUMBER: _builtins.int
     RESUME_INCARNATION_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     resume_revision: _builtins.int
     """Resume after this revision. Inside the retained window the missed events are replayed
     exactly; outside it the stream starts with `subscription_reset` and a new snapshot.
@@ -62,6 +63,10 @@ class SubscribeRequest(_message.Message):
     taken to belong to the current log (a client that omits it cannot detect a restart).
     Ignored without `resume_revision`.
     """
+    view: _timeline_pb2.TimelineView.ValueType
+    """PROJECTED: each `timeline_row_appended` is sent as `timeline_entry_upserted` instead
+    (the entry the row made or changed), with the same revision.
+    """
     @_builtins.property
     def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Empty = every agent."""
@@ -72,10 +77,11 @@ class SubscribeRequest(_message.Message):
         agent_ids: _abc.Iterable[_builtins.str] | None = ...,
         resume_revision: _builtins.int | None = ...,
         resume_incarnation: _builtins.str = ...,
+        view: _timeline_pb2.TimelineView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "resume_revision", b"resume_revision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "agent_ids", b"agent_ids", "resume_incarnation", b"resume_incarnation", "resume_revision", b"resume_revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision", "agent_ids", b"agent_ids", "resume_incarnation", b"resume_incarnation", "resume_revision", b"resume_revision", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__resume_revision: _TypeAlias = _typing.Literal["resume_revision"]  # noqa: Y015
     _WhichOneofArgType__resume_revision: _TypeAlias = _typing.Literal["_resume_revision", b"_resume_revision"]  # noqa: Y015
@@ -128,6 +134,7 @@ class Event(_message.Message):
     SUBSCRIPTION_RESET_FIELD_NUMBER: _builtins.int
     STREAM_ENDING_FIELD_NUMBER: _builtins.int
     TIMELINE_ROW_UPDATED_FIELD_NUMBER: _builtins.int
+    TIMELINE_ENTRY_UPSERTED_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     @_builtins.property
     def agent_upserted(self) -> Global___AgentUpserted: ...
@@ -161,6 +168,8 @@ class Event(_message.Message):
     def stream_ending(self) -> Global___StreamEnding: ...
     @_builtins.property
     def timeline_row_updated(self) -> Global___TimelineRowUpdated: ...
+    @_builtins.property
+    def timeline_entry_upserted(self) -> Global___TimelineEntryUpserted: ...
     def __init__(
         self,
         *,
@@ -181,12 +190,13 @@ class Event(_message.Message):
         subscription_reset: Global___SubscriptionReset | None = ...,
         stream_ending: Global___StreamEnding | None = ...,
         timeline_row_updated: Global___TimelineRowUpdated | None = ...,
+        timeline_entry_upserted: Global___TimelineEntryUpserted | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_entry_upserted", b"timeline_entry_upserted", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_removed", b"agent_removed", "agent_upserted", b"agent_upserted", "attention_required", b"attention_required", "payload", b"payload", "permission_requested", b"permission_requested", "permission_resolved", b"permission_resolved", "revision", b"revision", "stream_ending", b"stream_ending", "subagent_run_updated", b"subagent_run_updated", "subscription_reset", b"subscription_reset", "synced", b"synced", "timeline_entry_upserted", b"timeline_entry_upserted", "timeline_reset", b"timeline_reset", "timeline_row_appended", b"timeline_row_appended", "timeline_row_updated", b"timeline_row_updated", "turn_canceled", b"turn_canceled", "turn_completed", b"turn_completed", "turn_failed", b"turn_failed", "turn_started", b"turn_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending", "timeline_row_updated"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["agent_upserted", "agent_removed", "timeline_row_appended", "timeline_reset", "turn_started", "turn_completed", "turn_failed", "turn_canceled", "permission_requested", "permission_resolved", "attention_required", "subagent_run_updated", "synced", "subscription_reset", "stream_ending", "timeline_row_updated", "timeline_entry_upserted"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
@@ -541,3 +551,37 @@ class HeartbeatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class TimelineEntryUpserted(_message.Message):
+    """TimelineEntryUpserted is a projected subscriber's form of a row appended: the entry that row
+    made (a new `entry.seq`) or changed in place (an entry it holds: replace it by `entry.seq`,
+    with its new `source_ranges`). `row_seq` is the appended row's seq.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    ENTRY_FIELD_NUMBER: _builtins.int
+    ROW_SEQ_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    epoch: _builtins.str
+    row_seq: _builtins.int
+    @_builtins.property
+    def entry(self) -> _timeline_pb2.TimelineEntry: ...
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        epoch: _builtins.str = ...,
+        entry: _timeline_pb2.TimelineEntry | None = ...,
+        row_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "entry", b"entry", "epoch", b"epoch", "row_seq", b"row_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TimelineEntryUpserted: _TypeAlias = TimelineEntryUpserted  # noqa: Y015

@@ -44,6 +44,34 @@ TOOL_CALL_STATUS_FAILED: ToolCallStatus.ValueType  # 4
 TOOL_CALL_STATUS_CANCELED: ToolCallStatus.ValueType  # 5
 Global___ToolCallStatus: _TypeAlias = ToolCallStatus  # noqa: Y015
 
+class _TimelineView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TimelineViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TimelineView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TIMELINE_VIEW_UNSPECIFIED: _TimelineView.ValueType  # 0
+    """Same as RAW."""
+    TIMELINE_VIEW_RAW: _TimelineView.ValueType  # 1
+    """The stored rows, one by one."""
+    TIMELINE_VIEW_PROJECTED: _TimelineView.ValueType  # 2
+    """A tool call's updates folded into one entry, consecutive fragments of one message
+    merged; each entry names the rows it was made from.
+    """
+
+class TimelineView(_TimelineView, metaclass=_TimelineViewEnumTypeWrapper):
+    """How a timeline is read: the stored rows, or folded into entries for rendering."""
+
+TIMELINE_VIEW_UNSPECIFIED: TimelineView.ValueType  # 0
+"""Same as RAW."""
+TIMELINE_VIEW_RAW: TimelineView.ValueType  # 1
+"""The stored rows, one by one."""
+TIMELINE_VIEW_PROJECTED: TimelineView.ValueType  # 2
+"""A tool call's updates folded into one entry, consecutive fragments of one message
+merged; each entry names the rows it was made from.
+"""
+Global___TimelineView: _TypeAlias = TimelineView  # noqa: Y015
+
 @_typing.final
 class Cursor(_message.Message):
     """Cursor names one row: `seq` is 1-based and contiguous within `epoch`. A new epoch is minted
@@ -364,3 +392,84 @@ class SubagentNotice(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubagentNotice: _TypeAlias = SubagentNotice  # noqa: Y015
+
+@_typing.final
+class SeqRange(_message.Message):
+    """SeqRange is the rows `start`..`end` (both inclusive) of one epoch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    start: _builtins.int
+    end: _builtins.int
+    def __init__(
+        self,
+        *,
+        start: _builtins.int = ...,
+        end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeqRange: _TypeAlias = SeqRange  # noqa: Y015
+
+@_typing.final
+class TimelineEntry(_message.Message):
+    """TimelineEntry is one entry of the projected view: rows folded for rendering. `seq` is its
+    first row's (entries are ordered by it; it is the cursor to page from); `source_ranges` are
+    exactly the rows it was made from, sorted and disjoint. The stored rows never change: the
+    entry is computed from them on each read.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    SOURCE_RANGES_FIELD_NUMBER: _builtins.int
+    ITEM_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    UPDATED_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    PROVIDER_MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    turn_id: _builtins.str
+    provider_message_id: _builtins.str
+    truncated: _builtins.bool
+    """The joined text was longer than an entry holds (about 2 MiB); all of it is in the rows."""
+    @_builtins.property
+    def source_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeqRange]: ...
+    @_builtins.property
+    def item(self) -> Global___TimelineItem:
+        """The folded item: a tool call's newest update (with a name or input only an earlier one
+        carried), a message's joined text.
+        """
+
+    @_builtins.property
+    def timestamp(self) -> _timestamp_pb2.Timestamp:
+        """The first row's time, and the newest row's."""
+
+    @_builtins.property
+    def updated(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        source_ranges: _abc.Iterable[Global___SeqRange] | None = ...,
+        item: Global___TimelineItem | None = ...,
+        timestamp: _timestamp_pb2.Timestamp | None = ...,
+        updated: _timestamp_pb2.Timestamp | None = ...,
+        turn_id: _builtins.str = ...,
+        provider_message_id: _builtins.str = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "timestamp", b"timestamp", "updated", b"updated"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["item", b"item", "provider_message_id", b"provider_message_id", "seq", b"seq", "source_ranges", b"source_ranges", "timestamp", b"timestamp", "truncated", b"truncated", "turn_id", b"turn_id", "updated", b"updated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TimelineEntry: _TypeAlias = TimelineEntry  # noqa: Y015

@@ -26,7 +26,7 @@ from corral.v1 import timeline_pb2 as corral_dot_v1_dot_timeline__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n corral/v1/timeline_service.proto\x12\tcorral.v1\x1a\x18\x63orral/v1/timeline.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n\x14\x46\x65tchTimelineRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12/\n\tdirection\x18\x02 \x01(\x0e\x32\x1c.corral.v1.TimelineDirection\x12!\n\x06\x63ursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x12\n\x05limit\x18\x04 \x01(\rH\x00\x88\x01\x01\x42\x08\n\x06_limit\"D\n\x0eTimelineWindow\x12\x0f\n\x07min_seq\x18\x01 \x01(\x04\x12\x0f\n\x07max_seq\x18\x02 \x01(\x04\x12\x10\n\x08next_seq\x18\x03 \x01(\x04\"\x9f\x02\n\x15\x46\x65tchTimelineResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\r\n\x05reset\x18\x02 \x01(\x08\x12\x14\n\x0cstale_cursor\x18\x03 \x01(\x08\x12\x0b\n\x03gap\x18\x04 \x01(\x08\x12)\n\x06window\x18\x05 \x01(\x0b\x32\x19.corral.v1.TimelineWindow\x12\x11\n\thas_older\x18\x06 \x01(\x08\x12\x11\n\thas_newer\x18\x07 \x01(\x08\x12\'\n\x0cstart_cursor\x18\x08 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\t \x01(\x0b\x32\x11.corral.v1.Cursor\x12$\n\x04rows\x18\n \x03(\x0b\x32\x16.corral.v1.TimelineRow\"\x89\x01\n\x12GetActivityRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x0cstart_cursor\x18\x02 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x11\n\tmax_chars\x18\x04 \x01(\r\"\x86\x01\n\x13GetActivityResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\'\n\x0cstart_cursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\x04 \x01(\x0b\x32\x11.corral.v1.Cursor\"\x97\x02\n\x15SearchTimelineRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x11\n\tagent_ids\x18\x03 \x03(\t\x12\x11\n\tproviders\x18\x04 \x03(\t\x12\x12\n\nitem_kinds\x18\x05 \x03(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10include_archived\x18\x08 \x01(\x08\x12\x11\n\tpage_size\x18\t \x01(\r\x12\x12\n\npage_token\x18\n \x01(\t\"\xa2\x01\n\tSearchHit\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12!\n\x06\x63ursor\x18\x02 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x11\n\titem_kind\x18\x03 \x01(\t\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07snippet\x18\x05 \x01(\t\x12\r\n\x05score\x18\x06 \x01(\x01\"g\n\x16SearchTimelineResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.corral.v1.SearchHit\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x10\n\x08indexing\x18\x03 \x01(\x08*\x91\x01\n\x11TimelineDirection\x12\"\n\x1eTIMELINE_DIRECTION_UNSPECIFIED\x10\x00\x12\x1b\n\x17TIMELINE_DIRECTION_TAIL\x10\x01\x12\x1d\n\x19TIMELINE_DIRECTION_BEFORE\x10\x02\x12\x1c\n\x18TIMELINE_DIRECTION_AFTER\x10\x03\x32\x8a\x02\n\x0fTimelineService\x12R\n\rFetchTimeline\x12\x1f.corral.v1.FetchTimelineRequest\x1a .corral.v1.FetchTimelineResponse\x12L\n\x0bGetActivity\x12\x1d.corral.v1.GetActivityRequest\x1a\x1e.corral.v1.GetActivityResponse\x12U\n\x0eSearchTimeline\x12 .corral.v1.SearchTimelineRequest\x1a!.corral.v1.SearchTimelineResponseB`\n\rcom.corral.v1B\x14TimelineServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n corral/v1/timeline_service.proto\x12\tcorral.v1\x1a\x18\x63orral/v1/timeline.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x01\n\x14\x46\x65tchTimelineRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12/\n\tdirection\x18\x02 \x01(\x0e\x32\x1c.corral.v1.TimelineDirection\x12!\n\x06\x63ursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x12\n\x05limit\x18\x04 \x01(\rH\x00\x88\x01\x01\x12%\n\x04view\x18\x05 \x01(\x0e\x32\x17.corral.v1.TimelineViewB\x08\n\x06_limit\"D\n\x0eTimelineWindow\x12\x0f\n\x07min_seq\x18\x01 \x01(\x04\x12\x0f\n\x07max_seq\x18\x02 \x01(\x04\x12\x10\n\x08next_seq\x18\x03 \x01(\x04\"\xca\x02\n\x15\x46\x65tchTimelineResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\r\n\x05reset\x18\x02 \x01(\x08\x12\x14\n\x0cstale_cursor\x18\x03 \x01(\x08\x12\x0b\n\x03gap\x18\x04 \x01(\x08\x12)\n\x06window\x18\x05 \x01(\x0b\x32\x19.corral.v1.TimelineWindow\x12\x11\n\thas_older\x18\x06 \x01(\x08\x12\x11\n\thas_newer\x18\x07 \x01(\x08\x12\'\n\x0cstart_cursor\x18\x08 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\t \x01(\x0b\x32\x11.corral.v1.Cursor\x12$\n\x04rows\x18\n \x03(\x0b\x32\x16.corral.v1.TimelineRow\x12)\n\x07\x65ntries\x18\x0b \x03(\x0b\x32\x18.corral.v1.TimelineEntry\"\x89\x01\n\x12GetActivityRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\'\n\x0cstart_cursor\x18\x02 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x11\n\tmax_chars\x18\x04 \x01(\r\"\x86\x01\n\x13GetActivityResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\'\n\x0cstart_cursor\x18\x03 \x01(\x0b\x32\x11.corral.v1.Cursor\x12%\n\nend_cursor\x18\x04 \x01(\x0b\x32\x11.corral.v1.Cursor\"\x97\x02\n\x15SearchTimelineRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x11\n\tagent_ids\x18\x03 \x03(\t\x12\x11\n\tproviders\x18\x04 \x03(\t\x12\x12\n\nitem_kinds\x18\x05 \x03(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10include_archived\x18\x08 \x01(\x08\x12\x11\n\tpage_size\x18\t \x01(\r\x12\x12\n\npage_token\x18\n \x01(\t\"\xa2\x01\n\tSearchHit\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12!\n\x06\x63ursor\x18\x02 \x01(\x0b\x32\x11.corral.v1.Cursor\x12\x11\n\titem_kind\x18\x03 \x01(\t\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07snippet\x18\x05 \x01(\t\x12\r\n\x05score\x18\x06 \x01(\x01\"g\n\x16SearchTimelineResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.corral.v1.SearchHit\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x10\n\x08indexing\x18\x03 \x01(\x08*\x91\x01\n\x11TimelineDirection\x12\"\n\x1eTIMELINE_DIRECTION_UNSPECIFIED\x10\x00\x12\x1b\n\x17TIMELINE_DIRECTION_TAIL\x10\x01\x12\x1d\n\x19TIMELINE_DIRECTION_BEFORE\x10\x02\x12\x1c\n\x18TIMELINE_DIRECTION_AFTER\x10\x03\x32\x8a\x02\n\x0fTimelineService\x12R\n\rFetchTimeline\x12\x1f.corral.v1.FetchTimelineRequest\x1a .corral.v1.FetchTimelineResponse\x12L\n\x0bGetActivity\x12\x1d.corral.v1.GetActivityRequest\x1a\x1e.corral.v1.GetActivityResponse\x12U\n\x0eSearchTimeline\x12 .corral.v1.SearchTimelineRequest\x1a!.corral.v1.SearchTimelineResponseB`\n\rcom.corral.v1B\x14TimelineServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,24 +34,24 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.timeline_service_
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\024TimelineServiceProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
-  _globals['_TIMELINEDIRECTION']._serialized_start=1453
-  _globals['_TIMELINEDIRECTION']._serialized_end=1598
+  _globals['_TIMELINEDIRECTION']._serialized_start=1535
+  _globals['_TIMELINEDIRECTION']._serialized_end=1680
   _globals['_FETCHTIMELINEREQUEST']._serialized_start=107
-  _globals['_FETCHTIMELINEREQUEST']._serialized_end=261
-  _globals['_TIMELINEWINDOW']._serialized_start=263
-  _globals['_TIMELINEWINDOW']._serialized_end=331
-  _globals['_FETCHTIMELINERESPONSE']._serialized_start=334
-  _globals['_FETCHTIMELINERESPONSE']._serialized_end=621
-  _globals['_GETACTIVITYREQUEST']._serialized_start=624
-  _globals['_GETACTIVITYREQUEST']._serialized_end=761
-  _globals['_GETACTIVITYRESPONSE']._serialized_start=764
-  _globals['_GETACTIVITYRESPONSE']._serialized_end=898
-  _globals['_SEARCHTIMELINEREQUEST']._serialized_start=901
-  _globals['_SEARCHTIMELINEREQUEST']._serialized_end=1180
-  _globals['_SEARCHHIT']._serialized_start=1183
-  _globals['_SEARCHHIT']._serialized_end=1345
-  _globals['_SEARCHTIMELINERESPONSE']._serialized_start=1347
-  _globals['_SEARCHTIMELINERESPONSE']._serialized_end=1450
-  _globals['_TIMELINESERVICE']._serialized_start=1601
-  _globals['_TIMELINESERVICE']._serialized_end=1867
+  _globals['_FETCHTIMELINEREQUEST']._serialized_end=300
+  _globals['_TIMELINEWINDOW']._serialized_start=302
+  _globals['_TIMELINEWINDOW']._serialized_end=370
+  _globals['_FETCHTIMELINERESPONSE']._serialized_start=373
+  _globals['_FETCHTIMELINERESPONSE']._serialized_end=703
+  _globals['_GETACTIVITYREQUEST']._serialized_start=706
+  _globals['_GETACTIVITYREQUEST']._serialized_end=843
+  _globals['_GETACTIVITYRESPONSE']._serialized_start=846
+  _globals['_GETACTIVITYRESPONSE']._serialized_end=980
+  _globals['_SEARCHTIMELINEREQUEST']._serialized_start=983
+  _globals['_SEARCHTIMELINEREQUEST']._serialized_end=1262
+  _globals['_SEARCHHIT']._serialized_start=1265
+  _globals['_SEARCHHIT']._serialized_end=1427
+  _globals['_SEARCHTIMELINERESPONSE']._serialized_start=1429
+  _globals['_SEARCHTIMELINERESPONSE']._serialized_end=1532
+  _globals['_TIMELINESERVICE']._serialized_start=1683
+  _globals['_TIMELINESERVICE']._serialized_end=1949
 # @@protoc_insertion_point(module_scope)

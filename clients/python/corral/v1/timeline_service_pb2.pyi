@@ -56,10 +56,15 @@ class FetchTimelineRequest(_message.Message):
     DIRECTION_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     direction: Global___TimelineDirection.ValueType
     limit: _builtins.int
     """Unset = 200; 0 = the whole window."""
+    view: _timeline_pb2.TimelineView.ValueType
+    """RAW (unset) answers `rows`; PROJECTED answers `entries` (docs/design.md#projections),
+    with `limit` counting entries and the cursors naming entries' first rows.
+    """
     @_builtins.property
     def cursor(self) -> _timeline_pb2.Cursor:
         """Required for BEFORE and AFTER; ignored for TAIL."""
@@ -71,10 +76,11 @@ class FetchTimelineRequest(_message.Message):
         direction: Global___TimelineDirection.ValueType = ...,
         cursor: _timeline_pb2.Cursor | None = ...,
         limit: _builtins.int | None = ...,
+        view: _timeline_pb2.TimelineView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "cursor", b"cursor", "limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "agent_id", b"agent_id", "cursor", b"cursor", "direction", b"direction", "limit", b"limit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limit", b"_limit", "agent_id", b"agent_id", "cursor", b"cursor", "direction", b"direction", "limit", b"limit", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__limit: _TypeAlias = _typing.Literal["limit"]  # noqa: Y015
     _WhichOneofArgType__limit: _TypeAlias = _typing.Literal["_limit", b"_limit"]  # noqa: Y015
@@ -125,6 +131,7 @@ class FetchTimelineResponse(_message.Message):
     START_CURSOR_FIELD_NUMBER: _builtins.int
     END_CURSOR_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
     epoch: _builtins.str
     reset: _builtins.bool
     """The client must drop what it holds and start again from `rows`."""
@@ -144,6 +151,10 @@ class FetchTimelineResponse(_message.Message):
     def end_cursor(self) -> _timeline_pb2.Cursor: ...
     @_builtins.property
     def rows(self) -> _containers.RepeatedCompositeFieldContainer[_timeline_pb2.TimelineRow]: ...
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[_timeline_pb2.TimelineEntry]:
+        """The PROJECTED view: whole entries ordered by their first row (`rows` is then empty)."""
+
     def __init__(
         self,
         *,
@@ -157,10 +168,11 @@ class FetchTimelineResponse(_message.Message):
         start_cursor: _timeline_pb2.Cursor | None = ...,
         end_cursor: _timeline_pb2.Cursor | None = ...,
         rows: _abc.Iterable[_timeline_pb2.TimelineRow] | None = ...,
+        entries: _abc.Iterable[_timeline_pb2.TimelineEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_cursor", b"end_cursor", "start_cursor", b"start_cursor", "window", b"window"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_cursor", b"end_cursor", "epoch", b"epoch", "gap", b"gap", "has_newer", b"has_newer", "has_older", b"has_older", "reset", b"reset", "rows", b"rows", "stale_cursor", b"stale_cursor", "start_cursor", b"start_cursor", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_cursor", b"end_cursor", "entries", b"entries", "epoch", b"epoch", "gap", b"gap", "has_newer", b"has_newer", "has_older", b"has_older", "reset", b"reset", "rows", b"rows", "stale_cursor", b"stale_cursor", "start_cursor", b"start_cursor", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

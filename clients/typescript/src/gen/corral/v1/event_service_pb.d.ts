@@ -4,9 +4,9 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
+import type { TimelineEntry, TimelineRow, TimelineView } from "./timeline_pb.js";
 import type { PermissionRequested, PermissionResolved, TurnCanceled, TurnCompleted, TurnFailed, TurnStarted } from "./turn_service_pb.js";
 import type { Agent, AttentionReason } from "./agent_pb.js";
-import type { TimelineRow } from "./timeline_pb.js";
 import type { SubagentRun } from "./subagent_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
@@ -45,6 +45,14 @@ export declare type SubscribeRequest = Message<"corral.v1.SubscribeRequest"> & {
    * @generated from field: string resume_incarnation = 3;
    */
   resumeIncarnation: string;
+
+  /**
+   * PROJECTED: each `timeline_row_appended` is sent as `timeline_entry_upserted` instead
+   * (the entry the row made or changed), with the same revision.
+   *
+   * @generated from field: corral.v1.TimelineView view = 4;
+   */
+  view: TimelineView;
 };
 
 /**
@@ -180,6 +188,12 @@ export declare type Event = Message<"corral.v1.Event"> & {
      */
     value: TimelineRowUpdated;
     case: "timelineRowUpdated";
+  } | {
+    /**
+     * @generated from field: corral.v1.TimelineEntryUpserted timeline_entry_upserted = 18;
+     */
+    value: TimelineEntryUpserted;
+    case: "timelineEntryUpserted";
   } | { case: undefined; value?: undefined };
 };
 
@@ -538,6 +552,41 @@ export declare type HeartbeatResponse = Message<"corral.v1.HeartbeatResponse"> &
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export declare const HeartbeatResponseSchema: GenMessage<HeartbeatResponse>;
+
+/**
+ * TimelineEntryUpserted is a projected subscriber's form of a row appended: the entry that row
+ * made (a new `entry.seq`) or changed in place (an entry it holds: replace it by `entry.seq`,
+ * with its new `source_ranges`). `row_seq` is the appended row's seq.
+ *
+ * @generated from message corral.v1.TimelineEntryUpserted
+ */
+export declare type TimelineEntryUpserted = Message<"corral.v1.TimelineEntryUpserted"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string epoch = 2;
+   */
+  epoch: string;
+
+  /**
+   * @generated from field: corral.v1.TimelineEntry entry = 3;
+   */
+  entry?: TimelineEntry | undefined;
+
+  /**
+   * @generated from field: uint64 row_seq = 4;
+   */
+  rowSeq: bigint;
+};
+
+/**
+ * Describes the message corral.v1.TimelineEntryUpserted.
+ * Use `create(TimelineEntryUpsertedSchema)` to create a new message.
+ */
+export declare const TimelineEntryUpsertedSchema: GenMessage<TimelineEntryUpserted>;
 
 /**
  * @generated from enum corral.v1.NotificationKind

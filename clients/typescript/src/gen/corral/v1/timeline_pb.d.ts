@@ -342,6 +342,92 @@ export declare type SubagentNotice = Message<"corral.v1.SubagentNotice"> & {
 export declare const SubagentNoticeSchema: GenMessage<SubagentNotice>;
 
 /**
+ * SeqRange is the rows `start`..`end` (both inclusive) of one epoch.
+ *
+ * @generated from message corral.v1.SeqRange
+ */
+export declare type SeqRange = Message<"corral.v1.SeqRange"> & {
+  /**
+   * @generated from field: uint64 start = 1;
+   */
+  start: bigint;
+
+  /**
+   * @generated from field: uint64 end = 2;
+   */
+  end: bigint;
+};
+
+/**
+ * Describes the message corral.v1.SeqRange.
+ * Use `create(SeqRangeSchema)` to create a new message.
+ */
+export declare const SeqRangeSchema: GenMessage<SeqRange>;
+
+/**
+ * TimelineEntry is one entry of the projected view: rows folded for rendering. `seq` is its
+ * first row's (entries are ordered by it; it is the cursor to page from); `source_ranges` are
+ * exactly the rows it was made from, sorted and disjoint. The stored rows never change: the
+ * entry is computed from them on each read.
+ *
+ * @generated from message corral.v1.TimelineEntry
+ */
+export declare type TimelineEntry = Message<"corral.v1.TimelineEntry"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: repeated corral.v1.SeqRange source_ranges = 2;
+   */
+  sourceRanges: SeqRange[];
+
+  /**
+   * The folded item: a tool call's newest update (with a name or input only an earlier one
+   * carried), a message's joined text.
+   *
+   * @generated from field: corral.v1.TimelineItem item = 3;
+   */
+  item?: TimelineItem | undefined;
+
+  /**
+   * The first row's time, and the newest row's.
+   *
+   * @generated from field: google.protobuf.Timestamp timestamp = 4;
+   */
+  timestamp?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated = 5;
+   */
+  updated?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string turn_id = 6;
+   */
+  turnId: string;
+
+  /**
+   * @generated from field: string provider_message_id = 7;
+   */
+  providerMessageId: string;
+
+  /**
+   * The joined text was longer than an entry holds (about 2 MiB); all of it is in the rows.
+   *
+   * @generated from field: bool truncated = 8;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message corral.v1.TimelineEntry.
+ * Use `create(TimelineEntrySchema)` to create a new message.
+ */
+export declare const TimelineEntrySchema: GenMessage<TimelineEntry>;
+
+/**
  * @generated from enum corral.v1.ToolCallStatus
  */
 export enum ToolCallStatus {
@@ -380,4 +466,38 @@ export enum ToolCallStatus {
  * Describes the enum corral.v1.ToolCallStatus.
  */
 export declare const ToolCallStatusSchema: GenEnum<ToolCallStatus>;
+
+/**
+ * How a timeline is read: the stored rows, or folded into entries for rendering.
+ *
+ * @generated from enum corral.v1.TimelineView
+ */
+export enum TimelineView {
+  /**
+   * Same as RAW.
+   *
+   * @generated from enum value: TIMELINE_VIEW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The stored rows, one by one.
+   *
+   * @generated from enum value: TIMELINE_VIEW_RAW = 1;
+   */
+  RAW = 1,
+
+  /**
+   * A tool call's updates folded into one entry, consecutive fragments of one message
+   * merged; each entry names the rows it was made from.
+   *
+   * @generated from enum value: TIMELINE_VIEW_PROJECTED = 2;
+   */
+  PROJECTED = 2,
+}
+
+/**
+ * Describes the enum corral.v1.TimelineView.
+ */
+export declare const TimelineViewSchema: GenEnum<TimelineView>;
 

@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { Cursor, TimelineRow } from "./timeline_pb.js";
+import type { Cursor, TimelineEntry, TimelineRow, TimelineView } from "./timeline_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -39,6 +39,14 @@ export declare type FetchTimelineRequest = Message<"corral.v1.FetchTimelineReque
    * @generated from field: optional uint32 limit = 4;
    */
   limit?: number | undefined;
+
+  /**
+   * RAW (unset) answers `rows`; PROJECTED answers `entries` (docs/design.md#projections),
+   * with `limit` counting entries and the cursors naming entries' first rows.
+   *
+   * @generated from field: corral.v1.TimelineView view = 5;
+   */
+  view: TimelineView;
 };
 
 /**
@@ -140,6 +148,13 @@ export declare type FetchTimelineResponse = Message<"corral.v1.FetchTimelineResp
    * @generated from field: repeated corral.v1.TimelineRow rows = 10;
    */
   rows: TimelineRow[];
+
+  /**
+   * The PROJECTED view: whole entries ordered by their first row (`rows` is then empty).
+   *
+   * @generated from field: repeated corral.v1.TimelineEntry entries = 11;
+   */
+  entries: TimelineEntry[];
 };
 
 /**
