@@ -31,6 +31,7 @@ from corral_server.hub import EventHub
 from corral_server.listen import make_socket_private, remove_socket, unix_path
 from corral_server.manager.deadlines import first_of
 from corral_server.manager.manager import AgentManager
+from corral_server.manager.usage import UsageBook
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
 from corral_server.providers import reaping, registry
@@ -180,6 +181,7 @@ class Daemon:
             finished=stores.finished if stores else None,
             daemon_tag=self.daemon_tag,
             worktrees=self.worktrees,
+            usage=UsageBook(stores.usage) if stores else None,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -227,6 +229,7 @@ class Daemon:
             self.timeline = stores.timeline
             self.hub = self._hub(stores.event_log)  # one journal with the timeline: joint commits
             self.manager = self._manager(self.timeline, stores)
+            await self.manager.usage.open()  # the counters from the ledger
             self.subagents = self._registry(stores.runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
             await self.manager.restore(stores.loaded)

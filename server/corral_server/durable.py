@@ -26,6 +26,7 @@ from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTur
 from corral_server.store.search import Backfill, SearchIndex
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
+from corral_server.store.usage import SqliteUsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class DurableStores:
     finished: SqliteFinishedTurns
     event_log: SqliteEventLog
     runs: SqliteRunStore
+    usage: SqliteUsageLedger  # completed turns' usage (schema v7)
 
 
 async def open_database(config: Config, state_dir: Path, daemon_tag: str) -> Database:
@@ -76,6 +78,7 @@ async def open_stores(database: Database, config: Config) -> DurableStores:
         finished=SqliteFinishedTurns(database),
         event_log=event_log,
         runs=await SqliteRunStore.open(database),
+        usage=SqliteUsageLedger(database),
     )
 
 

@@ -2,6 +2,7 @@
 
     CorralError
     ├── InvalidArgument          bad input; carries field violations      -> INVALID_ARGUMENT
+    │   └── BadImportFile        an export file that is not one, with its line number
     ├── NotFound
     │   ├── AgentNotFound                                                 -> NOT_FOUND
     │   ├── QueuedPromptNotFound                                          -> NOT_FOUND
@@ -14,6 +15,7 @@
     │   ├── AgentBusy            a foreground turn is already running
     │   ├── AgentClosed          the agent's runtime is closed
     │   ├── MessageNotConfirmed  Rewind to a message the provider never confirmed
+    │   ├── TimelineReset        the timeline was re-based under an ExportAgent
     │   ├── SubagentLimit        a spawn past the depth or children limit
     │   ├── SubagentRunEnded     a steer of a run that has ended
     │   ├── SubagentRunSteering  a steer of a run another steer is replacing
@@ -67,6 +69,15 @@ class InvalidArgument(CorralError):
     @classmethod
     def field(cls, name: str, description: str) -> InvalidArgument:
         return cls(f"{name}: {description}", FieldViolation(name, description))
+
+
+class BadImportFile(InvalidArgument):
+    reason = "BAD_IMPORT_FILE"
+
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(f"line {line}: {why}", FieldViolation("data", f"line {line}: {why}"))
+        self.line = line
+        self.metadata["line"] = str(line)
 
 
 class NotFound(CorralError):
@@ -144,6 +155,17 @@ class UnknownProvider(NotFound):
 
 class FailedPrecondition(CorralError):
     reason = "FAILED_PRECONDITION"
+
+
+class TimelineReset(FailedPrecondition):
+    reason = "TIMELINE_RESET"
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r}: the timeline was re-based (or trimmed) during the export; "
+            "export again",
+            metadata={"agent_id": agent_id},
+        )
 
 
 class AgentBusy(FailedPrecondition):

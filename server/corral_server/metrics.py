@@ -18,6 +18,12 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
                                           error), 1 otherwise: health stays SERVING meanwhile
   corral_store_write_failures_total       transactions that failed so (store/full_disk.py)
   corral_store_wal_bytes                  the size of the store's write-ahead log file
+  corral_usage_input_tokens_total{provider, model}         completed turns' usage, by the
+  corral_usage_output_tokens_total{provider, model}        agent's provider and model when the
+  corral_usage_cached_input_tokens_total{provider, model}  turn ended (model "" = the
+  corral_usage_cost_usd_total{provider, model}             provider's default); with a state
+  corral_usage_turns_total{provider, model}                directory they count from the first
+                                                           turn the ledger holds, not from start
 
 Every number is the daemon's own (its manager, hub, store and error counter), so two daemons in
 one process never add to each other's, except the provider call histograms: the provider
@@ -35,6 +41,7 @@ from typing import NamedTuple
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from corral_server.domain.agent import Usage
 from corral_server.histogram import SECONDS_BOUNDS, Histogram
 from corral_server.hub import EventHub
 from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
@@ -57,6 +64,7 @@ class _Reading(NamedTuple):
     errors: dict[str, int]
     log_pending: int
     log_failures: int
+    usage: dict[tuple[str, str], tuple[Usage, int]]
 
 
 class DaemonCollector(Collector):
@@ -92,6 +100,7 @@ class DaemonCollector(Collector):
             dict(self._rpc_errors),
             0 if writer is None else writer.pending,
             0 if writer is None else writer.failures,
+            dict(self._manager.usage.counters),
         )
 
     def collect(self) -> Iterator[_Family]:
@@ -129,6 +138,7 @@ class DaemonCollector(Collector):
             "corral_event_log_failures", "Failed event log commits", value=reading.log_failures
         )
         yield from self._store()
+        yield from _usage(reading.usage)
         yield from self._histograms()
 
     def _store(self) -> Iterator[_Family]:
@@ -159,6 +169,28 @@ class DaemonCollector(Collector):
         for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
             _add(calls, [kind], histogram)
         yield calls
+
+
+_USAGE_FIELDS = (
+    ("input_tokens", "Input tokens of completed turns"),
+    ("output_tokens", "Output tokens of completed turns"),
+    ("cached_input_tokens", "Cached input tokens of completed turns"),
+    ("cost_usd", "Cost in USD of completed turns, as providers report it"),
+)
+
+
+def _usage(counters: dict[tuple[str, str], tuple[Usage, int]]) -> Iterator[CounterMetricFamily]:
+    labels = ["provider", "model"]
+    keys = sorted(counters)
+    for name, text in _USAGE_FIELDS:
+        family = CounterMetricFamily(f"corral_usage_{name}", text, labels=labels)
+        for key in keys:
+            family.add_metric(list(key), getattr(counters[key][0], name))
+        yield family
+    turns = CounterMetricFamily("corral_usage_turns", "Turns that reported usage", labels=labels)
+    for key in keys:
+        turns.add_metric(list(key), counters[key][1])
+    yield turns
 
 
 def _add(family: HistogramMetricFamily, labels: list[str], histogram: Histogram) -> None:

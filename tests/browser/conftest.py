@@ -3,7 +3,9 @@ and a real daemon with its web port on, serving the built dashboard."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -14,7 +16,7 @@ from corral_server.clock import FakeClock
 from corral_server.manager.specs import Timeouts
 from corral_server.providers.config import load as load_providers
 from tests.browser.browser import Browser
-from tests.support.client import Stubs
+from tests.support.client import Stubs, SyncStubs
 from tests.support.daemon import DaemonThread
 
 # A second scripted provider from a providers file, one that takes steered prompts.
@@ -58,6 +60,19 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     channel = grpc.insecure_channel(daemon.address)
     try:
         yield Web(daemon, channel)
+    finally:
+        channel.close()
+        daemon.stop()
+
+
+@contextlib.contextmanager
+def page_daemon(config: Config) -> Iterator[tuple[str, SyncStubs]]:
+    """A daemon of `config` (its web port on, a FakeClock): the page's URL and gRPC stubs."""
+    daemon = DaemonThread(replace(config, web_listen="127.0.0.1:0"), FakeClock()).start()
+    channel = grpc.insecure_channel(daemon.address)
+    try:
+        assert daemon.daemon is not None
+        yield f"http://127.0.0.1:{daemon.daemon.web_port}/", Stubs.of(channel)
     finally:
         channel.close()
         daemon.stop()

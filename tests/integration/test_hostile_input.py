@@ -966,6 +966,8 @@ UNARY_METHODS = {
         "DetachAgent",
         "ClearAttention",
         "ListProviders",
+        "GetUsage",
+        "ImportAgentExport",  # streams requests: raw bytes go as one message
     ),
     "corral.v1.TurnService": (
         "SendPrompt",
@@ -995,6 +997,7 @@ UNARY_METHODS = {
     ),
 }
 STREAM_METHODS = {
+    "corral.v1.AgentService": ("ExportAgent",),
     "corral.v1.TurnService": ("StreamTurn",),
     "corral.v1.EventService": ("Subscribe",),
 }

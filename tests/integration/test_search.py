@@ -245,6 +245,7 @@ async def test_a_state_directory_from_before_search_is_indexed_in_the_background
     with sqlite3.connect(state / "corral.db") as conn:  # as a version 4 daemon left it
         conn.execute("DROP TABLE timeline_text")
         conn.execute("DELETE FROM meta WHERE key = 'search_backfill'")
+        conn.execute("DROP TABLE turn_usage")  # a version 4 daemon had no usage ledger
         conn.execute("PRAGMA user_version = 4")
     conn.close()
     monkeypatch.setattr(search_store, "BACKFILL_BATCH", 3)

@@ -6,6 +6,7 @@ import { createConnectTransport } from "@connectrpc/connect-web";
 import {
   AgentService,
   EventService,
+  ServerService,
   SubagentService,
   TimelineService,
   TurnService,
@@ -49,6 +50,7 @@ export const timeline = createClient(TimelineService, transport);
 export const turns = createClient(TurnService, transport);
 export const subagents = createClient(SubagentService, transport);
 export const workspaces = createClient(WorkspaceService, transport);
+export const server = createClient(ServerService, transport);
 
 export function isUnauthenticated(err: unknown): boolean {
   return err instanceof ConnectError && err.code === Code.Unauthenticated;

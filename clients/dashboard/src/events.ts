@@ -5,7 +5,7 @@
 // connection, a laptop lid or a daemon restart resumes with both, so the daemon replays
 // exactly the missed events. When it cannot (`subscription_reset`, `synced.reset`, or a
 // fresh snapshot), every view reloads what it shows and the page says so.
-import { events, isAbort, isUnauthenticated, describe } from "./client";
+import { events, isAbort, isUnauthenticated, describe, server } from "./client";
 import type { Agent, Event } from "./gen";
 import { store } from "./store";
 
@@ -121,6 +121,19 @@ export function onChanges(agentId: string, fn: () => void): () => void {
   };
 }
 
+/** What this tab's token may do (it may have changed with the token prompt). */
+async function learnRole(): Promise<void> {
+  try {
+    const role = (await server.getServerInfo({})).callerRole;
+    if (role !== store.role) {
+      store.role = role;
+      store.changed();
+    }
+  } catch {
+    // Unknown for now: the next connection asks again.
+  }
+}
+
 /** One stream's progress: whether it is still in a snapshot, and what a `synced` means. */
 class Session {
   private snapshot: Map<string, Agent> | null;
@@ -181,6 +194,7 @@ class Session {
     incarnation = inc;
     store.connection = "live";
     store.connectionError = "";
+    void learnRole();
     // A snapshot that replaced earlier state: what the views show may be behind it. (The very
     // first snapshot replaces nothing: views load after it, or catch up once it is in.)
     if (replaced && hadState) {

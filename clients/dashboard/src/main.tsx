@@ -37,7 +37,7 @@ function App(): JSX.Element {
         <AgentPage key={agent[1]} id={agent[1]} />
       </div>
     );
-  else if (route === "#/new") page = <CreateAgent />;
+  else if (route === "#/new" && !store.readOnly) page = <CreateAgent />;
   else page = <AgentList />;
   return (
     <>

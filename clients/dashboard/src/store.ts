@@ -1,6 +1,7 @@
 // The page's shared state: the agents as the live subscription last showed them, the
 // connection's state, and notices. Views read it and re-render when `changed` fires.
 import { useEffect, useState } from "preact/hooks";
+import { token } from "./client";
 import type { Agent, SubagentRun } from "./gen";
 
 export type Connection = "connecting" | "live" | "reconnecting" | "token";
@@ -21,6 +22,9 @@ class Store {
   /** Why the last connection attempt failed, while reconnecting. */
   connectionError = "";
   notices: Notice[] = [];
+  /** The role of this tab's token (GetServerInfo's callerRole): "read" may only watch;
+   * undefined until the daemon said. */
+  role: string | undefined = undefined;
   /** Bumped on every change, so views can tell. */
   version = 0;
   private listeners = new Set<Listener>();
@@ -41,6 +45,12 @@ class Store {
       this.scheduled = false;
       for (const fn of [...this.listeners]) fn();
     });
+  }
+
+  /** A read-only token, or a token whose role is not known yet: the page shows no control
+   * it could not use (not even for a moment before GetServerInfo answers). */
+  get readOnly(): boolean {
+    return this.role === "read" || (this.role === undefined && token() !== "");
   }
 
   notify(text: string, kind: Notice["kind"] = "info", agentId?: string): void {

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 
-from corral_cli import commands, follow, providers, show, status, subagents
+from corral_cli import commands, follow, providers, show, status, subagents, transfer
 from corral_cli import output as output_cli
 from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
+from corral_cli import usage as usage_cli
 from corral_cli import workspace as workspace_cli
 from corral_cli.grammar import (
     EXIT_CODES,
@@ -61,6 +62,7 @@ def build_parser() -> Parser:
     output_cli.add_command(sub, parents)
     workspace_cli.add_commands(sub, parents)
     schedules_cli.add_commands(sub, parents)
+    usage_cli.add_command(sub, parents)
     completion = command(
         sub,
         [],
@@ -326,17 +328,8 @@ def _add_agents(sub: Subparsers, parents: Parents) -> None:
         "message_id", metavar="MESSAGE_ID", help="the provider's id of the message (see logs)"
     )
     rewind.set_defaults(func=commands.rewind)
-    imported = command(
-        sub,
-        parents,
-        "import",
-        "Make an agent of an existing provider session, its conversation as history.",
-        "Prints the new agent's id, its session and how many rows it holds.",
-    )
-    imported.add_argument("provider", metavar="PROVIDER", help="e.g. claude-code, codex")
-    imported.add_argument("session_id", metavar="SESSION_ID", help="the provider's session id")
-    imported.add_argument("--cwd", default=None, help="working directory (default: here)")
-    imported.set_defaults(func=commands.import_agent)
+    transfer.add_import(sub, parents)
+    transfer.add_export(sub, parents)
 
 
 def _add_subagents(sub: Subparsers, parents: Parents) -> None:

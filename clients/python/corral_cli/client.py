@@ -82,14 +82,15 @@ def load_access(
 
 
 def read_token_file(path: Path) -> str:
-    """The first token in a token file (the daemon's format: one per line, # comments)."""
+    """The first token in a token file (the daemon's format: one per line, # comments, the
+    token's role after it)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise AccessError(f"cannot read the token file {path}: {reason}") from None
     for line in text.splitlines():
-        token = line.strip()
+        token = line.strip().partition(" ")[0]
         if token and not token.startswith("#"):
             return token
     raise AccessError(f"the token file {path} holds no token")

@@ -10,11 +10,10 @@ Must not: print failures of the RPC itself (main.py does, in one place).
 from __future__ import annotations
 
 import argparse
-import datetime
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
-from corral_cli import failure, ids
+from corral_cli import failure, filters, ids
 from corral_cli.client import Client
 from corral_cli.grammar import Parents, Subparsers, command
 from corral_cli.render import Console, local_time, one_line
@@ -46,21 +45,11 @@ def add_command(sub: Subparsers, parents: Parents) -> None:
     cmd.add_argument(
         "query", nargs="+", help='FTS5 syntax: words, "a phrase", prefix*, AND / OR / NOT'
     )
-    cmd.add_argument(
-        "--agent",
-        dest="agents",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only this agent (repeatable)",
-    )
-    cmd.add_argument("--label", default="", metavar="SELECTOR", help="only agents matching it")
-    cmd.add_argument("--provider", action="append", default=[], help="only this provider")
+    filters.add_agent_filters(cmd)
     cmd.add_argument(
         "--kind", action="append", default=[], choices=KINDS, help="only rows of this kind"
     )
-    cmd.add_argument("--since", default="", metavar="ISO", help="rows at or after this time")
-    cmd.add_argument("--until", default="", metavar="ISO", help="rows before this time")
+    filters.add_time_range(cmd, "rows")
     cmd.add_argument("--archived", action="store_true", help="also archived agents")
     cmd.add_argument("--limit", type=int, default=20, metavar="N", help="hits (default 20)")
     cmd.set_defaults(func=search, check=check)
@@ -69,11 +58,7 @@ def add_command(sub: Subparsers, parents: Parents) -> None:
 def check(args: argparse.Namespace) -> str:
     if args.limit < 1:
         return "--limit must be at least 1"
-    for name in ("since", "until"):
-        value = getattr(args, name)
-        if value and _parse_time(value) is None:
-            return f"--{name}: not an ISO date or time: {value!r}"
-    return ""
+    return filters.check_time_range(args)
 
 
 def search(client: Client, console: Console, args: argparse.Namespace) -> int:
@@ -85,9 +70,7 @@ def search(client: Client, console: Console, args: argparse.Namespace) -> int:
         item_kinds=args.kind,
         include_archived=args.archived,
     )
-    for name, field in (("since", request.start_time), ("until", request.end_time)):
-        if at := _parse_time(getattr(args, name)):
-            field.FromDatetime(at)
+    filters.set_time_range(args, request.start_time, request.end_time)
     hits: list[tl_pb.SearchHit] = []
     indexing = False
     while len(hits) < args.limit:
@@ -130,13 +113,3 @@ def _open_command(hit: tl_pb.SearchHit, epoch: str, next_seq: int) -> str:
         return f"(rewound since: corral logs {hit.agent_id} shows the current timeline)"
     rows = next_seq - hit.cursor.seq + _CONTEXT_ROWS
     return f"corral logs {hit.agent_id} --limit {rows}"
-
-
-def _parse_time(text: str) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        at = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.astimezone()

@@ -89,6 +89,14 @@ def describe(
             else "-",
         )
     )
+    total = agent.usage_total
+    lines.append(
+        (
+            "",
+            f"all turns: {total.input_tokens} in, {total.output_tokens} out, "
+            f"{total.cached_input_tokens} cached, ${total.cost_usd:.4f}",
+        )
+    )
     labels = ", ".join(f"{k}={v}" for k, v in sorted(agent.labels.items()))
     lines.append(("labels", labels or "-"))
     lines.append(("parent", agent.parent_agent_id or "-"))

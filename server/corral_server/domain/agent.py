@@ -178,6 +178,8 @@ class Agent:
     title_source: TitleSource = TitleSource.NONE
     # The git worktree corral made for the agent, if it asked for one (never changes).
     workspace: Workspace | None = None
+    # Every completed turn's usage added up (turn_end.py); a rewind keeps it.
+    usage_total: Usage = Usage()
 
     @property
     def parent_agent_id(self) -> str:

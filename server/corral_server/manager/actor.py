@@ -287,6 +287,9 @@ class AgentActor:
         self._turns.ended = end.ended
         if self._deps.counts is not None:
             self._deps.counts.count_end(terminal)
+        usage = terminal.usage if isinstance(terminal, ev.TurnCompleted) else None
+        if usage is not None and self._deps.usage is not None:
+            self._deps.usage.record(self.agent, active.turn_id, usage, now)
         publisher = self._deps.publisher
         self._writer.publish((publisher.prepare(terminal),))
         pending = self._state.snapshot.pending_permissions

@@ -12,6 +12,7 @@ from corral_server.domain.agent import Agent
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turn_end import TurnCounts
+from corral_server.manager.usage import UsageBook
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider
 from corral_server.records.store import AgentRecords, FinishedTurns
@@ -37,5 +38,7 @@ class ActorDeps:
     # Told (on the actor's task; must not block) when the agent settles: a turn ended and no
     # successor follows (the sub-agent registry ends a child's run here).
     settled: Callable[[Agent, ev.TurnTerminal], None] | None = None
+    # Completed turns' usage, added up by provider, model and day (None: not kept).
+    usage: UsageBook | None = None
     # The daemon's process tag (providers/reaping.py), given to every session it opens.
     daemon_tag: str = ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral_server import errors
@@ -36,8 +36,11 @@ from corral_server.manager.validate import (
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider
 from corral_server.records.store import AgentRecords, CreateRequests
-from corral_server.timeline.store import TimelineStore
+from corral_server.timeline.store import NewRow, TimelineStore
 from corral_server.workspace.worktrees import Worktrees
+
+# What ImportAgentExport hands over: an export's rows, in batches, as they are read.
+RowBatches = AsyncIterator[Sequence[NewRow]]
 
 # CreateAgent request ids remembered for idempotent retries: the most recent this many, so
 # hostile clients cannot grow the table without bound.
@@ -153,10 +156,15 @@ class Creation:
         title: str,
         labels: dict[str, str],
         workspace: Workspace | None = None,
+        agent_id: AgentId | None = None,
     ) -> AgentActor:
-        """A new agent, Initializing, with a fresh timeline (a new epoch), listed at once."""
-        agent_id = AgentId(self.new_id())
-        head = await self.timeline.create(agent_id)
+        """A new agent, Initializing, listed at once, with a fresh timeline (a new epoch), or
+        the timeline `agent_id` already holds (an import's rows)."""
+        if agent_id is None:
+            agent_id = AgentId(self.new_id())
+            head = await self.timeline.create(agent_id)
+        else:
+            head = self.timeline.head(agent_id)
         now = self.clock.now_ms()
         agent = Agent(
             id=agent_id,
@@ -224,6 +232,32 @@ class Creation:
         actor = await self._new_actor(provider, provider_name, cwd, "", {})
         try:
             return await actor.call(lambda: actor.prime(items, provider_session_id))
+        except BaseException:
+            await self._discard(actor)
+            raise
+
+    async def import_rows(self, spec: CreateSpec, batches: RowBatches) -> Agent:
+        """ImportAgentExport: a new agent from `spec` (validated as CreateAgent's) holding
+        the rows `batches` yields, stored as they come under a timeline no one sees yet (no
+        events: a history, not a live turn). Only once every batch is in is the agent listed
+        and its session opened; a batch that fails (a bad line) drops the rows, so nothing is
+        left. The agent starts from zero usage and no provider session of its own."""
+        self.check_open()
+        provider = self._validate(spec)
+        agent_id = AgentId(self.new_id())
+        await self.timeline.create(agent_id)
+        try:
+            async for batch in batches:
+                await self.timeline.append(agent_id, batch)
+            self.check_open()
+        except BaseException:
+            await self.timeline.drop(agent_id)
+            raise
+        actor = await self._new_actor(
+            provider, spec.provider, spec.cwd, spec.title, dict(spec.labels), agent_id=agent_id
+        )
+        try:
+            return await actor.call(lambda: actor.register(spec.model, spec.mode))
         except BaseException:
             await self._discard(actor)
             raise

@@ -31,7 +31,7 @@ from corral_server.jobs import done_with
 from corral_server.manager import permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.creation import Creation, check_choice
+from corral_server.manager.creation import Creation, RowBatches, check_choice
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.presence import PresenceBook
@@ -39,6 +39,7 @@ from corral_server.manager.restore import restore
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
+from corral_server.manager.usage import UsageBook
 from corral_server.manager.validate import Limits, check_id, check_labels, check_prompt, check_title
 from corral_server.manager.waiting import MAX_WAIT_S, check_wait, wait_for_idle
 from corral_server.manager.writer import Publisher
@@ -67,6 +68,7 @@ class AgentManager:
         finished: FinishedTurns | None = None,
         daemon_tag: str = "",
         worktrees: Worktrees | None = None,
+        usage: UsageBook | None = None,
     ) -> None:
         self._providers = dict(providers)
         self._timeline = timeline
@@ -83,6 +85,7 @@ class AgentManager:
         self.presence = PresenceBook()
         # Turns started and ended, by outcome (read by the metrics endpoint).
         self.turn_counts = TurnCounts()
+        self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
         self._agents = AgentDirectory(limits)
         self._creation = Creation(
             providers=self._providers,
@@ -160,6 +163,10 @@ class AgentManager:
     async def import_agent(self, provider_name: str, provider_session_id: str, cwd: str) -> Agent:
         """ImportAgent: a new idle agent holding a provider session's conversation."""
         return await self._creation.import_agent(provider_name, provider_session_id, cwd)
+
+    async def import_rows(self, spec: CreateSpec, batches: RowBatches) -> Agent:
+        """ImportAgentExport: a new idle agent holding an export's rows (creation.py)."""
+        return await self._creation.import_rows(spec, batches)
 
     async def restore(self, loaded: LoadedAgents) -> None:
         """Start-up: every stored agent comes back in creation order (restore.py)."""
@@ -369,6 +376,7 @@ class AgentManager:
             finished=self._finished,
             presence=self.presence,
             counts=self.turn_counts,
+            usage=self.usage,
             settled=self._settled,
             daemon_tag=self._daemon_tag,
         )

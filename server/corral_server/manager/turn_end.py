@@ -4,8 +4,8 @@ the attention to raise. A pure function: the actor (actor.py `_finish`) stores t
 publishes the events and sets the snapshot in the order the stream promises.
 
 The rules:
-- completed: idle, with the turn's usage (the last one kept when it reports none); attention
-  FINISHED;
+- completed: idle, with the turn's usage (the last one kept when it reports none) added to
+  the agent's total; attention FINISHED;
 - failed: errored, with its error as `last_error` and an error row; attention ERROR;
 - canceled: idle, with a row saying it was canceled and why; no attention;
 - a successor follows (a replacement, the next queued prompt): the agent keeps its Running
@@ -30,6 +30,7 @@ from corral_server.domain.agent import (
     Lifecycle,
 )
 from corral_server.domain.timeline import ErrorItem
+from corral_server.domain.usage import add
 
 # The code of the row that records a canceled turn in the timeline.
 TURN_CANCELED = "TURN_CANCELED"
@@ -53,7 +54,12 @@ def end_turn(agent: Agent, terminal: ev.TurnTerminal, successor: bool, now_ms: i
     closing_row: ErrorItem | None = None
     match terminal:
         case ev.TurnCompleted(usage=usage):
-            ended = replace(agent, lifecycle=Idle(), last_usage=usage or agent.last_usage)
+            ended = replace(
+                agent,
+                lifecycle=Idle(),
+                last_usage=usage or agent.last_usage,
+                usage_total=agent.usage_total if usage is None else add(agent.usage_total, usage),
+            )
             reason = AttentionReason.FINISHED
         case ev.TurnFailed(error=error):
             closing_row = ErrorItem(error.message, error.code)

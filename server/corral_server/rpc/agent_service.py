@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
@@ -9,7 +11,10 @@ from corral_server import errors
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
-from corral_server.rpc.errors import Ctx, unary
+from corral_server.rpc.errors import Ctx, streaming, unary
+from corral_server.rpc.export import export_agent
+from corral_server.rpc.import_file import import_agent_export
+from corral_server.rpc.usage import get_usage
 from corral_server.rpc.workspace_codec import release_to_pb, worktree_request_from_pb
 from corral_server.workspace.worktrees import Worktrees
 
@@ -50,6 +55,25 @@ class AgentService(svc_grpc.AgentServiceServicer):
         )
         agent, turn_id = await self._manager.create(spec)
         return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
+
+    @unary
+    async def GetUsage(
+        self, request: svc_pb.GetUsageRequest, context: Ctx
+    ) -> svc_pb.GetUsageResponse:
+        return await get_usage(self._manager, request)
+
+    @streaming
+    async def ExportAgent(
+        self, request: svc_pb.ExportAgentRequest, context: Ctx
+    ) -> AsyncIterator[svc_pb.ExportAgentResponse]:
+        async for chunk in export_agent(self._manager, request):
+            yield chunk
+
+    @unary
+    async def ImportAgentExport(
+        self, request: AsyncIterator[svc_pb.ImportAgentExportRequest], context: Ctx
+    ) -> svc_pb.ImportAgentExportResponse:
+        return await import_agent_export(self._manager, request)
 
     @unary
     async def GetAgent(

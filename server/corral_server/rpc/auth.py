@@ -1,9 +1,13 @@
 """Bearer tokens: the token file and the interceptor that checks `authorization` on every call.
 
-The token file holds one or more tokens, one per line; blank lines and lines starting with `#`
-are ignored. `TokenFile.reload` (SIGHUP) swaps in a new set only when the new file is good, and
-otherwise keeps the old set and logs why. Every RPC needs `authorization: Bearer <token>` except
-the health service (a load balancer checks it without credentials); reflection needs it too.
+The token file holds one or more tokens, one per line, each optionally followed by its role
+after a space: `full` (the default: every call) or `read` (only the calls that read, see
+rpc/roles.py); blank lines and lines starting with `#` are ignored. A file of bare tokens, as
+before roles, gives every token `full`. A reload that changes a token's role ends its open
+calls as a removal does (the client reconnects under the new role). `TokenFile.reload`
+(SIGHUP) swaps in a new set only when the new file is good, and otherwise keeps the old set
+and logs why. Every RPC needs `authorization: Bearer <token>` except the health service (a
+load balancer checks it without credentials); reflection needs it too.
 The gRPC interceptor that asks for it is rpc/bearer.py; this module holds what any edge needs.
 
 A presented token is hashed and compared with the hash of every configured token by
@@ -53,31 +57,43 @@ TOKEN_INVALID = "TOKEN_INVALID"
 TOKEN_REVOKED = "TOKEN_REVOKED"
 
 
+# What a token may do: every call, or only the calls that read (rpc/roles.py).
+FULL = "full"
+READ = "read"
+ROLES = (FULL, READ)
+
+
 class TokenFileError(ValueError):
     """The token file cannot be read or holds no usable token; the message says which line."""
 
 
-def parse_tokens(text: str, source: str) -> tuple[bytes, ...]:
-    """The tokens in a token file's text; TokenFileError when it has none or a bad line. The
-    error names the line, never its content (it may be a secret)."""
-    tokens: list[bytes] = []
+def parse_tokens(text: str, source: str) -> tuple[tuple[bytes, str], ...]:
+    """The (token, role) pairs in a token file's text; TokenFileError when it has none or a
+    bad line. The error names the line, never its content (it may be a secret)."""
+    tokens: list[tuple[bytes, str]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        token = line.encode("utf-8", errors="replace")
+        word, _, role = line.partition(" ")
+        role = role.strip() or FULL
+        token = word.encode("utf-8", errors="replace")
         if not set(token) <= _VISIBLE:
             raise TokenFileError(
                 f"{source} line {number}: a token is visible ASCII without spaces "
-                "(one token per line)"
+                "(one token per line, then optionally its role)"
             )
-        tokens.append(token)
+        if role not in ROLES:
+            raise TokenFileError(
+                f"{source} line {number}: after the token comes its role, full or read"
+            )
+        tokens.append((token, role))
     if not tokens:
         raise TokenFileError(f"{source} holds no token (one per line; # starts a comment)")
     return tuple(tokens)
 
 
-def read_tokens(path: Path) -> tuple[bytes, ...]:
+def read_tokens(path: Path) -> tuple[tuple[bytes, str], ...]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -134,7 +150,7 @@ class TokenFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._digests = tuple(_digest(t) for t in read_tokens(path))
+        self._digests, self._roles = _entries(read_tokens(path))
         # The calls open right now, by the digest of the token that let them in (no leak:
         # each call removes itself when it ends, and an emptied set goes with it).
         self._open: dict[bytes, set[OpenCall]] = {}
@@ -152,9 +168,10 @@ class TokenFile:
         except TokenFileError as exc:
             log.error("token reload failed, keeping the previous %d token(s): %s", self.count, exc)
             return False
-        self._digests = tuple(_digest(t) for t in tokens)
+        before = dict(zip(self._digests, self._roles, strict=True))
+        self._digests, self._roles = _entries(tokens)
         log.info("reloaded %d token(s) from %s", self.count, self.path)
-        self._revoke_dropped()
+        self._revoke_dropped(before)
         return True
 
     @property
@@ -180,10 +197,11 @@ class TokenFile:
             if not calls:
                 del self._open[call.digest]
 
-    def _revoke_dropped(self) -> None:
-        """Revoke every open call whose token the file no longer holds."""
-        kept = set(self._digests)
-        dropped = [digest for digest in self._open if digest not in kept]
+    def _revoke_dropped(self, before: dict[bytes, str]) -> None:
+        """Revoke every open call whose token the file no longer holds, or holds with
+        another role than it had."""
+        now = dict(zip(self._digests, self._roles, strict=True))
+        dropped = [digest for digest in self._open if now.get(digest) != before.get(digest)]
         revoked = 0
         for digest in dropped:
             calls = self._open.pop(digest)
@@ -202,11 +220,21 @@ class TokenFile:
 
     def accepts(self, presented: bytes) -> bool:
         """True when `presented` is one of the tokens; compares against every one of them."""
+        return self.role_of(presented) is not None
+
+    def role_of(self, presented: bytes) -> str | None:
+        """The role of `presented` (None: not a token); compares against every token."""
         wanted = _digest(presented)
-        found = False
-        for digest in self._digests:
-            found |= hmac.compare_digest(digest, wanted)
-        return found
+        role = None
+        for digest, its_role in zip(self._digests, self._roles, strict=True):
+            if hmac.compare_digest(digest, wanted):
+                role = its_role
+        return role
+
+
+def _entries(tokens: tuple[tuple[bytes, str], ...]) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """The digests and the roles of the file's tokens, in the same order."""
+    return tuple(_digest(t) for t, _ in tokens), tuple(role for _, role in tokens)
 
 
 Metadata = tuple[tuple[str, str | bytes], ...] | None
@@ -218,7 +246,8 @@ def check(tokens: TokenFile, metadata: Metadata) -> str:
 
 
 def checked_token(tokens: TokenFile, metadata: Metadata) -> tuple[str, bytes]:
-    """("", the token) when the call carries a good bearer token, else (the reason, b"")."""
+    """("", the token) when the call carries a good bearer token, else (the reason, b"").
+    Its role: `tokens.role_of(token)`."""
     values = [v for k, v in metadata or () if k == "authorization"]
     if not values:
         return TOKEN_MISSING, b""

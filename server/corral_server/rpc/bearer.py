@@ -1,5 +1,6 @@
 """The bearer-token interceptor: every call but health needs a good token (rpc/auth.py checks
-it), and a call let in ends when its token is revoked. Its method handler is wrapped so the
+it) whose role permits the method (rpc/roles.py), and a call let in ends when its token is
+revoked. Its method handler is wrapped so the
 behaviour runs under the `OpenCall` of the token that let it in.
 
 A revocation cancels the call's task (grpc.aio runs each call in a task of its own, and cancels
@@ -34,6 +35,7 @@ from corral_server.rpc.auth import (
     checked_token,
     unauthenticated,
 )
+from corral_server.rpc.roles import CALLER_ROLE, denied, permits
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def revocable(
-    handler: grpc.RpcMethodHandler[Any, Any] | None, tokens: TokenFile, token: bytes
+    handler: grpc.RpcMethodHandler[Any, Any] | None, tokens: TokenFile, token: bytes, role: str
 ) -> grpc.RpcMethodHandler[Any, Any] | None:
     """`handler` with its behaviour ended (UNAUTHENTICATED) when `token` is revoked."""
     if handler is None:  # no such method: grpc answers UNIMPLEMENTED
@@ -65,9 +67,11 @@ def revocable(
             make, behaviour = grpc.stream_stream_rpc_method_handler, handler.stream_stream
 
     async def unary(request: Any, context: Context) -> Any:
+        CALLER_ROLE.set(role)  # this call's task only
         return await _RevocableCall(tokens, context).answer(behaviour, request, token)
 
     async def streaming(request: Any, context: Context) -> None:
+        CALLER_ROLE.set(role)
         await _RevocableCall(tokens, context).stream(behaviour, request, token)
 
     return make(streaming if handler.response_streaming else unary, **kw)
@@ -141,9 +145,8 @@ def _ignore_body(_: bytes) -> None:
     """Refused calls never decode their request."""
 
 
-def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, reason: str) -> Any:
-    """A handler of the same kind as `handler` that answers UNAUTHENTICATED."""
-    status = unauthenticated(reason)
+def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None, status: grpc.Status) -> Any:
+    """A handler of the same kind as `handler` that answers `status`."""
 
     async def refuse(context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await context.abort(status.code, status.details, status.trailing_metadata)
@@ -190,8 +193,10 @@ class BearerTokens(grpc.aio.ServerInterceptor):
         metadata = handler_call_details.invocation_metadata
         reason, token = checked_token(self._tokens, metadata)
         handler = await continuation(handler_call_details)
-        if not reason:
-            return revocable(handler, self._tokens, token)
-        log.debug("refused %s: %s", method, reason)
-        result: grpc.RpcMethodHandler[Req, Resp] = _refusal(handler, reason)
+        role = self._tokens.role_of(token) if not reason else None
+        if role is not None and permits(role, method):
+            return revocable(handler, self._tokens, token, role)
+        log.debug("refused %s: %s", method, reason or "a read-only token")
+        status = unauthenticated(reason) if reason else denied(method)
+        result: grpc.RpcMethodHandler[Req, Resp] = _refusal(handler, status)
         return result

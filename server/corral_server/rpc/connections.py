@@ -59,21 +59,25 @@ class ConnectionBook:
         )
 
 
+def _guarded(inner: Callable[[Any, Any], Awaitable[Any]], book: ConnectionBook) -> Any:
+    """A handler with one answer (to a request, or to a stream of them) under the cap."""
+
+    async def unary(request: Any, context: Any) -> Any:
+        peer: str = context.peer()
+        if not book.enter(peer):
+            await refuse(context, book.refusal())
+            return None
+        try:
+            return await inner(request, context)
+        finally:
+            book.leave(peer)
+
+    return unary
+
+
 def _wrap(handler: Any, book: ConnectionBook) -> Any:
     if handler.unary_unary is not None:
-        inner: Callable[[Any, Any], Awaitable[Any]] = handler.unary_unary
-
-        async def unary(request: Any, context: Any) -> Any:
-            peer: str = context.peer()
-            if not book.enter(peer):
-                await refuse(context, book.refusal())
-                return None
-            try:
-                return await inner(request, context)
-            finally:
-                book.leave(peer)
-
-        return handler._replace(unary_unary=unary)
+        return handler._replace(unary_unary=_guarded(handler.unary_unary, book))
     if handler.unary_stream is not None:
         stream: Callable[[Any, Any], AsyncIterator[Any]] = handler.unary_stream
 
@@ -89,6 +93,8 @@ def _wrap(handler: Any, book: ConnectionBook) -> Any:
                 book.leave(peer)
 
         return handler._replace(unary_stream=streaming)
+    if handler.stream_unary is not None:
+        return handler._replace(stream_unary=_guarded(handler.stream_unary, book))
     return handler
 
 

@@ -189,6 +189,7 @@ def agent_to_pb(agent: da.Agent) -> agent_pb.Agent:
         msg.archived_at.CopyFrom(timestamp(agent.archived_at_ms))
     if agent.last_error is not None:
         msg.last_error.CopyFrom(error_to_pb(agent.last_error))
+    msg.usage_total.CopyFrom(usage_to_pb(agent.usage_total))
     if agent.last_usage is not None:
         msg.last_usage.CopyFrom(usage_to_pb(agent.last_usage))
     if agent.workspace is not None:

@@ -80,7 +80,29 @@ def _wrap(method: str, handler: Any, reclaimer: Reclaimer) -> Any:
                     reclaimer.after_large_request()
 
         return handler._replace(request_deserializer=safe, unary_stream=streaming)
+    if handler.stream_unary is not None:
+        return handler._replace(
+            request_deserializer=safe, stream_unary=_client_streaming(method, handler.stream_unary)
+        )
     return handler
+
+
+def _client_streaming(
+    method: str, inner: Callable[[Any, Any], Awaitable[Any]]
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A request stream's undecodable message is raised to its handler as MalformedRequest
+    where it stands (the handler answers it as it answers any refusal)."""
+
+    async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for request in requests:
+            if isinstance(request, _Undecodable):
+                raise _error(method, request)
+            yield request
+
+    async def unary(requests: AsyncIterator[Any], context: Any) -> Any:
+        return await inner(checked(requests), context)
+
+    return unary
 
 
 class MalformedRequests(HandlerWrapper):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server.rpc.errors import Ctx, unary
+from corral_server.rpc.roles import CALLER_ROLE
 from corral_server.server_info import ServerInfo, ServingState
 
 SERVICE_NAME = server_pb.DESCRIPTOR.services_by_name["ServerService"].full_name
@@ -67,4 +68,6 @@ class ServerService(server_grpc.ServerServiceServicer):
     async def GetServerInfo(
         self, request: server_pb.GetServerInfoRequest, context: Ctx
     ) -> server_pb.GetServerInfoResponse:
-        return encode_server_info(self._describe())
+        answer = encode_server_info(self._describe())
+        answer.caller_role = CALLER_ROLE.get()
+        return answer

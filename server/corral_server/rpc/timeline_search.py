@@ -9,17 +9,13 @@ committed between two pages can shift hits across the page boundary.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.selector import parse_selector
-from corral_server.rpc import bounds
-from corral_server.rpc.items import timestamp, timestamp_ms
+from corral_server.rpc import bounds, page_tokens
+from corral_server.rpc.items import timestamp
+from corral_server.rpc.scope import agents_in_scope, time_range
 from corral_server.store.search import SearchHit, SearchIndex, SearchQuery
 from corral_server.store.search_text import KIND_NAMES
 
@@ -48,7 +44,7 @@ async def search_timeline(
         hits=[_hit_to_pb(hit) for hit in hits], indexing=index.indexing
     )
     if more and query.offset + query.limit <= MAX_OFFSET:
-        response.next_page_token = _token(query.offset + query.limit, _fingerprint(request))
+        response.next_page_token = page_tokens.token(query.offset + query.limit, request)
     return response
 
 
@@ -71,43 +67,22 @@ def _checked(manager: AgentManager, request: tl_pb.SearchTimelineRequest) -> Sea
     size = request.page_size or DEFAULT_PAGE_SIZE
     if size > MAX_PAGE_SIZE:
         raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}, got {size}")
-    start = timestamp_ms(request.start_time) if request.HasField("start_time") else None
-    end = timestamp_ms(request.end_time) if request.HasField("end_time") else None
-    if start is not None and end is not None and end <= start:
-        raise errors.InvalidArgument.field("end_time", "must be after start_time")
-    offset = _offset(request.page_token, _fingerprint(request)) if request.page_token else 0
+    start, end = time_range(request)
+    offset = page_tokens.offset(request.page_token, request, MAX_OFFSET)
     return SearchQuery(
         query=text,
-        agent_ids=_scope(manager, request),
+        agent_ids=agents_in_scope(
+            manager,
+            label_selector=request.label_selector,
+            agent_ids=request.agent_ids,
+            providers=request.providers,
+            include_archived=request.include_archived,
+        ),
         kinds=frozenset(request.item_kinds) or None,
         start_ms=start,
         end_ms=end,
         offset=offset,
         limit=size,
-    )
-
-
-def _scope(manager: AgentManager, request: tl_pb.SearchTimelineRequest) -> frozenset[str] | None:
-    """The ids of the agents searched; None = every agent (nothing narrows the search)."""
-    selector = parse_selector(request.label_selector)
-    for agent_id in request.agent_ids:
-        manager.get(agent_id)  # NOT_FOUND for an unknown agent, as everywhere
-    if (
-        request.include_archived
-        and not request.label_selector.strip()
-        and not request.agent_ids
-        and not request.providers
-    ):
-        return None
-    wanted_ids = frozenset(request.agent_ids)
-    providers = frozenset(request.providers)
-    return frozenset(
-        agent.id
-        for agent in manager.agents()
-        if (request.include_archived or agent.archived_at_ms is None)
-        and (not wanted_ids or agent.id in wanted_ids)
-        and (not providers or agent.provider in providers)
-        and selector.matches(agent.labels)
     )
 
 
@@ -120,31 +95,3 @@ def _hit_to_pb(hit: SearchHit) -> tl_pb.SearchHit:
         snippet=hit.snippet,
         score=hit.score,
     )
-
-
-def _fingerprint(request: tl_pb.SearchTimelineRequest) -> str:
-    same = tl_pb.SearchTimelineRequest()
-    same.CopyFrom(request)
-    same.page_token = ""
-    same.page_size = 0
-    return hashlib.sha256(same.SerializeToString(deterministic=True)).hexdigest()[:16]
-
-
-def _token(offset: int, fingerprint: str) -> str:
-    raw = json.dumps({"o": offset, "f": fingerprint}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _offset(token: str, fingerprint: str) -> int:
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        offset = data["o"]
-        ok = isinstance(offset, int) and 0 < offset <= MAX_OFFSET and data["f"] == fingerprint
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
-        raise errors.InvalidArgument.field(
-            "page_token", "not a page token of this query (page tokens belong to one request)"
-        )
-    return int(offset)

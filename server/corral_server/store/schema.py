@@ -64,6 +64,11 @@ manager/tool_output.py), stored once, keyed by the blob id the row's item names
 are JSON text) and `data`. It is written, trimmed and deleted with its row
 (store/tool_outputs.py). A rowid table: an output is megabytes, read in chunks by incremental
 blob I/O. IF NOT EXISTS: a database whose version was set back by hand migrates again intact.
+
+Version 9 adds `turn_usage`: one row per completed turn that reported usage (tokens, cost,
+the agent's provider and model, when it ended), so usage adds up by agent, provider, model and
+day (store/usage.py). A database from before v9 starts it empty: turns completed before the
+upgrade are not in it (their agents' `usage_total` starts from zero too).
 """
 
 from __future__ import annotations
@@ -155,7 +160,6 @@ CREATE VIRTUAL TABLE timeline_text USING fts5(text, kind UNINDEXED, timestamp_ms
 INSERT INTO meta (key, value) VALUES ('search_backfill', '0 0');
 """
 
-
 RECORD_FORMAT = "corral.storage.v1"
 
 
@@ -195,6 +199,21 @@ CREATE TABLE IF NOT EXISTS tool_outputs (
 CREATE INDEX IF NOT EXISTS tool_outputs_row ON tool_outputs (timeline_id, seq);
 """
 
+_V9_TURN_USAGE = """
+CREATE TABLE IF NOT EXISTS turn_usage (
+    agent_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    ended_ms INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cost_usd REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turn_usage_by_end ON turn_usage (ended_ms);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -204,6 +223,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _records_in_storage_format,
     _V7_SCHEDULES,
     _V8_TOOL_OUTPUTS,
+    _V9_TURN_USAGE,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral_server.listen import is_loopback_host
-from corral_server.rpc.auth import TokenFile, check, unauthenticated
+from corral_server.rpc.auth import TokenFile, checked_token, unauthenticated
+from corral_server.rpc.roles import denied, permits
 from corral_server.web.calls import token_digest
 from corral_server.web.context import WebStatus
 
@@ -74,13 +75,19 @@ class Access:
             (b"access-control-max-age", str(PREFLIGHT_MAX_AGE_S).encode()),
         ]
 
-    def authenticate(self, authorization: list[str]) -> tuple[WebStatus | None, bytes | None]:
-        """(the UNAUTHENTICATED status, or None; the digest of the accepted token)."""
+    def authenticate(
+        self, authorization: list[str], method: str
+    ) -> tuple[WebStatus | None, bytes | None, str]:
+        """(the UNAUTHENTICATED or PERMISSION_DENIED status, or None; the digest of the
+        accepted token; its role, "" without tokens)."""
         if self.tokens is None:
-            return None, None
-        reason = check(self.tokens, tuple(("authorization", v) for v in authorization))
-        if reason:
-            status = unauthenticated(reason)
-            return WebStatus.from_grpc(status.code, status.details, status.trailing_metadata), None
-        token = authorization[0].strip().partition(" ")[2].strip()
-        return None, token_digest(token.encode())
+            return None, None, ""
+        reason, token = checked_token(
+            self.tokens, tuple(("authorization", v) for v in authorization)
+        )
+        role = self.tokens.role_of(token) if not reason else None
+        if role is None or not permits(role, method):
+            status = unauthenticated(reason) if reason else denied(method)
+            refused = WebStatus.from_grpc(status.code, status.details, status.trailing_metadata)
+            return refused, None, ""
+        return None, token_digest(token), role

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from corral_server.errors import ResourceExhausted
+from corral_server.rpc.roles import CALLER_ROLE
 from corral_server.web.access import Access, Headers
 from corral_server.web.calls import OpenCall, OpenCalls
 from corral_server.web.context import WebCallError, WebContext, WebStatus
@@ -165,7 +166,7 @@ class WebApp:
             text = f"{encoding!r} compressed requests are not accepted (send identity)"
             await out.finish(WebStatus(grpc.StatusCode.UNIMPLEMENTED, text))
             return
-        refused, digest = self.access.authenticate(authorization)
+        refused, digest, role = self.access.authenticate(authorization, scope["path"])
         if refused is not None:
             await out.finish(refused)
             return
@@ -177,6 +178,7 @@ class WebApp:
         if cap:
             await out.finish(WebCallError.of(TooManyCalls(cap)).status)
             return
+        CALLER_ROLE.set(role)  # the call's task is made in this one's context (GetServerInfo)
         record = OpenCall(client, digest)
         key = self.calls.add(record)
         try:

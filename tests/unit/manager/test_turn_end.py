@@ -36,6 +36,7 @@ RUNNING = Agent(
     epoch="e",
     next_seq=3,
     last_usage=OLD_USAGE,
+    usage_total=Usage(input_tokens=100, output_tokens=5, cost_usd=0.5),
 )
 ERROR = AgentError("it broke", "BROKE")
 COMPLETED = ev.TurnCompleted("a", "t1", Usage(input_tokens=7))
@@ -43,12 +44,13 @@ FAILED = ev.TurnFailed("a", "t1", ERROR)
 CANCELED = ev.TurnCanceled("a", "t1", "user asked")
 
 
-def test_a_completed_turn_leaves_the_agent_idle_with_its_usage_and_marked_finished() -> None:
+def test_a_completed_turn_leaves_the_agent_idle_with_its_usage_added_and_marked_finished() -> None:
     end = end_turn(RUNNING, COMPLETED, False, NOW)
     assert end.snapshot == replace(
         RUNNING,
         lifecycle=Idle(),
         last_usage=Usage(input_tokens=7),
+        usage_total=Usage(input_tokens=107, output_tokens=5, cost_usd=0.5),
         attention=Attention(True, AttentionReason.FINISHED, NOW),
     )
     assert end.ended == Idle() and end.closing_row is None
@@ -58,6 +60,7 @@ def test_a_completed_turn_leaves_the_agent_idle_with_its_usage_and_marked_finish
 def test_a_completed_turn_without_usage_keeps_the_last_usage() -> None:
     end = end_turn(RUNNING, ev.TurnCompleted("a", "t1"), False, NOW)
     assert end.snapshot.last_usage == OLD_USAGE
+    assert end.snapshot.usage_total == RUNNING.usage_total
 
 
 def test_a_failed_turn_errors_the_agent_with_an_error_row_and_error_attention() -> None:

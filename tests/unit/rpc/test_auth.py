@@ -20,7 +20,21 @@ from corral_server.rpc.auth import (
 
 def test_blank_lines_comments_and_surrounding_spaces_are_ignored() -> None:
     text = "# ops team\n\n  alpha-1  \n\t# old: beta\nga#mma\n"
-    assert parse_tokens(text, "f") == (b"alpha-1", b"ga#mma")
+    assert parse_tokens(text, "f") == ((b"alpha-1", "full"), (b"ga#mma", "full"))
+
+
+def test_a_token_may_carry_its_role_and_a_bare_one_is_full() -> None:
+    text = "alpha\nbeta read\ngamma   full\n"
+    assert parse_tokens(text, "f") == ((b"alpha", "full"), (b"beta", "read"), (b"gamma", "full"))
+
+
+def test_the_role_of_a_token_is_told_and_a_stranger_has_none(tmp_path: Path) -> None:
+    file = tokens(tmp_path, "alpha", "beta read")
+    assert (file.role_of(b"alpha"), file.role_of(b"beta"), file.role_of(b"zeta")) == (
+        "full",
+        "read",
+        None,
+    )
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n  # another\n"])
@@ -29,7 +43,7 @@ def test_a_file_without_a_token_is_an_error(text: str) -> None:
         parse_tokens(text, "f")
 
 
-@pytest.mark.parametrize("line", ["two words", "caf\u00e9", "nul\x00byte"])
+@pytest.mark.parametrize("line", ["two words", "tok write", "caf\u00e9", "nul\x00byte"])
 def test_a_line_that_is_not_one_header_token_is_an_error_naming_the_line_only(line: str) -> None:
     with pytest.raises(TokenFileError, match="f line 2") as caught:
         parse_tokens(f"good\n{line}\n", "f")

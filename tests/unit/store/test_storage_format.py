@@ -100,6 +100,7 @@ AGENT_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     last_usage=st.one_of(st.none(), usages),
     title_source=st.sampled_from(da.TitleSource),
     workspace=st.one_of(st.none(), st.builds(Workspace, texts, texts, texts, texts, texts)),
+    usage_total=usages,
 )
 agents = st.builds(da.Agent, **AGENT_FIELDS)
 

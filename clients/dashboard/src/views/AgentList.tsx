@@ -5,6 +5,7 @@ import { agentName, attentionText, STATE_SYMBOL, stateOf } from "../format";
 import type { Agent } from "../gen";
 import { canAskNotifications, askNotifications } from "../presence";
 import { useStore } from "../store";
+import { Search } from "./Search";
 
 function created(a: Agent): number {
   return a.createdAt ? Number(a.createdAt.seconds) * 1e3 + a.createdAt.nanos / 1e6 : 0;
@@ -29,10 +30,17 @@ export function AgentList({ current = "" }: { current?: string }): JSX.Element {
     <main class={current ? "list-side" : "page"}>
       <div class="list-head">
         <h1>Agents</h1>
-        <a href="#/new" class="button primary">
-          + New agent
-        </a>
+        {store.readOnly ? (
+          <span class="meta" data-testid="read-only">
+            Read-only token: watching only
+          </span>
+        ) : (
+          <a href="#/new" class="button primary">
+            + New agent
+          </a>
+        )}
       </div>
+      {!current && <Search />}
       <div class="filters">
         <label>
           <input type="checkbox" checked={archived} onChange={() => setArchived(!archived)} /> Show archived (

@@ -35,7 +35,12 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
     };
   }, [model]);
   useEffect(() => {
-    if (agent?.attention?.required && document.visibilityState === "visible" && stateOf(agent) !== "closed") {
+    if (
+      agent?.attention?.required &&
+      document.visibilityState === "visible" &&
+      stateOf(agent) !== "closed" &&
+      !store.readOnly
+    ) {
       agentApi.clearAttention({ agentIds: [id] }).catch(() => undefined);
     }
   }, [agent?.attention?.required, agent?.attention?.at?.seconds]);
@@ -53,11 +58,11 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
   return (
     <main class="page agent-page">
       <Header agent={agent} children={children} />
-      <Actions agent={agent} />
+      {!store.readOnly && <Actions agent={agent} />}
       {agent.pendingPermissions.map((p) => (
-        <Permission key={p.id} agentId={id} permission={p} />
+        <Permission key={p.id} agentId={id} permission={p} readOnly={store.readOnly} />
       ))}
-      <Queued agent={agent} />
+      <Queued agent={agent} readOnly={store.readOnly} />
       <Runs agentId={id} />
       <Changes agentId={id} />
       <TimelineList model={model} />
@@ -66,7 +71,9 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
           ▶ A turn is running…
         </div>
       )}
-      <PromptBox agentId={id} running={state === "running" || state === "initializing"} closed={state === "closed"} />
+      {!store.readOnly && (
+        <PromptBox agentId={id} running={state === "running" || state === "initializing"} closed={state === "closed"} />
+      )}
     </main>
   );
 }
@@ -196,7 +203,7 @@ function Actions({ agent }: { agent: Agent }): JSX.Element {
   );
 }
 
-function Queued({ agent }: { agent: Agent }): JSX.Element | null {
+function Queued({ agent, readOnly }: { agent: Agent; readOnly: boolean }): JSX.Element | null {
   const [error, setError] = useState("");
   if (!agent.queuedPrompts.length) return null;
   const remove = async (clientMessageId: string) => {
@@ -219,9 +226,11 @@ function Queued({ agent }: { agent: Agent }): JSX.Element | null {
             <li key={q.clientMessageId}>
               <span class="queued-text">{text}</span>{" "}
               {q.queuedBy && q.queuedBy !== "client" && <span class="meta">(queued by {q.queuedBy}) </span>}
-              <button type="button" class="small" onClick={() => remove(q.clientMessageId)} aria-label={`Remove queued prompt: ${text}`}>
-                Remove
-              </button>
+              {!readOnly && (
+                <button type="button" class="small" onClick={() => remove(q.clientMessageId)} aria-label={`Remove queued prompt: ${text}`}>
+                  Remove
+                </button>
+              )}
             </li>
           );
         })}

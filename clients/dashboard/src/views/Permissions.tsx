@@ -14,9 +14,12 @@ function behaviorOf(action: Pick<PermissionAction, "id" | "kind">): PermissionBe
 export function Permission({
   agentId,
   permission,
+  readOnly = false,
 }: {
   agentId: string;
   permission: PendingPermission;
+  /** A read-only token sees the request, not the means to answer it. */
+  readOnly?: boolean;
 }): JSX.Element {
   const [note, setNote] = useState("");
   const [busy, setBusy] = useState(false);
@@ -68,36 +71,45 @@ export function Permission({
           The input is clipped ({String(shown.inputBytes)} bytes): show all
         </button>
       )}
-      <label for={noteId} class="label">
-        Note to the agent (optional)
-      </label>
-      <input
-        id={noteId}
-        type="text"
-        value={note}
-        onInput={(e) => setNote((e.target as HTMLInputElement).value)}
-      />
-      <div class="buttons">
-        {actions.map((action) => {
-          const behavior = behaviorOf(action);
-          return (
-            <button
-              type="button"
-              disabled={busy}
-              class={behavior === PermissionBehavior.DENY ? "deny" : "allow"}
-              onClick={() => answer(behavior, action.id)}
-            >
-              {behavior === PermissionBehavior.DENY ? "✕ " : "✓ "}
-              {action.label || action.id}
-            </button>
-          );
-        })}
-      </div>
+      {readOnly ? (
+        <div class="meta">Waiting for an answer (this token may only watch).</div>
+      ) : (
+        <Answer noteId={noteId} note={note} setNote={setNote} />
+      )}
+      {!readOnly && (
+        <div class="buttons">
+          {actions.map((action) => {
+            const behavior = behaviorOf(action);
+            return (
+              <button
+                type="button"
+                disabled={busy}
+                class={behavior === PermissionBehavior.DENY ? "deny" : "allow"}
+                onClick={() => answer(behavior, action.id)}
+              >
+                {behavior === PermissionBehavior.DENY ? "✕ " : "✓ "}
+                {action.label || action.id}
+              </button>
+            );
+          })}
+        </div>
+      )}
       {error && (
         <div class="error-text" role="alert">
           {error}
         </div>
       )}
     </section>
+  );
+}
+
+function Answer({ noteId, note, setNote }: { noteId: string; note: string; setNote: (v: string) => void }): JSX.Element {
+  return (
+    <>
+      <label for={noteId} class="label">
+        Note to the agent (optional)
+      </label>
+      <input id={noteId} type="text" value={note} onInput={(e) => setNote((e.target as HTMLInputElement).value)} />
+    </>
   );
 }

@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/agent.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x06\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0c\n\x04mode\x18\x05 \x01(\t\x12\r\n\x05title\x18\x06 \x01(\t\x12,\n\x06labels\x18\x07 \x03(\x0b\x32\x1c.corral.v1.Agent.LabelsEntry\x12,\n\tlifecycle\x18\x08 \x01(\x0b\x32\x19.corral.v1.AgentLifecycle\x12\'\n\tattention\x18\t \x01(\x0b\x32\x14.corral.v1.Attention\x12\x39\n\x13pending_permissions\x18\n \x03(\x0b\x32\x1c.corral.v1.PendingPermission\x12/\n\x0equeued_prompts\x18\x0b \x03(\x0b\x32\x17.corral.v1.QueuedPrompt\x12\x1b\n\x13provider_session_id\x18\x0c \x01(\t\x12\x17\n\x0fparent_agent_id\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61rchived_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08timeline\x18\x11 \x01(\x0b\x32\x17.corral.v1.TimelineInfo\x12)\n\nlast_error\x18\x12 \x01(\x0b\x32\x15.corral.v1.AgentError\x12$\n\nlast_usage\x18\x13 \x01(\x0b\x32\x10.corral.v1.Usage\x12,\n\x0ctitle_source\x18\x17 \x01(\x0e\x32\x16.corral.v1.TitleSource\x12\'\n\tworkspace\x18\x14 \x01(\x0b\x32\x14.corral.v1.Workspace\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"`\n\tWorkspace\x12\x12\n\nrepository\x18\x01 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x02 \x01(\t\x12\x0c\n\x04\x62\x61se\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_commit\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\"\xce\x03\n\x0e\x41gentLifecycle\x12>\n\x0cinitializing\x18\x01 \x01(\x0b\x32&.corral.v1.AgentLifecycle.InitializingH\x00\x12.\n\x04idle\x18\x02 \x01(\x0b\x32\x1e.corral.v1.AgentLifecycle.IdleH\x00\x12\x34\n\x07running\x18\x03 \x01(\x0b\x32!.corral.v1.AgentLifecycle.RunningH\x00\x12\x34\n\x07\x65rrored\x18\x04 \x01(\x0b\x32!.corral.v1.AgentLifecycle.ErroredH\x00\x12\x32\n\x06\x63losed\x18\x05 \x01(\x0b\x32 .corral.v1.AgentLifecycle.ClosedH\x00\x1a\x0e\n\x0cInitializing\x1a\x06\n\x04Idle\x1a!\n\x07Running\x12\x16\n\x0e\x61\x63tive_turn_id\x18\x01 \x01(\t\x1a/\n\x07\x45rrored\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.corral.v1.AgentError\x1a\x37\n\x06\x43losed\x12-\n\tclosed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x07\n\x05state\"+\n\nAgentError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"q\n\tAttention\x12\x10\n\x08required\x18\x01 \x01(\x08\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\x12&\n\x02\x61t\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x10PermissionAction\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\"\xdd\x01\n\x11PendingPermission\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12&\n\x05input\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32\x1b.corral.v1.PermissionAction\x12\x0f\n\x07turn_id\x18\x07 \x01(\t\x12\x15\n\rinput_clipped\x18\x08 \x01(\x08\x12\x13\n\x0binput_bytes\x18\t \x01(\x04\"\xee\x01\n\x0cQueuedPrompt\x12\x19\n\x11\x63lient_message_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12-\n\tqueued_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ntext_bytes\x18\x04 \x01(\x04\x12\r\n\x05\x63hars\x18\x05 \x01(\x04\x12\x13\n\x0bimage_count\x18\x06 \x01(\r\x12\x0f\n\x07preview\x18\x07 \x01(\t\x12\x0f\n\x07\x63lipped\x18\x08 \x01(\x08\x12\x11\n\tqueued_by\x18\t \x01(\t\"/\n\x0cTimelineInfo\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x10\n\x08next_seq\x18\x02 \x01(\x04\"c\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x04\x12\x10\n\x08\x63ost_usd\x18\x04 \x01(\x01*\x8f\x01\n\x0f\x41ttentionReason\x12 \n\x1c\x41TTENTION_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41TTENTION_REASON_FINISHED\x10\x01\x12\x1a\n\x16\x41TTENTION_REASON_ERROR\x10\x02\x12\x1f\n\x1b\x41TTENTION_REASON_PERMISSION\x10\x03*v\n\x0bTitleSource\x12\x1c\n\x18TITLE_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13TITLE_SOURCE_PROMPT\x10\x01\x12\x19\n\x15TITLE_SOURCE_PROVIDER\x10\x02\x12\x15\n\x11TITLE_SOURCE_USER\x10\x03\x42V\n\rcom.corral.v1B\nAgentProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/agent.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/content.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x06\n\x05\x41gent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0c\n\x04mode\x18\x05 \x01(\t\x12\r\n\x05title\x18\x06 \x01(\t\x12,\n\x06labels\x18\x07 \x03(\x0b\x32\x1c.corral.v1.Agent.LabelsEntry\x12,\n\tlifecycle\x18\x08 \x01(\x0b\x32\x19.corral.v1.AgentLifecycle\x12\'\n\tattention\x18\t \x01(\x0b\x32\x14.corral.v1.Attention\x12\x39\n\x13pending_permissions\x18\n \x03(\x0b\x32\x1c.corral.v1.PendingPermission\x12/\n\x0equeued_prompts\x18\x0b \x03(\x0b\x32\x17.corral.v1.QueuedPrompt\x12\x1b\n\x13provider_session_id\x18\x0c \x01(\t\x12\x17\n\x0fparent_agent_id\x18\r \x01(\t\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61rchived_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08timeline\x18\x11 \x01(\x0b\x32\x17.corral.v1.TimelineInfo\x12)\n\nlast_error\x18\x12 \x01(\x0b\x32\x15.corral.v1.AgentError\x12$\n\nlast_usage\x18\x13 \x01(\x0b\x32\x10.corral.v1.Usage\x12%\n\x0busage_total\x18\x15 \x01(\x0b\x32\x10.corral.v1.Usage\x12,\n\x0ctitle_source\x18\x17 \x01(\x0e\x32\x16.corral.v1.TitleSource\x12\'\n\tworkspace\x18\x14 \x01(\x0b\x32\x14.corral.v1.Workspace\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"`\n\tWorkspace\x12\x12\n\nrepository\x18\x01 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x02 \x01(\t\x12\x0c\n\x04\x62\x61se\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_commit\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\"\xce\x03\n\x0e\x41gentLifecycle\x12>\n\x0cinitializing\x18\x01 \x01(\x0b\x32&.corral.v1.AgentLifecycle.InitializingH\x00\x12.\n\x04idle\x18\x02 \x01(\x0b\x32\x1e.corral.v1.AgentLifecycle.IdleH\x00\x12\x34\n\x07running\x18\x03 \x01(\x0b\x32!.corral.v1.AgentLifecycle.RunningH\x00\x12\x34\n\x07\x65rrored\x18\x04 \x01(\x0b\x32!.corral.v1.AgentLifecycle.ErroredH\x00\x12\x32\n\x06\x63losed\x18\x05 \x01(\x0b\x32 .corral.v1.AgentLifecycle.ClosedH\x00\x1a\x0e\n\x0cInitializing\x1a\x06\n\x04Idle\x1a!\n\x07Running\x12\x16\n\x0e\x61\x63tive_turn_id\x18\x01 \x01(\t\x1a/\n\x07\x45rrored\x12$\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x15.corral.v1.AgentError\x1a\x37\n\x06\x43losed\x12-\n\tclosed_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x07\n\x05state\"+\n\nAgentError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"q\n\tAttention\x12\x10\n\x08required\x18\x01 \x01(\x08\x12*\n\x06reason\x18\x02 \x01(\x0e\x32\x1a.corral.v1.AttentionReason\x12&\n\x02\x61t\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x10PermissionAction\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\"\xdd\x01\n\x11PendingPermission\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12&\n\x05input\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x07\x61\x63tions\x18\x06 \x03(\x0b\x32\x1b.corral.v1.PermissionAction\x12\x0f\n\x07turn_id\x18\x07 \x01(\t\x12\x15\n\rinput_clipped\x18\x08 \x01(\x08\x12\x13\n\x0binput_bytes\x18\t \x01(\x04\"\xee\x01\n\x0cQueuedPrompt\x12\x19\n\x11\x63lient_message_id\x18\x01 \x01(\t\x12\'\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x16.corral.v1.ContentPart\x12-\n\tqueued_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ntext_bytes\x18\x04 \x01(\x04\x12\r\n\x05\x63hars\x18\x05 \x01(\x04\x12\x13\n\x0bimage_count\x18\x06 \x01(\r\x12\x0f\n\x07preview\x18\x07 \x01(\t\x12\x0f\n\x07\x63lipped\x18\x08 \x01(\x08\x12\x11\n\tqueued_by\x18\t \x01(\t\"/\n\x0cTimelineInfo\x12\r\n\x05\x65poch\x18\x01 \x01(\t\x12\x10\n\x08next_seq\x18\x02 \x01(\x04\"c\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x04\x12\x10\n\x08\x63ost_usd\x18\x04 \x01(\x01*\x8f\x01\n\x0f\x41ttentionReason\x12 \n\x1c\x41TTENTION_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41TTENTION_REASON_FINISHED\x10\x01\x12\x1a\n\x16\x41TTENTION_REASON_ERROR\x10\x02\x12\x1f\n\x1b\x41TTENTION_REASON_PERMISSION\x10\x03*v\n\x0bTitleSource\x12\x1c\n\x18TITLE_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13TITLE_SOURCE_PROMPT\x10\x01\x12\x19\n\x15TITLE_SOURCE_PROVIDER\x10\x02\x12\x15\n\x11TITLE_SOURCE_USER\x10\x03\x42V\n\rcom.corral.v1B\nAgentProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,40 +37,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\nAgentProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
   _globals['_AGENT_LABELSENTRY']._loaded_options = None
   _globals['_AGENT_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_ATTENTIONREASON']._serialized_start=2319
-  _globals['_ATTENTIONREASON']._serialized_end=2462
-  _globals['_TITLESOURCE']._serialized_start=2464
-  _globals['_TITLESOURCE']._serialized_end=2582
+  _globals['_ATTENTIONREASON']._serialized_start=2358
+  _globals['_ATTENTIONREASON']._serialized_end=2501
+  _globals['_TITLESOURCE']._serialized_start=2503
+  _globals['_TITLESOURCE']._serialized_end=2621
   _globals['_AGENT']._serialized_start=125
-  _globals['_AGENT']._serialized_end=917
-  _globals['_AGENT_LABELSENTRY']._serialized_start=872
-  _globals['_AGENT_LABELSENTRY']._serialized_end=917
-  _globals['_WORKSPACE']._serialized_start=919
-  _globals['_WORKSPACE']._serialized_end=1015
-  _globals['_AGENTLIFECYCLE']._serialized_start=1018
-  _globals['_AGENTLIFECYCLE']._serialized_end=1480
-  _globals['_AGENTLIFECYCLE_INITIALIZING']._serialized_start=1308
-  _globals['_AGENTLIFECYCLE_INITIALIZING']._serialized_end=1322
-  _globals['_AGENTLIFECYCLE_IDLE']._serialized_start=1324
-  _globals['_AGENTLIFECYCLE_IDLE']._serialized_end=1330
-  _globals['_AGENTLIFECYCLE_RUNNING']._serialized_start=1332
-  _globals['_AGENTLIFECYCLE_RUNNING']._serialized_end=1365
-  _globals['_AGENTLIFECYCLE_ERRORED']._serialized_start=1367
-  _globals['_AGENTLIFECYCLE_ERRORED']._serialized_end=1414
-  _globals['_AGENTLIFECYCLE_CLOSED']._serialized_start=1416
-  _globals['_AGENTLIFECYCLE_CLOSED']._serialized_end=1471
-  _globals['_AGENTERROR']._serialized_start=1482
-  _globals['_AGENTERROR']._serialized_end=1525
-  _globals['_ATTENTION']._serialized_start=1527
-  _globals['_ATTENTION']._serialized_end=1640
-  _globals['_PERMISSIONACTION']._serialized_start=1642
-  _globals['_PERMISSIONACTION']._serialized_end=1701
-  _globals['_PENDINGPERMISSION']._serialized_start=1704
-  _globals['_PENDINGPERMISSION']._serialized_end=1925
-  _globals['_QUEUEDPROMPT']._serialized_start=1928
-  _globals['_QUEUEDPROMPT']._serialized_end=2166
-  _globals['_TIMELINEINFO']._serialized_start=2168
-  _globals['_TIMELINEINFO']._serialized_end=2215
-  _globals['_USAGE']._serialized_start=2217
-  _globals['_USAGE']._serialized_end=2316
+  _globals['_AGENT']._serialized_end=956
+  _globals['_AGENT_LABELSENTRY']._serialized_start=911
+  _globals['_AGENT_LABELSENTRY']._serialized_end=956
+  _globals['_WORKSPACE']._serialized_start=958
+  _globals['_WORKSPACE']._serialized_end=1054
+  _globals['_AGENTLIFECYCLE']._serialized_start=1057
+  _globals['_AGENTLIFECYCLE']._serialized_end=1519
+  _globals['_AGENTLIFECYCLE_INITIALIZING']._serialized_start=1347
+  _globals['_AGENTLIFECYCLE_INITIALIZING']._serialized_end=1361
+  _globals['_AGENTLIFECYCLE_IDLE']._serialized_start=1363
+  _globals['_AGENTLIFECYCLE_IDLE']._serialized_end=1369
+  _globals['_AGENTLIFECYCLE_RUNNING']._serialized_start=1371
+  _globals['_AGENTLIFECYCLE_RUNNING']._serialized_end=1404
+  _globals['_AGENTLIFECYCLE_ERRORED']._serialized_start=1406
+  _globals['_AGENTLIFECYCLE_ERRORED']._serialized_end=1453
+  _globals['_AGENTLIFECYCLE_CLOSED']._serialized_start=1455
+  _globals['_AGENTLIFECYCLE_CLOSED']._serialized_end=1510
+  _globals['_AGENTERROR']._serialized_start=1521
+  _globals['_AGENTERROR']._serialized_end=1564
+  _globals['_ATTENTION']._serialized_start=1566
+  _globals['_ATTENTION']._serialized_end=1679
+  _globals['_PERMISSIONACTION']._serialized_start=1681
+  _globals['_PERMISSIONACTION']._serialized_end=1740
+  _globals['_PENDINGPERMISSION']._serialized_start=1743
+  _globals['_PENDINGPERMISSION']._serialized_end=1964
+  _globals['_QUEUEDPROMPT']._serialized_start=1967
+  _globals['_QUEUEDPROMPT']._serialized_end=2205
+  _globals['_TIMELINEINFO']._serialized_start=2207
+  _globals['_TIMELINEINFO']._serialized_end=2254
+  _globals['_USAGE']._serialized_start=2256
+  _globals['_USAGE']._serialized_end=2355
 # @@protoc_insertion_point(module_scope)

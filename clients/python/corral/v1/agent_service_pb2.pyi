@@ -9,7 +9,9 @@ from corral.v1 import content_pb2 as _content_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -20,6 +22,51 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _UsageGroupBy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _UsageGroupByEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UsageGroupBy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    USAGE_GROUP_BY_UNSPECIFIED: _UsageGroupBy.ValueType  # 0
+    USAGE_GROUP_BY_AGENT: _UsageGroupBy.ValueType  # 1
+    USAGE_GROUP_BY_PROVIDER: _UsageGroupBy.ValueType  # 2
+    USAGE_GROUP_BY_MODEL: _UsageGroupBy.ValueType  # 3
+    USAGE_GROUP_BY_DAY: _UsageGroupBy.ValueType  # 4
+    """The UTC day a turn ended on."""
+
+class UsageGroupBy(_UsageGroupBy, metaclass=_UsageGroupByEnumTypeWrapper):
+    """What GetUsage groups by; several may be given (e.g. PROVIDER and MODEL)."""
+
+USAGE_GROUP_BY_UNSPECIFIED: UsageGroupBy.ValueType  # 0
+USAGE_GROUP_BY_AGENT: UsageGroupBy.ValueType  # 1
+USAGE_GROUP_BY_PROVIDER: UsageGroupBy.ValueType  # 2
+USAGE_GROUP_BY_MODEL: UsageGroupBy.ValueType  # 3
+USAGE_GROUP_BY_DAY: UsageGroupBy.ValueType  # 4
+"""The UTC day a turn ended on."""
+Global___UsageGroupBy: _TypeAlias = UsageGroupBy  # noqa: Y015
+
+class _ExportFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExportFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExportFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXPORT_FORMAT_UNSPECIFIED: _ExportFormat.ValueType  # 0
+    """Same as JSONL."""
+    EXPORT_FORMAT_JSONL: _ExportFormat.ValueType  # 1
+    """One JSON object per line: a header with the agent, one line per row, an end line."""
+    EXPORT_FORMAT_MARKDOWN: _ExportFormat.ValueType  # 2
+
+class ExportFormat(_ExportFormat, metaclass=_ExportFormatEnumTypeWrapper): ...
+
+EXPORT_FORMAT_UNSPECIFIED: ExportFormat.ValueType  # 0
+"""Same as JSONL."""
+EXPORT_FORMAT_JSONL: ExportFormat.ValueType  # 1
+"""One JSON object per line: a header with the agent, one line per row, an end line."""
+EXPORT_FORMAT_MARKDOWN: ExportFormat.ValueType  # 2
+Global___ExportFormat: _TypeAlias = ExportFormat  # noqa: Y015
 
 @_typing.final
 class CreateAgentRequest(_message.Message):
@@ -715,3 +762,229 @@ class ListProvidersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListProvidersResponse: _TypeAlias = ListProvidersResponse  # noqa: Y015
+
+@_typing.final
+class GetUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    AGENT_IDS_FIELD_NUMBER: _builtins.int
+    PROVIDERS_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    GROUP_BY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    label_selector: _builtins.str
+    """The agents counted: those matching the label selector (ListAgents' syntax) and, when
+    any are given, among `agent_ids` and `providers`. All empty = every agent, archived ones
+    included (what they spent stays spent).
+    """
+    page_size: _builtins.int
+    """Unset or 0 = 100; at most 1000."""
+    page_token: _builtins.str
+    """`next_page_token` of the previous page of the same request."""
+    @_builtins.property
+    def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def providers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """Turns that ended at or after `start_time` and before `end_time`; unset = unbounded."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def group_by(self) -> _containers.RepeatedScalarFieldContainer[Global___UsageGroupBy.ValueType]:
+        """Empty = one group: the total."""
+
+    def __init__(
+        self,
+        *,
+        label_selector: _builtins.str = ...,
+        agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+        providers: _abc.Iterable[_builtins.str] | None = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        group_by: _abc.Iterable[Global___UsageGroupBy.ValueType] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_ids", b"agent_ids", "end_time", b"end_time", "group_by", b"group_by", "label_selector", b"label_selector", "page_size", b"page_size", "page_token", b"page_token", "providers", b"providers", "start_time", b"start_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageRequest: _TypeAlias = GetUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageGroup(_message.Message):
+    """One group: the fields it is grouped by are set, the others empty."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    DAY_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    TURNS_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    provider: _builtins.str
+    model: _builtins.str
+    """The agent's model when the turn ended (empty: the provider's default)."""
+    day: _builtins.str
+    """YYYY-MM-DD, UTC."""
+    turns: _builtins.int
+    """Completed turns that reported usage."""
+    @_builtins.property
+    def usage(self) -> _agent_pb2.Usage: ...
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        provider: _builtins.str = ...,
+        model: _builtins.str = ...,
+        day: _builtins.str = ...,
+        usage: _agent_pb2.Usage | None = ...,
+        turns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "day", b"day", "model", b"model", "provider", b"provider", "turns", b"turns", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageGroup: _TypeAlias = UsageGroup  # noqa: Y015
+
+@_typing.final
+class GetUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    TURNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    turns: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageGroup]:
+        """Ordered by the grouped fields (day, provider, model, agent)."""
+
+    @_builtins.property
+    def total(self) -> _agent_pb2.Usage:
+        """Every group of the request added up (all pages)."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___UsageGroup] | None = ...,
+        total: _agent_pb2.Usage | None = ...,
+        turns: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "next_page_token", b"next_page_token", "total", b"total", "turns", b"turns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageResponse: _TypeAlias = GetUsageResponse  # noqa: Y015
+
+@_typing.final
+class ExportAgentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    format: Global___ExportFormat.ValueType
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        format: Global___ExportFormat.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "format", b"format"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentRequest: _TypeAlias = ExportAgentRequest  # noqa: Y015
+
+@_typing.final
+class ExportAgentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the file (UTF-8), at most 1 MiB; a line may span responses."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentResponse: _TypeAlias = ExportAgentResponse  # noqa: Y015
+
+@_typing.final
+class ImportAgentExportRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the file, at most 3 MiB per message."""
+    cwd: _builtins.str
+    """Read from the first message only: the new agent's working directory and provider, in
+    place of the header's (empty = the header's).
+    """
+    provider: _builtins.str
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        cwd: _builtins.str = ...,
+        provider: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "data", b"data", "provider", b"provider"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentExportRequest: _TypeAlias = ImportAgentExportRequest  # noqa: Y015
+
+@_typing.final
+class ImportAgentExportResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    @_builtins.property
+    def agent(self) -> _agent_pb2.Agent:
+        """Idle, with a new id and epoch and the file's rows (renumbered from 1)."""
+
+    def __init__(
+        self,
+        *,
+        agent: _agent_pb2.Agent | None = ...,
+        rows: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentExportResponse: _TypeAlias = ImportAgentExportResponse  # noqa: Y015

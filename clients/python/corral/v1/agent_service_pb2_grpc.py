@@ -90,6 +90,21 @@ class AgentServiceStub:
                 request_serializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/corral.v1.AgentService/GetUsage',
+                request_serializer=corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
+        self.ExportAgent = channel.unary_stream(
+                '/corral.v1.AgentService/ExportAgent',
+                request_serializer=corral_dot_v1_dot_agent__service__pb2.ExportAgentRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_agent__service__pb2.ExportAgentResponse.FromString,
+                _registered_method=True)
+        self.ImportAgentExport = channel.stream_unary(
+                '/corral.v1.AgentService/ImportAgentExport',
+                request_serializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -166,6 +181,29 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """Token usage and cost of completed turns, added up by agent, provider, model or day.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportAgent(self, request, context):
+        """An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+        it back) or Markdown (for people), in chunks to be joined in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportAgentExport(self, request_iterator, context):
+        """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+        created only once the whole file is read and valid.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +261,21 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ListProviders,
                     request_deserializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.FromString,
                     response_serializer=corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ExportAgent': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportAgent,
+                    request_deserializer=corral_dot_v1_dot_agent__service__pb2.ExportAgentRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_agent__service__pb2.ExportAgentResponse.SerializeToString,
+            ),
+            'ImportAgentExport': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportAgentExport,
+                    request_deserializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -523,6 +576,87 @@ class AgentService:
             '/corral.v1.AgentService/ListProviders',
             corral_dot_v1_dot_agent__service__pb2.ListProvidersRequest.SerializeToString,
             corral_dot_v1_dot_agent__service__pb2.ListProvidersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AgentService/GetUsage',
+            corral_dot_v1_dot_agent__service__pb2.GetUsageRequest.SerializeToString,
+            corral_dot_v1_dot_agent__service__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.AgentService/ExportAgent',
+            corral_dot_v1_dot_agent__service__pb2.ExportAgentRequest.SerializeToString,
+            corral_dot_v1_dot_agent__service__pb2.ExportAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportAgentExport(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/corral.v1.AgentService/ImportAgentExport',
+            corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.SerializeToString,
+            corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,16 @@ class AgentServiceStub:
     DetachAgent: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.DetachAgentRequest, _agent_service_pb2.DetachAgentResponse]
     ClearAttention: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ClearAttentionRequest, _agent_service_pb2.ClearAttentionResponse]
     ListProviders: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ListProvidersRequest, _agent_service_pb2.ListProvidersResponse]
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]
+    """Token usage and cost of completed turns, added up by agent, provider, model or day."""
+    ExportAgent: _grpc.UnaryStreamMultiCallable[_agent_service_pb2.ExportAgentRequest, _agent_service_pb2.ExportAgentResponse]
+    """An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+    it back) or Markdown (for people), in chunks to be joined in order.
+    """
+    ImportAgentExport: _grpc.StreamUnaryMultiCallable[_agent_service_pb2.ImportAgentExportRequest, _agent_service_pb2.ImportAgentExportResponse]
+    """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+    created only once the whole file is read and valid.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -69,6 +79,16 @@ class AgentServiceAsyncStub(AgentServiceStub):
     DetachAgent: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.DetachAgentRequest, _agent_service_pb2.DetachAgentResponse]  # type: ignore[assignment]
     ClearAttention: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ClearAttentionRequest, _agent_service_pb2.ClearAttentionResponse]  # type: ignore[assignment]
     ListProviders: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ListProvidersRequest, _agent_service_pb2.ListProvidersResponse]  # type: ignore[assignment]
+    GetUsage: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.GetUsageRequest, _agent_service_pb2.GetUsageResponse]  # type: ignore[assignment]
+    """Token usage and cost of completed turns, added up by agent, provider, model or day."""
+    ExportAgent: _aio.UnaryStreamMultiCallable[_agent_service_pb2.ExportAgentRequest, _agent_service_pb2.ExportAgentResponse]  # type: ignore[assignment]
+    """An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+    it back) or Markdown (for people), in chunks to be joined in order.
+    """
+    ImportAgentExport: _aio.StreamUnaryMultiCallable[_agent_service_pb2.ImportAgentExportRequest, _agent_service_pb2.ImportAgentExportResponse]  # type: ignore[assignment]
+    """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+    created only once the whole file is read and valid.
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     """AgentService owns agents: creating, reading, updating and closing them."""
@@ -153,5 +173,33 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_service_pb2.ListProvidersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_service_pb2.ListProvidersResponse, _abc.Awaitable[_agent_service_pb2.ListProvidersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _agent_service_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_service_pb2.GetUsageResponse, _abc.Awaitable[_agent_service_pb2.GetUsageResponse]]:
+        """Token usage and cost of completed turns, added up by agent, provider, model or day."""
+
+    @_abc_1.abstractmethod
+    def ExportAgent(
+        self,
+        request: _agent_service_pb2.ExportAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_service_pb2.ExportAgentResponse], _abc.AsyncIterator[_agent_service_pb2.ExportAgentResponse]]:
+        """An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+        it back) or Markdown (for people), in chunks to be joined in order.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportAgentExport(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_service_pb2.ImportAgentExportRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_service_pb2.ImportAgentExportResponse, _abc.Awaitable[_agent_service_pb2.ImportAgentExportResponse]]:
+        """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+        created only once the whole file is read and valid.
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63orral/v1/server_service.proto\x12\tcorral.v1\"\x16\n\x14GetServerInfoRequest\"\xfa\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x13\n\x0b\x61pi_version\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.corral.v1.ServingState\x12\x13\n\x0bincarnation\x18\x04 \x01(\t\x12\x15\n\rhead_revision\x18\x05 \x01(\x04\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.corral.v1.ServerLimits\x12\x11\n\tproviders\x18\x07 \x03(\t\x12+\n\x08\x66\x65\x61tures\x18\x08 \x01(\x0b\x32\x19.corral.v1.ServerFeatures\"\xe3\x01\n\x0cServerLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x04\x12\x18\n\x10max_prompt_chars\x18\x02 \x01(\x04\x12\x18\n\x10max_prompt_bytes\x18\x03 \x01(\x04\x12\x19\n\x11max_content_parts\x18\x04 \x01(\r\x12\x1b\n\x13max_ids_per_request\x18\x05 \x01(\r\x12\x14\n\x0cmax_id_chars\x18\x06 \x01(\r\x12\x12\n\nmax_labels\x18\x07 \x01(\r\x12\"\n\x1amax_streams_per_connection\x18\x08 \x01(\r\"\xb7\x01\n\x0eServerFeatures\x12\x0e\n\x06tokens\x18\x01 \x01(\x08\x12\x0b\n\x03tls\x18\x02 \x01(\x08\x12\x12\n\nmutual_tls\x18\x03 \x01(\x08\x12\x12\n\nreflection\x18\x04 \x01(\x08\x12\x0b\n\x03web\x18\x05 \x01(\x08\x12\x0f\n\x07web_url\x18\x06 \x01(\t\x12\x0b\n\x03mcp\x18\x07 \x01(\x08\x12\x0f\n\x07metrics\x18\x08 \x01(\x08\x12\x13\n\x0bmetrics_url\x18\t \x01(\t\x12\x0f\n\x07standby\x18\n \x01(\x08*\x7f\n\x0cServingState\x12\x1d\n\x19SERVING_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15SERVING_STATE_SERVING\x10\x01\x12\x1a\n\x16SERVING_STATE_DRAINING\x10\x02\x12\x19\n\x15SERVING_STATE_STANDBY\x10\x03\x32\x63\n\rServerService\x12R\n\rGetServerInfo\x12\x1f.corral.v1.GetServerInfoRequest\x1a .corral.v1.GetServerInfoResponseB^\n\rcom.corral.v1B\x12ServerServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63orral/v1/server_service.proto\x12\tcorral.v1\"\x16\n\x14GetServerInfoRequest\"\x8f\x02\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x13\n\x0b\x61pi_version\x18\x02 \x01(\t\x12&\n\x05state\x18\x03 \x01(\x0e\x32\x17.corral.v1.ServingState\x12\x13\n\x0bincarnation\x18\x04 \x01(\t\x12\x15\n\rhead_revision\x18\x05 \x01(\x04\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.corral.v1.ServerLimits\x12\x11\n\tproviders\x18\x07 \x03(\t\x12+\n\x08\x66\x65\x61tures\x18\x08 \x01(\x0b\x32\x19.corral.v1.ServerFeatures\x12\x13\n\x0b\x63\x61ller_role\x18\t \x01(\t\"\xe3\x01\n\x0cServerLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x04\x12\x18\n\x10max_prompt_chars\x18\x02 \x01(\x04\x12\x18\n\x10max_prompt_bytes\x18\x03 \x01(\x04\x12\x19\n\x11max_content_parts\x18\x04 \x01(\r\x12\x1b\n\x13max_ids_per_request\x18\x05 \x01(\r\x12\x14\n\x0cmax_id_chars\x18\x06 \x01(\r\x12\x12\n\nmax_labels\x18\x07 \x01(\r\x12\"\n\x1amax_streams_per_connection\x18\x08 \x01(\r\"\xb7\x01\n\x0eServerFeatures\x12\x0e\n\x06tokens\x18\x01 \x01(\x08\x12\x0b\n\x03tls\x18\x02 \x01(\x08\x12\x12\n\nmutual_tls\x18\x03 \x01(\x08\x12\x12\n\nreflection\x18\x04 \x01(\x08\x12\x0b\n\x03web\x18\x05 \x01(\x08\x12\x0f\n\x07web_url\x18\x06 \x01(\t\x12\x0b\n\x03mcp\x18\x07 \x01(\x08\x12\x0f\n\x07metrics\x18\x08 \x01(\x08\x12\x13\n\x0bmetrics_url\x18\t \x01(\t\x12\x0f\n\x07standby\x18\n \x01(\x08*\x7f\n\x0cServingState\x12\x1d\n\x19SERVING_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15SERVING_STATE_SERVING\x10\x01\x12\x1a\n\x16SERVING_STATE_DRAINING\x10\x02\x12\x19\n\x15SERVING_STATE_STANDBY\x10\x03\x32\x63\n\rServerService\x12R\n\rGetServerInfo\x12\x1f.corral.v1.GetServerInfoRequest\x1a .corral.v1.GetServerInfoResponseB^\n\rcom.corral.v1B\x12ServerServiceProtoP\x01Z\x12\x63orral/v1;corralv1\xaa\x02\tCorral.V1\xca\x02\tCorral\\V1\xea\x02\nCorral::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,16 +32,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.server_service_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rcom.corral.v1B\022ServerServiceProtoP\001Z\022corral/v1;corralv1\252\002\tCorral.V1\312\002\tCorral\\V1\352\002\nCorral::V1'
-  _globals['_SERVINGSTATE']._serialized_start=738
-  _globals['_SERVINGSTATE']._serialized_end=865
+  _globals['_SERVINGSTATE']._serialized_start=759
+  _globals['_SERVINGSTATE']._serialized_end=886
   _globals['_GETSERVERINFOREQUEST']._serialized_start=45
   _globals['_GETSERVERINFOREQUEST']._serialized_end=67
   _globals['_GETSERVERINFORESPONSE']._serialized_start=70
-  _globals['_GETSERVERINFORESPONSE']._serialized_end=320
-  _globals['_SERVERLIMITS']._serialized_start=323
-  _globals['_SERVERLIMITS']._serialized_end=550
-  _globals['_SERVERFEATURES']._serialized_start=553
-  _globals['_SERVERFEATURES']._serialized_end=736
-  _globals['_SERVERSERVICE']._serialized_start=867
-  _globals['_SERVERSERVICE']._serialized_end=966
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=341
+  _globals['_SERVERLIMITS']._serialized_start=344
+  _globals['_SERVERLIMITS']._serialized_end=571
+  _globals['_SERVERFEATURES']._serialized_start=574
+  _globals['_SERVERFEATURES']._serialized_end=757
+  _globals['_SERVERSERVICE']._serialized_start=888
+  _globals['_SERVERSERVICE']._serialized_end=987
 # @@protoc_insertion_point(module_scope)

@@ -75,6 +75,7 @@ class GetServerInfoResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     PROVIDERS_FIELD_NUMBER: _builtins.int
     FEATURES_FIELD_NUMBER: _builtins.int
+    CALLER_ROLE_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """The daemon's release, e.g. "0.1.0" (the same as `corral --version` of that install)."""
     api_version: _builtins.str
@@ -88,6 +89,10 @@ class GetServerInfoResponse(_message.Message):
     the event log.
     """
     head_revision: _builtins.int
+    caller_role: _builtins.str
+    """The role of the token this call came with: "full" (every call) or "read" (list, get,
+    fetch, subscribe, search, export and Heartbeat only); "" when the daemon takes no tokens.
+    """
     @_builtins.property
     def limits(self) -> Global___ServerLimits: ...
     @_builtins.property
@@ -107,10 +112,11 @@ class GetServerInfoResponse(_message.Message):
         limits: Global___ServerLimits | None = ...,
         providers: _abc.Iterable[_builtins.str] | None = ...,
         features: Global___ServerFeatures | None = ...,
+        caller_role: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "features", b"features", "head_revision", b"head_revision", "incarnation", b"incarnation", "limits", b"limits", "providers", b"providers", "state", b"state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "caller_role", b"caller_role", "features", b"features", "head_revision", b"head_revision", "incarnation", b"incarnation", "limits", b"limits", "providers", b"providers", "state", b"state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -52,6 +52,7 @@ def encode_agent(agent: da.Agent) -> bytes:
         last_usage=None if agent.last_usage is None else usage_record(agent.last_usage),
         title_source=agent.title_source.value,
         workspace=None if agent.workspace is None else _workspace_record(agent.workspace),
+        usage_total=usage_record(agent.usage_total),
     )
     _put_lifecycle(record.lifecycle, agent.lifecycle)
     attention = agent.attention
@@ -93,6 +94,7 @@ def decode_agent(data: bytes) -> da.Agent:
         # a title without a source as a person's (manager/titles.py).
         title_source=_TITLE_SOURCE.get(record.title_source, da.TitleSource.NONE),
         workspace=_workspace(record.workspace) if record.HasField("workspace") else None,
+        usage_total=usage(record.usage_total),
     )
 
 

@@ -184,6 +184,7 @@ class Agent(_message.Message):
     TIMELINE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_USAGE_FIELD_NUMBER: _builtins.int
+    USAGE_TOTAL_FIELD_NUMBER: _builtins.int
     TITLE_SOURCE_FIELD_NUMBER: _builtins.int
     WORKSPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
@@ -224,6 +225,10 @@ class Agent(_message.Message):
     @_builtins.property
     def last_usage(self) -> Global___Usage: ...
     @_builtins.property
+    def usage_total(self) -> Global___Usage:
+        """Every completed turn's usage added up (absent in records from before totals: zero)."""
+
+    @_builtins.property
     def workspace(self) -> Global___Workspace:
         """The git worktree corral made for the agent (the API's Agent.workspace, same number)."""
 
@@ -248,12 +253,13 @@ class Agent(_message.Message):
         timeline: Global___TimelineInfo | None = ...,
         last_error: Global___AgentError | None = ...,
         last_usage: Global___Usage | None = ...,
+        usage_total: Global___Usage | None = ...,
         title_source: _builtins.str = ...,
         workspace: Global___Workspace | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "timeline", b"timeline", "updated_at", b"updated_at", "usage_total", b"usage_total", "workspace", b"workspace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_at", b"archived_at", "attention", b"attention", "created_at", b"created_at", "cwd", b"cwd", "id", b"id", "labels", b"labels", "last_error", b"last_error", "last_usage", b"last_usage", "lifecycle", b"lifecycle", "mode", b"mode", "model", b"model", "pending_permissions", b"pending_permissions", "provider", b"provider", "provider_session_id", b"provider_session_id", "queued_prompts", b"queued_prompts", "timeline", b"timeline", "title", b"title", "title_source", b"title_source", "updated_at", b"updated_at", "usage_total", b"usage_total", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

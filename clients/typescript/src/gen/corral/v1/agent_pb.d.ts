@@ -125,6 +125,14 @@ export declare type Agent = Message<"corral.v1.Agent"> & {
   lastUsage?: Usage | undefined;
 
   /**
+   * What every completed turn of this agent reported, added up; kept across restarts and
+   * rewinds. An imported agent starts from zero.
+   *
+   * @generated from field: corral.v1.Usage usage_total = 21;
+   */
+  usageTotal?: Usage | undefined;
+
+  /**
    * Who set `title` (docs/design.md#titles): a title a person set (USER) is never replaced
    * by a PROMPT or PROVIDER one. UNSPECIFIED: no title yet.
    *

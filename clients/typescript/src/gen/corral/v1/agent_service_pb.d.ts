@@ -2,11 +2,11 @@
 // @generated from file corral/v1/agent_service.proto (package corral.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { ContentPart } from "./content_pb.js";
-import type { Agent } from "./agent_pb.js";
-import type { FieldMask } from "@bufbuild/protobuf/wkt";
+import type { Agent, Usage } from "./agent_pb.js";
+import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file corral/v1/agent_service.proto.
@@ -642,6 +642,316 @@ export declare type ListProvidersResponse = Message<"corral.v1.ListProvidersResp
 export declare const ListProvidersResponseSchema: GenMessage<ListProvidersResponse>;
 
 /**
+ * @generated from message corral.v1.GetUsageRequest
+ */
+export declare type GetUsageRequest = Message<"corral.v1.GetUsageRequest"> & {
+  /**
+   * The agents counted: those matching the label selector (ListAgents' syntax) and, when
+   * any are given, among `agent_ids` and `providers`. All empty = every agent, archived ones
+   * included (what they spent stays spent).
+   *
+   * @generated from field: string label_selector = 1;
+   */
+  labelSelector: string;
+
+  /**
+   * @generated from field: repeated string agent_ids = 2;
+   */
+  agentIds: string[];
+
+  /**
+   * @generated from field: repeated string providers = 3;
+   */
+  providers: string[];
+
+  /**
+   * Turns that ended at or after `start_time` and before `end_time`; unset = unbounded.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 4;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp end_time = 5;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * Empty = one group: the total.
+   *
+   * @generated from field: repeated corral.v1.UsageGroupBy group_by = 6;
+   */
+  groupBy: UsageGroupBy[];
+
+  /**
+   * Unset or 0 = 100; at most 1000.
+   *
+   * @generated from field: uint32 page_size = 7;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page of the same request.
+   *
+   * @generated from field: string page_token = 8;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message corral.v1.GetUsageRequest.
+ * Use `create(GetUsageRequestSchema)` to create a new message.
+ */
+export declare const GetUsageRequestSchema: GenMessage<GetUsageRequest>;
+
+/**
+ * One group: the fields it is grouped by are set, the others empty.
+ *
+ * @generated from message corral.v1.UsageGroup
+ */
+export declare type UsageGroup = Message<"corral.v1.UsageGroup"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * The agent's model when the turn ended (empty: the provider's default).
+   *
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * YYYY-MM-DD, UTC.
+   *
+   * @generated from field: string day = 4;
+   */
+  day: string;
+
+  /**
+   * @generated from field: corral.v1.Usage usage = 5;
+   */
+  usage?: Usage | undefined;
+
+  /**
+   * Completed turns that reported usage.
+   *
+   * @generated from field: uint64 turns = 6;
+   */
+  turns: bigint;
+};
+
+/**
+ * Describes the message corral.v1.UsageGroup.
+ * Use `create(UsageGroupSchema)` to create a new message.
+ */
+export declare const UsageGroupSchema: GenMessage<UsageGroup>;
+
+/**
+ * @generated from message corral.v1.GetUsageResponse
+ */
+export declare type GetUsageResponse = Message<"corral.v1.GetUsageResponse"> & {
+  /**
+   * Ordered by the grouped fields (day, provider, model, agent).
+   *
+   * @generated from field: repeated corral.v1.UsageGroup groups = 1;
+   */
+  groups: UsageGroup[];
+
+  /**
+   * Every group of the request added up (all pages).
+   *
+   * @generated from field: corral.v1.Usage total = 2;
+   */
+  total?: Usage | undefined;
+
+  /**
+   * @generated from field: uint64 turns = 3;
+   */
+  turns: bigint;
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 4;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message corral.v1.GetUsageResponse.
+ * Use `create(GetUsageResponseSchema)` to create a new message.
+ */
+export declare const GetUsageResponseSchema: GenMessage<GetUsageResponse>;
+
+/**
+ * @generated from message corral.v1.ExportAgentRequest
+ */
+export declare type ExportAgentRequest = Message<"corral.v1.ExportAgentRequest"> & {
+  /**
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: corral.v1.ExportFormat format = 2;
+   */
+  format: ExportFormat;
+};
+
+/**
+ * Describes the message corral.v1.ExportAgentRequest.
+ * Use `create(ExportAgentRequestSchema)` to create a new message.
+ */
+export declare const ExportAgentRequestSchema: GenMessage<ExportAgentRequest>;
+
+/**
+ * @generated from message corral.v1.ExportAgentResponse
+ */
+export declare type ExportAgentResponse = Message<"corral.v1.ExportAgentResponse"> & {
+  /**
+   * The next bytes of the file (UTF-8), at most 1 MiB; a line may span responses.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message corral.v1.ExportAgentResponse.
+ * Use `create(ExportAgentResponseSchema)` to create a new message.
+ */
+export declare const ExportAgentResponseSchema: GenMessage<ExportAgentResponse>;
+
+/**
+ * @generated from message corral.v1.ImportAgentExportRequest
+ */
+export declare type ImportAgentExportRequest = Message<"corral.v1.ImportAgentExportRequest"> & {
+  /**
+   * The next bytes of the file, at most 3 MiB per message.
+   *
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * Read from the first message only: the new agent's working directory and provider, in
+   * place of the header's (empty = the header's).
+   *
+   * @generated from field: string cwd = 2;
+   */
+  cwd: string;
+
+  /**
+   * @generated from field: string provider = 3;
+   */
+  provider: string;
+};
+
+/**
+ * Describes the message corral.v1.ImportAgentExportRequest.
+ * Use `create(ImportAgentExportRequestSchema)` to create a new message.
+ */
+export declare const ImportAgentExportRequestSchema: GenMessage<ImportAgentExportRequest>;
+
+/**
+ * @generated from message corral.v1.ImportAgentExportResponse
+ */
+export declare type ImportAgentExportResponse = Message<"corral.v1.ImportAgentExportResponse"> & {
+  /**
+   * Idle, with a new id and epoch and the file's rows (renumbered from 1).
+   *
+   * @generated from field: corral.v1.Agent agent = 1;
+   */
+  agent?: Agent | undefined;
+
+  /**
+   * @generated from field: uint64 rows = 2;
+   */
+  rows: bigint;
+};
+
+/**
+ * Describes the message corral.v1.ImportAgentExportResponse.
+ * Use `create(ImportAgentExportResponseSchema)` to create a new message.
+ */
+export declare const ImportAgentExportResponseSchema: GenMessage<ImportAgentExportResponse>;
+
+/**
+ * What GetUsage groups by; several may be given (e.g. PROVIDER and MODEL).
+ *
+ * @generated from enum corral.v1.UsageGroupBy
+ */
+export enum UsageGroupBy {
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_AGENT = 1;
+   */
+  AGENT = 1,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_PROVIDER = 2;
+   */
+  PROVIDER = 2,
+
+  /**
+   * @generated from enum value: USAGE_GROUP_BY_MODEL = 3;
+   */
+  MODEL = 3,
+
+  /**
+   * The UTC day a turn ended on.
+   *
+   * @generated from enum value: USAGE_GROUP_BY_DAY = 4;
+   */
+  DAY = 4,
+}
+
+/**
+ * Describes the enum corral.v1.UsageGroupBy.
+ */
+export declare const UsageGroupBySchema: GenEnum<UsageGroupBy>;
+
+/**
+ * @generated from enum corral.v1.ExportFormat
+ */
+export enum ExportFormat {
+  /**
+   * Same as JSONL.
+   *
+   * @generated from enum value: EXPORT_FORMAT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * One JSON object per line: a header with the agent, one line per row, an end line.
+   *
+   * @generated from enum value: EXPORT_FORMAT_JSONL = 1;
+   */
+  JSONL = 1,
+
+  /**
+   * @generated from enum value: EXPORT_FORMAT_MARKDOWN = 2;
+   */
+  MARKDOWN = 2,
+}
+
+/**
+ * Describes the enum corral.v1.ExportFormat.
+ */
+export declare const ExportFormatSchema: GenEnum<ExportFormat>;
+
+/**
  * AgentService owns agents: creating, reading, updating and closing them.
  *
  * @generated from service corral.v1.AgentService
@@ -742,6 +1052,38 @@ export declare const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ListProvidersRequestSchema;
     output: typeof ListProvidersResponseSchema;
+  },
+  /**
+   * Token usage and cost of completed turns, added up by agent, provider, model or day.
+   *
+   * @generated from rpc corral.v1.AgentService.GetUsage
+   */
+  getUsage: {
+    methodKind: "unary";
+    input: typeof GetUsageRequestSchema;
+    output: typeof GetUsageResponseSchema;
+  },
+  /**
+   * An agent's header and timeline as a file: JSON Lines (lossless, ImportAgentExport takes
+   * it back) or Markdown (for people), in chunks to be joined in order.
+   *
+   * @generated from rpc corral.v1.AgentService.ExportAgent
+   */
+  exportAgent: {
+    methodKind: "server_streaming";
+    input: typeof ExportAgentRequestSchema;
+    output: typeof ExportAgentResponseSchema;
+  },
+  /**
+   * A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
+   * created only once the whole file is read and valid.
+   *
+   * @generated from rpc corral.v1.AgentService.ImportAgentExport
+   */
+  importAgentExport: {
+    methodKind: "client_streaming";
+    input: typeof ImportAgentExportRequestSchema;
+    output: typeof ImportAgentExportResponseSchema;
   },
 }>;
 

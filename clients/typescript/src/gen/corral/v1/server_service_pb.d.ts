@@ -76,6 +76,14 @@ export declare type GetServerInfoResponse = Message<"corral.v1.GetServerInfoResp
    * @generated from field: corral.v1.ServerFeatures features = 8;
    */
   features?: ServerFeatures | undefined;
+
+  /**
+   * The role of the token this call came with: "full" (every call) or "read" (list, get,
+   * fetch, subscribe, search, export and Heartbeat only); "" when the daemon takes no tokens.
+   *
+   * @generated from field: string caller_role = 9;
+   */
+  callerRole: string;
 };
 
 /**
