@@ -979,7 +979,12 @@ UNARY_METHODS = {
         "GetQueuedPrompt",
         "GetPendingPermission",
     ),
-    "corral.v1.TimelineService": ("FetchTimeline", "GetActivity", "SearchTimeline"),
+    "corral.v1.TimelineService": (
+        "FetchTimeline",
+        "GetActivity",
+        "SearchTimeline",
+        "FetchToolOutput",
+    ),
     "corral.v1.SubagentService": (
         "SpawnSubagent",
         "ListSubagentRuns",
