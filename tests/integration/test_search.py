@@ -10,6 +10,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +243,8 @@ async def test_a_state_directory_from_before_search_is_indexed_in_the_background
                 await turn(stubs, agent, f"/reply ancient ibis {i}")
     finally:
         first.stop()
-    with sqlite3.connect(state / "corral.db") as conn:  # as a version 4 daemon left it
+    # as a version 4 daemon left it
+    with closing(sqlite3.connect(state / "corral.db")) as conn, conn:
         conn.execute("DROP TABLE timeline_text")
         conn.execute("DELETE FROM meta WHERE key = 'search_backfill'")
         conn.execute("DROP TABLE turn_usage")  # a version 4 daemon had no usage ledger

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 import grpc
@@ -25,7 +26,7 @@ def daemon_on(state: Path, *, index: bool) -> DaemonThread:
 
 
 def index_rows(state: Path) -> int:
-    with sqlite3.connect(state / "corral.db") as conn:
+    with closing(sqlite3.connect(state / "corral.db")) as conn, conn:
         count = int(conn.execute("SELECT count(*) FROM timeline_text").fetchone()[0])
     conn.close()
     return count

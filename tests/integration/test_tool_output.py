@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import grpc
@@ -198,7 +199,7 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
             assert fetch_error(stubs, agent_id, dropped).reason == "TOOL_OUTPUT_NOT_FOUND"
     finally:
         first.stop()
-    with sqlite3.connect(state / "corral.db") as db:  # swept at the next open, below
+    with closing(sqlite3.connect(state / "corral.db")) as db, db:  # swept at the next open, below
         assert db.execute("SELECT count(*) FROM tool_outputs").fetchone()[0] == 2
     again = DaemonThread(Config(state_dir=state)).start()
     try:
@@ -208,7 +209,7 @@ def test_rewind_drops_the_outputs_of_the_rows_it_drops_and_a_restart_keeps_the_r
             assert fetch_error(stubs, agent_id, dropped).reason == "TOOL_OUTPUT_NOT_FOUND"
     finally:
         again.stop()
-    with sqlite3.connect(state / "corral.db") as db:
+    with closing(sqlite3.connect(state / "corral.db")) as db, db:
         assert db.execute("SELECT blob_id FROM tool_outputs").fetchall() == [(kept,)]
 
 
@@ -236,7 +237,7 @@ def test_retention_drops_an_output_with_its_row(tmp_path: Path) -> None:
             assert fetch_error(stubs, agent_id, blob_id).reason == "TOOL_OUTPUT_NOT_FOUND"
     finally:
         thread.stop()
-    with sqlite3.connect(tmp_path / "state" / "corral.db") as db:
+    with closing(sqlite3.connect(tmp_path / "state" / "corral.db")) as db, db:
         assert db.execute("SELECT count(*) FROM tool_outputs").fetchone()[0] == 0
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ async def test_totals_survive_a_restart_and_a_rewind_and_feed_the_metrics(
 def as_before_the_ledger(state: Path) -> None:
     """Leave the database as a daemon from before usage totals did: no ledger table, schema
     version 8, agent records without `usage_total`."""
-    with sqlite3.connect(state / "corral.db") as conn:
+    with closing(sqlite3.connect(state / "corral.db")) as conn, conn:
         conn.execute("DROP TABLE turn_usage")
         for agent_id, record in conn.execute("SELECT agent_id, record FROM agents").fetchall():
             agent = records_pb2.Agent.FromString(record)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +43,7 @@ async def reopened(state: Path) -> Agent:
 
 def stored(state: Path) -> tuple[int, int, list[str]]:
     """(bytes of the agent record, bytes of queued content, client_message_ids stored)."""
-    with sqlite3.connect(state / DB_FILE) as conn:
+    with closing(sqlite3.connect(state / DB_FILE)) as conn, conn:
         record = conn.execute("SELECT sum(length(record)) FROM agents").fetchone()[0]
         content = conn.execute(
             "SELECT coalesce(sum(length(text)) + sum(coalesce(length(data), 0)), 0)"

@@ -5,6 +5,7 @@ appended in a batch that retention trims at once is never indexed."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from corral_server.domain.timeline import AssistantMessage, Todo
@@ -20,7 +21,7 @@ def row(word: str, n: int) -> NewRow:
 
 
 def indexed(state: Path) -> list[tuple[int, int]]:
-    with sqlite3.connect(state / DB_FILE) as conn:
+    with closing(sqlite3.connect(state / DB_FILE)) as conn, conn:
         found = conn.execute("SELECT rowid FROM timeline_text ORDER BY rowid").fetchall()
     conn.close()
     return [(rowid >> 32, rowid & 0xFFFFFFFF) for (rowid,) in found]
@@ -46,7 +47,7 @@ async def test_the_index_follows_retention_rebase_and_drop(tmp_path: Path) -> No
 
 
 def backfill_cursor(state: Path) -> str | None:
-    with sqlite3.connect(state / DB_FILE) as conn:
+    with closing(sqlite3.connect(state / DB_FILE)) as conn, conn:
         found = conn.execute("SELECT value FROM meta WHERE key = 'search_backfill'").fetchone()
     conn.close()
     return None if found is None else str(found[0])
