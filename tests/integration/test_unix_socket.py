@@ -68,11 +68,21 @@ def test_a_unix_socket_is_0600_and_serves_the_python_client_and_the_cli(
                 agent_pb.GetAgentRequest(agent_id=created.agent.id), timeout=30
             )
         assert closed.agent.lifecycle.WhichOneof("state") == "closed"
+        # setpriv changes the user, not subprocess's user=/group=: those make Python fork
+        # (not vfork) from a process running grpc's threads, and the child can crash in
+        # grpc's fork handlers before it runs anything.
         other = subprocess.run(
-            ["/usr/bin/python3", "-I", "-c", CONNECT, str(path)],
-            user=NOBODY,
-            group=NOBODY,
-            extra_groups=[],
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-I",
+                "-c",
+                CONNECT,
+                str(path),
+            ],
             capture_output=True,
             text=True,
             timeout=30,

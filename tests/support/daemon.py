@@ -67,6 +67,10 @@ class DaemonThread:
         if self.daemon is not None:
             with contextlib.suppress(Exception):
                 self.run(self.daemon.drain(grace_s=3.0, delay_s=0))
+        # Close what async generators (Subscribe's handlers) the loop still holds while it
+        # runs: one collected after the loop closed warns that its aclose was never awaited.
+        with contextlib.suppress(Exception):
+            self.run(self.loop.shutdown_asyncgens())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
