@@ -23,7 +23,7 @@ from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.deadlines import deadline
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.importing import check_import
-from corral_server.manager.specs import CreateSpec, Timeouts
+from corral_server.manager.specs import CreateSpec, Defaults, Timeouts
 from corral_server.manager.turns import IfRunning
 from corral_server.manager.validate import (
     Limits,
@@ -65,6 +65,8 @@ class Creation:
     daemon_tag: str = ""
     # Makes the git worktree a create asks for (workspace/worktrees.py).
     worktrees: Worktrees = field(default_factory=Worktrees)
+    # Each provider's model and mode for a create that names none (manager.py's, live).
+    defaults: Mapping[str, Defaults] = field(default_factory=dict)
     _creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = field(
         default_factory=dict
     )
@@ -198,7 +200,10 @@ class Creation:
                 await self.worktrees.undo(workspace)
             raise
         try:
-            registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
+            chosen = self.defaults.get(spec.provider)
+            model = spec.model or (chosen.model if chosen else "")
+            mode = spec.mode or (chosen.mode if chosen else "")
+            registered = await actor.call(lambda: actor.register(model, mode))
             turn_id = ""
             if spec.initial_prompt:
                 prompt, by = spec.initial_prompt, QueuedBy.CLIENT

@@ -28,15 +28,16 @@ from corral_server.domain.content import Prompt
 from corral_server.domain.events import TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.jobs import done_with
-from corral_server.manager import permissions, reads, stopping
+from corral_server.manager import live_config, permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.creation import Creation, RowBatches, check_choice
+from corral_server.manager.creation import Creation, RowBatches
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.hooks import ManagerHooks
+from corral_server.manager.live_config import LiveOutcome, ProviderChange
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
-from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
+from corral_server.manager.specs import AgentUpdate, CreateSpec, Defaults, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
@@ -69,8 +70,11 @@ class AgentManager:
         daemon_tag: str = "",
         worktrees: Worktrees | None = None,
         usage: UsageBook | None = None,
+        defaults: Mapping[str, Defaults] | None = None,
     ) -> None:
         self._providers = dict(providers)
+        # Each provider's model and mode for a CreateAgent naming none (a reload moves them).
+        self.defaults = dict(defaults or {})
         self._timeline = timeline
         self._publisher = publisher
         self._clock = clock
@@ -102,6 +106,7 @@ class AgentManager:
             requests=requests,
             daemon_tag=daemon_tag,
             worktrees=worktrees or Worktrees(),
+            defaults=self.defaults,
         )
         self._closes = stopping.Closes(self._told_closed)
         # Set by refuse_new_work (the drain): new turns and creates answer SHUTTING_DOWN,
@@ -187,14 +192,12 @@ class AgentManager:
         if change.labels is not None:
             check_labels(change.labels, self.limits)
             self._agents.check_parent(change.labels, agent_id)
-        provider = self._providers[actor.agent.provider]
-        if change.mode is not None:
-            check_choice(provider, "mode", change.mode)
-        if change.model is not None:
-            check_choice(provider, "model", change.model)
-        if change == AgentUpdate():
-            raise errors.InvalidArgument.field("update_mask", "nothing to update")
-        return await actor.call(lambda: done_with(actor.update(change)))
+        return await live_config.update(actor, change)
+
+    async def apply_providers(self, changes: Mapping[str, ProviderChange]) -> LiveOutcome:
+        """A reloaded providers file (live_config.py)."""
+        actors = list(self._agents.actors.values())
+        return await live_config.apply(actors, changes, self._providers, self.defaults)
 
     # --- turns ---------------------------------------------------------------------------
 

@@ -89,3 +89,12 @@ class AgentUpdate:
     labels: Mapping[str, str] | None = None
     mode: str | None = None
     model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """A provider's model and mode for an agent whose CreateAgent names none ("": the
+    provider's own); a reloaded providers file changes them (docs/design.md#live-config)."""
+
+    model: str = ""
+    mode: str = ""

@@ -41,12 +41,14 @@ from corral_server.errors import FailedPrecondition
 from corral_server.providers import acp_files
 from corral_server.providers.acp_history import history_items
 from corral_server.providers.acp_items import ItemMapper, Update
+from corral_server.providers.acp_settings import AcpSettings
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
     ProviderItem,
     ProviderPermissionRequested,
+    ProviderSettings,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -73,6 +75,7 @@ from corral_server.providers.jsonrpc import (
     Params,
     RpcError,
 )
+from corral_server.providers.live import SettingsChange
 from corral_server.providers.mcp_servers import acp_servers
 from corral_server.providers.sandbox import FileSandbox
 
@@ -146,6 +149,7 @@ class AcpSession(CommandSession[_Run]):
         self._files = FileSandbox(config.cwd)  # the fs/ methods, confined to the cwd
         # An import's session: the updates `session/load` replays are kept here (else dropped).
         self.replayed: list[Update] | None = None
+        self._settings = AcpSettings()  # the modes and models the session offers
 
     @property
     def session_id(self) -> str:
@@ -180,11 +184,13 @@ class AcpSession(CommandSession[_Run]):
             # before it answers: no turn runs and `_session_id` is not set yet, so
             # `_on_notification` drops them (corral stored those rows when they happened).
             load = schema.LoadSessionRequest(cwd=cwd, mcp_servers=[*servers], session_id=resume_id)
-            await rpc.request(method, _dump(load))
+            self._settings.note(await rpc.request(method, _dump(load)))
             self._session_id = resume_id
             return
         new = schema.NewSessionRequest(cwd=cwd, mcp_servers=[*servers])
-        made = _answer(schema.NewSessionResponse, await rpc.request("session/new", _dump(new)))
+        answer = await rpc.request("session/new", _dump(new))
+        self._settings.note(answer)
+        made = _answer(schema.NewSessionResponse, answer)
         if not made.session_id:
             raise RequestFailed("session/new answered an empty sessionId")
         self._session_id = made.session_id
@@ -229,6 +235,10 @@ class AcpSession(CommandSession[_Run]):
             await self._rpc.notify("session/cancel", _dump(cancel))
         return InterruptResult.CONFIRMED
 
+    async def change_settings(self, change: SettingsChange) -> None:
+        assert self._rpc is not None
+        await self._settings.change(self._rpc, self._session_id, change)
+
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         return False  # ACP v1 has no way into a running prompt: corral queues it
 
@@ -254,6 +264,10 @@ class AcpSession(CommandSession[_Run]):
             if note.session_id == self._config.resume_session_id:
                 self.replayed.append(note.update)
             return
+        if note.session_id == self._session_id and isinstance(
+            note.update, schema.CurrentModeUpdate
+        ):
+            self._emit(ProviderSettings(mode=note.update.current_mode_id))
         if note.session_id != self._session_id or self._run is None:
             return  # e.g. available commands after session/new: nothing for the timeline
         for item in self._items.map(note.update):

@@ -157,6 +157,15 @@ class ProviderTitle:
     title: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """The model or mode the session now runs with, as the provider says (after a live
+    change, or one the agent made itself); None: unchanged (docs/design.md#live-config)."""
+
+    model: str | None = None
+    mode: str | None = None
+
+
 ProviderEvent: TypeAlias = (
     ProviderTurnStarted
     | ProviderItem
@@ -167,6 +176,7 @@ ProviderEvent: TypeAlias = (
     | ProviderPermissionResolved
     | ProviderSessionDied
     | ProviderTitle
+    | ProviderSettings
 )
 
 EventSink: TypeAlias = Callable[[ProviderEvent], None]

@@ -36,6 +36,7 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
+    ProviderSettings,
     ProviderTitle,
     ProviderTurnFailed,
     ProviderTurnStarted,
@@ -49,6 +50,7 @@ from corral_server.providers.codex_turns import (
     Run,
     agent_error,
     terminal,
+    turn_overrides,
     user_input,
 )
 from corral_server.providers.command import CommandSession
@@ -60,6 +62,7 @@ from corral_server.providers.connection import (
     RequestTimeout,
 )
 from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, Params, RpcError
+from corral_server.providers.live import SettingsChange, SettingsRefused
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +121,8 @@ class CodexSession(CommandSession[Run]):
         self._permission_ids = itertools.count(1)
         # The thread `thread/resume` answered (with its turns and items), for an import.
         self.resumed_thread: protocol.Thread | None = None
+        # A live model or mode change, sent with the next turn/start (codex keeps it after).
+        self._overrides: dict[str, JsonValue] = {}
 
     @property
     def session_id(self) -> str:
@@ -186,6 +191,7 @@ class CodexSession(CommandSession[Run]):
             "threadId": self._thread_id,
             "input": user_input(prompt),
         }
+        params.update(cast(protocol.TurnStartParams, self._overrides))
         self._starting, self._early, self._settled = True, [], set()
         self._started.clear()
         try:
@@ -217,6 +223,15 @@ class CodexSession(CommandSession[Run]):
         if conn.lost is not None:  # lost right after its answer, before the run was set
             self._lost(conn.lost)
         return turn_id
+
+    async def change_settings(self, change: SettingsChange) -> None:
+        """Codex takes model, approval policy and sandbox per turn (`turn/start`, kept for
+        the turns after): the change goes with the next turn."""
+        if change.model == "":
+            raise SettingsRefused("codex needs a model by name; it has no 'default' to go back to")
+        policy = None if change.mode is None else _POLICIES[change.mode or MODES[0].id]
+        self._overrides.update(turn_overrides(change.model, policy))
+        self._emit(ProviderSettings(change.model, change.mode))
 
     def _failed_start(self, error: AgentError) -> str:
         """A turn codex never ran: it starts and fails at once, so the agent shows why."""

@@ -26,12 +26,22 @@ __all__ = ["ScriptedProvider", "ScriptedSession"]
 
 class ScriptedProvider:
     """`can_steer`: a variant whose running turn takes steered prompts (they run after the
-    turn's own steps, in the same turn); the built-in `scripted` cannot steer."""
+    turn's own steps, in the same turn); the built-in `scripted` cannot steer. Its sessions
+    change model and mode live, unless made with `live_settings=False`."""
 
-    def __init__(self, clock: Clock, *, name: str = "scripted", can_steer: bool = False) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        name: str = "scripted",
+        can_steer: bool = False,
+        live_settings: bool = True,
+    ) -> None:
         self._clock = clock
         self._name = name
         self._can_steer = can_steer
+        # False: its sessions refuse a live model or mode change (docs/design.md#live-config).
+        self._live_settings = live_settings
         # None: `/spawn` is refused as not delivered (no sub-agent registry).
         self.spawner: Spawner | None = None
 
@@ -59,5 +69,10 @@ class ScriptedProvider:
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ScriptedSession:
         return ScriptedSession(
-            config, sink, self._clock, lambda: self.spawner, can_steer=self._can_steer
+            config,
+            sink,
+            self._clock,
+            lambda: self.spawner,
+            can_steer=self._can_steer,
+            live_settings=self._live_settings,
         )

@@ -24,12 +24,14 @@ from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
+    ProviderSettings,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.providers.live import SettingsChange, SettingsRefused
 from corral_server.providers.script_parser import parse_script
 from corral_server.providers.script_steps import Autonomous
 from corral_server.providers.scripted_turn import ScriptedRun, ScriptFailed, Spawner, TurnPlayer
@@ -55,8 +57,10 @@ class ScriptedSession:
         spawner: Callable[[], Spawner | None] = lambda: None,
         *,
         can_steer: bool = False,
+        live_settings: bool = True,
     ) -> None:
         self._config = config
+        self._live_settings = live_settings
         self._sink = sink
         self._clock = clock
         self._spawner = spawner
@@ -117,6 +121,16 @@ class ScriptedSession:
             return False
         run.steered.append(script)
         return True
+
+    async def change_settings(self, change: SettingsChange) -> None:
+        """Recorded at once and reported back (the script plays the same whatever the mode);
+        a variant made with `live_settings = false` refuses, so the refusal is testable."""
+        if not self._live_settings:
+            raise SettingsRefused(
+                f"this scripted provider cannot change the {change.describe()} of a running "
+                "session (it is configured with live_settings = false)"
+            )
+        self._emit(ProviderSettings(change.model, change.mode))
 
     async def close(self) -> None:
         self._closed = True
