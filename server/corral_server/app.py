@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2
 from corral_server import edges
 from corral_server.clock import Clock, SystemClock
 from corral_server.config import Config, access_features, limits_of
+from corral_server.config_reload import reloader_for
 from corral_server.domain.events import Event, SubagentRunUpdated
 from corral_server.durable import DurableStores, open_database, open_search, open_stores
 from corral_server.errors import CorralError
@@ -31,6 +32,7 @@ from corral_server.hub import EventHub
 from corral_server.listen import make_socket_private, remove_socket, unix_path
 from corral_server.manager.deadlines import first_of
 from corral_server.manager.manager import AgentManager
+from corral_server.manager.specs import Defaults
 from corral_server.manager.usage import UsageBook
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
@@ -120,6 +122,19 @@ class Daemon:
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
+        # `--config` reloaded on SIGHUP and when the file changes (config_reload.py).
+        self.config_reload = reloader_for(
+            config,
+            self.clock,
+            lambda entries: build_providers(
+                replace(config, providers=entries),
+                self.clock,
+                self._spawn_for_script,
+                self._mcp_servers,
+            ),
+            self._providers,
+            lambda: self.manager,
+        )
         self.mcp: McpEndpoint | None = None
         self.web: WebEndpoint | None = None
         self.web_port = 0
@@ -182,6 +197,7 @@ class Daemon:
             daemon_tag=self.daemon_tag,
             worktrees=self.worktrees,
             usage=UsageBook(stores.usage) if stores else None,
+            defaults={e.name: Defaults(e.model, e.mode) for e in config.providers},
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -268,6 +284,8 @@ class Daemon:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.scheduler.start()  # after serving: a missed firing runs once now
+        if self.config_reload is not None:
+            await self.config_reload.start()
         log.debug("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
@@ -319,6 +337,7 @@ class Daemon:
                 self.database,
                 tokens,
                 self.rpc_errors,
+                self.config_reload.counts if self.config_reload is not None else None,
             )
             self.metrics_port = self._metrics.port
 
@@ -370,6 +389,12 @@ class Daemon:
         if self.tokens is not None and self.tokens.reload() and self.web is not None:
             self.web.calls.cut(self.tokens.holds)
 
+    def on_sighup(self) -> None:
+        """SIGHUP: the token file and the providers file are read again."""
+        self.reload_tokens()
+        if self.config_reload is not None:
+            self.config_reload.request("SIGHUP")
+
     def skip_drain_delay(self) -> None:
         """End the drain's delay now (a second SIGTERM)."""
         self._skip_delay.set()
@@ -380,6 +405,8 @@ class Daemon:
         await self._hold(delay_s)  # 2
         self.manager.refuse_new_work()  # 3
         self.scheduler.stop()
+        if self.config_reload is not None:
+            await self.config_reload.stop()
         self.hub.end_all("server draining")  # 4
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s

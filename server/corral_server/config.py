@@ -75,6 +75,9 @@ class Config:
     # The providers besides `scripted` (providers/registry.py builds them): `corral serve`
     # passes the built-ins merged with its --config file; the default is scripted only.
     providers: tuple[ProviderEntry, ...] = ()
+    # The providers file they came from (`--config`): reloaded on SIGHUP and when it changes
+    # (config_reload.py); None: nothing to reload.
+    config_file: Path | None = None
     # Tests inject providers here; they win over every other of the same name.
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
     # Access (rpc/auth.py, rpc/tls.py): with a token file every call but health needs a bearer

@@ -3,6 +3,8 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
 
   corral_agents{state}                    agents by lifecycle state (archived ones too)
   corral_turns_total{outcome}             turns started / completed / failed / canceled
+  corral_agent_restarts_total             agent processes restarted for a changed provider
+  corral_config_reloads_total{outcome}    providers file reloads: applied, unchanged, refused
   corral_events_total                     events published to the hub (its head revision)
   corral_timeline_rows                    rows in every agent's current epoch (sum of seqs)
   corral_subscribers                      open Subscribe / StreamTurn subscriptions
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -65,6 +67,7 @@ class _Reading(NamedTuple):
     log_pending: int
     log_failures: int
     usage: dict[tuple[str, str], tuple[Usage, int]]
+    restarts: int
 
 
 class DaemonCollector(Collector):
@@ -101,6 +104,7 @@ class DaemonCollector(Collector):
             0 if writer is None else writer.pending,
             0 if writer is None else writer.failures,
             dict(self._manager.usage.counters),
+            counts.restarts,
         )
 
     def collect(self) -> Iterator[_Family]:
@@ -116,6 +120,9 @@ class DaemonCollector(Collector):
         ):
             turns.add_metric([outcome], value)
         yield turns
+        yield CounterMetricFamily(
+            "corral_agent_restarts", "Agent processes restarted", value=reading.restarts
+        )
         yield CounterMetricFamily("corral_events", "Events published", value=reading.head)
         rows = reading.rows
         yield GaugeMetricFamily("corral_timeline_rows", "Rows in current epochs", value=rows)
@@ -206,9 +213,25 @@ def registry_for(
     loop: asyncio.AbstractEventLoop,
     database: Database | None = None,
     rpc_errors: Counter[str] | None = None,
+    reloads: Mapping[str, int] | None = None,
 ) -> CollectorRegistry:
     """A registry of this daemon's own (prometheus-client's default registry is the
     process's, and holds nothing of ours)."""
     registry = CollectorRegistry()
     registry.register(DaemonCollector(manager, hub, loop, database, rpc_errors))
+    if reloads is not None:
+        registry.register(_ReloadCollector(reloads))
     return registry
+
+
+class _ReloadCollector(Collector):
+    """Reloads of the providers file by outcome (plain ints, read on the scrape's thread)."""
+
+    def __init__(self, reloads: Mapping[str, int]) -> None:
+        self._reloads = reloads
+
+    def collect(self) -> Iterator[_Family]:
+        family = CounterMetricFamily("corral_config_reloads", "Config reloads", labels=["outcome"])
+        for outcome, value in sorted(self._reloads.items()):
+            family.add_metric([outcome], value)
+        yield family

@@ -60,11 +60,16 @@ async def update(actor: AgentActor, change: AgentUpdate) -> Agent:
 async def apply(
     actors: Sequence[AgentActor],
     changes: Mapping[str, ProviderChange],
+    removed: Sequence[str],
     providers: MutableMapping[str, Provider],
     defaults: MutableMapping[str, Defaults],
 ) -> LiveOutcome:
-    """The new providers and defaults for new agents, then every live agent of a changed
-    provider told, all at once (each on its own queue)."""
+    """The new providers and defaults for new agents (a removed provider takes none; its live
+    agents keep theirs), then every live agent of a changed provider told, all at once (each
+    on its own queue)."""
+    for name in removed:
+        providers.pop(name, None)
+        defaults.pop(name, None)
     for name, change in changes.items():
         if change.provider is not None:
             providers[name] = change.provider

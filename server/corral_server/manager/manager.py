@@ -194,10 +194,12 @@ class AgentManager:
             self._agents.check_parent(change.labels, agent_id)
         return await live_config.update(actor, change)
 
-    async def apply_providers(self, changes: Mapping[str, ProviderChange]) -> LiveOutcome:
+    async def apply_providers(
+        self, changes: Mapping[str, ProviderChange], removed: Sequence[str]
+    ) -> LiveOutcome:
         """A reloaded providers file (live_config.py)."""
         actors = list(self._agents.actors.values())
-        return await live_config.apply(actors, changes, self._providers, self.defaults)
+        return await live_config.apply(actors, changes, removed, self._providers, self.defaults)
 
     # --- turns ---------------------------------------------------------------------------
 
