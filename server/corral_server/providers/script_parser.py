@@ -31,6 +31,7 @@ from corral_server.providers.script_steps import (
     ReplayTurn,
     Reply,
     Script,
+    Settings,
     Sleep,
     Spawn,
     Step,
@@ -55,6 +56,7 @@ KNOWN_DIRECTIVES = (
     "/replay-turn",
     "/reply",
     "/reply+",
+    "/settings",
     "/sleep",
     "/spawn",
     "/terminal-without-id",
@@ -160,6 +162,9 @@ def _parse_directive(line: str) -> Step:
             return Think(_required(name, argument, "the reasoning text"))
         case "/title":
             return Title(_required(name, argument, "the title"))
+        case "/settings":
+            _no_argument(name, argument)
+            return Settings()
         case "/tool":
             return _parse_tool(argument)
         case "/tool-output":

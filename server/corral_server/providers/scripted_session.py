@@ -61,6 +61,7 @@ class ScriptedSession:
     ) -> None:
         self._config = config
         self._live_settings = live_settings
+        self._model, self._mode = config.model, config.mode  # a live change moves them
         self._sink = sink
         self._clock = clock
         self._spawner = spawner
@@ -87,6 +88,7 @@ class ScriptedSession:
         # Reported here rather than from the task, so an interrupt that lands before the task
         # first runs still follows a started event.
         self._emit(ProviderTurnStarted(run.turn_id))
+        run.settings = f"model={self._model} mode={self._mode}"
         run.task = asyncio.create_task(self._run_turn(run), name=f"scripted {run.tag}")
         self._run = run
         return run.turn_id
@@ -130,6 +132,8 @@ class ScriptedSession:
                 f"this scripted provider cannot change the {change.describe()} of a running "
                 "session (it is configured with live_settings = false)"
             )
+        self._model = self._model if change.model is None else change.model
+        self._mode = self._mode if change.mode is None else change.mode
         self._emit(ProviderSettings(change.model, change.mode))
 
     async def close(self) -> None:

@@ -99,6 +99,8 @@ class ScriptedRun:
     last_message: str = ""
     # Scripts of prompts steered into the turn (a `can_steer` provider), run after its own.
     steered: list[steps.Script] = field(default_factory=list)
+    # What a `/settings` step replies: the session's model and mode when the turn started.
+    settings: str = ""
     # The permission the turn waits on, by request id: set by its answer; with the follow-up
     # prompt an ALLOW answer asks for ("" for none).
     asking: dict[str, tuple[asyncio.Future[PermissionResponse], str]] = field(default_factory=dict)
@@ -192,6 +194,8 @@ class TurnPlayer:
                 self._replay_history(run, count, index)
             case steps.Title(text=text):
                 self._emit(ProviderTitle(text))
+            case steps.Settings():
+                return self._stream_reply(run, run.settings, index)
             case _:
                 assert_never(step)
         return 0
