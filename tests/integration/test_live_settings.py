@@ -44,7 +44,9 @@ async def reply_to(stubs: Stubs, agent_id: str, script: str) -> str:
 
 async def update(stubs: Stubs, agent_id: str, **fields: str) -> svc_pb.UpdateAgentResponse:
     mask = field_mask_pb2.FieldMask(paths=list(fields))
-    request = svc_pb.UpdateAgentRequest(agent_id=agent_id, update_mask=mask, **fields)
+    request = svc_pb.UpdateAgentRequest(agent_id=agent_id, update_mask=mask)
+    for name, value in fields.items():
+        setattr(request, name, value)
     reply: svc_pb.UpdateAgentResponse = await stubs.agents.UpdateAgent(request)
     return reply
 
