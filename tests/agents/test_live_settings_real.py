@@ -16,6 +16,7 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.clock import SystemClock
+from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider
 from tests.agents import programs
@@ -34,7 +35,7 @@ async def stubs(fake: FakeModelServer, place: Place) -> AsyncIterator[Stubs]:
     claude = programs.claude_code(place.home, place.cwd, fake.url)
     codex = programs.codex(place.home, place.cwd, fake.url)
     assert programs.installed("claude") and programs.installed("codex")
-    providers = {
+    providers: dict[str, Provider] = {
         "claude-code": ClaudeCodeProvider(claude.argv[:1], claude.env),
         "codex": CodexProvider(codex.argv[:1], codex.env, clock=SystemClock()),
     }
