@@ -6,6 +6,7 @@ next one."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from google.protobuf import field_mask_pb2
 
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral_cli.main import main
 from corral_server.app import Config
 from corral_server.clock import FakeClock
 from corral_server.providers.scripted_provider import ScriptedProvider
@@ -88,3 +90,31 @@ async def test_an_unknown_mode_is_refused_before_the_provider_is_asked(
         await update(stubs, agent_id, mode="warp")
     details = error_details(raised.value)
     assert details.code is grpc.StatusCode.INVALID_ARGUMENT and details.fields == ("mode",)
+
+
+def test_corral_update_changes_a_live_agents_mode_or_says_why_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = FakeClock()
+    fixed = ScriptedProvider(clock, name="fixed", live_settings=False)
+    daemon = DaemonThread(Config(extra_providers={"fixed": fixed}), clock).start()
+    try:
+        addr = daemon.address
+        assert main(["--addr", addr, "run", "--cwd", str(tmp_path), "/reply hi"]) == 0
+        assert main(["--addr", addr, "--json", "ls"]) == 0
+        agent_id = json.loads(capsys.readouterr().out.splitlines()[-1])["id"]
+        assert main(["--addr", addr, "update", agent_id[:8], "--mode", "plan"]) == 0
+        assert (
+            capsys.readouterr().out == f"{agent_id} mode plan, model scripted-1, title /reply hi\n"
+        )
+        run = ["--addr", addr, "run", "--provider", "fixed", "--cwd", str(tmp_path), "/reply x"]
+        assert main(run) == 0
+        capsys.readouterr()
+        assert main(["--addr", addr, "--json", "ls"]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        fixed_id = next(a["id"] for a in listed if a.get("provider") == "fixed")
+        assert main(["--addr", addr, "update", fixed_id, "--mode", "plan"]) != 0
+        assert "cannot change the mode 'plan' of a running session" in capsys.readouterr().err
+        assert main(["--addr", addr, "update", fixed_id]) == 2
+    finally:
+        daemon.stop()
