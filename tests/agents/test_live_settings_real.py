@@ -63,39 +63,45 @@ async def update(stubs: Stubs, agent_id: str, model: str, mode: str) -> svc_pb.U
     return reply
 
 
-async def test_claude_code_changes_model_and_mode_in_its_running_process(
-    stubs: Stubs, place: Place, fake: FakeModelServer
-) -> None:
-    request = create_request(str(place.cwd), provider="claude-code", model=programs.CLAUDE_MODEL)
+async def changed_live(
+    stubs: Stubs, fake: FakeModelServer, cwd: str, provider: str, models: tuple[str, str], mode: str
+) -> tuple[svc_pb.UpdateAgentResponse, list[str]]:
+    """An agent of `provider` on the first model runs a turn, gets the second model and
+    `mode` by UpdateAgent; its next turn (a file write) makes model calls naming the second,
+    in the same provider session. The update's answer and that turn's event kinds."""
+    request = create_request(cwd, provider=provider, model=models[0])
     agent = (await stubs.agents.CreateAgent(request, timeout=60)).agent
     await turn(stubs, agent.id, "Say hi [[reply: hi]]")
-    session_id = agent.provider_session_id
-    reply = await update(stubs, agent.id, OTHER_CLAUDE_MODEL, "acceptEdits")
-    assert (reply.agent.model, reply.agent.mode) == (OTHER_CLAUDE_MODEL, "acceptEdits")
+    reply = await update(stubs, agent.id, models[1], mode)
     calls_before = len(fake.model_calls())
-    target = place.cwd / "live.txt"
-    kinds = await turn(stubs, agent.id, f"[[write: {target}]] [[reply: written]]")
-    assert "permission_requested" not in kinds  # acceptEdits, in the same process
-    assert target.read_text() == "written by the fake model\n"
+    kinds = await turn(stubs, agent.id, f"[[write: {cwd}/live.txt]] [[reply: written]]")
     later = fake.model_calls()[calls_before:]
-    assert later and all(c.body["model"] == OTHER_CLAUDE_MODEL for c in later), [
+    assert later and all(c.body["model"] == models[1] for c in later), [
         c.body["model"] for c in fake.model_calls()
     ]
     got = await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id=agent.id))
-    assert got.agent.provider_session_id == session_id
+    assert got.agent.provider_session_id == agent.provider_session_id
+    return reply, kinds
 
 
-async def test_codex_takes_the_new_model_with_its_next_turn(
+async def test_claude_code_changes_model_and_mode_in_its_running_process(
     stubs: Stubs, place: Place, fake: FakeModelServer
 ) -> None:
-    request = create_request(str(place.cwd), provider="codex", model=programs.CODEX_MODEL)
-    agent = (await stubs.agents.CreateAgent(request, timeout=60)).agent
-    await turn(stubs, agent.id, "Say hi [[reply: hi]]")
-    reply = await update(stubs, agent.id, OTHER_CODEX_MODEL, "read-only")
-    assert (reply.agent.model, reply.agent.mode) == (OTHER_CODEX_MODEL, "read-only")
-    calls_before = len(fake.model_calls())
-    await turn(stubs, agent.id, "Again [[reply: again]]")
-    later = fake.model_calls()[calls_before:]
-    assert later and all(c.body["model"] == OTHER_CODEX_MODEL for c in later)
-    got = await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id=agent.id))
-    assert got.agent.provider_session_id == agent.provider_session_id
+    models = (programs.CLAUDE_MODEL, OTHER_CLAUDE_MODEL)
+    cwd = str(place.cwd)
+    reply, kinds = await changed_live(stubs, fake, cwd, "claude-code", models, "acceptEdits")
+    assert (reply.agent.model, reply.agent.mode) == (OTHER_CLAUDE_MODEL, "acceptEdits")
+    # In the default mode Claude Code would ask before the write (and the turn would wait).
+    assert "permission_requested" not in kinds
+    assert (place.cwd / "live.txt").read_text() == "written by the fake model\n"
+
+
+async def test_codex_takes_the_new_model_and_mode_with_its_next_turn(
+    stubs: Stubs, place: Place, fake: FakeModelServer
+) -> None:
+    models = (programs.CODEX_MODEL, OTHER_CODEX_MODEL)
+    reply, kinds = await changed_live(stubs, fake, str(place.cwd), "codex", models, "full-access")
+    assert (reply.agent.model, reply.agent.mode) == (OTHER_CODEX_MODEL, "full-access")
+    # In its first mode (untrusted) codex would ask before the write: full-access never asks.
+    assert "permission_requested" not in kinds
+    assert (place.cwd / "live.txt").exists()

@@ -43,11 +43,7 @@ def served(tmp_path: Path) -> Iterator[tuple[DaemonProcess, Path]]:
     try:
         yield daemon, path
     finally:
-        assert daemon.proc is not None
-        daemon.proc.send_signal(signal.SIGTERM)
-        code, _, err = daemon.wait(timeout=30)
-        daemon.stop()
-        assert code == 0, err
+        daemon.drained()
 
 
 def until(check: object, what: str, timeout_s: float = 20.0) -> None:

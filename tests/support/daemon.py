@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -144,6 +145,14 @@ class DaemonProcess:
         assert self.proc is not None
         out, err = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, out, err
+
+    def drained(self, timeout: float = 30) -> None:
+        """SIGTERM, and the drain ends the daemon with exit code 0."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code, _, err = self.wait(timeout=timeout)
+        self.stop()
+        assert code == 0, err
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

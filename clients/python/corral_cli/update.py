@@ -52,11 +52,6 @@ def update(client: Client, console: Console, args: argparse.Namespace) -> int:
     for name in paths:
         setattr(request, name, getattr(args, name))
     agent = client.agents.UpdateAgent(request, timeout=client.timeout_s).agent
-    if console.json:
-        console.message(agent)
-    else:
-        console.line(
-            f"{agent.id} mode {agent.mode or '-'}, model {agent.model or '-'}, "
-            f"title {agent.title or '-'}"
-        )
+    said = f"{agent.id} mode {agent.mode or '-'}, model {agent.model or '-'}"
+    console.message(agent) if console.json else console.line(f"{said}, title {agent.title or '-'}")
     return failure.EXIT_OK
