@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 from google.protobuf import field_mask_pb2
 
@@ -23,7 +22,7 @@ from tests.agents import programs
 from tests.agents.child import sweep
 from tests.agents.conftest import Place
 from tests.support.client import Stubs, create_request, text
-from tests.support.daemon import DaemonThread
+from tests.support.daemon import serving_stubs
 from tests.support.fake_models import FakeModelServer
 
 OTHER_CLAUDE_MODEL = "claude-haiku-4-5"
@@ -39,12 +38,10 @@ async def stubs(fake: FakeModelServer, place: Place) -> AsyncIterator[Stubs]:
         "claude-code": ClaudeCodeProvider(claude.argv[:1], claude.env),
         "codex": CodexProvider(codex.argv[:1], codex.env, clock=SystemClock()),
     }
-    daemon = DaemonThread(Config(extra_providers=providers)).start()
     try:
-        async with grpc.aio.insecure_channel(daemon.address) as channel:
-            yield Stubs.of(channel)
+        async with serving_stubs(Config(extra_providers=providers)) as stubs:
+            yield stubs
     finally:
-        daemon.stop()
         sweep(programs.LEFTOVER_TAG, claude.tag)
         sweep(programs.LEFTOVER_TAG, codex.tag)
 

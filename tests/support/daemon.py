@@ -11,14 +11,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
+
 from corral_server.app import Config, Daemon
 from corral_server.clock import FakeClock
+from tests.support.client import Stubs
 
 T = TypeVar("T")
 
@@ -84,6 +87,17 @@ def running_daemon(config: Config | None = None) -> Iterator[DaemonThread]:
         yield thread
     finally:
         thread.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving_stubs(config: Config) -> AsyncIterator[Stubs]:
+    """Async stubs on a DaemonThread running `config`, stopped after."""
+    daemon = DaemonThread(config).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            yield Stubs.of(channel)
+    finally:
+        daemon.stop()
 
 
 class DaemonProcess:
