@@ -154,12 +154,10 @@ class ConfigReloader:
             try:
                 entries = registry.with_builtins(await asyncio.to_thread(load_providers, self.path))
                 built = self._build(entries)
-                registry.check_defaults(entries, built)
+                registry.check_defaults(entries, built, str(self.path))
             except ConfigError as exc:
                 self.counts["refused"] += 1
-                message = str(exc)
-                where = message if message.startswith(str(self.path)) else f"{self.path}: {message}"
-                log.error("config reload (%s) refused, the previous one is kept: %s", why, where)
+                log.error("config reload (%s) refused, the previous one is kept: %s", why, exc)
                 return False
             changes, removed = changes_between(self._entries, entries, built)
             self._entries = entries

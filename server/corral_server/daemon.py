@@ -94,7 +94,8 @@ def _checked(args: argparse.Namespace) -> tuple[ProviderEntry, ...] | int:
         return 2
     try:
         providers = registry.with_builtins(load_providers(args.config) if args.config else ())
-        registry.check_defaults(providers, registry.build(providers, SystemClock()))
+        built = registry.build(providers, SystemClock())
+        registry.check_defaults(providers, built, str(args.config or "the built-in providers"))
     except ConfigError as exc:
         log.error("cannot start: %s", exc)
         return 2

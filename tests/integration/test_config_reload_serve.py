@@ -106,3 +106,20 @@ def test_sighup_and_a_changed_file_reload_the_providers(
         assert metric(url, "corral_agent_restarts_total") == 1
         assert metric(url, 'corral_config_reloads_total{outcome="refused"}') >= 1
         assert metric(url, 'corral_config_reloads_total{outcome="applied"}') == 2
+
+
+def test_a_default_mode_the_provider_lacks_stops_the_start_naming_file_table_and_key(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "corral.toml"
+    write(path, DEMO + 'mode = "warp"\n')
+    daemon = DaemonProcess(tmp_path / "state", "--config", str(path), "--web-listen", "off")
+    daemon.start(expect_ready=False)
+    try:
+        code, out, err = daemon.wait(timeout=30)
+    finally:
+        daemon.stop()
+    assert (code, out) == (2, "")
+    assert (
+        f"cannot start: {path}: [providers.demo]: unknown mode 'warp' (one of default, plan)" in err
+    )

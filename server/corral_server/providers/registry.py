@@ -51,9 +51,11 @@ def build(
     return providers
 
 
-def check_defaults(entries: Iterable[ProviderEntry], providers: Mapping[str, Provider]) -> None:
+def check_defaults(
+    entries: Iterable[ProviderEntry], providers: Mapping[str, Provider], source: str
+) -> None:
     """An entry's `model` and `mode` must be ones its provider lists (when it lists any).
-    Raises ConfigError naming the table and key."""
+    Raises ConfigError naming the file (`source`), the table and the key."""
     for entry in entries:
         provider = providers.get(entry.name)
         if provider is None:
@@ -65,7 +67,7 @@ def check_defaults(entries: Iterable[ProviderEntry], providers: Mapping[str, Pro
         ):
             if value and choices and value not in choices:
                 raise ConfigError(
-                    f"[providers.{entry.name}]: unknown {key} {value!r} (one of "
+                    f"{source}: [providers.{entry.name}]: unknown {key} {value!r} (one of "
                     f"{', '.join(choices)})"
                 )
 
