@@ -66,6 +66,7 @@ class LiveDesk:
                     metadata={"agent_id": agent.id, "provider": agent.provider},
                 )
             deps = self._core.deps
+            # A request the provider answers at once, like naming a turn: the same deadline.
             call = changer.change_settings(live)
             await deadline(deps.clock, deps.timeouts.start_turn_s, call, "change_settings")
             await self._drain()
