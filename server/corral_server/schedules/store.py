@@ -10,11 +10,16 @@ import json
 import sqlite3
 from typing import Any, Protocol
 
-from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
+from corral_server.domain.schedules import (
+    Schedule,
+    ScheduleId,
+    ScheduleOutcome,
+    ScheduleRun,
+    Timing,
+)
 from corral_server.domain.workspace import WorktreeRequest
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import IfRunning
-from corral_server.schedules.model import Schedule, ScheduleId, Timing
 from corral_server.store.database import Database
 
 
