@@ -11,16 +11,13 @@ The old modules are imported by name: this checkout moved the schedule types.
 
 from __future__ import annotations
 
-import asyncio
-import gzip
 import importlib
-import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tests.unit.store.old_state.make import make
 from tests.unit.store.old_state.schedules_sample import schedules
 
 
@@ -54,15 +51,7 @@ async def _write(state: Path) -> None:
 
 
 def main(out: Path) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        state = Path(tmp) / "state"
-        asyncio.run(_write(state))
-        conn = sqlite3.connect(state / "corral.db")
-        conn.execute("VACUUM")
-        conn.close()
-        data = (state / "corral.db").read_bytes()
-    (out / "schedules.db.gz").write_bytes(gzip.compress(data, mtime=0))
-    print(f"wrote {out / 'schedules.db.gz'} ({len(data):,} bytes, gzipped)")
+    make(_write, out / "schedules.db.gz")
 
 
 if __name__ == "__main__":
