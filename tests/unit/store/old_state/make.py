@@ -18,7 +18,7 @@ import importlib
 import sqlite3
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ async def _write(state: Path) -> None:
         await db.close()
 
 
-def make(write: Callable[[Path], Awaitable[None]], out: Path) -> None:
+def make(write: Callable[[Path], Coroutine[Any, Any, None]], out: Path) -> None:
     """A state directory written by `write`, its database vacuumed and gzipped to `out`."""
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
