@@ -31,6 +31,7 @@ from corral_server.manager import permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches, check_choice
+from corral_server.manager.deadlines import CallTimes
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.presence import PresenceBook
@@ -82,8 +83,10 @@ class AgentManager:
         self._daemon_tag = daemon_tag
         # Clients' presence (Heartbeat), for the notification plan of attention events.
         self.presence = PresenceBook()
-        # Turns started and ended, by outcome (read by the metrics endpoint).
+        # Turns started and ended, by outcome, and how long provider calls took (read by the
+        # metrics endpoint).
         self.turn_counts = TurnCounts()
+        self.call_times = CallTimes()
         self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
         self._agents = AgentDirectory(limits)
         # Refused by refuse_new_work (the drain).
@@ -103,6 +106,7 @@ class AgentManager:
             requests=requests,
             daemon_tag=daemon_tag,
             worktrees=worktrees or Worktrees(),
+            call_times=self.call_times,
         )
         self._closes = stopping.Closes(self._told_closed)
         self.hooks = ManagerHooks()  # app.py sets them
@@ -361,6 +365,7 @@ class AgentManager:
             usage=self.usage,
             settled=self._settled,
             daemon_tag=self._daemon_tag,
+            call_times=self.call_times,
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
