@@ -8,8 +8,7 @@ touches the state directory; the real daemon replaces it once the lock is free.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,13 +20,12 @@ from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.errors import install_client_gone, to_status
 from corral_server.rpc.server import Listening, enable_reflection, listen_on
 from corral_server.rpc.server_service import SERVICE_NAME, ServerService
+from corral_server.rpc.wrapping import Continuation, Req, Resp
 from corral_server.server_info import ServerInfo
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # What a standby answers; reflection's v1 and v1alpha services share the prefix.
 ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
 
 
 def _identity(data: bytes) -> bytes:
@@ -43,9 +41,7 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
 class _RefuseAgentCalls(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
-        ],
+        continuation: Continuation[Req, Resp],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         if details.method.startswith(ANSWERED_PREFIXES):
