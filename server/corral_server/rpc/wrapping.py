@@ -17,10 +17,11 @@ PREFIX = "/corral.v1."
 # intercept_service is generic in the request and response types of the handler it passes on.
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-# What an interceptor hands a call on to: grpc's next step, which finds the method's handler.
-Continuation: TypeAlias = Callable[
-    [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
-]
+# What an interceptor hands a call on to: grpc's next step, which finds the method's handler
+# (a string: grpc's handler type is generic only to the type checker).
+Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]]"
+)
 
 
 class HandlerWrapper(grpc.aio.ServerInterceptor):
