@@ -92,10 +92,14 @@ def start_metrics(
     database: Database | None,
     tokens: TokenFile | None,
     rpc_errors: Counter[str] | None = None,
+    *,
+    needs_tokens: bool = False,
     reloads: Mapping[str, int] | None = None,
 ) -> MetricsServer:  # on the loop: the collector needs it
     """Prometheus metrics over HTTP on `listen` (threads of their own: metrics_http.py),
-    behind `tokens` when given."""
+    behind `tokens` when given. OSError when `needs_tokens` and there are none."""
+    if needs_tokens and tokens is None:
+        raise OSError(f"metrics on {listen} need tokens: there is no auth_token_file")
     host, _, port = listen.rpartition(":")
     loop = asyncio.get_running_loop()
     registry = registry_for(manager, hub, loop, database, rpc_errors, reloads)

@@ -27,10 +27,10 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
   corral_usage_turns_total{provider, model}                directory they count from the first
                                                            turn the ledger holds, not from start
 
-Every number is the daemon's own (its manager, hub, store and error counter), so two daemons in
-one process never add to each other's, except the provider call histograms: the provider
-deadlines (manager/deadlines.py) add to one process-wide table. Without a state directory the
-store and event log metrics stay at 0.
+Every number is the daemon's own (its manager, hub, store and error counter; the provider call
+histograms are its manager's `CallTimes`, manager/deadlines.py), so two daemons in one process
+never add to each other's. Without a state directory the store and event log metrics stay at
+0.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from corral_server.domain.agent import Usage
 from corral_server.histogram import SECONDS_BOUNDS, Histogram
 from corral_server.hub import EventHub
-from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
 from corral_server.manager.manager import AgentManager
 from corral_server.store.database import COMMIT_JOBS_BOUNDS, Database
 
@@ -173,7 +172,7 @@ class DaemonCollector(Collector):
         calls = HistogramMetricFamily(
             "corral_provider_call_seconds", "Provider calls by kind", labels=["kind"]
         )
-        for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
+        for kind, histogram in self._manager.call_times.by_call():
             _add(calls, [kind], histogram)
         yield calls
 

@@ -68,7 +68,8 @@ class LiveDesk:
             deps = self._core.deps
             # A request the provider answers at once, like naming a turn: the same deadline.
             call = changer.change_settings(live)
-            await deadline(deps.clock, deps.timeouts.start_turn_s, call, "change_settings")
+            timeout = deps.timeouts.start_turn_s
+            await deadline(deps.clock, timeout, call, "change_settings", deps.call_times)
             await self._drain()
         return state.update(change)
 

@@ -1,5 +1,6 @@
-"""The `acp` provider: drives any Agent Client Protocol agent (protocol version 1) as a child
-process, one process per corral session.
+"""The `acp` provider's sessions: drive any Agent Client Protocol agent (protocol version 1)
+as a child process, one process per corral session (the provider itself, which a daemon
+builds without loading the ACP SDK, is `acp_provider.py`).
 
 This module owns the mapping between ACP and the provider contract: `initialize` and
 `session/new` make a session (`session/load`, or the unstable `session/resume`, reopen a
@@ -20,7 +21,6 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, assert_never
 
@@ -39,14 +39,13 @@ from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.domain.timeline import JsonValue
 from corral_server.errors import FailedPrecondition
 from corral_server.providers import acp_files
-from corral_server.providers.acp_history import history_items
 from corral_server.providers.acp_items import ItemMapper, Update
+from corral_server.providers.acp_mcp import acp_servers
 from corral_server.providers.acp_settings import AcpSettings
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
-    ProviderItem,
     ProviderPermissionRequested,
     ProviderSettings,
     ProviderTurnCanceled,
@@ -56,11 +55,8 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.command import (
-    CommandProvider,
     CommandSession,
     Run,
-    ignore_events,
-    import_config,
 )
 from corral_server.providers.connection import (
     ConnectionLost,
@@ -76,7 +72,6 @@ from corral_server.providers.jsonrpc import (
     RpcError,
 )
 from corral_server.providers.live import SettingsChange
-from corral_server.providers.mcp_servers import acp_servers
 from corral_server.providers.sandbox import FileSandbox
 
 logger = logging.getLogger(__name__)
@@ -100,33 +95,6 @@ _OPTION_KINDS = {
 
 class AcpStartFailed(FailedPrecondition):
     """The agent did not start or failed its handshake."""
-
-
-class AcpProvider(CommandProvider):
-    kind = "acp"
-
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "acp") -> None:
-        super().__init__(argv, env, name=name)
-
-    async def create_session(self, config: SessionConfig, sink: EventSink) -> AcpSession:
-        session = AcpSession(config, sink)
-        await session.start(self._argv, self._env)
-        return session
-
-    async def import_history(
-        self, provider_session_id: str, cwd: str, daemon_tag: str
-    ) -> list[ProviderItem]:
-        """What `session/load` of the session replays (`acp_history.py`), in a process of
-        its own, closed before this returns. An agent without loadSession, or that does not
-        know the session, is AcpStartFailed with the agent's reason."""
-        config = import_config(provider_session_id, cwd, daemon_tag)
-        session = AcpSession(config, ignore_events)
-        session.replayed = []
-        await session.start(self._argv, self._env)
-        try:
-            return history_items(session.replayed)
-        finally:
-            await session.close()
 
 
 @dataclass(slots=True)

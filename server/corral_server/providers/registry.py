@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from corral_server.clock import Clock
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider

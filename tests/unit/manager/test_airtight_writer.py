@@ -23,7 +23,7 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
-from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.deadlines import CallTimes, deadline, within
 from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
@@ -211,6 +211,7 @@ async def test_within_cancels_its_work_when_its_caller_is_cancelled() -> None:
 async def test_a_deadline_cancels_the_late_call_and_says_which_call() -> None:
     clock = FakeClock()
     cancelled = asyncio.Event()
+    times = CallTimes()
 
     async def hang() -> None:
         try:
@@ -218,12 +219,14 @@ async def test_a_deadline_cancels_the_late_call_and_says_which_call() -> None:
         finally:
             cancelled.set()
 
-    call = asyncio.create_task(deadline(clock, 2, hang(), "interrupt"))
+    call = asyncio.create_task(deadline(clock, 2, hang(), "interrupt", times))
     await until(lambda: clock.pending_timers == 1)
     await clock.advance(2000)
     with pytest.raises(ProviderTimeout, match="interrupt within 2 s"):
         await call
     await asyncio.wait_for(cancelled.wait(), 5)
+    # The missed call is timed too, under its name.
+    assert [(name, h.read().samples) for name, h in times.by_call()] == [("interrupt", 1)]
 
 
 async def test_wait_for_idle_with_a_zero_timeout_leaves_nothing_unawaited(world: World) -> None:
