@@ -1,0 +1,205 @@
+"""ForkAgent through the wire (docs/design.md#forks), on the scripted provider, which has no
+fork of its own: the fork is a new agent holding the rows before the cut, and a new session
+primed with their summary, which the scripted provider remembers (`/recall`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from corral.v1 import agent_service_pb2 as svc_pb
+from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_pb2 as timeline_pb
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral.v1 import turn_service_pb2 as turn_pb
+from corral_server.app import Config
+from corral_server.manager.fork import FORKED_FROM_LABEL
+from corral_server.manager.fork_priming import HEADER
+from tests.support.client import Stubs, create_request, error_details, next_message, text
+from tests.support.daemon import DaemonThread
+
+
+async def turn(stubs: Stubs, agent_id: str, *lines: str) -> list[Any]:
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
+    )
+    return [e async for e in call]
+
+
+async def rows(stubs: Stubs, agent_id: str) -> Any:
+    return await stubs.timeline.FetchTimeline(
+        tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0)
+    )
+
+
+def replies(page: Any) -> str:
+    return "".join(r.item.assistant_message.text for r in page.rows)
+
+
+async def agent_ids(stubs: Stubs) -> set[str]:
+    listed = await stubs.agents.ListAgents(svc_pb.ListAgentsRequest(page_size=1000))
+    return {a.id for a in listed.agents}
+
+
+async def two_turns(stubs: Stubs, cwd: str) -> tuple[str, str]:
+    """An agent with two echoed turns; its id and the second prompt's provider message id."""
+    agent_id = (await stubs.agents.CreateAgent(create_request(cwd))).agent.id
+    await turn(stubs, agent_id, "/echo", "/reply the first answer")
+    second = await turn(stubs, agent_id, "/echo", "/reply the second answer")
+    return agent_id, f"{second[0].turn_started.turn_id}-user"
+
+
+async def test_a_fork_holds_the_rows_before_the_message_and_its_session_knows_them(
+    aio_channel: grpc.aio.Channel, tmp_path: Path
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    source, message_id = await two_turns(stubs, str(tmp_path))
+    before = await rows(stubs, source)
+    cut = next(r.seq for r in before.rows if r.provider_message_id == message_id)
+    forked = await stubs.agents.ForkAgent(
+        svc_pb.ForkAgentRequest(
+            agent_id=source, message_id=message_id, title="what if", labels={"try": "2"}
+        )
+    )
+    fork = forked.agent
+    assert forked.session == svc_pb.FORK_SESSION_CONTEXT and forked.rows == cut - 1
+    assert fork.id != source and fork.lifecycle.HasField("idle")
+    assert fork.title == "what if" and fork.provider_session_id
+    assert dict(fork.labels) == {"try": "2", FORKED_FROM_LABEL: f"{source}@{before.epoch}:{cut}"}
+    assert fork.usage_total.output_tokens == 0
+    page = await rows(stubs, fork.id)
+    assert page.epoch != before.epoch
+    assert [r.seq for r in page.rows] == list(range(1, cut))
+    assert [r.item for r in page.rows] == [r.item for r in before.rows if r.seq < cut]
+    assert await rows(stubs, source) == before  # the source is left as it was
+    # The fork's first turn resumes the primed session: it was told the conversation so far.
+    await turn(stubs, fork.id, "/recall")
+    recalled = replies(await rows(stubs, fork.id))
+    assert HEADER.splitlines()[0] in recalled
+    assert "> Assistant: the first answer" in recalled
+    assert "the second answer" not in recalled
+
+
+async def test_a_fork_at_a_cursor_keeps_the_rows_before_it_and_at_next_seq_all(
+    aio_channel: grpc.aio.Channel, tmp_path: Path
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    source, _ = await two_turns(stubs, str(tmp_path))
+    before = await rows(stubs, source)
+    for seq in (2, before.window.next_seq):
+        cursor = timeline_pb.Cursor(epoch=before.epoch, seq=seq)
+        forked = await stubs.agents.ForkAgent(
+            svc_pb.ForkAgentRequest(agent_id=source, cursor=cursor)
+        )
+        page = await rows(stubs, forked.agent.id)
+        assert [r.item for r in page.rows] == [r.item for r in before.rows if r.seq < seq]
+        assert forked.agent.title == ""  # its first prompt names it, as a new agent's does
+    at_first = await stubs.agents.ForkAgent(
+        svc_pb.ForkAgentRequest(
+            agent_id=source, cursor=timeline_pb.Cursor(epoch=before.epoch, seq=1)
+        )
+    )
+    assert (at_first.rows, at_first.session) == (0, svc_pb.FORK_SESSION_NEW)
+    assert at_first.agent.provider_session_id == ""
+
+
+async def test_subscribers_see_the_fork_only_once_it_is_idle_at_the_cut(
+    aio_channel: grpc.aio.Channel, tmp_path: Path
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    source, message_id = await two_turns(stubs, str(tmp_path))
+    watch = stubs.events.Subscribe(event_pb.SubscribeRequest())
+    while not any(e.HasField("synced") for e in (await next_message(watch)).events):
+        pass
+    forked = await stubs.agents.ForkAgent(
+        svc_pb.ForkAgentRequest(agent_id=source, message_id=message_id)
+    )
+    first = None
+    while first is None:
+        for event in (await next_message(watch)).events:
+            kind = event.WhichOneof("payload")
+            named = getattr(event, kind).agent.id if kind == "agent_upserted" else ""
+            if kind == "timeline_row_appended":
+                named = event.timeline_row_appended.agent_id
+            if named == forked.agent.id:
+                first = event
+                break
+    watch.cancel()
+    # Its first event is the announce: already idle with its session, its rows already in.
+    assert first.WhichOneof("payload") == "agent_upserted"
+    announced = first.agent_upserted.agent
+    assert announced.lifecycle.HasField("idle") and announced.provider_session_id
+    assert announced.timeline.next_seq == forked.rows + 1
+
+
+@pytest.mark.parametrize(
+    ("request_kw", "code", "reason"),
+    [
+        ({"agent_id": "nobody", "message_id": "m"}, "NOT_FOUND", "AGENT_NOT_FOUND"),
+        ({"message_id": "no-such-message"}, "NOT_FOUND", "FORK_CUT_NOT_FOUND"),
+        ({}, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+        ({"cursor": {"epoch": "old", "seq": 1}}, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+        ({"cursor": {"seq": 999}}, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+        ({"message_id": "m", "labels": {"bad key": "v"}}, "INVALID_ARGUMENT", "INVALID_ARGUMENT"),
+    ],
+)
+async def test_a_fork_that_cannot_be_made_says_why_and_changes_nothing(
+    aio_channel: grpc.aio.Channel,
+    tmp_path: Path,
+    request_kw: dict[str, Any],
+    code: str,
+    reason: str,
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    source, _ = await two_turns(stubs, str(tmp_path))
+    before = await rows(stubs, source)
+    request = svc_pb.ForkAgentRequest(agent_id=source)
+    kw = dict(request_kw)
+    if "cursor" in kw:
+        cursor = {"epoch": before.epoch, **kw.pop("cursor")}
+        request.cursor.CopyFrom(timeline_pb.Cursor(**cursor))
+    for key, value in kw.items():
+        if key == "labels":
+            request.labels.update(value)
+        else:
+            setattr(request, key, value)
+    listed = await agent_ids(stubs)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stubs.agents.ForkAgent(request)
+    details = error_details(raised.value)
+    assert (details.code, details.reason) == (getattr(grpc.StatusCode, code), reason)
+    assert await agent_ids(stubs) == listed
+    assert await rows(stubs, source) == before
+
+
+async def test_a_fork_survives_a_restart_as_an_ordinary_agent(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = DaemonThread(Config(state_dir=state)).start()
+    try:
+        async with grpc.aio.insecure_channel(first.address) as channel:
+            stubs = Stubs.of(channel)
+            source, message_id = await two_turns(stubs, str(tmp_path))
+            forked = await stubs.agents.ForkAgent(
+                svc_pb.ForkAgentRequest(agent_id=source, message_id=message_id, title="kept")
+            )
+            kept = await rows(stubs, forked.agent.id)
+    finally:
+        first.stop()
+    second = DaemonThread(Config(state_dir=state)).start()
+    try:
+        async with grpc.aio.insecure_channel(second.address) as channel:
+            stubs = Stubs.of(channel)
+            back = (
+                await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id=forked.agent.id))
+            ).agent
+            assert (back.title, dict(back.labels)) == ("kept", dict(forked.agent.labels))
+            assert back.provider_session_id == forked.agent.provider_session_id
+            assert await rows(stubs, back.id) == kept
+            await turn(stubs, back.id, "/reply after the restart")
+            page = await rows(stubs, back.id)
+            assert page.epoch == kept.epoch and "after the restart" in replies(page)
+    finally:
+        second.stop()
