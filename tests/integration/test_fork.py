@@ -4,6 +4,8 @@ primed with their summary, which the scripted provider remembers (`/recall`)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,27 @@ from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
+from corral_server.domain.agent import AgentError
+from corral_server.domain.timeline import UserMessage
 from corral_server.manager.fork import FORKED_FROM_LABEL
 from corral_server.manager.fork_priming import HEADER
-from tests.support.client import Stubs, create_request, error_details, next_message, text
+from corral_server.providers.base import (
+    ForkPoint,
+    ProviderEvent,
+    ProviderItem,
+    ProviderTurnCompleted,
+    ProviderTurnFailed,
+)
+from tests.support.client import (
+    Stubs,
+    create_request,
+    error_details,
+    next_message,
+    prompt_request,
+    text,
+)
 from tests.support.daemon import DaemonThread
+from tests.support.fakes import FakeProvider
 
 
 async def turn(stubs: Stubs, agent_id: str, *lines: str) -> list[Any]:
@@ -203,3 +222,113 @@ async def test_a_fork_survives_a_restart_as_an_ordinary_agent(tmp_path: Path) ->
             assert page.epoch == kept.epoch and "after the restart" in replies(page)
     finally:
         second.stop()
+
+
+class ForkingProvider(FakeProvider):
+    """A fake provider with a fork of its own: it answers `forked-<n>`, remembering each point."""
+
+    def __init__(self) -> None:
+        super().__init__("forking")
+        self.points: list[ForkPoint] = []
+
+    async def fork_session(self, point: ForkPoint, cwd: str, daemon_tag: str) -> str:
+        self.points.append(point)
+        return f"forked-{len(self.points)}"
+
+
+@pytest.fixture
+def fake_daemon() -> Iterator[tuple[DaemonThread, FakeProvider, ForkingProvider]]:
+    plain, forking = FakeProvider(), ForkingProvider()
+    daemon = DaemonThread(Config(extra_providers={"fake": plain, "forking": forking})).start()
+    yield daemon, plain, forking
+    daemon.stop()
+
+
+async def on_daemon(daemon: DaemonThread, work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` on the daemon's loop (where its provider sessions live)."""
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, daemon.loop))
+
+
+async def fake_turn(
+    daemon: DaemonThread, stubs: Stubs, provider: FakeProvider, agent_id: str, echo: str
+) -> None:
+    """One turn of a fake session: its prompt, echoed under `echo` when given, then its end."""
+    started = await stubs.turns.SendPrompt(prompt_request(agent_id, "hello"))
+    turn_id = started.turn_id
+    events: list[ProviderEvent] = [ProviderTurnCompleted(turn_id)]
+    if echo:
+        events.insert(0, ProviderItem(turn_id, UserMessage("hello", message_id=echo), echo))
+    session = provider.session
+
+    async def emit() -> None:
+        session.emit(*events)
+
+    await on_daemon(daemon, emit())
+    await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+
+
+async def test_a_failed_priming_turn_leaves_nothing_and_closes_its_session(
+    fake_daemon: tuple[DaemonThread, FakeProvider, ForkingProvider], tmp_path: Path
+) -> None:
+    daemon, plain, _ = fake_daemon
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        source = await stubs.agents.CreateAgent(create_request(str(tmp_path), provider="fake"))
+        await fake_turn(daemon, stubs, plain, source.agent.id, "")
+        listed = await agent_ids(stubs)
+        head = (await rows(stubs, source.agent.id)).window.next_seq
+        cursor = timeline_pb.Cursor(epoch=source.agent.timeline.epoch, seq=head)
+        call = stubs.agents.ForkAgent(
+            svc_pb.ForkAgentRequest(agent_id=source.agent.id, cursor=cursor)
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(plain.sessions) < 2 or plain.session.current_turn is None:
+            assert asyncio.get_running_loop().time() < deadline, "no priming turn started"
+            await asyncio.sleep(0.01)
+        priming = plain.session
+        failure = AgentError("the model is down", "AGENT_ERROR")
+
+        async def fail() -> None:
+            priming.emit(ProviderTurnFailed(priming.current_turn or "", failure))
+
+        await on_daemon(daemon, fail())
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call
+        details = error_details(raised.value)
+        assert (details.code, details.reason) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "FORK_FAILED",
+        )
+        assert "the model is down" in details.message
+        assert priming.closed and await agent_ids(stubs) == listed
+
+
+async def test_a_native_fork_goes_back_to_before_a_confirmed_message_only(
+    fake_daemon: tuple[DaemonThread, FakeProvider, ForkingProvider], tmp_path: Path
+) -> None:
+    daemon, _, forking = fake_daemon
+    async with grpc.aio.insecure_channel(daemon.address) as channel:
+        stubs = Stubs.of(channel)
+        made = await stubs.agents.CreateAgent(create_request(str(tmp_path), provider="forking"))
+        source = made.agent.id
+        await fake_turn(daemon, stubs, forking, source, "")
+        await fake_turn(daemon, stubs, forking, source, "msg-2")
+        listed = await agent_ids(stubs)
+        page = await rows(stubs, source)
+        # The timeline's end is no message the provider confirmed: it could not place it.
+        unconfirmed = timeline_pb.Cursor(epoch=page.epoch, seq=page.window.next_seq)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stubs.agents.ForkAgent(
+                svc_pb.ForkAgentRequest(agent_id=source, cursor=unconfirmed)
+            )
+        details = error_details(raised.value)
+        assert details.reason == "MESSAGE_NOT_CONFIRMED" and await agent_ids(stubs) == listed
+        forked = await stubs.agents.ForkAgent(
+            svc_pb.ForkAgentRequest(agent_id=source, message_id="msg-2")
+        )
+        assert forked.session == svc_pb.FORK_SESSION_PROVIDER
+        assert forked.agent.provider_session_id == "forked-1"
+        (point,) = forking.points
+        second = next(r for r in page.rows if r.provider_message_id == "msg-2")
+        assert point == ForkPoint(made.agent.provider_session_id, "msg-2", second.turn_id)
+        assert forked.rows == second.seq - 1 and len(forking.sessions) == 1  # none opened
