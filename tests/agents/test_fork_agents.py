@@ -17,6 +17,7 @@ from corral_server.providers.codex import CodexProvider
 from tests.agents import programs
 from tests.agents.conftest import Place
 from tests.agents.resume_support import create_agent, daemon_on, ending, get_agent, timeline, turn
+from tests.agents.test_codex_fork import texts_sent
 from tests.agents.test_resume_after_restart import anthropic_texts, leftovers
 from tests.support.fake_models import FakeModelServer
 
@@ -55,12 +56,7 @@ async def test_a_codex_fork_continues_codexs_own_fork_of_the_thread_before_the_m
         assert (await get_agent(stubs, fork_id)).provider_session_id == (
             forked.agent.provider_session_id
         )
-    texts = [
-        part["text"]
-        for item in fake.model_calls()[-1].body["input"]
-        if item.get("type") == "message"
-        for part in item["content"]
-    ]
+    texts = texts_sent(fake)
     assert "First [[reply: one]]" in texts and "one" in texts
     assert "Second [[reply: two]]" not in texts and "two" not in texts
 

@@ -5,7 +5,7 @@ primed with their summary, which the scripted provider remembers (`/recall`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ import pytest
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
-from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.domain.agent import AgentError
@@ -29,6 +28,7 @@ from corral_server.providers.base import (
     ProviderTurnCompleted,
     ProviderTurnFailed,
 )
+from tests.integration.test_rewind import rows
 from tests.support.client import (
     Stubs,
     create_request,
@@ -38,7 +38,7 @@ from tests.support.client import (
     text,
 )
 from tests.support.daemon import DaemonThread
-from tests.support.fakes import FakeProvider
+from tests.support.fakes import FakeProvider, FakeSession
 
 
 async def turn(stubs: Stubs, agent_id: str, *lines: str) -> list[Any]:
@@ -46,12 +46,6 @@ async def turn(stubs: Stubs, agent_id: str, *lines: str) -> list[Any]:
         turn_pb.StreamTurnRequest(agent_id=agent_id, content=text(*lines))
     )
     return [e async for e in call]
-
-
-async def rows(stubs: Stubs, agent_id: str) -> Any:
-    return await stubs.timeline.FetchTimeline(
-        tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=0)
-    )
 
 
 def replies(page: Any) -> str:
@@ -244,9 +238,13 @@ def fake_daemon() -> Iterator[tuple[DaemonThread, FakeProvider, ForkingProvider]
     daemon.stop()
 
 
-async def on_daemon(daemon: DaemonThread, work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` on the daemon's loop (where its provider sessions live)."""
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, daemon.loop))
+async def emit_on(daemon: DaemonThread, session: FakeSession, *events: ProviderEvent) -> None:
+    """Report `events` through `session`, on the daemon's loop (where its sessions live)."""
+
+    async def emit() -> None:
+        session.emit(*events)
+
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(emit(), daemon.loop))
 
 
 async def fake_turn(
@@ -258,12 +256,7 @@ async def fake_turn(
     events: list[ProviderEvent] = [ProviderTurnCompleted(turn_id)]
     if echo:
         events.insert(0, ProviderItem(turn_id, UserMessage("hello", message_id=echo), echo))
-    session = provider.session
-
-    async def emit() -> None:
-        session.emit(*events)
-
-    await on_daemon(daemon, emit())
+    await emit_on(daemon, provider.session, *events)
     await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
 
 
@@ -287,11 +280,7 @@ async def test_a_failed_priming_turn_leaves_nothing_and_closes_its_session(
             await asyncio.sleep(0.01)
         priming = plain.session
         failure = AgentError("the model is down", "AGENT_ERROR")
-
-        async def fail() -> None:
-            priming.emit(ProviderTurnFailed(priming.current_turn or "", failure))
-
-        await on_daemon(daemon, fail())
+        await emit_on(daemon, priming, ProviderTurnFailed(priming.current_turn or "", failure))
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await call
         details = error_details(raised.value)

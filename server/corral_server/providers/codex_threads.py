@@ -4,6 +4,8 @@ of a new one. Pure: no I/O."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from corral_server.providers import codex_protocol as protocol
 from corral_server.providers.base import SessionConfig
 
@@ -26,16 +28,6 @@ def thread_request(
             "excludeTurns": True,  # only its id is read: the turns are corral's rows already
         }
         return "thread/fork", fork
-    if config.resume_session_id:
-        resume: protocol.ThreadResumeParams = {
-            "threadId": config.resume_session_id,
-            "cwd": config.cwd,
-            "approvalPolicy": approval,
-            "sandbox": sandbox,
-        }
-        if config.model:
-            resume["model"] = config.model
-        return "thread/resume", resume
     start: protocol.ThreadStartParams = {
         "cwd": config.cwd,
         "approvalPolicy": approval,
@@ -43,4 +35,9 @@ def thread_request(
     }
     if config.model:
         start["model"] = config.model
-    return "thread/start", start
+    if not config.resume_session_id:
+        return "thread/start", start
+    # thread/resume takes the same settings, and the thread to resume.
+    resume: protocol.ThreadResumeParams = {"threadId": config.resume_session_id}
+    resume.update(cast(protocol.ThreadResumeParams, start))
+    return "thread/resume", resume
