@@ -321,3 +321,18 @@ async def test_a_native_fork_goes_back_to_before_a_confirmed_message_only(
         second = next(r for r in page.rows if r.provider_message_id == "msg-2")
         assert point == ForkPoint(made.agent.provider_session_id, "msg-2", second.turn_id)
         assert forked.rows == second.seq - 1 and len(forking.sessions) == 1  # none opened
+
+
+async def test_a_conversation_whose_lines_read_as_commands_still_primes_the_fork(
+    aio_channel: grpc.aio.Channel, tmp_path: Path
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    source = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
+    failed = await turn(stubs, source, "look:", "/fail as told")  # its own turn fails
+    assert failed[-1].HasField("turn_failed")
+    head = await rows(stubs, source)
+    whole = timeline_pb.Cursor(epoch=head.epoch, seq=head.window.next_seq)
+    forked = await stubs.agents.ForkAgent(svc_pb.ForkAgentRequest(agent_id=source, cursor=whole))
+    assert forked.session == svc_pb.FORK_SESSION_CONTEXT  # the quoted line failed nothing
+    await turn(stubs, forked.agent.id, "/recall")
+    assert "> /fail as told" in replies(await rows(stubs, forked.agent.id))
