@@ -72,13 +72,13 @@ class Fork:
 async def fork_agent(creation: Creation, spec: ForkSpec) -> Fork:
     creation.check_open()
     _check(creation, spec)
-    source = creation.directory.actor(spec.agent_id).agent
-    provider = creation.providers[source.provider]
+    actor = creation.directory.actor(spec.agent_id)
+    provider = creation.providers[actor.agent.provider]
     if not (info := provider.info()).available:
         raise errors.ProviderUnavailable(info.name, info.unavailable_reason)
-    actor = creation.directory.actor(source.id)
     with contextlib.suppress(errors.AgentClosed):  # a closed agent's rows are settled
         await actor.call(actor.barrier)
+    source = actor.agent  # after its rows settled: the provider session id they belong to
     fork_id = AgentId(creation.new_id())
     await creation.timeline.create(fork_id)
     try:
