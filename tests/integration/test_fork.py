@@ -336,3 +336,25 @@ async def test_a_conversation_whose_lines_read_as_commands_still_primes_the_fork
     assert forked.session == svc_pb.FORK_SESSION_CONTEXT  # the quoted line failed nothing
     await turn(stubs, forked.agent.id, "/recall")
     assert "> /fail as told" in replies(await rows(stubs, forked.agent.id))
+
+
+async def test_a_fork_of_a_trimmed_timeline_holds_the_retained_rows_before_the_cut(
+    tmp_path: Path,
+) -> None:
+    daemon = DaemonThread(Config(timeline_retain_rows=5)).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            stubs = Stubs.of(channel)
+            source, message_id = await two_turns(stubs, str(tmp_path))
+            await turn(stubs, source, "/reply the third answer")
+            kept = await rows(stubs, source)
+            assert kept.window.min_seq > 1  # retention dropped the oldest rows
+            forked = await stubs.agents.ForkAgent(
+                svc_pb.ForkAgentRequest(agent_id=source, message_id=message_id)
+            )
+            page = await rows(stubs, forked.agent.id)
+            cut = int(forked.agent.labels[FORKED_FROM_LABEL].rsplit(":", 1)[1])
+            before = [r.item for r in kept.rows if r.seq < cut]
+            assert before and [r.item for r in page.rows] == before
+    finally:
+        daemon.stop()
