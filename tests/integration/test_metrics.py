@@ -123,6 +123,16 @@ def calls_of(values: dict[str, float]) -> dict[str, float]:
     return {k[len(prefix) : -2]: v for k, v in values.items() if k.startswith(prefix)}
 
 
+async def after_a_turn(stubs: Stubs, cwd: str) -> str:
+    """A new agent's id, once one turn ("hello") ran to its end on it."""
+    agent_id = (await stubs.agents.CreateAgent(create_request(cwd))).agent.id
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
+    )
+    _ = [e async for e in call]
+    return agent_id
+
+
 async def test_store_commits_and_provider_calls_are_timed(
     stored: DaemonThread, tmp_path: Any
 ) -> None:
@@ -130,11 +140,7 @@ async def test_store_commits_and_provider_calls_are_timed(
     assert calls_of(before) == {}  # the daemon's own table: no other daemon's calls in it
     async with grpc.aio.insecure_channel(stored.address) as channel:
         stubs = Stubs.of(channel)
-        agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-        call = stubs.turns.StreamTurn(
-            turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
-        )
-        _ = [e async for e in call]
+        agent_id = await after_a_turn(stubs, str(tmp_path))
         # A turn that sleeps on the daemon's (fake) clock until it is interrupted.
         await stubs.turns.SendPrompt(prompt_request(agent_id, "/sleep 600000"))
         canceled = await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
@@ -165,11 +171,7 @@ async def test_two_daemons_in_one_process_time_their_provider_calls_apart(
     try:
         async with grpc.aio.insecure_channel(measured.address) as channel:
             stubs = Stubs.of(channel)
-            agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-            call = stubs.turns.StreamTurn(
-                turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
-            )
-            _ = [e async for e in call]
+            agent_id = await after_a_turn(stubs, str(tmp_path))
             await stubs.agents.CloseAgent(svc_pb.CloseAgentRequest(agent_id=agent_id))
         async with grpc.aio.insecure_channel(other.address) as channel:
             await Stubs.of(channel).agents.CreateAgent(create_request(str(tmp_path)))

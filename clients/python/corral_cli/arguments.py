@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from corral_cli import commands, follow, providers, show, status, subagents, transfer
+from corral_cli import commands, follow, fork, providers, show, status, subagents, transfer
 from corral_cli import output as output_cli
 from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
@@ -332,6 +332,7 @@ def _add_agents(sub: Subparsers, parents: Parents) -> None:
     rewind.set_defaults(func=commands.rewind)
     transfer.add_import(sub, parents)
     transfer.add_export(sub, parents)
+    fork.add_fork(sub, parents)
 
 
 def _add_subagents(sub: Subparsers, parents: Parents) -> None:

@@ -33,6 +33,7 @@ from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches
 from corral_server.manager.deadlines import CallTimes
 from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.live_config import LiveOutcome, ProviderChange
 from corral_server.manager.presence import PresenceBook
@@ -173,6 +174,10 @@ class AgentManager:
     async def import_rows(self, spec: CreateSpec, batches: RowBatches) -> Agent:
         """ImportAgentExport: a new idle agent holding an export's rows (creation.py)."""
         return await self._creation.import_rows(spec, batches)
+
+    async def fork(self, spec: ForkSpec) -> Fork:
+        """ForkAgent: a new agent continuing another's conversation from a cut (fork.py)."""
+        return await fork_agent(self._creation, spec)
 
     async def restore(self, loaded: LoadedAgents) -> None:
         """Start-up: every stored agent comes back in creation order (restore.py)."""

@@ -2,7 +2,8 @@
 
 This module owns the mapping between the app-server protocol and the provider contract:
 `initialize` / `initialized` and `thread/start` (or `thread/resume` of
-`SessionConfig.resume_session_id`) make the session, whose id is the thread id; `turn/start`
+`SessionConfig.resume_session_id`, or a fork of it: `codex_threads.py`) make the session, whose
+id is the thread id; `turn/start`
 is a turn and codex's turn id is corral's; `turn/completed` ends it (completed, interrupted,
 failed: `codex_turns.py`); `turn/interrupt` (fenced by the turn id) is an interrupt;
 `turn/steer` takes a prompt into the running turn; item notifications become timeline items
@@ -43,6 +44,7 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.codex_items import ItemMapper
+from corral_server.providers.codex_threads import thread_request
 from corral_server.providers.codex_turns import (
     AGENT_ERROR,
     AGENT_TIMEOUT,
@@ -104,9 +106,20 @@ class CodexSession(CommandSession[Run]):
     start_failed = CodexStartFailed
     cancel_reason = INTERRUPTED
 
-    def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock, timeout_s: float):
+    def __init__(
+        self,
+        config: SessionConfig,
+        sink: EventSink,
+        clock: Clock,
+        timeout_s: float,
+        *,
+        fork_before_turn: str = "",
+    ):
         super().__init__(config, sink, clock)
         self._timeout_s = timeout_s
+        # Set: the session is a fork of thread `config.resume_session_id` before this turn
+        # (`thread/fork`), a new thread of its own (ForkAgent: docs/design.md#forks).
+        self._fork_before_turn = fork_before_turn
         self._rpc: JsonRpc | None = None
         self._thread_id = ""
         # While turn/start waits for codex's answer, that turn's notifications wait here.
@@ -142,42 +155,31 @@ class CodexSession(CommandSession[Run]):
     async def _handshake(self) -> None:
         conn = self._rpc
         assert conn is not None
+        capabilities: protocol.InitializeCapabilities = {
+            "optOutNotificationMethods": list(_OPT_OUT)
+        }
+        if self._fork_before_turn:  # `beforeTurnId` is one of codex's experimental fields
+            capabilities["experimentalApi"] = True
         init: protocol.InitializeParams = {
             "clientInfo": {"name": "corral", "title": "corral", "version": "0.1.0"},
-            "capabilities": {"optOutNotificationMethods": list(_OPT_OUT)},
+            "capabilities": capabilities,
         }
         await conn.request("initialize", init, self._timeout_s)
         await conn.notify("initialized")
         config = self._config
         approval, sandbox = _POLICIES.get(config.mode or MODES[0].id, _POLICIES[MODES[0].id])
-        params: protocol.ThreadStartParams = {
-            "cwd": config.cwd,
-            "approvalPolicy": approval,
-            "sandbox": sandbox,
-        }
-        if config.model:
-            params["model"] = config.model
-        if config.resume_session_id:
-            resume: protocol.ThreadResumeParams = {
-                "threadId": config.resume_session_id,
-                "cwd": config.cwd,
-                "approvalPolicy": approval,
-                "sandbox": sandbox,
-            }
-            if config.model:
-                resume["model"] = config.model
-            answer = await conn.request("thread/resume", resume, self._timeout_s)
-        else:
-            answer = await conn.request("thread/start", params, self._timeout_s)
+        method, params = thread_request(config, approval, sandbox, self._fork_before_turn)
+        answer = await conn.request(method, params, self._timeout_s)
         made = cast(protocol.ThreadStartResponse, answer)  # thread/resume answers the same
         thread = made.get("thread") if isinstance(made, dict) else None
         thread_id = thread.get("id") if isinstance(thread, dict) else None
         if not isinstance(thread_id, str) or not thread_id:
             raise RequestFailed(f"codex answered without a thread id: {made!r:.300}")
-        if config.resume_session_id and thread_id != config.resume_session_id:
+        resumed = config.resume_session_id and not self._fork_before_turn
+        if resumed and thread_id != config.resume_session_id:
             raise RequestFailed(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
         self._thread_id = thread_id
-        if config.resume_session_id and isinstance(thread, dict):
+        if resumed and isinstance(thread, dict):
             self.resumed_thread = thread
 
     # --- turns -----------------------------------------------------------------------------

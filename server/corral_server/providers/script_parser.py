@@ -27,6 +27,7 @@ from corral_server.providers.script_steps import (
     History,
     Permission,
     Permissions,
+    Recall,
     RefuseInterrupt,
     ReplayTurn,
     Reply,
@@ -52,6 +53,7 @@ KNOWN_DIRECTIVES = (
     "/history",
     "/permission",
     "/permissions",
+    "/recall",
     "/refuse-interrupt",
     "/replay-turn",
     "/reply",
@@ -187,6 +189,9 @@ def _parse_directive(line: str) -> Step:
         case "/echo":
             _no_argument(name, argument)
             return Echo()
+        case "/recall":
+            _no_argument(name, argument)
+            return Recall()
         case "/permissions":
             count, _, size = argument.partition(" ")
             input_bytes = _parse_size(size.strip(), name) if size.strip() else 0

@@ -76,6 +76,12 @@ class Spawn:
 
 
 @dataclass(frozen=True, slots=True)
+class Recall:
+    """The provider replies with the earlier prompts of its session (a resumed session's
+    too), joined by newlines: what the session remembers."""
+
+
+@dataclass(frozen=True, slots=True)
 class Echo:
     """The provider reports the prompt back as a user message with its own message id, as
     real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
@@ -158,6 +164,7 @@ Step: TypeAlias = (
     | Permissions
     | Spawn
     | Echo
+    | Recall
     | History
     | FollowUp
     | HangInterrupt

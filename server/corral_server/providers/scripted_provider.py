@@ -8,6 +8,8 @@ turns scripted_turn.py plays). It starts nothing and needs no network.
 
 from __future__ import annotations
 
+import uuid
+
 from corral_server.clock import Clock
 from corral_server.domain.content import Prompt, prompt_text
 from corral_server.providers.base import (
@@ -22,6 +24,10 @@ from corral_server.providers.scripted_session import ScriptedSession
 from corral_server.providers.scripted_turn import Spawner, require_delivered
 
 __all__ = ["ScriptedProvider", "ScriptedSession"]
+
+# Sessions whose prompts are remembered; each keeps its last MAX_REMEMBERED_PROMPTS
+# (scripted_session.py): bounded whatever a demo daemon runs.
+MAX_SESSIONS = 1_000
 
 
 class ScriptedProvider:
@@ -44,6 +50,10 @@ class ScriptedProvider:
         self._live_settings = live_settings
         # None: `/spawn` is refused as not delivered (no sub-agent registry).
         self.spawner: Spawner | None = None
+        # Each session's prompts by session id, so a session resumed by id remembers them
+        # (`/recall`), as a real agent's conversation does; in memory only, the newest
+        # MAX_SESSIONS sessions.
+        self._memories: dict[str, list[str]] = {}
 
     @property
     def name(self) -> str:
@@ -68,6 +78,12 @@ class ScriptedProvider:
         require_delivered(parse_script(prompt_text(prompt)), can_spawn=self.spawner is not None)
 
     async def create_session(self, config: SessionConfig, sink: EventSink) -> ScriptedSession:
+        session_id = config.resume_session_id
+        if session_id not in self._memories:
+            session_id = f"scripted-{uuid.uuid4().hex}"
+            self._memories[session_id] = []
+            if len(self._memories) > MAX_SESSIONS:  # oldest first: dicts keep order
+                del self._memories[next(iter(self._memories))]
         return ScriptedSession(
             config,
             sink,
@@ -75,4 +91,6 @@ class ScriptedProvider:
             lambda: self.spawner,
             can_steer=self._can_steer,
             live_settings=self._live_settings,
+            session_id=session_id,
+            memory=self._memories[session_id],
         )

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 SCRIPTED_FAILURE = "SCRIPTED_FAILURE"
 PROVIDER_ERROR = "PROVIDER_ERROR"
 INTERRUPTED = "interrupted"
+# A session's prompts remembered for `/recall`: the newest this many.
+MAX_REMEMBERED_PROMPTS = 64
 
 _Terminal: TypeAlias = ProviderTurnCompleted | ProviderTurnFailed
 
@@ -58,6 +60,8 @@ class ScriptedSession:
         *,
         can_steer: bool = False,
         live_settings: bool = True,
+        session_id: str = "",
+        memory: list[str] | None = None,
     ) -> None:
         self._config = config
         self._live_settings = live_settings
@@ -66,7 +70,9 @@ class ScriptedSession:
         self._clock = clock
         self._spawner = spawner
         self._can_steer = can_steer
-        self._session_id = f"scripted-{uuid.uuid4().hex}"
+        self._session_id = session_id or f"scripted-{uuid.uuid4().hex}"
+        # The session's prompts so far, shared with the provider (a resume continues it).
+        self._memory = [] if memory is None else memory
         self._run: ScriptedRun | None = None
         self._closed = False
         # Set by close(): a hanging interrupt (`/hang-interrupt`) answers then.
@@ -82,7 +88,11 @@ class ScriptedSession:
         if self._run is not None:
             raise AgentBusy(self._config.agent_id, self._run.turn_id)
         turn_id = f"turn-{uuid.uuid4().hex}"
-        return self._begin(ScriptedRun(turn_id, prompt_text(prompt), tag=turn_id))
+        text = prompt_text(prompt)
+        earlier = tuple(self._memory)
+        self._memory.append(text)
+        del self._memory[:-MAX_REMEMBERED_PROMPTS]
+        return self._begin(ScriptedRun(turn_id, text, tag=turn_id, earlier=earlier))
 
     def _begin(self, run: ScriptedRun) -> str:
         # Reported here rather than from the task, so an interrupt that lands before the task

@@ -55,7 +55,7 @@ the numbers of the API messages they were written as. A run whose JSON does not 
 it is, for start-up to report as a bad record.
 
 Version 7 adds `schedules`: schedule_id -> the schedule's record (its timing, target, prompt,
-next firing and last run; JSON text until version 11) and when it was created, so start-up
+next firing and last run; JSON text until version 10) and when it was created, so start-up
 restores schedules in creation order.
 
 Version 8 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
@@ -70,7 +70,7 @@ the agent's provider and model, when it ended), so usage adds up by agent, provi
 day (store/usage.py). A database from before v9 starts it empty: turns completed before the
 upgrade are not in it (their agents' `usage_total` starts from zero too).
 
-Version 11 stores schedules in the storage format: every schedule's JSON text is rewritten as a
+Version 10 stores schedules in the storage format: every schedule's JSON text is rewritten as a
 corral.storage.v1.Schedule, in a `schedules` table rebuilt with `record` a BLOB. Re-runnable: a
 record already rewritten is kept as it is, and so is one whose JSON does not read (start-up
 refuses it, as it refused it before).
@@ -219,8 +219,8 @@ CREATE TABLE IF NOT EXISTS turn_usage (
 CREATE INDEX IF NOT EXISTS turn_usage_by_end ON turn_usage (ended_ms);
 """
 
-_V11_SCHEDULES_TABLE = """
-CREATE TABLE schedules_v11 (
+_V10_SCHEDULES_TABLE = """
+CREATE TABLE schedules_v10 (
     schedule_id TEXT PRIMARY KEY,
     record BLOB NOT NULL,
     created_ms INTEGER NOT NULL
@@ -228,20 +228,20 @@ CREATE TABLE schedules_v11 (
 """
 
 
-def _v11_schedules_in_storage_format(conn: sqlite3.Connection) -> None:
+def _v10_schedules_in_storage_format(conn: sqlite3.Connection) -> None:
     rows = [
-        (schedule_id, _v11_schedule_record(record), created_ms)
+        (schedule_id, _v10_schedule_record(record), created_ms)
         for schedule_id, record, created_ms in conn.execute(
             "SELECT schedule_id, record, created_ms FROM schedules"
         )
     ]
-    conn.execute(_V11_SCHEDULES_TABLE)
-    conn.executemany("INSERT INTO schedules_v11 VALUES (?, ?, ?)", rows)
+    conn.execute(_V10_SCHEDULES_TABLE)
+    conn.executemany("INSERT INTO schedules_v10 VALUES (?, ?, ?)", rows)
     conn.execute("DROP TABLE schedules")
-    conn.execute("ALTER TABLE schedules_v11 RENAME TO schedules")
+    conn.execute("ALTER TABLE schedules_v10 RENAME TO schedules")
 
 
-def _v11_schedule_record(record: str | bytes) -> str | bytes:
+def _v10_schedule_record(record: str | bytes) -> str | bytes:
     if not isinstance(record, str):
         return record  # rewritten already
     try:
@@ -260,7 +260,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V7_SCHEDULES,
     _V8_TOOL_OUTPUTS,
     _V9_TURN_USAGE,
-    _v11_schedules_in_storage_format,
+    _v10_schedules_in_storage_format,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1164,7 +1164,7 @@ Global___SubagentNotice: _TypeAlias = SubagentNotice  # noqa: Y015
 
 @_typing.final
 class Schedule(_message.Message):
-    """Schedule is one row of the `schedules` table (schema version 11; JSON text before): a
+    """Schedule is one row of the `schedules` table (schema version 10; JSON text before): a
     schedule's whole record. Times are milliseconds since the epoch.
     """
 
