@@ -31,12 +31,13 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from corral_server.domain.timeline import Cursor, TimelineItem, TimelineRow
 from corral_server.errors import InvalidArgument
 from corral_server.store.database import Database
-from corral_server.store.search_text import kind_of, text_of
+from corral_server.store.search_text import ITEM_KINDS, kind_of, text_of
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +83,19 @@ def entries(timeline_id: int, rows: Sequence[TimelineRow]) -> list[tuple[Any, ..
     """The index rows of freshly appended `rows` (those with no text have none)."""
     base = timeline_id * _SPAN
     out: list[tuple[Any, ...]] = []
+    append = out.append
     for row in rows:
         item = row.item
-        text = text_of(item)
-        if text:
-            out.append((base + row.seq, text, kind_of(item), row.timestamp_ms))
+        if text := text_of(item):
+            append((base + row.seq, text, ITEM_KINDS[type(item)], row.timestamp_ms))
     return out
 
 
 def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """One commit's entries, in one statement, in rowid order: FTS5 writes its pending terms
+    out as a new segment whenever a rowid is lower than the one before it."""
     if rows:
+        rows.sort(key=itemgetter(0))
         conn.executemany(_INSERT, rows)
 
 
@@ -133,8 +137,11 @@ def _parse_cursor(text: str) -> tuple[int, int]:
 
 # Ranking reads only the index (the rowid, bm25 and, to scope by agent, the timelines
 # table): the content columns and the snippet cost a content read per row, so they are read for
-# the page's hits alone, each by its rowid.
-_RANK = "SELECT x.rowid, bm25(timeline_text) FROM timeline_text AS x"
+# the page's hits alone, each by its rowid. bm25 costs a few microseconds per match, so a word in
+# 1% of a million rows would cost ~50 ms to rank whole: ranking takes the matches WINDOW at a
+# time, newest (highest rowid) first, and ranks within each window (docs/design.md#search).
+WINDOW = 1000
+_RANK = "SELECT x.rowid AS r, bm25(timeline_text) AS s FROM timeline_text AS x"
 _SCOPED = " JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
 _HIT = (
     "SELECT x.kind, x.timestamp_ms, snippet(timeline_text, 0, ?, ?, ?, ?)"
@@ -153,11 +160,10 @@ _QUERY_ERRORS = (
 
 def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
     """The hits of one page (ranked) and whether more follow, from one snapshot."""
-    sql, args = _ranking(request)
     conn.execute("BEGIN")
     try:
         try:
-            ranked = conn.execute(sql, args).fetchall()
+            ranked = _ranked(conn, request)
         except sqlite3.OperationalError as exc:
             text = str(exc)
             if text.startswith(_QUERY_ERRORS):
@@ -171,7 +177,22 @@ def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchH
     return hits, len(ranked) > request.limit
 
 
+def _ranked(conn: sqlite3.Connection, request: SearchQuery) -> list[tuple[int, float]]:
+    """(rowid, score) of hits offset .. offset + limit (one more: are there more?). A page
+    that runs past its window's end continues at the start of the next window."""
+    want = request.limit + 1
+    window, skip = divmod(request.offset, WINDOW)
+    sql, args = _ranking(request)
+    ranked = conn.execute(sql, [*args, window * WINDOW, want, skip]).fetchall()
+    if len(ranked) < want and skip + len(ranked) == WINDOW:
+        more = conn.execute(sql, [*args, (window + 1) * WINDOW, want - len(ranked), 0])
+        ranked += more.fetchall()
+    return ranked
+
+
 def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
+    """One window's ranking: its parameters end with the window's start (in matches, newest
+    first), then the LIMIT and OFFSET within it."""
     # Unscoped, no join: a dropped timeline's entries went in the transaction that dropped it.
     sql = [_RANK]
     args: list[Any] = []
@@ -191,9 +212,8 @@ def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
     if request.end_ms is not None:
         sql.append(" AND x.timestamp_ms < ?")
         args.append(request.end_ms)
-    sql.append(" ORDER BY bm25(timeline_text), x.rowid LIMIT ? OFFSET ?")
-    args += [request.limit + 1, request.offset]
-    return "".join(sql), args
+    sql.append(f" ORDER BY x.rowid DESC LIMIT {WINDOW} OFFSET ?")
+    return f"SELECT r, s FROM ({''.join(sql)}) ORDER BY s, r LIMIT ? OFFSET ?", args
 
 
 def _hit(conn: sqlite3.Connection, query: str, rowid: int, score: float) -> SearchHit:
