@@ -51,6 +51,8 @@ BACKFILL_BATCH = 2000
 
 _SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 1) * _SPAN)
 
+# The index's columns and options (store/schema.py creates it with these).
+TABLE_OPTIONS = "fts5(text, kind UNINDEXED, timestamp_ms UNINDEXED)"
 _INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
 _DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
 
@@ -143,9 +145,10 @@ def _parse_cursor(text: str) -> tuple[int, int]:
 WINDOW = 1000
 _RANK = "SELECT x.rowid AS r, bm25(timeline_text) AS s FROM timeline_text AS x"
 _SCOPED = " JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
-_HIT = (
-    "SELECT x.kind, x.timestamp_ms, snippet(timeline_text, 0, ?, ?, ?, ?)"
-    " FROM timeline_text AS x WHERE timeline_text MATCH ? AND x.rowid = ?"
+_CONTENT = "SELECT text, kind, timestamp_ms FROM timeline_text WHERE rowid = ?"
+_SNIPPETS = (
+    "SELECT rowid, snippet(timeline_text, 0, ?, ?, ?, ?) FROM timeline_text"
+    " WHERE timeline_text MATCH ?"
 )
 _TIMELINE = "SELECT agent_id, epoch FROM timelines WHERE timeline_id = ?"
 
@@ -158,7 +161,9 @@ _QUERY_ERRORS = (
 )
 
 
-def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
+def search(
+    request: SearchQuery, snippets: Snippets, conn: sqlite3.Connection
+) -> tuple[list[SearchHit], bool]:
     """The hits of one page (ranked) and whether more follow, from one snapshot."""
     conn.execute("BEGIN")
     try:
@@ -171,7 +176,7 @@ def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchH
                     "query", f"not a valid search query ({text}); see docs/api.md for the syntax"
                 ) from None
             raise
-        hits = [_hit(conn, request.query, rowid, score) for rowid, score in ranked[: request.limit]]
+        hits = _hits(conn, snippets, request.query, ranked[: request.limit])
     finally:
         conn.execute("COMMIT")
     return hits, len(ranked) > request.limit
@@ -216,13 +221,52 @@ def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
     return f"SELECT r, s FROM ({''.join(sql)}) ORDER BY s, r LIMIT ? OFFSET ?", args
 
 
-def _hit(conn: sqlite3.Connection, query: str, rowid: int, score: float) -> SearchHit:
-    marks = (MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS)
-    kind, timestamp_ms, snippet = conn.execute(_HIT, (*marks, query, rowid)).fetchone()
-    agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
-    return SearchHit(
-        agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, _clip(snippet), score
-    )
+def _hits(
+    conn: sqlite3.Connection, snippets: Snippets, query: str, ranked: list[tuple[int, float]]
+) -> list[SearchHit]:
+    """The page's hits in `ranked` order, their content read by rowid."""
+    rows = [(rowid, *conn.execute(_CONTENT, (rowid,)).fetchone()) for rowid, _ in ranked]
+    marked = snippets.of(query, rows)
+    hits = []
+    for (rowid, score), (_, text, kind, timestamp_ms) in zip(ranked, rows, strict=True):
+        agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
+        snippet = _clip(marked.get(rowid) or text)
+        hits.append(
+            SearchHit(agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, snippet, score)
+        )
+    return hits
+
+
+class Snippets:
+    """Snippets of a page's hits, made in a small in-memory FTS5 table that holds just those
+    rows (the same columns and tokenizer as the index, so the same matches are marked): a
+    snippet made in the index itself seeks the query's doclists once per hit, ~1 ms each for
+    a common word. Used in the reader thread only; `close()` there too."""
+
+    def __init__(self) -> None:
+        self._conn: sqlite3.Connection | None = None
+
+    def of(self, query: str, rows: list[tuple[Any, ...]]) -> dict[int, str]:
+        """rowid -> snippet, for `rows` of (rowid, text, kind, timestamp_ms)."""
+        if not rows:
+            return {}
+        conn = self._conn
+        if conn is None:
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            conn.execute(f"CREATE VIRTUAL TABLE timeline_text USING {TABLE_OPTIONS}")
+            self._conn = conn
+        marks = (MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS)
+        conn.execute("BEGIN")
+        try:
+            conn.executemany(_INSERT, rows)
+            return dict(conn.execute(_SNIPPETS, (*marks, query)).fetchall())
+        finally:
+            conn.execute("ROLLBACK")  # the table stays empty between pages
+
+    def close(self, _: object = None) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def _clip(snippet: str) -> str:
@@ -350,6 +394,11 @@ class SearchIndex:
         self._db = database
         self.backfill = backfill
         self.enabled = enabled  # off: nothing is indexed, and searching is refused
+        self._snippets = Snippets()
+        database.on_close(self._close)
+
+    async def _close(self) -> None:
+        await self._db.read(self._snippets.close)
 
     @property
     def indexing(self) -> bool:
@@ -357,4 +406,4 @@ class SearchIndex:
         return self.backfill.running
 
     async def search(self, request: SearchQuery) -> tuple[list[SearchHit], bool]:
-        return await self._db.read(partial(search, request))
+        return await self._db.read(partial(search, request, self._snippets))
