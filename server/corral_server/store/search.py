@@ -14,12 +14,13 @@ alongside the live writes), until none is left, then deletes the key. Rows appen
 are indexed at append; the backfill skips rows already in the index.
 
 The index is opt-in (`corral serve --search-index`): indexing in the rows' transaction costs
-about half the durable write throughput. A store opened with it off indexes nothing and moves
-the cursor back to before the first row it may append (`mark_unindexed`), so the next start
-with the index on backfills what was written meanwhile.
+about a quarter of the durable write throughput (BENCHMARKS.md). A store opened with it off
+indexes nothing and moves the cursor back to before the first row it may append
+(`mark_unindexed`), so the next start with the index on backfills what was written meanwhile.
 
-Searches run in the reader thread, ranked by bm25, with a snippet whose matches are marked
-with MARK_OPEN / MARK_CLOSE. Must not: import protobuf or grpc, or run SQLite on the loop.
+Searches run in the reader thread, ranked by bm25 a window of matches at a time (newest
+first: docs/design.md#search), each hit with a snippet (store/search_snippets.py). Must not:
+import protobuf or grpc, or run SQLite on the loop.
 """
 
 from __future__ import annotations
@@ -37,22 +38,16 @@ from typing import Any, NamedTuple
 from corral_server.domain.timeline import Cursor, TimelineItem, TimelineRow
 from corral_server.errors import InvalidArgument
 from corral_server.store.database import Database
+from corral_server.store.search_snippets import Snippets, clip
 from corral_server.store.search_text import ITEM_KINDS, kind_of, text_of
 
 log = logging.getLogger(__name__)
 
-MARK_OPEN = "\u00ab"  # «
-MARK_CLOSE = "\u00bb"  # »
-ELLIPSIS = "\u2026"
-SNIPPET_TOKENS = 16
-MAX_SNIPPET_CHARS = 320
 BACKFILL_KEY = "search_backfill"
 BACKFILL_BATCH = 2000
 
 _SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 1) * _SPAN)
 
-# The index's columns and options (store/schema.py creates it with these).
-TABLE_OPTIONS = "fts5(text, kind UNINDEXED, timestamp_ms UNINDEXED)"
 _INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
 _DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
 
@@ -146,10 +141,6 @@ WINDOW = 1000
 _RANK = "SELECT x.rowid AS r, bm25(timeline_text) AS s FROM timeline_text AS x"
 _SCOPED = " JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
 _CONTENT = "SELECT text, kind, timestamp_ms FROM timeline_text WHERE rowid = ?"
-_SNIPPETS = (
-    "SELECT rowid, snippet(timeline_text, 0, ?, ?, ?, ?) FROM timeline_text"
-    " WHERE timeline_text MATCH ?"
-)
 _TIMELINE = "SELECT agent_id, epoch FROM timelines WHERE timeline_id = ?"
 
 # The messages SQLite gives a query it cannot parse (the rest are the store's failures).
@@ -230,49 +221,11 @@ def _hits(
     hits = []
     for (rowid, score), (_, text, kind, timestamp_ms) in zip(ranked, rows, strict=True):
         agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
-        snippet = _clip(marked.get(rowid) or text)
+        snippet = clip(marked.get(rowid) or text)
         hits.append(
             SearchHit(agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, snippet, score)
         )
     return hits
-
-
-class Snippets:
-    """Snippets of a page's hits, made in a small in-memory FTS5 table that holds just those
-    rows (the same columns and tokenizer as the index, so the same matches are marked): a
-    snippet made in the index itself seeks the query's doclists once per hit, ~1 ms each for
-    a common word. Used in the reader thread only; `close()` there too."""
-
-    def __init__(self) -> None:
-        self._conn: sqlite3.Connection | None = None
-
-    def of(self, query: str, rows: list[tuple[Any, ...]]) -> dict[int, str]:
-        """rowid -> snippet, for `rows` of (rowid, text, kind, timestamp_ms)."""
-        if not rows:
-            return {}
-        conn = self._conn
-        if conn is None:
-            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            conn.execute(f"CREATE VIRTUAL TABLE timeline_text USING {TABLE_OPTIONS}")
-            self._conn = conn
-        marks = (MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS)
-        conn.execute("BEGIN")
-        try:
-            conn.executemany(_INSERT, rows)
-            return dict(conn.execute(_SNIPPETS, (*marks, query)).fetchall())
-        finally:
-            conn.execute("ROLLBACK")  # the table stays empty between pages
-
-    def close(self, _: object = None) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def _clip(snippet: str) -> str:
-    if len(snippet) <= MAX_SNIPPET_CHARS:
-        return snippet
-    return snippet[: MAX_SNIPPET_CHARS - 1] + ELLIPSIS
 
 
 # --- indexing a state directory from before v5 ----------------------------------------------
