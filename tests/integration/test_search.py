@@ -109,6 +109,8 @@ async def test_phrases_prefixes_not_and_ranking(
     assert [h.snippet for h in prefix.hits] == ["whale whale whale «everywhere»"]
     negated = await search(stubs, "whale NOT blue", **replies)
     assert [h.snippet for h in negated.hits] == ["«whale» «whale» «whale» everywhere"]
+    near = await search(stubs, "NEAR(blue swims, 2) OR text:sky", **replies)
+    assert {h.snippet for h in near.hits} == {"«blue» whale «swims»", "whale blue «sky»"}
     both = await search(stubs, "blue AND sky OR everywhere", **replies)
     assert len(both.hits) == 2
     # bm25: the row where "whale" is densest ranks first; scores ascend (lower = better).
