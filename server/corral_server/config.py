@@ -50,8 +50,8 @@ class Config:
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
     # With a state directory: keep the full-text index of the timelines (SearchTimeline).
-    # Off by default: indexing in the rows' transaction costs about half the durable write
-    # throughput; rows written while off are indexed in the background once it is on.
+    # Off by default: indexing in the rows' transaction costs about a quarter of the durable
+    # write throughput; rows written while off are indexed in the background once it is on.
     search_index: bool = False
     subscriber_buffer_events: int = 8_192
     # Concurrent calls (HTTP/2 streams) one client connection may hold open; more wait in the

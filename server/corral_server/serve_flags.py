@@ -127,8 +127,8 @@ def _add_edges(p: argparse.ArgumentParser) -> None:
         "--search-index",
         action="store_true",
         help="keep a full-text index of every timeline for SearchTimeline / corral search "
-        "(default: off; it costs about half the durable write throughput; rows written while "
-        "off are indexed in the background when it is turned on)",
+        "(default: off; it costs about a quarter of the durable write throughput; rows "
+        "written while off are indexed in the background when it is turned on)",
     )
 
 
