@@ -237,10 +237,10 @@ class EventHub:
     def _durable(self, committed: list[LogEntry]) -> None:
         """The log committed these (in revision order, right after the ring's head): retain
         and hand them to the live subscribers as one batch."""
-        retain = self._ring.append
-        for entry in committed:  # a LogEntry is an Entry: (revision, agent id, frame)
-            retain(entry)
-        self._dispatch(cast("list[Entry]", committed))
+        # A LogEntry is an Entry: (revision, agent id, frame).
+        entries = cast("list[Entry]", committed)
+        self._ring.extend(entries)
+        self._dispatch(entries)
 
     def _append(self, agent_id: str, body: bytes) -> int:
         ring = self._ring
