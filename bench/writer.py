@@ -45,17 +45,14 @@ async def measure(
     """Rows/s; `durable`: into the SQLite store of a temporary state directory (every row
     committed before it is published), else the in-memory store; `search_index`: with the
     durable store, each row also indexed for full-text search."""
-    rate, _ = await measure_commits(rows, subscribers, durable, search_index)
+    rate, _ = await _burst(rows, subscribers, durable, search_index)
     return rate
 
 
-async def measure_commits(
-    rows: int = 200_000,
-    subscribers: int = SUBSCRIBERS,
-    durable: bool = False,
-    search_index: bool = False,
+async def _burst(
+    rows: int, subscribers: int, durable: bool, search_index: bool
 ) -> tuple[float, float]:
-    """`measure`, and the rows per commit of the durable store (0 in memory)."""
+    """`measure`'s rows/s, and the rows per commit of the durable store (0 in memory)."""
     with tempfile.TemporaryDirectory() as cwd:
         state_dir = Path(cwd) / "state" if durable else None
         config = Config(
@@ -102,7 +99,7 @@ async def measure_commits(
 async def durable_against_anchor(rows: int, memory_rate: float) -> str:
     """P1' durable and P1'' in one report: the durable run, then bare SQLite writing the same
     rows in that run's commit batches (on a thread)."""
-    durable, per_commit = await measure_commits(rows, durable=True)
+    durable, per_commit = await _burst(rows, SUBSCRIBERS, True, False)
     bare = await asyncio.to_thread(anchor.bare_rows_per_s, rows, round(per_commit))
     return "\n".join(
         (
