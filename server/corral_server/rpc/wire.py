@@ -146,7 +146,8 @@ def row_appended_batch(
             last_turn, turn_field = turn_id, _str_field(b"\x1a", turn_id)
         if timestamp_ms != last_timestamp:
             last_timestamp, timestamp_field = timestamp_ms, _timestamp_field(timestamp_ms)
-        n = len(encoded)
+        n, pm = len(encoded), provider_message_id.encode()
+        m = len(pm)
         row = join(
             (
                 b"\x08",
@@ -156,7 +157,7 @@ def row_appended_batch(
                 b"\x22",
                 small[n] if n < 16384 else varint(n),
                 encoded,
-                _str_field(b"\x2a", provider_message_id) if provider_message_id else b"",
+                b"\x2a" + (small[m] if m < 16384 else varint(m)) + pm if m else b"",
             )
         )
         n = len(row)
