@@ -48,6 +48,7 @@ from corral_server.rpc.server import SERVICE_NAMES
 from corral_server.rpc.services import build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.tls import server_credentials
+from corral_server.rpc.wire import row_appended_batch
 from corral_server.schedules.scheduler import Scheduler
 from corral_server.schedules.store import SqliteSchedules
 from corral_server.server_info import ServerInfo, ServingState, corral_version
@@ -178,6 +179,7 @@ class Daemon:
             log=event_log,
             joint_commits=event_log is not None,
             log_clock=self.clock,
+            encode_rows=row_appended_batch,
         )
 
     def _manager(self, timeline: TimelineStore, stores: DurableStores | None) -> AgentManager:

@@ -145,8 +145,21 @@ class AgentActor:
             timeline=deps.timeline,
             publisher=deps.publisher,
             clock=deps.clock,
-            on_window=lambda: self._jobs.post(self._writer.flush),
+            on_window=lambda: self._jobs.post(self._flush_window),
         )
+
+    async def _flush_window(self) -> None:
+        """The coalescer's window passed: its row goes to the store, and the queue does not
+        wait for the commit (the next fragments are coalesced meanwhile: waiting held a burst
+        in the inbox for a whole commit). A failed commit breaks the writer; a job of its own
+        then raises it (the queue's on_error fails the turn), unless a step before it did."""
+        writer = self._writer
+
+        def committed(stored: asyncio.Future[None]) -> None:
+            if stored.cancelled() or stored.exception() is not None:
+                self._jobs.post(writer.barrier)
+
+        writer.flush_nowait().add_done_callback(committed)
 
     def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         """A re-based timeline (rewind, rehydrating reload) gets a timeline writer of its own."""

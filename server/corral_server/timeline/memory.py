@@ -126,6 +126,15 @@ class InMemoryTimelineStore:
         future.set_result(self._append(agent_id, rows))
         return future
 
+    def append_encoded(
+        self, agent_id: str, rows: Sequence[NewRow], items: Sequence[bytes] | None
+    ) -> asyncio.Future[None]:
+        """Appends at once; memory keeps the items themselves, so `items` is not needed."""
+        self._append(agent_id, rows)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
     async def fetch(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
