@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import nats
+import nats.aio.client
+
 TIMEOUT = 30.0  # generous: a 2-core machine running the suite in parallel is slow
 T = TypeVar("T")
 
@@ -176,3 +179,14 @@ def running_nats_cluster(tmp_path: Path, size: int = 3) -> Iterator[NatsCluster]
         yield cluster
     finally:
         cluster.stop()
+
+
+async def connect(cluster: NatsCluster) -> nats.aio.client.Client:
+    """A client that knows every server and reconnects to another when one dies."""
+    return await nats.connect(
+        servers=cluster.urls,
+        connect_timeout=2,
+        reconnect_time_wait=0.05,
+        max_reconnect_attempts=-1,
+        allow_reconnect=True,
+    )

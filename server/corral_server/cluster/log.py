@@ -1,0 +1,269 @@
+"""The cluster's event log: one JetStream stream (file storage, three replicas), whose order is
+the server-wide revision order, the same on every node.
+
+An agent's events go to its own subject, `corral.events.<agent>`, a batch of events per message
+(few messages for many rows). Each append says the sequence of the last message it expects on
+that subject (`Nats-Expected-Last-Subject-Sequence`): a writer that is no longer the agent's
+owner has a stale expectation and is refused (`Fenced`), so it cannot add one more event.
+Each append also carries a message id (`Nats-Msg-Id`), so a retry of an append whose
+acknowledgement was lost is stored once. The pitfalls, handled here (docs/cluster.md#dedupe):
+
+- The server remembers a message id only for the stream's duplicate window (two minutes by
+  default). A retry after the window is stored again unless something else refuses it: the
+  fencing does (the first copy moved the subject's last sequence), so a late retry is answered
+  `Fenced`, and `append` then looks at the subject's next message after the expected one: if it
+  carries this message id, the append had succeeded and is reported as a duplicate.
+- The same look-up covers a leader change that lost the new leader's memory of the id.
+- A message id is remembered for the whole window whatever the content: an id reused for
+  another batch makes that batch vanish silently (acknowledged as a duplicate). `batch_id`
+  builds ids that are unique per writer and position, never reused for other content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from corral_server.varint import encode_varint
+
+SUBJECT_PREFIX = "corral.events."  # tests give each of their streams its own
+WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
+OWNER_HEADER = "Corral-Owner"
+# A subject token: no dots, wildcards or white space (the agent ids corral makes fit).
+RETRY_PAUSE_S = 0.05  # between tries while no stream leader answers
+TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Fenced(Exception):
+    """The agent's subject has moved past the sequence this writer expected: another writer
+    appended (it owns the agent now), so this one must stop writing for the agent."""
+
+    def __init__(self, agent: str, expected: int, detail: str) -> None:
+        super().__init__(f"agent {agent}: expected last sequence {expected}: {detail}")
+        self.agent = agent
+        self.expected = expected
+
+
+@dataclass(frozen=True)
+class Appended:
+    sequence: int  # the batch's stream sequence: the revision of its last event
+    duplicate: bool  # True: an earlier try of this append had stored it already
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One message of the log as read back."""
+
+    sequence: int
+    agent: str
+    events: tuple[bytes, ...]
+    owner: str | None  # set on a claim: the owner that took the agent over here
+
+
+def subject(agent: str, prefix: str = SUBJECT_PREFIX) -> str:
+    if not TOKEN.fullmatch(agent):
+        raise ValueError(f"agent id {agent!r} is not a NATS subject token")
+    return prefix + agent
+
+
+def batch_id(agent: str, writer: str, expected: int) -> str:
+    """A message id unique to one batch: the writer (e.g. node and lease revision) and the
+    position it appends at. A retry of the same batch gets the same id; no other batch can."""
+    return f"{agent}:{writer}:{expected}"
+
+
+def encode(events: Sequence[bytes]) -> bytes:
+    return b"".join(encode_varint(len(event)) + event for event in events)
+
+
+def decode(payload: bytes) -> tuple[bytes, ...]:
+    events: list[bytes] = []
+    position = 0
+    while position < len(payload):
+        length = shift = 0
+        while True:
+            byte = payload[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        events.append(payload[position : position + length])
+        position += length
+    return tuple(events)
+
+
+class EventLog:
+    """The stream `name`; `open` makes it when missing."""
+
+    def __init__(self, js: JetStreamContext, name: str, incarnation: str, prefix: str) -> None:
+        self._js = js
+        self.name = name
+        self.incarnation = incarnation
+        self.prefix = prefix
+
+    @classmethod
+    async def open(
+        cls,
+        js: JetStreamContext,
+        name: str = "CORRAL_EVENTS",
+        replicas: int = 3,
+        duplicate_window_s: float = 120.0,
+        prefix: str = SUBJECT_PREFIX,
+    ) -> EventLog:
+        """The stream, made when missing. Its incarnation is its creation (name and creation
+        time): a stream deleted and made again is another log, whose revisions mean other
+        events, so a client's resume point from the old one is refused, not misread."""
+        config = api.StreamConfig(
+            name=name,
+            subjects=[prefix + ">"],
+            storage=api.StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=duplicate_window_s,
+            allow_direct=True,
+        )
+        try:
+            info = await js.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            info = await js.add_stream(config)
+        if info.created is None:
+            raise RuntimeError(f"stream {name}: the server reported no creation time")
+        return cls(js, name, f"{name}@{info.created.isoformat()}", prefix)
+
+    def subject(self, agent: str) -> str:
+        return subject(agent, self.prefix)
+
+    async def last_sequence(self, agent: str) -> int:
+        """The stream sequence of the agent's last batch, 0 when it has none."""
+        try:
+            msg = await self._js.get_last_msg(self.name, self.subject(agent), direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        return msg.seq or 0
+
+    async def append(
+        self,
+        agent: str,
+        events: Sequence[bytes],
+        expected: int,
+        msg_id: str,
+        owner: str | None = None,
+        retry_s: float = 10.0,
+    ) -> Appended:
+        """Store `events` as one message on the agent's subject if the subject's last message
+        is still `expected` (0: none). Raises `Fenced` when it is not, unless the message there
+        is this very append (same `msg_id`), stored by an earlier try. While no stream leader
+        answers (an election, a server gone) it tries again with the same id for `retry_s`,
+        well inside the duplicate window; then the last error is raised."""
+        headers = {
+            api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(expected),
+            api.Header.MSG_ID.value: msg_id,
+        }
+        if owner is not None:
+            headers[OWNER_HEADER] = owner
+        try:
+            ack = await self._publish(self.subject(agent), encode(events), headers, retry_s)
+        except nats.js.errors.APIError as error:
+            if error.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            earlier = await self._stored_after(agent, expected, msg_id)
+            if earlier is not None:
+                return Appended(earlier, duplicate=True)
+            raise Fenced(agent, expected, error.description or "wrong last sequence") from None
+        return Appended(ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _publish(
+        self, subject: str, payload: bytes, headers: dict[str, str], retry_s: float
+    ) -> api.PubAck:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_s
+        while True:
+            left = deadline - loop.time()
+            try:
+                return await self._js.publish(
+                    subject,
+                    payload,
+                    timeout=max(0.05, min(2.0, left)),
+                    stream=self.name,
+                    headers=dict(headers),
+                )
+            except (
+                TimeoutError,
+                nats.errors.TimeoutError,
+                nats.js.errors.NoStreamResponseError,
+                nats.js.errors.ServiceUnavailableError,
+            ):
+                if loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def claim(self, agent: str, owner: str, attempts: int = 10) -> int:
+        """Take the agent's subject over for a new owner (who holds the agent's lease): append
+        an empty batch naming `owner` at the subject's current end, so any append the previous
+        owner still has in flight finds its expectation stale. Returns the sequence the new
+        owner's first append expects."""
+        for _ in range(attempts):
+            expected = await self.last_sequence(agent)
+            try:
+                claimed = await self.append(agent, (), expected, f"claim:{owner}:{agent}", owner)
+            except Fenced:
+                continue  # the old owner's last append landed in between: claim after it
+            return claimed.sequence
+        raise Fenced(agent, expected, f"no claim for {owner} in {attempts} attempts")
+
+    async def _stored_after(self, agent: str, expected: int, msg_id: str) -> int | None:
+        """The sequence of the agent's first message after `expected` if it is `msg_id`."""
+        try:
+            msg = await self._js.get_msg(
+                self.name, seq=expected + 1, subject=self.subject(agent), next=True, direct=True
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        if (msg.headers or {}).get(api.Header.MSG_ID.value) == msg_id:
+            return msg.seq
+        return None
+
+    async def read(self, start: int, limit: int = 1000, timeout_s: float = 5.0) -> list[Batch]:
+        """Up to `limit` batches from stream sequence `start` on, in stream order, as far as
+        the stream reaches now."""
+        info = await self._js.stream_info(self.name)
+        if info.state.last_seq < start or limit <= 0:
+            return []
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start, 1),
+            ack_policy=api.AckPolicy.NONE,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=30.0,
+        )
+        reader = await self._js.pull_subscribe(self.prefix + ">", stream=self.name, config=config)
+        batches: list[Batch] = []
+        try:
+            while len(batches) < limit:
+                messages = await reader.fetch(min(256, limit - len(batches)), timeout=timeout_s)
+                batches.extend(batch_of(msg, self.prefix) for msg in messages)
+                if messages[-1].metadata.num_pending == 0:
+                    break
+        finally:
+            await reader.unsubscribe()
+            if config.name is not None:
+                await self._js.delete_consumer(self.name, config.name)
+        return batches
+
+
+def batch_of(msg: Msg, prefix: str) -> Batch:
+    headers = msg.headers or {}
+    return Batch(
+        sequence=msg.metadata.sequence.stream,
+        agent=msg.subject.removeprefix(prefix),
+        events=decode(msg.data),
+        owner=headers.get(OWNER_HEADER),
+    )
