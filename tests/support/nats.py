@@ -125,18 +125,21 @@ class NatsCluster:
     def server(self, name: str) -> NatsServer:
         return next(server for server in self.servers if server.name == name)
 
-    def meta_leader(self, among: list[NatsServer] | None = None) -> str | None:
-        """The JetStream meta leader when every running server (or `among`) names the same one
-        and sees all three peers, else None."""
-        running = among or [s for s in self.servers if s.proc and s.proc.poll() is None]
-        leaders = set()
-        for server in running:
-            report = server.jsz()
-            meta = (report or {}).get("meta_cluster") or {}
-            if not meta.get("leader") or meta.get("cluster_size") != len(self.servers):
-                return None
-            leaders.add(meta["leader"])
-        return leaders.pop() if len(leaders) == 1 else None
+    def meta_leader(self) -> str | None:
+        """The JetStream meta leader once every running server names the same one and the
+        leader sees every other running server as current, else None."""
+        running = [s for s in self.servers if s.proc and s.proc.poll() is None]
+        reports = {
+            server.name: (server.jsz() or {}).get("meta_cluster") or {} for server in running
+        }
+        leaders = {meta.get("leader") for meta in reports.values()}
+        if len(leaders) != 1 or None in leaders:
+            return None
+        leader = str(leaders.pop())
+        if leader not in reports or reports[leader].get("cluster_size") != len(self.servers):
+            return None
+        current = {r["name"] for r in reports[leader].get("replicas", []) if r.get("current")}
+        return leader if current >= set(reports) - {leader} else None
 
     def wait_for_meta_leader(self) -> str:
         return poll(self.meta_leader, "a JetStream meta leader agreed by every running server")

@@ -132,7 +132,8 @@ class EventLog:
         try:
             info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
-            info = await js.add_stream(config)
+            await js.add_stream(config)
+            info = await led(js, name)
         if info.created is None:
             raise RuntimeError(f"stream {name}: the server reported no creation time")
         return cls(js, name, f"{name}@{info.created.isoformat()}", prefix)
@@ -257,6 +258,23 @@ class EventLog:
             if config.name is not None:
                 await self._js.delete_consumer(self.name, config.name)
         return batches
+
+
+async def led(js: JetStreamContext, name: str, wait_s: float = 10.0) -> api.StreamInfo:
+    """The stream's information once it has a leader: a stream just made answers no appends
+    (no responders) until its replicas elected one and the servers learnt of it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            info = await js.stream_info(name)
+            if info.cluster is None or info.cluster.leader:
+                return info
+        except (nats.errors.TimeoutError, nats.js.errors.NotFoundError):
+            pass
+        if loop.time() >= deadline:
+            raise TimeoutError(f"stream {name} has no leader after {wait_s} s")
+        await asyncio.sleep(RETRY_PAUSE_S)
 
 
 def batch_of(msg: Msg, prefix: str) -> Batch:
