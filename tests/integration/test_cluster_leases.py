@@ -15,23 +15,28 @@ DURATION_MS, SKEW_MS = 10_000, 1_000
 _buckets = itertools.count()
 
 
-async def two_nodes(
-    client: nats.aio.client.Client, clock: FakeClock, names: tuple[str, ...] = ("a", "b")
-) -> list[Leases]:
+async def nodes(
+    client: nats.aio.client.Client, names: tuple[str, ...] = ("a", "b")
+) -> tuple[FakeClock, list[Leases]]:
     """Nodes (a and b) on one bucket of the test's own, sharing one clock."""
+    clock = FakeClock()
     bucket = f"leases{next(_buckets)}"
     js = client.jetstream()
-    return [
+    return clock, [
         await Leases.open(js, name, clock, bucket, duration_ms=DURATION_MS, skew_ms=SKEW_MS)
         for name in names
     ]
 
 
+async def held_by(leases: Leases, agent: str) -> str | None:
+    holder = await leases.holder(agent)
+    return None if holder is None else holder.node
+
+
 async def test_a_held_lease_is_refused_to_another_node_until_it_expires(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock = FakeClock()
-    a, b = await two_nodes(nats_client, clock)
+    clock, (a, b) = await nodes(nats_client)
     lease = await a.acquire("agent1")
     assert (lease.node, lease.expires_ms) == ("a", clock.now_ms() + DURATION_MS)
     with pytest.raises(LeaseHeld) as held:
@@ -45,15 +50,13 @@ async def test_a_held_lease_is_refused_to_another_node_until_it_expires(
     await clock.advance(SKEW_MS)
     taken = await b.acquire("agent1")
     assert taken.node == "b" and taken.epoch > lease.epoch
-    holder = await a.holder("agent1")
-    assert holder is not None and holder.node == "b"
+    assert await held_by(a, "agent1") == "b"
 
 
 async def test_a_renew_after_another_node_took_the_lease_fails(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock = FakeClock()
-    a, b = await two_nodes(nats_client, clock)
+    clock, (a, b) = await nodes(nats_client)
     lease = await a.acquire("agent1")
     await clock.advance(DURATION_MS + SKEW_MS)
     await b.acquire("agent1")
@@ -61,15 +64,13 @@ async def test_a_renew_after_another_node_took_the_lease_fails(
         await a.renew(lease)
     with pytest.raises(LeaseLost):
         await a.release(lease)
-    holder = await b.holder("agent1")
-    assert holder is not None and holder.node == "b"
+    assert await held_by(b, "agent1") == "b"
 
 
 async def test_a_renew_that_is_late_by_the_holders_clock_fails_without_writing(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock = FakeClock()
-    a, _ = await two_nodes(nats_client, clock)
+    clock, (a,) = await nodes(nats_client, ("a",))
     lease = await a.acquire("agent1")
     await clock.advance(DURATION_MS - SKEW_MS)
     with pytest.raises(LeaseLost):
@@ -81,8 +82,7 @@ async def test_a_renew_that_is_late_by_the_holders_clock_fails_without_writing(
 async def test_renewing_keeps_the_lease_past_its_first_expiry(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock = FakeClock()
-    a, b = await two_nodes(nats_client, clock)
+    clock, (a, b) = await nodes(nats_client)
     lease = await a.acquire("agent1")
     for _ in range(3):
         await clock.advance(DURATION_MS // 2)
@@ -95,24 +95,21 @@ async def test_renewing_keeps_the_lease_past_its_first_expiry(
 
 
 async def test_a_released_lease_is_free_at_once(nats_client: nats.aio.client.Client) -> None:
-    clock = FakeClock()
-    a, b = await two_nodes(nats_client, clock)
+    _, (a, b) = await nodes(nats_client)
     lease = await a.acquire("agent1")
     await a.release(lease)
-    assert await a.holder("agent1") is None
+    assert await held_by(a, "agent1") is None
     assert (await b.acquire("agent1")).node == "b"
 
 
 async def test_two_nodes_taking_one_expired_lease_at_once_get_it_once(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock = FakeClock()
-    a, b, c = await two_nodes(nats_client, clock, ("a", "b", "c"))
+    clock, (a, b, c) = await nodes(nats_client, ("a", "b", "c"))
     await a.acquire("agent1")
     await clock.advance(DURATION_MS + SKEW_MS)
     results = await asyncio.gather(b.acquire("agent1"), c.acquire("agent1"), return_exceptions=True)
     winners = [r for r in results if not isinstance(r, BaseException)]
     assert len(winners) == 1
     assert [type(r) for r in results if isinstance(r, BaseException)] == [LeaseHeld]
-    holder = await a.holder("agent1")
-    assert holder is not None and holder.node == winners[0].node
+    assert await held_by(a, "agent1") == winners[0].node

@@ -21,26 +21,20 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from corral_server.clock import Clock
-from corral_server.cluster.log import WRONG_LAST_SEQUENCE, led
+from corral_server.cluster.log import WRONG_LAST_SEQUENCE, Refused, led
 
 
-class LeaseHeld(Exception):
-    """Another node holds the agent's lease and it has not expired."""
+@dataclass(eq=False)
+class LeaseHeld(Refused):
+    """Another node (`node`) holds the agent's lease and it has not expired."""
 
-    def __init__(self, agent: str, node: str, expires_ms: int) -> None:
-        super().__init__(f"agent {agent} is owned by node {node} until {expires_ms}")
-        self.agent = agent
-        self.node = node
-        self.expires_ms = expires_ms
+    node: str = ""
+    expires_ms: int = 0
 
 
-class LeaseLost(Exception):
+@dataclass(eq=False)
+class LeaseLost(Refused):
     """The lease expired or another node took it: its holder must stop the agent's writer."""
-
-    def __init__(self, agent: str, node: str, why: str) -> None:
-        super().__init__(f"node {node} lost the lease of agent {agent}: {why}")
-        self.agent = agent
-        self.node = node
 
 
 @dataclass(frozen=True)
@@ -73,17 +67,20 @@ def decode(value: bytes | None, revision: int) -> Holder:
     return Holder(str(fields["node"]), int(fields["expires_ms"]), revision)
 
 
+def held(agent: str, holder: Holder) -> LeaseHeld:
+    detail = f"owned by node {holder.node} until {holder.expires_ms}"
+    return LeaseHeld(agent, detail, holder.node, holder.expires_ms)
+
+
+@dataclass(frozen=True)
 class Leases:
     """The leases as node `node` takes and keeps them."""
 
-    def __init__(
-        self, kv: KeyValue, node: str, clock: Clock, duration_ms: int, skew_ms: int
-    ) -> None:
-        self._kv = kv
-        self.node = node
-        self._clock = clock
-        self.duration_ms = duration_ms
-        self.skew_ms = skew_ms
+    _kv: KeyValue
+    node: str
+    _clock: Clock
+    duration_ms: int
+    skew_ms: int
 
     @classmethod
     async def open(
@@ -136,26 +133,26 @@ class Leases:
             except nats.js.errors.KeyWrongLastSequenceError:
                 current = await self.holder(agent)
         if current is None:
-            raise LeaseHeld(agent, "?", 0)  # another node is taking it at this moment
+            raise LeaseHeld(agent, "another node is taking the lease")
         if self._clock.now_ms() < current.expires_ms + self.skew_ms:
-            raise LeaseHeld(agent, current.node, current.expires_ms)
+            raise held(agent, current)
         try:
             return await self._kv.update(agent, value, last=current.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
-            raise LeaseHeld(agent, current.node, current.expires_ms) from None
+            raise held(agent, current) from None
 
     async def renew(self, lease: Lease) -> Lease:
         """The lease for another duration from now. Raises `LeaseLost` when it expired first
         (another node may hold it already) or another node wrote the key since."""
         if not self.valid(lease):
-            raise LeaseLost(lease.agent, self.node, "it expired before the renewal")
+            raise LeaseLost(lease.agent, f"node {self.node}: the lease expired before the renewal")
         expires_ms = self._clock.now_ms() + self.duration_ms
         try:
             revision = await self._kv.update(
                 lease.agent, encode(self.node, expires_ms), last=lease.revision
             )
         except nats.js.errors.KeyWrongLastSequenceError:
-            raise LeaseLost(lease.agent, self.node, "another node took it") from None
+            raise LeaseLost(lease.agent, f"node {self.node}: another node took the lease") from None
         return Lease(lease.agent, self.node, revision, expires_ms, lease.epoch)
 
     async def release(self, lease: Lease) -> None:
@@ -165,4 +162,4 @@ class Leases:
         except nats.js.errors.APIError as error:
             if error.err_code != WRONG_LAST_SEQUENCE:
                 raise
-            raise LeaseLost(lease.agent, self.node, "another node took it") from None
+            raise LeaseLost(lease.agent, f"node {self.node}: another node took the lease") from None

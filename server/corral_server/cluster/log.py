@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from corral_server.varint import encode_varint
+from corral_server.varint import decode_varint, encode_varint
 
 SUBJECT_PREFIX = "corral.events."  # tests give each of their streams its own
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
@@ -41,14 +40,23 @@ RETRY_PAUSE_S = 0.05  # between tries while no stream leader answers
 TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 
 
-class Fenced(Exception):
+@dataclass(eq=False)
+class Refused(Exception):
+    """The cluster refused a change to one agent; `detail` says why."""
+
+    agent: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"agent {self.agent}: {self.detail}"
+
+
+@dataclass(eq=False)
+class Fenced(Refused):
     """The agent's subject has moved past the sequence this writer expected: another writer
     appended (it owns the agent now), so this one must stop writing for the agent."""
 
-    def __init__(self, agent: str, expected: int, detail: str) -> None:
-        super().__init__(f"agent {agent}: expected last sequence {expected}: {detail}")
-        self.agent = agent
-        self.expected = expected
+    expected: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,27 +95,20 @@ def decode(payload: bytes) -> tuple[bytes, ...]:
     events: list[bytes] = []
     position = 0
     while position < len(payload):
-        length = shift = 0
-        while True:
-            byte = payload[position]
-            position += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
+        length, position = decode_varint(payload, position)
         events.append(payload[position : position + length])
         position += length
     return tuple(events)
 
 
+@dataclass(frozen=True)
 class EventLog:
     """The stream `name`; `open` makes it when missing."""
 
-    def __init__(self, js: JetStreamContext, name: str, incarnation: str, prefix: str) -> None:
-        self._js = js
-        self.name = name
-        self.incarnation = incarnation
-        self.prefix = prefix
+    _js: JetStreamContext
+    name: str
+    incarnation: str
+    prefix: str
 
     @classmethod
     async def open(
@@ -127,7 +128,6 @@ class EventLog:
             storage=api.StorageType.FILE,
             num_replicas=replicas,
             duplicate_window=duplicate_window_s,
-            allow_direct=True,
         )
         try:
             info = await js.stream_info(name)
@@ -144,7 +144,7 @@ class EventLog:
     async def last_sequence(self, agent: str) -> int:
         """The stream sequence of the agent's last batch, 0 when it has none."""
         try:
-            msg = await self._js.get_last_msg(self.name, self.subject(agent), direct=True)
+            msg = await self._js.get_last_msg(self.name, self.subject(agent))
         except nats.js.errors.NotFoundError:
             return 0
         return msg.seq or 0
@@ -177,7 +177,8 @@ class EventLog:
             earlier = await self._stored_after(agent, expected, msg_id)
             if earlier is not None:
                 return Appended(earlier, duplicate=True)
-            raise Fenced(agent, expected, error.description or "wrong last sequence") from None
+            detail = f"expected last sequence {expected}: {error.description}"
+            raise Fenced(agent, detail, expected) from None
         return Appended(ack.seq, duplicate=bool(ack.duplicate))
 
     async def _publish(
@@ -217,13 +218,13 @@ class EventLog:
             except Fenced:
                 continue  # the old owner's last append landed in between: claim after it
             return claimed.sequence
-        raise Fenced(agent, expected, f"no claim for {owner} in {attempts} attempts")
+        raise Fenced(agent, f"no claim for {owner} in {attempts} attempts", expected)
 
     async def _stored_after(self, agent: str, expected: int, msg_id: str) -> int | None:
         """The sequence of the agent's first message after `expected` if it is `msg_id`."""
         try:
             msg = await self._js.get_msg(
-                self.name, seq=expected + 1, subject=self.subject(agent), next=True, direct=True
+                self.name, seq=expected + 1, subject=self.subject(agent), next=True
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -231,32 +232,22 @@ class EventLog:
             return msg.seq
         return None
 
-    async def read(self, start: int, limit: int = 1000, timeout_s: float = 5.0) -> list[Batch]:
+    async def read(self, start: int, limit: int = 1000) -> list[Batch]:
         """Up to `limit` batches from stream sequence `start` on, in stream order, as far as
-        the stream reaches now."""
-        info = await self._js.stream_info(self.name)
-        if info.state.last_seq < start or limit <= 0:
-            return []
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=max(start, 1),
-            ack_policy=api.AckPolicy.NONE,
-            mem_storage=True,
-            num_replicas=1,
-            inactive_threshold=30.0,
-        )
-        reader = await self._js.pull_subscribe(self.prefix + ">", stream=self.name, config=config)
+        the stream reaches now. Each comes from the stream leader (never a replica that may lag
+        behind an acknowledged append), one request a batch, and needs no consumer, so no meta
+        leader either: reading works as soon as appending does after a failover."""
         batches: list[Batch] = []
-        try:
-            while len(batches) < limit:
-                messages = await reader.fetch(min(256, limit - len(batches)), timeout=timeout_s)
-                batches.extend(batch_of(msg, self.prefix) for msg in messages)
-                if messages[-1].metadata.num_pending == 0:
-                    break
-        finally:
-            await reader.unsubscribe()
-            if config.name is not None:
-                await self._js.delete_consumer(self.name, config.name)
+        sequence = max(start, 1)
+        while len(batches) < limit:
+            try:
+                msg = await self._js.get_msg(
+                    self.name, seq=sequence, subject=self.prefix + ">", next=True
+                )
+            except nats.js.errors.NotFoundError:
+                break
+            batches.append(batch_of(msg, self.prefix))
+            sequence = (msg.seq or sequence) + 1
         return batches
 
 
@@ -277,11 +268,11 @@ async def led(js: JetStreamContext, name: str, wait_s: float = 10.0) -> api.Stre
         await asyncio.sleep(RETRY_PAUSE_S)
 
 
-def batch_of(msg: Msg, prefix: str) -> Batch:
+def batch_of(msg: api.RawStreamMsg, prefix: str) -> Batch:
     headers = msg.headers or {}
     return Batch(
-        sequence=msg.metadata.sequence.stream,
-        agent=msg.subject.removeprefix(prefix),
-        events=decode(msg.data),
+        sequence=msg.seq or 0,
+        agent=(msg.subject or "").removeprefix(prefix),
+        events=decode(msg.data or b""),
         owner=headers.get(OWNER_HEADER),
     )
