@@ -36,12 +36,11 @@ def nats_server_binary() -> Path:
 def poll(probe: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
     """The servers run on the wall clock (their own processes): ask until `probe` answers."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        answer = probe()
-        if answer is not None:
-            return answer
+    while (answer := probe()) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the NATS cluster never showed {what}")
         time.sleep(0.02)
-    raise AssertionError(f"the NATS cluster never showed {what}")
+    return answer
 
 
 def free_ports(count: int) -> list[int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,11 +31,10 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-from corral_server.varint import decode_varint, encode_varint
-
 SUBJECT_PREFIX = "corral.events."  # tests give each of their streams its own
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 OWNER_HEADER = "Corral-Owner"
+LENGTH = struct.Struct(">I")  # an event's length in a batch
 # A subject token: no dots, wildcards or white space (the agent ids corral makes fit).
 RETRY_PAUSE_S = 0.05  # between tries while no stream leader answers
 TOKEN = re.compile(r"[A-Za-z0-9_-]+")
@@ -88,14 +88,16 @@ def batch_id(agent: str, writer: str, expected: int) -> str:
 
 
 def encode(events: Sequence[bytes]) -> bytes:
-    return b"".join(encode_varint(len(event)) + event for event in events)
+    """The events of one batch, each after its length (four bytes, big-endian)."""
+    return b"".join(LENGTH.pack(len(event)) + event for event in events)
 
 
 def decode(payload: bytes) -> tuple[bytes, ...]:
     events: list[bytes] = []
     position = 0
     while position < len(payload):
-        length, position = decode_varint(payload, position)
+        (length,) = LENGTH.unpack_from(payload, position)
+        position += LENGTH.size
         events.append(payload[position : position + length])
         position += length
     return tuple(events)
