@@ -10,6 +10,7 @@ import pytest
 
 from corral_server.clock import FakeClock
 from corral_server.cluster.leases import LeaseHeld, LeaseLost, Leases
+from corral_server.cluster.log import EventLog, Fenced, batch_id
 
 DURATION_MS, SKEW_MS = 10_000, 1_000
 _buckets = itertools.count()
@@ -113,3 +114,24 @@ async def test_two_nodes_taking_one_expired_lease_at_once_get_it_once(
     assert len(winners) == 1
     assert [type(r) for r in results if isinstance(r, BaseException)] == [LeaseHeld]
     assert await held_by(a, "agent1") == winners[0].node
+
+
+async def test_the_node_that_lost_an_agents_lease_cannot_append_one_more_event(
+    nats_client: nats.aio.client.Client,
+) -> None:
+    clock, (a, b) = await nodes(nats_client)
+    log = await EventLog.open(nats_client.jetstream(), name="HANDOVER", prefix="handover.")
+    old = await a.acquire("agent1")
+    start = await log.claim("agent1", old.owner)
+    mine = await log.append("agent1", [b"a1"], start, batch_id("agent1", old.owner, start))
+    await clock.advance(DURATION_MS + SKEW_MS)
+    new = await b.acquire("agent1")
+    start = await log.claim("agent1", new.owner)
+    # a has not noticed yet: its next append expects its own last batch, and is refused.
+    with pytest.raises(Fenced):
+        await log.append(
+            "agent1", [b"a2"], mine.sequence, batch_id("agent1", old.owner, mine.sequence)
+        )
+    await log.append("agent1", [b"b1"], start, batch_id("agent1", new.owner, start))
+    stored = [(batch.owner, batch.events) for batch in await log.read(1)]
+    assert stored == [(old.owner, ()), (None, (b"a1",)), (new.owner, ()), (None, (b"b1",))]

@@ -16,7 +16,8 @@ acknowledgement was lost is stored once. The pitfalls, handled here (docs/cluste
 - The same look-up covers a leader change that lost the new leader's memory of the id.
 - A message id is remembered for the whole window whatever the content: an id reused for
   another batch makes that batch vanish silently (acknowledged as a duplicate). `batch_id`
-  builds ids that are unique per writer and position, never reused for other content.
+  builds ids that are unique per writer and position, never reused for other content. (The
+  server checks the id before the expected sequence, so a repeated id would also hide a fence.)
 """
 
 from __future__ import annotations
