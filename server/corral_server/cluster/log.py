@@ -36,8 +36,8 @@ SUBJECT_PREFIX = "corral.events."  # tests give each of their streams its own
 WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed expected-sequence check
 OWNER_HEADER = "Corral-Owner"
 LENGTH = struct.Struct(">I")  # an event's length in a batch
-# A subject token: no dots, wildcards or white space (the agent ids corral makes fit).
 RETRY_PAUSE_S = 0.05  # between tries while no stream leader answers
+# A subject token: no dots, wildcards or white space (the agent ids corral makes fit).
 TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 
 
