@@ -1,0 +1,115 @@
+"""P9 (BENCHMARKS.md#goals): corral against a real peer, opencode, on the same work.
+
+Both servers drive opencode's own agent loop against one fake model server (the tests' own,
+tests/support/fake_models, in this process) that streams each reply as K text deltas, 0.1 s
+apart (its `[[slow]]` pacing: longer than corral's 60 ms coalescing window, so every delta is
+delivered as its own chunk by both):
+
+  opencode  `opencode serve`: the loop runs inside the server; watchers are GET /event streams
+  corral    `corral serve` with opencode as an ACP agent (`opencode acp`, a child process):
+            watchers are Subscribe streams scoped to the agent
+
+Per repetition, each server is started afresh (the two alternate, REPS times each) and, on a
+new session, after a warm-up turn:
+
+  watchers 1 / 10 / 100   one turn each: the time from the model's first byte to the last
+                          watcher holding the complete reply; server CPU per delta per watcher
+                          (corral: the daemon alone, its agent process given apart as the ACP
+                          hop); event-stream bytes per watcher
+  after churn             one watcher again, after 111 watchers connected and left
+  drop and resume         a watcher leaves after a third of the reply and comes back a third
+                          later (opencode: /event with Last-Event-ID; corral: Subscribe with
+                          its resume revision): chunks missing and duplicated
+  history                 a session of HISTORY_TURNS turns (built once, kept across restarts):
+                          the whole history, the last 100 turns, the last 10 turns
+
+Run: buildscripts/bench --peer   (installs the pinned opencode into agents/ when missing)
+     .venv/bin/python -m bench.peer [reps] [deltas]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import peer_procs
+from bench.peer_corral import CorralSide
+from bench.peer_opencode import OpencodeSide, binary
+from bench.peer_report import Figures, report
+from bench.peer_turns import Side, drop_and_resume, history, streamed_turn
+from tests.support.fake_models import FakeModelServer, fake_model_server
+
+REPS = 3
+DELTAS = 30
+WATCHERS = (1, 10, 100)
+HISTORY_TURNS = 150
+RAW = Path(".bench/peer.pickle")  # the last run's figures
+
+
+async def build_history(side: Side, made: dict[str, str]) -> str:
+    """The history session: made on the side's first run, kept across its restarts."""
+    if side.name not in made:
+        session = await side.new_session()
+        words = " ".join(f"word{i}" for i in range(40))
+        for i in range(HISTORY_TURNS):
+            await side.turn(session, f"[[reply: turn {i}: {words}]]")
+        made[side.name] = session
+    return made[side.name]
+
+
+async def repetition(
+    side: Side, fake: FakeModelServer, deltas: int, figures: Figures, made: dict[str, str]
+) -> None:
+    await asyncio.to_thread(side.start)
+    try:
+        figures.load(side.name, peer_procs.load())
+        session = await side.new_session()
+        await side.turn(session, "[[reply: warm up]]")
+        for count in WATCHERS:
+            turn = await streamed_turn(side, fake, session, count, deltas)
+            figures.add(side.name, f"w{count}", turn)
+        figures.add(side.name, "churn", await streamed_turn(side, fake, session, 1, deltas))
+        figures.drops(side.name, await drop_and_resume(side, fake, session, deltas))
+        figures.history(side.name, await history(side, await build_history(side, made)))
+        figures.load(side.name, peer_procs.load())
+    finally:
+        closing = getattr(side, "close", None)
+        if closing is not None:
+            await closing()
+        await asyncio.to_thread(side.stop)
+
+
+async def run(reps: int, deltas: int) -> Figures:
+    if not binary().exists():
+        raise SystemExit(f"no opencode at {binary()}: run buildscripts/bench --peer")
+    figures = Figures(deltas)
+    with tempfile.TemporaryDirectory(prefix="corral-peer-") as tmp, fake_model_server() as fake:
+        sides: list[Side] = [
+            OpencodeSide(Path(tmp) / "opencode", fake.url),
+            CorralSide(Path(tmp) / "corral", fake.url),
+        ]
+        made: dict[str, str] = {}
+        for rep in range(reps):
+            for side in sides if rep % 2 == 0 else sides[::-1]:
+                print(f"P9 peer: repetition {rep + 1}/{reps}, {side.name} ...", flush=True)
+                await repetition(side, fake, deltas, figures, made)
+    return figures
+
+
+def main() -> None:
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else REPS
+    deltas = int(sys.argv[2]) if len(sys.argv) > 2 else DELTAS
+    global HISTORY_TURNS
+    HISTORY_TURNS = int(sys.argv[3]) if len(sys.argv) > 3 else HISTORY_TURNS
+    figures = asyncio.run(run(reps, deltas))
+    RAW.parent.mkdir(exist_ok=True)
+    with open(RAW, "wb") as raw:
+        pickle.dump(figures, raw)  # `python -m bench.peer_report` prints it again
+    print(report(figures))
+
+
+if __name__ == "__main__":
+    main()
