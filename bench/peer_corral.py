@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from bench import peer_opencode, peer_procs
+from bench.peer_api import SideBase, WatcherState
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import agent_service_pb2_grpc as agent_grpc
 from corral.v1 import content_pb2 as content_pb
@@ -122,7 +123,7 @@ class CorralView:
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
-        self.seqs: list[int] = []  # the assistant rows' seqs, in arrival order
+        self.chunks: list[int] = []  # the assistant rows' seqs, in arrival order
         self.text = ""
         self.idle = False
         self.last_chunk_s = 0.0
@@ -147,26 +148,20 @@ class CorralView:
             elif kind == "timeline_row_appended" and self.turn_started:
                 row = event.timeline_row_appended.row
                 if row.item.WhichOneof("kind") == "assistant_message":
-                    self.seqs.append(row.seq)
+                    self.chunks.append(row.seq)
                     self.last_chunk_s = time.monotonic()
                     self.text += row.item.assistant_message.text
             elif kind == "turn_completed" and self.turn_started:
                 self.idle = True
 
 
-class CorralWatcher:
-    """One Subscribe client on a channel of its own, following one agent."""
+class CorralWatcher(WatcherState[CorralView]):
+    """One Subscribe client on a channel of its own, following one agent (bytes: of the
+    length-prefixed messages)."""
 
     def __init__(self, server: CorralServer, agent_id: str) -> None:
+        super().__init__(CorralView(agent_id))
         self.server = server
-        self.view = CorralView(agent_id)
-        self.ready = asyncio.Event()
-        self.done_s = 0.0
-        self.bytes_in = 0  # message bytes since the watcher was ready
-
-    @property
-    def chunks(self) -> list[int]:
-        return self.view.seqs
 
     async def run(self, drop_after: int = 0, resume: bool = False) -> None:
         """Follows the agent until its turn completes, or until `drop_after` reply rows came
@@ -185,7 +180,7 @@ class CorralWatcher:
                     if view.idle:
                         self.done_s = time.monotonic()
                         return
-                    if drop_after and len(view.seqs) >= drop_after:
+                    if drop_after and len(view.chunks) >= drop_after:
                         return
                 raise RuntimeError("corral ended the Subscribe stream")
             finally:
@@ -193,26 +188,15 @@ class CorralWatcher:
                 call.cancel()
 
 
-class CorralSide:
+class CorralSide(SideBase[CorralServer]):
     """corral as the bench drives it: agents, prompts, watchers, history pages."""
 
     def __init__(self, root: Path, model_url: str) -> None:
-        self.server = CorralServer(root, model_url)
-        self.name = "corral"
+        super().__init__("corral", CorralServer(root, model_url))
         self._channel: grpc.aio.Channel | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.server.pid
 
     def agent_pids(self) -> list[int]:
         return self.server.agent_pids()
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
 
     def _control(self) -> grpc.aio.Channel:
         if self._channel is None:

@@ -21,9 +21,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from bench import peer_procs
+from bench.peer_api import HistoryPager, SideBase, WatcherState
 from bench.peer_sse import Event, Stream, open_stream
 from tests.agents import programs
 
@@ -131,20 +132,12 @@ def programs_sweep(tag: str) -> None:
     sweep(programs.LEFTOVER_TAG, tag)
 
 
-class HistoryPager(Protocol):
-    def turns(self) -> int: ...
-
-    def fetch(self, turns: int | None) -> int: ...
-
-    def close(self) -> None: ...
-
-
 class OpencodeView:
     """What one watcher of /event makes of the events of one session."""
 
     def __init__(self, session: str) -> None:
         self.session = session
-        self.delta_ids: list[str] = []  # every text delta's event id, in arrival order
+        self.chunks: list[str] = []  # every text delta's event id, in arrival order
         self.text = ""  # the deltas joined
         self.final_text = ""  # the last whole text part seen (message.part.updated)
         self.idle = False
@@ -165,7 +158,7 @@ class OpencodeView:
         if kind == "message.updated" and props.get("info", {}).get("role") == "assistant":
             self._replies.add(props["info"].get("id", ""))
         elif kind == "message.part.delta" and props.get("field") == "text":
-            self.delta_ids.append(payload.get("id", ""))
+            self.chunks.append(payload.get("id", ""))
             self.last_chunk_s = time.monotonic()
             self.text += props.get("delta", "")
         elif kind == "message.part.updated" and props["part"].get("type") == "text":
@@ -175,20 +168,12 @@ class OpencodeView:
             self.idle = True
 
 
-class OpencodeWatcher:
-    """One client of GET /event, following one session."""
+class OpencodeWatcher(WatcherState[OpencodeView]):
+    """One client of GET /event, following one session (bytes: of the event stream)."""
 
     def __init__(self, server: OpencodeServer, session: str) -> None:
+        super().__init__(OpencodeView(session))
         self.server = server
-        self.view = OpencodeView(session)
-        self.ready = asyncio.Event()
-        self.done_s = 0.0
-        self.bytes_in = 0  # event-stream bytes since the watcher was ready
-        self._stream: Stream | None = None
-
-    @property
-    def chunks(self) -> list[str]:
-        return self.view.delta_ids
 
     async def run(self, drop_after: int = 0, resume: bool = False) -> None:
         """Follows the stream until the session is idle, or until `drop_after` deltas came (then
@@ -205,7 +190,7 @@ class OpencodeWatcher:
                         self.ready.set()  # the first event is server.connected
                         start = stream.bytes_in
                     self.view.take(event)
-                if drop_after and len(self.view.delta_ids) >= drop_after:
+                if drop_after and len(self.view.chunks) >= drop_after:
                     return
             self.done_s = time.monotonic()
         finally:
@@ -213,25 +198,14 @@ class OpencodeWatcher:
             stream.close()
 
 
-class OpencodeSide:
+class OpencodeSide(SideBase[OpencodeServer]):
     """The peer as the bench drives it: sessions, prompts, watchers, history pages."""
 
     def __init__(self, root: Path, model_url: str) -> None:
-        self.server = OpencodeServer(root, model_url)
-        self.name = "opencode"
-
-    @property
-    def pid(self) -> int:
-        return self.server.pid
+        super().__init__("opencode", OpencodeServer(root, model_url))
 
     def agent_pids(self) -> list[int]:
         return []  # the agent loop runs inside the server
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
 
     async def new_session(self) -> str:
         return await asyncio.to_thread(self.server.create_session)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bench import peer_procs
-from bench.peer_opencode import HistoryPager
+from bench.peer_api import HistoryPager
 from tests.support.fake_models import FakeModelServer, script
 from tests.support.fake_models.server import Exchange
 

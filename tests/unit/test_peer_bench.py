@@ -67,7 +67,7 @@ def test_a_view_keeps_its_sessions_deltas_and_the_reply_text() -> None:
         view.take(e)
     assert view.text == "hi there"
     assert view.final_text == "hi there"  # the user's own text part is not the reply
-    assert len(view.delta_ids) == 2
+    assert len(view.chunks) == 2
     assert view.idle
     assert view.last_id == "evt_session.idle"
 
