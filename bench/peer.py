@@ -96,7 +96,15 @@ async def run(reps: int, deltas: int) -> Figures:
             for side in sides if rep % 2 == 0 else sides[::-1]:
                 print(f"P9 peer: repetition {rep + 1}/{reps}, {side.name} ...", flush=True)
                 await repetition(side, fake, deltas, figures, made)
+                await asyncio.to_thread(save, figures)
     return figures
+
+
+def save(figures: Figures) -> None:
+    """The figures so far (`python -m bench.peer_report` prints them again)."""
+    RAW.parent.mkdir(exist_ok=True)
+    with open(RAW, "wb") as raw:
+        pickle.dump(figures, raw)
 
 
 def main() -> None:
@@ -104,11 +112,7 @@ def main() -> None:
     deltas = int(sys.argv[2]) if len(sys.argv) > 2 else DELTAS
     global HISTORY_TURNS
     HISTORY_TURNS = int(sys.argv[3]) if len(sys.argv) > 3 else HISTORY_TURNS
-    figures = asyncio.run(run(reps, deltas))
-    RAW.parent.mkdir(exist_ok=True)
-    with open(RAW, "wb") as raw:
-        pickle.dump(figures, raw)  # `python -m bench.peer_report` prints it again
-    print(report(figures))
+    print(report(asyncio.run(run(reps, deltas))))
 
 
 if __name__ == "__main__":

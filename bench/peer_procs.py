@@ -84,7 +84,8 @@ class Server:
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / "out", "ab") as out, open(self.logs / "err", "ab") as err:
+        # A new output file each start: the start-up line read is this start's.
+        with open(self.logs / "out", "wb") as out, open(self.logs / "err", "ab") as err:
             self.proc = subprocess.Popen(
                 self.argv,
                 env=self.env,
