@@ -39,13 +39,14 @@ from bench import peer_procs
 from bench.peer_corral import CorralSide
 from bench.peer_opencode import OpencodeSide, binary
 from bench.peer_report import Figures, report
-from bench.peer_turns import Side, drop_and_resume, history, streamed_turn
+from bench.peer_turns import Side, cpu_between, cpu_now, drop_and_resume, history, streamed_turn
 from tests.support.fake_models import FakeModelServer, fake_model_server
 
 REPS = 3
 DELTAS = 30
 WATCHERS = (1, 10, 100)
 HISTORY_TURNS = 150
+IDLE_S = 3.0
 RAW = Path(".bench/peer.pickle")  # the last run's figures
 
 
@@ -60,6 +61,13 @@ async def build_history(side: Side, made: dict[str, str]) -> str:
     return made[side.name]
 
 
+async def idle_cpu_ms_per_s(side: Side) -> float:
+    """The server's CPU while nothing happens (after a turn, no watcher), per second."""
+    before = cpu_now([side.pid])
+    await asyncio.sleep(IDLE_S)
+    return cpu_between(before, cpu_now([side.pid])) / 1e6 / IDLE_S
+
+
 async def repetition(
     side: Side, fake: FakeModelServer, deltas: int, figures: Figures, made: dict[str, str]
 ) -> None:
@@ -68,12 +76,14 @@ async def repetition(
         figures.load(side.name, peer_procs.load())
         session = await side.new_session()
         await side.turn(session, "[[reply: warm up]]")
+        figures.idle(side.name, await idle_cpu_ms_per_s(side))
         for count in WATCHERS:
             turn = await streamed_turn(side, fake, session, count, deltas)
             figures.add(side.name, f"w{count}", turn)
         figures.add(side.name, "churn", await streamed_turn(side, fake, session, 1, deltas))
         figures.drops(side.name, await drop_and_resume(side, fake, session, deltas))
-        figures.history(side.name, await history(side, await build_history(side, made)))
+        if HISTORY_TURNS:
+            figures.history(side.name, await history(side, await build_history(side, made)))
         figures.load(side.name, peer_procs.load())
     finally:
         closing = getattr(side, "close", None)

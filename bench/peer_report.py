@@ -20,6 +20,7 @@ class Figures:
         self.dropped: dict[str, list[Drop]] = defaultdict(list)
         self.pages: dict[tuple[str, str], list[tuple[float, float, int, int]]] = defaultdict(list)
         self.loads: dict[str, list[float]] = defaultdict(list)
+        self.idles: dict[str, list[float]] = defaultdict(list)
 
     def add(self, side: str, step: str, turn: Turn) -> None:
         self.turns[side, step].append(turn)
@@ -30,6 +31,9 @@ class Figures:
     def history(self, side: str, pages: dict[str, tuple[float, float, int, int]]) -> None:
         for label, page in pages.items():
             self.pages[side, label].append(page)
+
+    def idle(self, side: str, ms_per_s: float) -> None:
+        self.idles[side].append(ms_per_s)
 
     def load(self, side: str, value: float) -> None:
         self.loads[side].append(value)
@@ -179,11 +183,14 @@ def report(figures: Figures) -> str:
     head = (
         f"P9 against opencode 1.18 (opencode serve vs corral serve + opencode acp), "
         f"{figures.deltas} deltas 0.1 s apart, {reps} repetitions each, alternated, "
-        f"median (min-max); load {loads}:"
+        f"median (min-max); o/c = opencode / corral (corral ahead when > 1); load {loads}:"
     )
+    idles = getattr(figures, "idles", {})  # figures pickled before idle was measured
+    idle = [f" server CPU while idle, ms/s: {s} {spread(idles[s])}" for s in SIDES if idles.get(s)]
     return "\n".join(
         [
             head,
+            *idle,
             *turn_lines(figures),
             *marginal_lines(figures),
             *drop_lines(figures),
