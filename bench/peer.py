@@ -105,7 +105,11 @@ async def run(reps: int, deltas: int) -> Figures:
         for rep in range(reps):
             for side in sides if rep % 2 == 0 else sides[::-1]:
                 print(f"P9 peer: repetition {rep + 1}/{reps}, {side.name} ...", flush=True)
-                await repetition(side, fake, deltas, figures, made)
+                try:
+                    await repetition(side, fake, deltas, figures, made)
+                except Exception as error:  # one failed repetition: say so, go on
+                    print(f"P9 peer: {side.name} repetition {rep + 1} failed: {error!r}")
+                    figures.failed(side.name, repr(error))
                 await asyncio.to_thread(save, figures)
     return figures
 

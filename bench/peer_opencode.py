@@ -190,12 +190,20 @@ class OpencodeWatcher(WatcherState[OpencodeView]):
                         self.ready.set()  # the first event is server.connected
                         start = stream.bytes_in
                     self.view.take(event)
+                if resume and not self.view.idle and not await self.busy():
+                    break  # the turn ended while this watcher was away
+                resume = False  # asked once, right after connecting
                 if drop_after and len(self.view.chunks) >= drop_after:
                     return
             self.done_s = time.monotonic()
         finally:
             self.bytes_in += stream.bytes_in - start
             stream.close()
+
+    async def busy(self) -> bool:
+        """Whether the session is running a turn (GET /session/status lists busy ones)."""
+        statuses, _ = await asyncio.to_thread(self.server.call, "GET", "/session/status")
+        return statuses.get(self.view.session, {}).get("type", "idle") != "idle"
 
 
 class OpencodeSide(SideBase[OpencodeServer]):

@@ -21,6 +21,7 @@ class Figures:
         self.pages: dict[tuple[str, str], list[tuple[float, float, int, int]]] = defaultdict(list)
         self.loads: dict[str, list[float]] = defaultdict(list)
         self.idles: dict[str, list[float]] = defaultdict(list)
+        self.failures: list[str] = []
 
     def add(self, side: str, step: str, turn: Turn) -> None:
         self.turns[side, step].append(turn)
@@ -31,6 +32,9 @@ class Figures:
     def history(self, side: str, pages: dict[str, tuple[float, float, int, int]]) -> None:
         for label, page in pages.items():
             self.pages[side, label].append(page)
+
+    def failed(self, side: str, error: str) -> None:
+        self.failures.append(f"{side}: {error}")
 
     def idle(self, side: str, ms_per_s: float) -> None:
         self.idles[side].append(ms_per_s)
@@ -195,6 +199,7 @@ def report(figures: Figures) -> str:
             *marginal_lines(figures),
             *drop_lines(figures),
             *history_lines(figures),
+            *(f" !! failed: {f}" for f in getattr(figures, "failures", [])),
         ]
     )
 
