@@ -203,7 +203,8 @@ class OpencodeWatcher(WatcherState[OpencodeView]):
     async def busy(self) -> bool:
         """Whether the session is running a turn (GET /session/status lists busy ones)."""
         statuses, _ = await asyncio.to_thread(self.server.call, "GET", "/session/status")
-        return statuses.get(self.view.session, {}).get("type", "idle") != "idle"
+        status = statuses.get(self.view.session, {}).get("type", "idle")
+        return bool(status != "idle")
 
 
 class OpencodeSide(SideBase[OpencodeServer]):
