@@ -20,11 +20,12 @@ new session, after a warm-up turn:
   drop and resume         a watcher leaves after a third of the reply and comes back a third
                           later (opencode: /event with Last-Event-ID; corral: Subscribe with
                           its resume revision): chunks missing and duplicated
-  history                 a session of HISTORY_TURNS turns (built once, kept across restarts):
+  history                 a session of 150 turns (built once, kept across restarts):
                           the whole history, the last 100 turns, the last 10 turns
 
-Run: buildscripts/bench --peer   (installs the pinned opencode into agents/ when missing)
-     .venv/bin/python -m bench.peer [reps] [deltas]
+Run: buildscripts/bench --peer [reps [deltas [history turns]]]   (3, 30, 150; it installs the
+     pinned opencode into agents/ when missing; CORRAL_OPENCODE names another opencode binary)
+     .venv/bin/python -m bench.peer [reps [deltas [history turns]]]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import asyncio
 import pickle
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import peer_procs
@@ -50,12 +52,18 @@ IDLE_S = 3.0
 RAW = Path(".bench/peer.pickle")  # the last run's figures
 
 
-async def build_history(side: Side, made: dict[str, str]) -> str:
+@dataclass(frozen=True, slots=True)
+class Plan:
+    deltas: int = DELTAS  # per streamed reply
+    history_turns: int = HISTORY_TURNS  # 0: no history pages
+
+
+async def build_history(side: Side, made: dict[str, str], turns: int) -> str:
     """The history session: made on the side's first run, kept across its restarts."""
     if side.name not in made:
         session = await side.new_session()
         words = " ".join(f"word{i}" for i in range(40))
-        for i in range(HISTORY_TURNS):
+        for i in range(turns):
             await side.turn(session, f"[[reply: turn {i}: {words}]]")
         made[side.name] = session
     return made[side.name]
@@ -69,8 +77,9 @@ async def idle_cpu_ms_per_s(side: Side) -> float:
 
 
 async def repetition(
-    side: Side, fake: FakeModelServer, deltas: int, figures: Figures, made: dict[str, str]
+    side: Side, fake: FakeModelServer, plan: Plan, figures: Figures, made: dict[str, str]
 ) -> None:
+    deltas = plan.deltas
     await asyncio.to_thread(side.start)
     try:
         figures.load(side.name, peer_procs.load())
@@ -82,8 +91,9 @@ async def repetition(
             figures.add(side.name, f"w{count}", turn)
         figures.add(side.name, "churn", await streamed_turn(side, fake, session, 1, deltas))
         figures.drops(side.name, await drop_and_resume(side, fake, session, deltas))
-        if HISTORY_TURNS:
-            figures.history(side.name, await history(side, await build_history(side, made)))
+        if plan.history_turns:
+            session = await build_history(side, made, plan.history_turns)
+            figures.history(side.name, await history(side, session))
         figures.load(side.name, peer_procs.load())
     finally:
         closing = getattr(side, "close", None)
@@ -92,10 +102,10 @@ async def repetition(
         await asyncio.to_thread(side.stop)
 
 
-async def run(reps: int, deltas: int) -> Figures:
+async def run(reps: int, plan: Plan) -> Figures:
     if not binary().exists():
         raise SystemExit(f"no opencode at {binary()}: run buildscripts/bench --peer")
-    figures = Figures(deltas)
+    figures = Figures(plan.deltas)
     with tempfile.TemporaryDirectory(prefix="corral-peer-") as tmp, fake_model_server() as fake:
         sides: list[Side] = [
             OpencodeSide(Path(tmp) / "opencode", fake.url),
@@ -106,7 +116,7 @@ async def run(reps: int, deltas: int) -> Figures:
             for side in sides if rep % 2 == 0 else sides[::-1]:
                 print(f"P9 peer: repetition {rep + 1}/{reps}, {side.name} ...", flush=True)
                 try:
-                    await repetition(side, fake, deltas, figures, made)
+                    await repetition(side, fake, plan, figures, made)
                 except Exception as error:  # one failed repetition: say so, go on
                     print(f"P9 peer: {side.name} repetition {rep + 1} failed: {error!r}")
                     figures.failed(side.name, repr(error))
@@ -122,11 +132,9 @@ def save(figures: Figures) -> None:
 
 
 def main() -> None:
-    reps = int(sys.argv[1]) if len(sys.argv) > 1 else REPS
-    deltas = int(sys.argv[2]) if len(sys.argv) > 2 else DELTAS
-    global HISTORY_TURNS
-    HISTORY_TURNS = int(sys.argv[3]) if len(sys.argv) > 3 else HISTORY_TURNS
-    print(report(asyncio.run(run(reps, deltas))))
+    numbers = [int(arg) for arg in sys.argv[1:4]]
+    reps = numbers[0] if numbers else REPS
+    print(report(asyncio.run(run(reps, Plan(*numbers[1:])))))
 
 
 if __name__ == "__main__":

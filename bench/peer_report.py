@@ -156,7 +156,9 @@ def drop_lines(figures: Figures) -> list[str]:
 
 def history_lines(figures: Figures) -> list[str]:
     turns = figures.pages.get(("corral", "turns")) or figures.pages.get(("opencode", "turns"))
-    count = turns[0][2] if turns else 0
+    if not turns:
+        return []  # run without a history
+    count = turns[0][2]
     lines = [f" history fetch ({count} turns), median of 10 ms (first fetch after a restart):"]
     for label in ("whole", "last 100 turns", "last 10 turns"):
         cells = {}
