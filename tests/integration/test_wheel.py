@@ -93,6 +93,9 @@ def test_the_wheel_carries_the_generated_stubs_the_dashboard_and_the_command(
         if line.startswith("Requires-Dist: ") and "extra ==" not in line
     ]
     assert "grpcio==1.85.1" in runtime and "protobuf==7.36.2" in runtime
+    # The ACP provider imports the ACP SDK: an environment of the runtime requirements alone
+    # (buildscripts/serve's) must be able to run an ACP agent.
+    assert "agent-client-protocol==0.12.1" in runtime
     named = {re.split(r"[=<>!~;\[ ]", requirement)[0].lower() for requirement in runtime}
     assert not named & set(NOT_RUNTIME), sorted(named & set(NOT_RUNTIME))
 
