@@ -24,7 +24,7 @@ new session, after a warm-up turn:
                           the whole history, the last 100 turns, the last 10 turns
 
 Run: buildscripts/bench --peer [reps [deltas [history turns]]]   (3, 30, 150; it installs the
-     pinned opencode into agents/ when missing; CORRAL_OPENCODE names another opencode binary)
+     pinned opencode into agents/peer/ when missing; CORRAL_OPENCODE names another opencode binary)
      .venv/bin/python -m bench.peer [reps [deltas [history turns]]]
 """
 

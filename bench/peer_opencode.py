@@ -28,12 +28,16 @@ from bench.peer_api import HistoryPager, SideBase, WatcherState
 from bench.peer_sse import Event, Stream, open_stream
 from tests.agents import programs
 
+# The peer has a manifest of its own (agents/peer/package.json), not one of the test agents.
+PEER_BIN = Path(__file__).resolve().parent.parent / "agents" / "peer" / "node_modules" / ".bin"
+
 PROVIDER, MODEL = "fake", "claude-sonnet-4-5"
 
 
 def binary() -> Path:
-    """The pinned opencode (agents/), or CORRAL_OPENCODE when set (a copy installed elsewhere)."""
-    return Path(os.environ.get("CORRAL_OPENCODE") or programs.BIN / "opencode")
+    """The pinned opencode (agents/peer/), or CORRAL_OPENCODE when set (a copy installed
+    elsewhere)."""
+    return Path(os.environ.get("CORRAL_OPENCODE") or PEER_BIN / "opencode")
 
 
 def config(model_url: str) -> str:
