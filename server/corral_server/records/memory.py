@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.subagents import SubagentRun
-from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry
+from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry, LogSpan, spans_of
 
 V = TypeVar("V")
 
@@ -173,6 +173,11 @@ class InMemoryEventLog:
                 break
             out.append(entry)
         return out
+
+    async def read_spans(
+        self, after_revision: int, limit: int, max_bytes: int, span_events: int
+    ) -> list[LogSpan]:
+        return spans_of(await self.read(after_revision, limit, max_bytes), span_events)
 
 
 def check_retention(retain_events: int | None, retain_bytes: int | None) -> None:
