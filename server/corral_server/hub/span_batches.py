@@ -91,7 +91,7 @@ def _take_part(batch: _Batch, first: int, frames: bytes, scanned: int) -> bool:
         fit = 1  # a batch always holds one event, whatever its size
     if fit:
         batch.add(frames[: ends[fit - 1]], fit, first + fit - 1)
-    return fit < scanned
+    return fit < scanned or not batch.room
 
 
 def _take_mixed(

@@ -177,6 +177,7 @@ class InMemoryEventLog:
     async def read_spans(
         self, after_revision: int, limit: int, max_bytes: int, span_events: int
     ) -> list[LogSpan]:
+        check_spans(span_events)
         return spans_of(await self.read(after_revision, limit, max_bytes), span_events)
 
 
@@ -201,6 +202,11 @@ def check_batch(batch: Sequence[LogEntry], expected: int) -> None:
 def check_read(limit: int, max_bytes: int) -> None:
     if limit < 1 or max_bytes < 1:
         raise ValueError(f"limit and max_bytes must be at least 1, got {limit}, {max_bytes}")
+
+
+def check_spans(span_events: int) -> None:
+    if span_events < 1:
+        raise ValueError(f"span_events must be at least 1, got {span_events}")
 
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from corral_server.records.memory import (
     check_batch,
     check_read,
     check_retention,
+    check_spans,
     new_incarnation,
 )
 from corral_server.records.store import LogEntry, LogSpan
@@ -155,8 +156,7 @@ class SqliteEventLog:
         self, after_revision: int, limit: int, max_bytes: int, span_events: int
     ) -> list[LogSpan]:
         check_read(limit, max_bytes)
-        if span_events < 1:
-            raise ValueError(f"span_events must be at least 1, got {span_events}")
+        check_spans(span_events)
         job = partial(_read_spans, after_revision, limit, max_bytes, span_events)
         return await self._db.read(job)
 
