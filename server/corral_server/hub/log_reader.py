@@ -6,7 +6,7 @@ CHUNK_BYTES of events each; the log keeps each event framed, as the ring does), 
 spans of SPAN_EVENTS events whose frames the store joined (records/store.py `LogSpan`: no
 work per event here or in the reader thread), the last few kept. A burst of resumes after a
 restart reads each stretch once for all subscribers; a read in flight is shared, not
-repeated; and the stretch after the one a subscriber starts is read ahead, so the store's
+repeated; and the stretches after the one a subscriber starts are read ahead, so the store's
 reader thread works while subscribers send.
 
 Must not: publish, touch a subscription, or hold more than CACHED_CHUNKS chunks.
@@ -25,6 +25,9 @@ from corral_server.records.store import EventLog, LogSpan
 CHUNK_EVENTS = 2048
 CHUNK_BYTES = 1 << 20
 CACHED_CHUNKS = 16
+# Stretches read ahead of the one a subscriber reads: the reader thread works on the next
+# while the loop sends this one, with one more in hand for when a read runs slow.
+READ_AHEAD_CHUNKS = 2
 # Events per span: a batch of 512 events joins 8 spans; a cut inside one splits at most 64.
 SPAN_EVENTS = 64
 
@@ -91,15 +94,18 @@ class LogReader:
         return chunk
 
     def _read_ahead(self, chunk: list[LogSpan]) -> None:
-        """Start reading the stretch after `chunk` when it ended on a chunk boundary."""
+        """Start reading the stretches after `chunk` when it ended on a chunk boundary."""
         if not chunk or _last(chunk) % CHUNK_EVENTS:
             return
-        start = _last(chunk)
-        if start in self._chunks or start in self._reading or start >= self._log.head_revision:
-            return
-        task = asyncio.ensure_future(self._read_quietly(start))
-        self._ahead.add(task)
-        task.add_done_callback(self._ahead.discard)
+        for ahead in range(READ_AHEAD_CHUNKS):
+            start = _last(chunk) + ahead * CHUNK_EVENTS
+            if start >= self._log.head_revision:
+                return
+            if start in self._chunks or start in self._reading:
+                continue
+            task = asyncio.ensure_future(self._read_quietly(start))
+            self._ahead.add(task)
+            task.add_done_callback(self._ahead.discard)
 
     async def _read_quietly(self, start: int) -> None:
         # A failure here is met again, and reported, by the subscriber that needs the chunk.
