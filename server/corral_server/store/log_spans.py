@@ -45,7 +45,7 @@ def _statement(columns: str, spans: int) -> str:
 
 _SPANS = (
     "min(revision), count(*), sum(length(event)), min(agent_id), max(agent_id),"
-    " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, x'') AS BLOB)"
+    " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, '') AS BLOB)"
 )
 _AGENTS = "json_group_array(agent_id)"
 
