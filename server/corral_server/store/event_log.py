@@ -158,7 +158,7 @@ class SqliteEventLog:
         check_read(limit, max_bytes)
         check_spans(span_events)
         job = partial(_read_spans, after_revision, limit, max_bytes, span_events)
-        return await self._db.read(job)
+        return await self._db.read(job, log=True)
 
 
 # --- the threads' halves ---------------------------------------------------------------------
