@@ -251,9 +251,7 @@ async def test_log_reads_run_side_by_side_and_apart_from_page_reads(db: Database
 
     paging = asyncio.ensure_future(db.read(page))
     await asyncio.to_thread(page_entered.wait, 10)
-    assert await asyncio.gather(db.read(log_read, log=True), db.read(log_read, log=True)) == [
-        "0",
-        "0",
-    ]
+    counts = await asyncio.gather(db.read(log_read, log=True), db.read(log_read, log=True))
+    assert counts == ("0", "0")
     release_page.set()
     assert await paging == "page"
