@@ -252,6 +252,6 @@ async def test_log_reads_run_side_by_side_and_apart_from_page_reads(db: Database
     paging = asyncio.ensure_future(db.read(page))
     await asyncio.to_thread(page_entered.wait, 10)
     counts = await asyncio.gather(db.read(log_read, log=True), db.read(log_read, log=True))
-    assert counts == ("0", "0")
+    assert list(counts) == ["0", "0"]
     release_page.set()
     assert await paging == "page"
