@@ -34,7 +34,7 @@ from corral.v1 import content_pb2 as content_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.app import Config, Daemon
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider

@@ -1,9 +1,10 @@
 """Every benchmark in one run, printed as one report (what buildscripts/bench runs).
 
   P1   events/s to 1, 10, 100 subscribers: corral live and replay vs the bare servers
-  P1'  rows/s through the single writer
+  P1'  rows/s through the single writer; P1'' durable against bare SQLite, same rows
   P2   a 200-row page at 1 k vs 1 M rows: in the store, and through FetchTimeline over gRPC
-  P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents)
+  P4   provider event to subscriber latency; P5 SendPrompt ack latency (100 agents);
+       durable beside the disk's fsync latency
   P6   resident memory per idle agent
   P3   start-up with 10 k stored agents x 1 k rows until health is SERVING
   P7   fan-out cost: scripted turns/s with 100 subscribers against none
@@ -21,6 +22,7 @@ import asyncio
 import sys
 
 from bench import (
+    anchor,
     dashboard,
     fanout,
     latency,
@@ -47,11 +49,7 @@ async def main(quick: bool) -> None:
     print(
         f"P1' single writer, {subscribers} live subscribers: {rate:,.0f} rows/s (goal >= 100,000)"
     )
-    durable = await writer.measure(rows, durable=True)
-    print(
-        f"P1' with the durable store: {durable:,.0f} rows/s, {durable / rate:.2f}x in memory "
-        "(goal >= 80,000 and >= 0.7x)"
-    )
+    print(await writer.durable_against_anchor(rows, rate))
     print()
     searched = await search.query_latency(history)
     print(search.report(searched, await search.writer_cost(rows)))
@@ -65,7 +63,10 @@ async def main(quick: bool) -> None:
     print()
     turns = 10 if quick else 20
     print(latency.report(await latency.measure(turns)))
-    print(latency.report(await latency.measure(turns, durable=True), " (durable store)"))
+    fsync = await asyncio.to_thread(anchor.fsync_ms)
+    print(anchor.fsync_report(fsync))
+    durable_latency = await latency.measure(turns, durable=True)
+    print(latency.report(durable_latency, " (durable store)", fsync))
     print(memory.report(await memory.measure()))
     print(memory_hostile.report(await asyncio.to_thread(memory_hostile.measure)))
     await startup.main(*((1_000, 100) if quick else (10_000, 1_000)))

@@ -12,6 +12,7 @@ Run: .venv/bin/python -m bench.startup [agents] [rows_per_agent]
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import tempfile
 import time
@@ -86,7 +87,10 @@ async def serving_after(state_dir: Path) -> tuple[float, int]:
     try:
         assert proc.stdout is not None
         line = (await proc.stdout.readline()).decode()  # printed once it serves
-        port = line.rsplit(":", 1)[1].split()[0]
+        # "... listening on 127.0.0.1:PORT; state ..." (the gRPC address comes first)
+        match = re.search(r"listening on \S+?:(\d+)", line)
+        assert match is not None, line
+        port = match.group(1)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_stub(channel)
             reply = await health.Check(health_pb2.HealthCheckRequest(service=""))

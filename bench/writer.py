@@ -1,6 +1,7 @@
 """P1' (BENCHMARKS.md#goals): timeline rows/s a bursting provider gets through the single writer,
 into storage and out to 10 live subscribers (hub subscriptions drained in this process, no
-gRPC: bench.p1 measures the wire).
+gRPC: bench.p1 measures the wire). P1'': the durable figure against bare SQLite writing the
+same rows in the same commit batches (bench/anchor.py), in the same run.
 
 Run: .venv/bin/python -m bench.writer [rows]
 """
@@ -13,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import anchor
 from bench.burst import BurstProvider
 from corral_server import gc_tuning
 from corral_server.app import Config, Daemon
@@ -43,6 +45,14 @@ async def measure(
     """Rows/s; `durable`: into the SQLite store of a temporary state directory (every row
     committed before it is published), else the in-memory store; `search_index`: with the
     durable store, each row also indexed for full-text search."""
+    rate, _ = await _burst(rows, subscribers, durable, search_index)
+    return rate
+
+
+async def _burst(
+    rows: int, subscribers: int, durable: bool, search_index: bool
+) -> tuple[float, float]:
+    """`measure`'s rows/s, and the rows per commit of the durable store (0 in memory)."""
     with tempfile.TemporaryDirectory() as cwd:
         state_dir = Path(cwd) / "state" if durable else None
         config = Config(
@@ -77,19 +87,32 @@ async def measure(
         for s in subs:
             s.close()
         assert manager.get(agent.id).next_seq == rows + 2  # the user row + the burst
+        database = daemon.database
+        per_commit = rows / max(1, database.commits) if database is not None else 0.0
         if durable:
             await daemon.drain(1.0, delay_s=0.0)
         else:
             await manager.shutdown()
-    return rows / elapsed
+    return rows / elapsed, per_commit
+
+
+async def durable_against_anchor(rows: int, memory_rate: float) -> str:
+    """P1' durable and P1'' in one report: the durable run, then bare SQLite writing the same
+    rows in that run's commit batches (on a thread)."""
+    durable, per_commit = await _burst(rows, SUBSCRIBERS, True, False)
+    bare = await asyncio.to_thread(anchor.bare_rows_per_s, rows, round(per_commit))
+    return "\n".join(
+        (
+            f"P1' with the durable store: {durable:,.0f} rows/s, {durable / memory_rate:.2f}x in "
+            f"memory ({per_commit:,.0f} rows per commit; goal >= 80,000 and >= 0.7x)",
+            f"P1'' bare SQLite executemany, the same rows and commits: {bare:,.0f} rows/s; "
+            f"durable P1' {durable / bare:.2f}x it (goal >= 0.6x)",
+        )
+    )
 
 
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     rate = asyncio.run(measure(n))
     print(f"P1' single writer, {SUBSCRIBERS} live subscribers: {rate:,.0f} rows/s ({n:,} rows)")
-    durable = asyncio.run(measure(n, durable=True))
-    print(
-        f"P1' with the durable store: {durable:,.0f} rows/s ({durable / rate:.2f}x in memory; "
-        "goal >= 80,000 and >= 0.7x)"
-    )
+    print(asyncio.run(durable_against_anchor(n, rate)))

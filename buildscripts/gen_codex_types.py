@@ -34,6 +34,8 @@ ROOTS = (
     "ThreadResumeParams",
     "ThreadStartResponse",
     "ThreadResumeResponse",
+    "ThreadForkParams",
+    "ThreadForkResponse",
     "TurnStartParams",
     "TurnStartResponse",
     "TurnInterruptParams",

@@ -4,7 +4,7 @@ HTTP edges (edges.py).
 
 `Daemon` is what `corral serve` runs and what the integration tests start on port 0 with a
 temporary state directory and an injected clock. The drain (SIGTERM, SIGINT) is `Daemon.drain`;
-its docstring gives the order. The parts are built by their own modules (config.py,
+drain.py gives the order. The parts are built by their own modules (config.py,
 durable.py, rpc/server.py, rpc/services.py, edges.py); the wiring between them (which
 callback of one part another part calls) is set here and only here.
 """
@@ -18,19 +18,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
 from grpc_health.v1 import health, health_pb2
 
 from corral_server import edges
 from corral_server.clock import Clock, SystemClock
 from corral_server.config import Config, access_features, limits_of
+from corral_server.config_reload import reloader_for
 from corral_server.domain.events import Event, SubagentRunUpdated
+from corral_server.drain import Drain
 from corral_server.durable import DurableStores, open_database, open_search, open_stores
 from corral_server.errors import CorralError
 from corral_server.hub import EventHub
-from corral_server.listen import make_socket_private, remove_socket, unix_path
-from corral_server.manager.deadlines import first_of
 from corral_server.manager.manager import AgentManager
+from corral_server.manager.specs import Defaults
 from corral_server.manager.usage import UsageBook
 from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
@@ -48,6 +48,7 @@ from corral_server.rpc.server import SERVICE_NAMES
 from corral_server.rpc.services import build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.tls import server_credentials
+from corral_server.rpc.wire import row_appended_batch
 from corral_server.schedules.scheduler import Scheduler
 from corral_server.schedules.store import SqliteSchedules
 from corral_server.server_info import ServerInfo, ServingState, corral_version
@@ -120,6 +121,19 @@ class Daemon:
         # Told of every stored run change: wait_for_subagent's waiters (mcp/).
         self.run_waiters = RunWaiters(self.clock)
         self.subagents = self._registry(InMemoryRunStore())
+        # `--config` reloaded on SIGHUP and when the file changes (config_reload.py).
+        self.config_reload = reloader_for(
+            config,
+            self.clock,
+            lambda entries: build_providers(
+                replace(config, providers=entries),
+                self.clock,
+                self._spawn_for_script,
+                self._mcp_servers,
+            ),
+            self._providers,
+            lambda: self.manager,
+        )
         self.mcp: McpEndpoint | None = None
         self.web: WebEndpoint | None = None
         self.web_port = 0
@@ -133,7 +147,7 @@ class Daemon:
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
         self._credentials = server_credentials(config.tls) if config.tls else None
         self._health = health.aio.HealthServicer()
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc_server.Listening | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)
         # This daemon's calls answered with an error, by status code (both edges; metrics).
@@ -145,12 +159,12 @@ class Daemon:
         )
         self.streams = StreamBook(limits, self.clock)
         self.port = 0
-        # With --listen unix:PATH: the socket's path and inode (removed at the end if ours).
-        self._socket: tuple[Path, int] | None = None
-        # The drain runs once; later calls await the same one. Setting `_skip_delay` ends its
-        # delay early (a second signal, or a caller that asks for no delay).
-        self._drain_task: asyncio.Future[None] | None = None
-        self._skip_delay = asyncio.Event()
+        self._drain = Drain(
+            self.clock,
+            not_serving=self._health.enter_graceful_shutdown,
+            refuse_new_work=self._refuse_new_work,
+            stop=self._stop,
+        )
 
     # --- the parts and their wiring --------------------------------------------------------
 
@@ -165,6 +179,7 @@ class Daemon:
             log=event_log,
             joint_commits=event_log is not None,
             log_clock=self.clock,
+            encode_rows=row_appended_batch,
         )
 
     def _manager(self, timeline: TimelineStore, stores: DurableStores | None) -> AgentManager:
@@ -182,6 +197,7 @@ class Daemon:
             daemon_tag=self.daemon_tag,
             worktrees=self.worktrees,
             usage=UsageBook(stores.usage) if stores else None,
+            defaults={e.name: Defaults(e.model, e.mode) for e in config.providers},
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -268,6 +284,8 @@ class Daemon:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.scheduler.start()  # after serving: a missed firing runs once now
+        if self.config_reload is not None:
+            await self.config_reload.start()
         log.debug("corral serving on %s (port %d)", self.config.listen, self.port)
         return self.port
 
@@ -283,16 +301,10 @@ class Daemon:
             max_connections=config.max_connections,
         )
         grpc_server.add_services(server, servicers, self._health, config.reflection)
-        listen = config.listen
-        socket_path = unix_path(listen)
-        warning = "" if socket_path is None else await grpc_server.check_socket(listen, socket_path)
-        if warning:
-            log.warning("%s", warning)
-        self.port = grpc_server.bind(server, config.listen, self._credentials)
-        if socket_path is not None:  # bound, not yet accepting: no one connects before this
-            self._socket = (socket_path, make_socket_private(socket_path))
-        await server.start()
-        self._server = server
+        self._server = await grpc_server.listen_on(server, config.listen, self._credentials)
+        self.port = self._server.port
+        if self._server.warning:
+            log.warning("%s", self._server.warning)
 
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
         config = self.config
@@ -307,18 +319,15 @@ class Daemon:
             )
             self.manager.hooks.on_closed = self.mcp.agent_closed  # its sessions end with the agent
         if config.metrics_listen:
-            tokens = self.tokens if config.metrics_token else None
-            if config.metrics_token and tokens is None:
-                raise OSError(
-                    f"metrics on {config.metrics_listen} need tokens: there is no auth_token_file"
-                )
             self._metrics = edges.start_metrics(
                 config.metrics_listen,
                 self.manager,
                 self.hub,
                 self.database,
-                tokens,
+                self.tokens if config.metrics_token else None,
                 self.rpc_errors,
+                needs_tokens=config.metrics_token,
+                reloads=self.config_reload.counts if self.config_reload is not None else None,
             )
             self.metrics_port = self._metrics.port
 
@@ -330,10 +339,9 @@ class Daemon:
             mcp=self.mcp is not None,
             metrics_url=self._metrics.url if self._metrics is not None else "",
         )
-        draining = self._drain_task is not None
         return ServerInfo(
             version=corral_version(),
-            state=ServingState.DRAINING if draining else ServingState.SERVING,
+            state=ServingState.DRAINING if self._drain.started else ServingState.SERVING,
             limits=limits_of(self.config),
             providers=tuple(self._providers),
             features=features,
@@ -344,24 +352,11 @@ class Daemon:
     # --- drain -----------------------------------------------------------------------------
 
     async def drain(self, grace_s: float = 10.0, delay_s: float | None = None) -> None:
-        """Stop honestly, for a load balancer in front; bounded by the delay plus the grace.
-
-        1. Health goes NOT_SERVING for "" and every service.
-        2. Everything is still answered for `delay_s` (default: the config's drain_delay_s),
-           waited on the daemon's clock, so balancers notice and send new calls elsewhere.
-        3. New work is refused: new turns and creates answer UNAVAILABLE / SHUTTING_DOWN,
-           pending WaitForIdle calls end at once with SHUTTING_DOWN.
-        4. Every Subscribe stream ends with stream_ending (resume point and incarnation).
-        5. The agents shut down and the server stops, both within `grace_s`.
-
-        Runs once: a second call awaits the first (and, with `delay_s` <= 0, cuts its delay).
-        """
+        """Stop honestly, for a load balancer in front (drain.py numbers the steps); bounded
+        by `delay_s` (default: the config's drain_delay_s) plus `grace_s`. Runs once: a second
+        call awaits the first (and, with `delay_s` <= 0, cuts its delay)."""
         delay = self.config.drain_delay_s if delay_s is None else delay_s
-        if delay <= 0:
-            self._skip_delay.set()
-        if self._drain_task is None:
-            self._drain_task = asyncio.ensure_future(self._drain(grace_s, delay))
-        await asyncio.shield(self._drain_task)
+        await self._drain.run(grace_s, delay)
 
     def reload_tokens(self) -> None:
         """Read the token file again (SIGHUP); a bad file keeps the old tokens. Calls still
@@ -370,20 +365,28 @@ class Daemon:
         if self.tokens is not None and self.tokens.reload() and self.web is not None:
             self.web.calls.cut(self.tokens.holds)
 
+    def on_sighup(self) -> None:
+        """SIGHUP: the token file and the providers file are read again."""
+        self.reload_tokens()
+        if self.config_reload is not None:
+            self.config_reload.request("SIGHUP")
+
     def skip_drain_delay(self) -> None:
         """End the drain's delay now (a second SIGTERM)."""
-        self._skip_delay.set()
+        self._drain.skip_delay()
 
-    async def _drain(self, grace_s: float, delay_s: float) -> None:
-        await self._health.enter_graceful_shutdown()  # 1
-        log.info("draining: NOT_SERVING, still answering for %.1fs", delay_s)
-        await self._hold(delay_s)  # 2
-        self.manager.refuse_new_work()  # 3
+    def _refuse_new_work(self) -> None:  # the drain's steps 3 and 4
+        self.manager.refuse_new_work()
         self.scheduler.stop()
-        self.hub.end_all("server draining")  # 4
+        self.hub.end_all("server draining")
+
+    async def _stop(self, grace_s: float) -> None:
+        """The drain's step 5: every part stops, within `grace_s`."""
+        if self.config_reload is not None:
+            await self.config_reload.stop()  # no reload mid-shutdown
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        try:  # 5
+        try:
             if self.mcp is not None:
                 await asyncio.wait_for(self.mcp.stop(), grace_s)
             await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
@@ -400,12 +403,9 @@ class Daemon:
             except TimeoutError:
                 log.warning("the web port did not stop within the %.1fs grace", grace_s)
             self.web = None
-        if self._server is not None:
+        if self._server is not None:  # and with unix:PATH, its socket removed
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
-        if self._socket is not None:
-            remove_socket(*self._socket)
-            self._socket = None
         if self.search is not None:
             await self.search.backfill.stop()
         if self.database is not None:
@@ -415,12 +415,6 @@ class Daemon:
             self._metrics.stop()
             self._metrics = None
 
-    async def _hold(self, delay_s: float) -> None:
-        """Wait `delay_s` on the daemon's clock, or until the delay is skipped."""
-        if delay_s <= 0 or self._skip_delay.is_set():
-            return
-        await first_of(self.clock.sleep(delay_s), self._skip_delay.wait())
-
     async def wait(self) -> None:
         if self._server is not None:
-            await self._server.wait_for_termination()
+            await self._server.server.wait_for_termination()

@@ -50,8 +50,8 @@ class Config:
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
     # With a state directory: keep the full-text index of the timelines (SearchTimeline).
-    # Off by default: indexing in the rows' transaction costs about half the durable write
-    # throughput; rows written while off are indexed in the background once it is on.
+    # Off by default: indexing in the rows' transaction costs about a quarter of the durable
+    # write throughput; rows written while off are indexed in the background once it is on.
     search_index: bool = False
     subscriber_buffer_events: int = 8_192
     # Concurrent calls (HTTP/2 streams) one client connection may hold open; more wait in the
@@ -75,6 +75,9 @@ class Config:
     # The providers besides `scripted` (providers/registry.py builds them): `corral serve`
     # passes the built-ins merged with its --config file; the default is scripted only.
     providers: tuple[ProviderEntry, ...] = ()
+    # The providers file they came from (`--config`): reloaded on SIGHUP and when it changes
+    # (config_reload.py); None: nothing to reload.
+    config_file: Path | None = None
     # Tests inject providers here; they win over every other of the same name.
     extra_providers: Mapping[str, Provider] = field(default_factory=dict)
     # Access (rpc/auth.py, rpc/tls.py): with a token file every call but health needs a bearer

@@ -7,7 +7,7 @@ the state directory cannot be created or read (2), another daemon holds it (1), 
 address comes without a token file (2), metrics off loopback come without one (2), a unix:PATH
 socket's directory could let another user replace it (2), a token, certificate or key file is
 unreadable or empty (2), or the --config providers file cannot be used (2). SIGHUP reloads the
-token file.
+token file and the providers file (config_reload.py).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import IO
 
 from corral_server import gc_tuning, logs, reclaim, startup_line
 from corral_server.app import SERVICE_NAMES, Config, Daemon
+from corral_server.clock import SystemClock
 from corral_server.config import standby_info
 from corral_server.listen import is_local, is_loopback, port_taken, unix_path
 from corral_server.providers import process_tree, registry
@@ -93,6 +94,8 @@ def _checked(args: argparse.Namespace) -> tuple[ProviderEntry, ...] | int:
         return 2
     try:
         providers = registry.with_builtins(load_providers(args.config) if args.config else ())
+        built = registry.build(providers, SystemClock())
+        registry.check_defaults(providers, built, str(args.config or "the built-in providers"))
     except ConfigError as exc:
         log.error("cannot start: %s", exc)
         return 2
@@ -172,7 +175,7 @@ async def _serve_until_signalled(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # Before the start-up line, so whoever waits for it may signal at once.
-    loop.add_signal_handler(signal.SIGHUP, daemon.reload_tokens)
+    loop.add_signal_handler(signal.SIGHUP, daemon.on_sighup)
     mcp_url = daemon.mcp.url if daemon.mcp is not None else ""
     agents = len(daemon.manager.agents())
     line = startup_line.serving(

@@ -92,11 +92,17 @@ def start_metrics(
     database: Database | None,
     tokens: TokenFile | None,
     rpc_errors: Counter[str] | None = None,
+    *,
+    needs_tokens: bool = False,
+    reloads: Mapping[str, int] | None = None,
 ) -> MetricsServer:  # on the loop: the collector needs it
     """Prometheus metrics over HTTP on `listen` (threads of their own: metrics_http.py),
-    behind `tokens` when given."""
+    behind `tokens` when given. OSError when `needs_tokens` and there are none."""
+    if needs_tokens and tokens is None:
+        raise OSError(f"metrics on {listen} need tokens: there is no auth_token_file")
     host, _, port = listen.rpartition(":")
-    registry = registry_for(manager, hub, asyncio.get_running_loop(), database, rpc_errors)
+    loop = asyncio.get_running_loop()
+    registry = registry_for(manager, hub, loop, database, rpc_errors, reloads)
     server = serve_metrics(host.strip("[]"), int(port), registry, tokens)
     bound: int = server.server_port
     log.debug("metrics on http://%s:%d/metrics", host, bound)  # in the start-up line

@@ -10,6 +10,7 @@
     │   ├── SubagentRunNotFound                                           -> NOT_FOUND
     │   ├── ToolOutputNotFound   no retained row keeps that output         -> NOT_FOUND
     │   ├── ProviderSessionNotFound  ImportAgent of a session the provider lacks -> NOT_FOUND
+    │   ├── ForkCutNotFound      ForkAgent at a message or row the timeline lacks -> NOT_FOUND
     │   └── UnknownProvider                                               -> INVALID_ARGUMENT
     ├── FailedPrecondition                                                -> FAILED_PRECONDITION
     │   ├── AgentBusy            a foreground turn is already running
@@ -21,7 +22,8 @@
     │   ├── SubagentRunSteering  a steer of a run another steer is replacing
     │   ├── ProviderUnavailable  the provider is configured but cannot run
     │   ├── ImportUnsupported    ImportAgent on a provider that cannot import
-    │   └── ProviderRefusedInterrupt
+    │   ├── ProviderRefusedInterrupt
+    │   └── ForkFailed           ForkAgent's provider session could not be made at the cut
     ├── AlreadyExists            request_id reused with different args    -> ALREADY_EXISTS
     ├── ResourceExhausted        a configured limit was hit               -> RESOURCE_EXHAUSTED
     │   ├── SubscriberLagged     a stream fell behind retained history
@@ -189,12 +191,29 @@ class AgentClosed(FailedPrecondition):
 class MessageNotConfirmed(FailedPrecondition):
     reason = "MESSAGE_NOT_CONFIRMED"
 
-    def __init__(self, agent_id: str, message_id: str) -> None:
+    def __init__(self, agent_id: str, message_id: str, doing: str = "rewind") -> None:
         super().__init__(
             f"agent {agent_id!r}: the provider never confirmed a user message {message_id!r} "
-            "in the retained timeline; rewind only to a message its echo confirmed",
+            f"in the retained timeline; {doing} only to a message its echo confirmed",
             metadata={"agent_id": agent_id, "message_id": message_id},
         )
+
+
+class ForkCutNotFound(NotFound):
+    reason = "FORK_CUT_NOT_FOUND"
+
+    def __init__(self, agent_id: str, what: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r}: its retained timeline has no {what} to fork at",
+            metadata={"agent_id": agent_id},
+        )
+
+
+class ForkFailed(FailedPrecondition):
+    """The fork's provider session could not be made at the cut (the provider's fork, or the
+    priming turn, failed); nothing of the fork is kept."""
+
+    reason = "FORK_FAILED"
 
 
 class SubagentLimit(FailedPrecondition):

@@ -3,6 +3,8 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
 
   corral_agents{state}                    agents by lifecycle state (archived ones too)
   corral_turns_total{outcome}             turns started / completed / failed / canceled
+  corral_agent_restarts_total             agent processes restarted for a changed provider
+  corral_config_reloads_total{outcome}    providers file reloads: applied, unchanged, refused
   corral_events_total                     events published to the hub (its head revision)
   corral_timeline_rows                    rows in every agent's current epoch (sum of seqs)
   corral_subscribers                      open Subscribe / StreamTurn subscriptions
@@ -25,17 +27,17 @@ from the daemon's state when scraped, so nothing is added to a single writer's h
   corral_usage_turns_total{provider, model}                directory they count from the first
                                                            turn the ledger holds, not from start
 
-Every number is the daemon's own (its manager, hub, store and error counter), so two daemons in
-one process never add to each other's, except the provider call histograms: the provider
-deadlines (manager/deadlines.py) add to one process-wide table. Without a state directory the
-store and event log metrics stay at 0.
+Every number is the daemon's own (its manager, hub, store and error counter; the provider call
+histograms are its manager's `CallTimes`, manager/deadlines.py), so two daemons in one process
+never add to each other's. Without a state directory the store and event log metrics stay at
+0.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -44,7 +46,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from corral_server.domain.agent import Usage
 from corral_server.histogram import SECONDS_BOUNDS, Histogram
 from corral_server.hub import EventHub
-from corral_server.manager.deadlines import PROVIDER_CALL_SECONDS
 from corral_server.manager.manager import AgentManager
 from corral_server.store.database import COMMIT_JOBS_BOUNDS, Database
 
@@ -65,6 +66,7 @@ class _Reading(NamedTuple):
     log_pending: int
     log_failures: int
     usage: dict[tuple[str, str], tuple[Usage, int]]
+    restarts: int
 
 
 class DaemonCollector(Collector):
@@ -101,6 +103,7 @@ class DaemonCollector(Collector):
             0 if writer is None else writer.pending,
             0 if writer is None else writer.failures,
             dict(self._manager.usage.counters),
+            counts.restarts,
         )
 
     def collect(self) -> Iterator[_Family]:
@@ -116,6 +119,9 @@ class DaemonCollector(Collector):
         ):
             turns.add_metric([outcome], value)
         yield turns
+        yield CounterMetricFamily(
+            "corral_agent_restarts", "Agent processes restarted", value=reading.restarts
+        )
         yield CounterMetricFamily("corral_events", "Events published", value=reading.head)
         rows = reading.rows
         yield GaugeMetricFamily("corral_timeline_rows", "Rows in current epochs", value=rows)
@@ -166,7 +172,7 @@ class DaemonCollector(Collector):
         calls = HistogramMetricFamily(
             "corral_provider_call_seconds", "Provider calls by kind", labels=["kind"]
         )
-        for kind, histogram in sorted(dict(PROVIDER_CALL_SECONDS).items()):
+        for kind, histogram in self._manager.call_times.by_call():
             _add(calls, [kind], histogram)
         yield calls
 
@@ -206,9 +212,25 @@ def registry_for(
     loop: asyncio.AbstractEventLoop,
     database: Database | None = None,
     rpc_errors: Counter[str] | None = None,
+    reloads: Mapping[str, int] | None = None,
 ) -> CollectorRegistry:
     """A registry of this daemon's own (prometheus-client's default registry is the
     process's, and holds nothing of ours)."""
     registry = CollectorRegistry()
     registry.register(DaemonCollector(manager, hub, loop, database, rpc_errors))
+    if reloads is not None:
+        registry.register(_ReloadCollector(reloads))
     return registry
+
+
+class _ReloadCollector(Collector):
+    """Reloads of the providers file by outcome (plain ints, read on the scrape's thread)."""
+
+    def __init__(self, reloads: Mapping[str, int]) -> None:
+        self._reloads = reloads
+
+    def collect(self) -> Iterator[_Family]:
+        family = CounterMetricFamily("corral_config_reloads", "Config reloads", labels=["outcome"])
+        for outcome, value in sorted(self._reloads.items()):
+            family.add_metric([outcome], value)
+        yield family

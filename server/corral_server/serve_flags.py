@@ -57,7 +57,8 @@ def _add_basics(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="providers file (TOML, [providers.NAME] tables; docs/providers.md); without "
-        "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH",
+        "one: scripted, and claude-code, codex, gemini, claude-acp when on PATH; SIGHUP, or "
+        "a change of the file, reloads it",
     )
     p.add_argument(
         "--max-request-bytes",
@@ -126,8 +127,8 @@ def _add_edges(p: argparse.ArgumentParser) -> None:
         "--search-index",
         action="store_true",
         help="keep a full-text index of every timeline for SearchTimeline / corral search "
-        "(default: off; it costs about half the durable write throughput; rows written while "
-        "off are indexed in the background when it is turned on)",
+        "(default: off; it costs about a quarter of the durable write throughput; rows "
+        "written while off are indexed in the background when it is turned on)",
     )
 
 
@@ -294,6 +295,7 @@ def build_config(
         metrics_listen=args.metrics_listen,
         metrics_token=args.metrics_listen is not None and not is_loopback(args.metrics_listen),
         providers=providers,
+        config_file=args.config,
         mcp_listen=args.mcp_listen,
         web_listen=web_listen(args),
         web_allow_origins=tuple(args.web_allow_origin),

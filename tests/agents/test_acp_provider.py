@@ -16,7 +16,7 @@ import pytest
 from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from tests.agents import programs
 from tests.agents.child import sweep, tagged_processes
 from tests.agents.conftest import LEFTOVER_GRACE_S, Place

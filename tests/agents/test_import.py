@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from corral.v1 import agent_service_pb2 as agent_svc_pb
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider
 from tests.agents import programs

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from corral_server.app import Config
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from tests.agents import programs

@@ -26,6 +26,7 @@ WRITE_CONTROLS = (
     "button:has-text('Archive')",
     "button:has-text('Allow')",
     "button:has-text('Remove')",
+    "button.fork",
 )
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.sandbox import MAX_FILE_BYTES
 from tests.support.client import Stubs, create_request, text
 from tests.support.daemon import DaemonThread

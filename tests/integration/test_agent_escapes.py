@@ -22,7 +22,7 @@ from corral.v1 import agent_service_pb2 as agent_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
 from corral_server.providers import process_tree, reaping
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.reaping import TAG_ENV
 from tests.support.client import Stubs, create_request, text
 from tests.support.daemon import DaemonProcess, DaemonThread

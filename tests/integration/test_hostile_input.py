@@ -968,6 +968,7 @@ UNARY_METHODS = {
         "ListProviders",
         "GetUsage",
         "ImportAgentExport",  # streams requests: raw bytes go as one message
+        "ForkAgent",
     ),
     "corral.v1.TurnService": (
         "SendPrompt",

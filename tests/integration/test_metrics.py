@@ -31,7 +31,6 @@ from tests.support.daemon import DaemonThread
 from tests.support.web import Web, WebError
 
 TIMEOUT = 60.0  # generous: a 2-core machine running the suite in parallel is slow
-PROVIDER_CALLS = ("create_session", "start_turn", "interrupt", "close")
 OUTCOMES = ("started", "completed", "failed", "canceled")
 STATES = ("initializing", "idle", "running", "errored", "closed")
 
@@ -118,26 +117,38 @@ def calls(kind: str) -> str:
     return f'corral_provider_call_seconds_count{{kind="{kind}"}}'
 
 
+def calls_of(values: dict[str, float]) -> dict[str, float]:
+    """The provider calls timed, by kind."""
+    prefix = 'corral_provider_call_seconds_count{kind="'
+    return {k[len(prefix) : -2]: v for k, v in values.items() if k.startswith(prefix)}
+
+
+async def after_a_turn(stubs: Stubs, cwd: str) -> str:
+    """A new agent's id, once one turn ("hello") ran to its end on it."""
+    agent_id = (await stubs.agents.CreateAgent(create_request(cwd))).agent.id
+    call = stubs.turns.StreamTurn(
+        turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
+    )
+    _ = [e async for e in call]
+    return agent_id
+
+
 async def test_store_commits_and_provider_calls_are_timed(
     stored: DaemonThread, tmp_path: Any
 ) -> None:
     before = await asyncio.to_thread(scrape, stored)
+    assert calls_of(before) == {}  # the daemon's own table: no other daemon's calls in it
     async with grpc.aio.insecure_channel(stored.address) as channel:
         stubs = Stubs.of(channel)
-        agent_id = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent.id
-        call = stubs.turns.StreamTurn(
-            turn_pb.StreamTurnRequest(agent_id=agent_id, content=text("hello"))
-        )
-        _ = [e async for e in call]
+        agent_id = await after_a_turn(stubs, str(tmp_path))
         # A turn that sleeps on the daemon's (fake) clock until it is interrupted.
         await stubs.turns.SendPrompt(prompt_request(agent_id, "/sleep 600000"))
         canceled = await stubs.turns.CancelTurn(turn_pb.CancelTurnRequest(agent_id=agent_id))
         assert canceled.outcome == turn_pb.CANCEL_OUTCOME_SETTLED
         await stubs.agents.CloseAgent(svc_pb.CloseAgentRequest(agent_id=agent_id))
     after = await asyncio.to_thread(scrape, stored)
-    # The provider call table is the process's (manager/deadlines.py): exact differences.
-    made = {kind: after[calls(kind)] - before.get(calls(kind), 0) for kind in PROVIDER_CALLS}
-    assert made == {"create_session": 1, "start_turn": 2, "interrupt": 1, "close": 1}
+    assert calls_of(after) == {"create_session": 1, "start_turn": 2, "interrupt": 1, "close": 1}
+    assert after['corral_provider_call_seconds_bucket{kind="start_turn",le="+Inf"}'] == 2
     assert after['corral_provider_call_seconds_sum{kind="start_turn"}'] > 0
     # The store's own transactions, each counted once: as many as the store committed.
     database = stored.daemon.database if stored.daemon else None
@@ -151,6 +162,25 @@ async def test_store_commits_and_provider_calls_are_timed(
     assert settled["corral_store_commit_seconds_sum"] > before["corral_store_commit_seconds_sum"]
     assert settled["corral_store_commit_jobs_count"] == settled[count]  # one per transaction
     assert settled["corral_store_commit_jobs_sum"] >= settled[count]  # at least a job in each
+
+
+async def test_two_daemons_in_one_process_time_their_provider_calls_apart(
+    measured: DaemonThread, tmp_path: Any
+) -> None:
+    other = DaemonThread(Config(metrics_listen="127.0.0.1:0")).start()
+    try:
+        async with grpc.aio.insecure_channel(measured.address) as channel:
+            stubs = Stubs.of(channel)
+            agent_id = await after_a_turn(stubs, str(tmp_path))
+            await stubs.agents.CloseAgent(svc_pb.CloseAgentRequest(agent_id=agent_id))
+        async with grpc.aio.insecure_channel(other.address) as channel:
+            await Stubs.of(channel).agents.CreateAgent(create_request(str(tmp_path)))
+        mine = await asyncio.to_thread(scrape, measured)
+        theirs = await asyncio.to_thread(scrape, other)
+    finally:
+        other.stop()
+    assert calls_of(mine) == {"create_session": 1, "start_turn": 1, "close": 1}
+    assert calls_of(theirs) == {"create_session": 1}
 
 
 async def until_scraped(

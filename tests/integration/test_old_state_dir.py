@@ -1,7 +1,8 @@
 """A daemon started on a state directory written by the corral before the storage format had
 messages of its own (tests/unit/store/old_state/: agents as corral.v1.Agent bytes, runs as
 JSON) migrates it and serves everything it held through the API: the agents, their timelines,
-their queued prompts, the sub-agent runs."""
+their queued prompts, the sub-agent runs. Likewise a state directory whose schedules are JSON
+text (tests/unit/store/old_state/schedules.db.gz): ListSchedules answers every one of them."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ from typing import Any
 import grpc
 
 from corral.v1 import agent_service_pb2 as svc_pb
+from corral.v1 import schedule_service_pb2 as sched_svc_pb
+from corral.v1 import schedule_service_pb2_grpc as sched_grpc
 from corral.v1 import subagent_service_pb2 as sub_pb
 from corral.v1 import subagent_service_pb2_grpc as sub_grpc
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral_server.app import Config
+from corral_server.clock import FakeClock
 from corral_server.rpc.convert import item_from_pb
+from corral_server.rpc.schedule_codec import schedule_to_pb
 from corral_server.store.database import DB_FILE
 from tests.support.client import Stubs
 from tests.support.daemon import DaemonThread
 from tests.unit.store.old_state import sample
+from tests.unit.store.old_state.schedules_sample import as_restored
 
-OLD_STATE = Path(__file__).parents[1] / "unit" / "store" / "old_state" / "corral.db.gz"
+OLD_STATES = Path(__file__).parents[1] / "unit" / "store" / "old_state"
+OLD_STATE = OLD_STATES / "corral.db.gz"
 
 
 async def timeline_until(stubs: Stubs, agent_id: str, user_text: str) -> Any:
@@ -69,5 +76,25 @@ async def test_a_daemon_serves_what_an_old_state_directory_holds(tmp_path: Path)
             assert [(r.run_id, r.child_agent_id, r.task) for r in runs.runs] == [
                 (r.run_id, r.child_agent_id, r.task) for r in sample.RUNS
             ]
+    finally:
+        daemon.stop()
+
+
+async def test_a_daemon_serves_the_schedules_an_old_state_directory_holds_as_json(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / DB_FILE).write_bytes(gzip.decompress((OLD_STATES / "schedules.db.gz").read_bytes()))
+    schedules = as_restored()
+    # Before any of them is due: what is listed is what was stored, no firing since.
+    clock = FakeClock(min(s.created_at_ms for s in schedules) + 1000)
+    daemon = DaemonThread(Config(state_dir=state), clock).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            listed = await sched_grpc.ScheduleServiceStub(channel).ListSchedules(
+                sched_svc_pb.ListSchedulesRequest()
+            )
+            assert list(listed.schedules) == [schedule_to_pb(s) for s in schedules]
     finally:
         daemon.stop()

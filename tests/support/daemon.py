@@ -7,17 +7,21 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
+
 from corral_server.app import Config, Daemon
 from corral_server.clock import FakeClock
+from tests.support.client import Stubs
 
 T = TypeVar("T")
 
@@ -85,6 +89,17 @@ def running_daemon(config: Config | None = None) -> Iterator[DaemonThread]:
         thread.stop()
 
 
+@contextlib.asynccontextmanager
+async def serving_stubs(config: Config) -> AsyncIterator[Stubs]:
+    """Async stubs on a DaemonThread running `config`, stopped after."""
+    daemon = DaemonThread(config).start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            yield Stubs.of(channel)
+    finally:
+        daemon.stop()
+
+
 class DaemonProcess:
     """`corral serve` as a subprocess on a free loopback port."""
 
@@ -144,6 +159,14 @@ class DaemonProcess:
         assert self.proc is not None
         out, err = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, out, err
+
+    def drained(self, timeout: float = 30) -> None:
+        """SIGTERM, and the drain ends the daemon with exit code 0."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code, _, err = self.wait(timeout=timeout)
+        self.stop()
+        assert code == 0, err
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

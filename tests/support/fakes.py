@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from corral_server.domain.agent import Agent, AgentId, Idle, PermissionResponse
 from corral_server.domain.content import Prompt
-from corral_server.domain.events import Event
+from corral_server.domain.events import Event, RowAppended
+from corral_server.domain.timeline import TimelineRow
 from corral_server.hub import Prepared
 from corral_server.providers.base import (
     EventSink,
@@ -33,6 +34,7 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.rpc.convert import encode_event
+from corral_server.timeline.store import NewRow
 
 if TYPE_CHECKING:
     from corral_server.providers.base import Provider, ProviderSession
@@ -265,6 +267,19 @@ class RecordingPublisher:
         recorded = _Recorded("", encode_event(0, event))
         recorded.event = event
         return recorded
+
+    def prepare_rows(
+        self, agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+    ) -> tuple[list[Prepared], list[bytes] | None]:
+        """Each row's RowAppended through `prepare` (so `fail_prepare` sees it); no items:
+        the store encodes them itself."""
+        events = [
+            self.prepare(
+                RowAppended(agent_id, epoch, TimelineRow(first_seq + i, t, item, turn, pm))
+            )
+            for i, (item, t, turn, pm, _) in enumerate(rows)
+        ]
+        return events, None
 
     def commit(self, prepared: Prepared) -> int:
         revision = len(self.published) + 1

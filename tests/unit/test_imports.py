@@ -90,7 +90,10 @@ MUST_NOT_LOAD: dict[str, tuple[str, ...]] = {
     "corral_server.mcp.tokens": ("corral_server.manager", "corral_server.subagents", *WIRE),
     "corral_server.server_info": ("corral_server.app", "corral_server.config", *WIRE),
     "corral_server.manager.manager": ("corral_server.subagents", "corral_server.rpc", *WIRE),
-    "corral_server.daemon": OPTIONAL,  # what `corral serve` loads before it serves
+    # What `corral serve` loads before it serves: not the optional stacks, and not the ACP
+    # SDK, whose models cost most of a second (loaded with the first ACP session).
+    "corral_server.daemon": (*OPTIONAL, "acp", "corral_server.providers.acp"),
+    "corral_server.providers.registry": ("acp",),
 }
 
 

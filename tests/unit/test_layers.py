@@ -34,11 +34,13 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"records", "timeline", "providers"}),  # record protocols, timelines, agents
-    frozenset({"hub", "store", "workspace"}),  # the event hub; the SQLite implementations; git
+    # the event hub; the SQLite implementations; git; the cluster's log and leases on JetStream
+    # (low, so that the hub and the store can write through it)
+    frozenset({"hub", "store", "workspace", "cluster"}),
     frozenset({"manager"}),  # the single writer of every agent
     frozenset({"subagents", "schedules"}),  # run trees, schedules: on the manager's methods
     frozenset({"rpc", "web", "mcp", "metrics", "metrics_http", "asgi_server"}),  # the edges
-    frozenset({"config", "durable", "edges"}),  # what the daemon is built from
+    frozenset({"config", "config_reload", "durable", "edges", "drain"}),  # the daemon's parts
     frozenset({"app"}),  # the daemon assembled and wired
     frozenset({"daemon", "serve_flags", "state_lock", "startup_line"}),  # `corral serve`
 )
@@ -140,3 +142,14 @@ def test_only_the_edges_import_grpc_or_protobuf() -> None:
 def test_the_layers_name_only_what_exists() -> None:
     present = {part(module) for module, _ in sources()}
     assert set().union(*LAYERS) <= present
+
+
+def test_only_the_cluster_imports_nats() -> None:
+    outside = [
+        f"{module} imports {target}"
+        for module, path in sources()
+        if not module.startswith("corral_server.cluster")
+        for target in imports(path)
+        if target.split(".")[0] == "nats"
+    ]
+    assert outside == []

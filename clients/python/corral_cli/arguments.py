@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 
-from corral_cli import commands, follow, providers, show, status, subagents, transfer
+from corral_cli import commands, follow, fork, providers, show, status, subagents, transfer
 from corral_cli import output as output_cli
 from corral_cli import schedules as schedules_cli
 from corral_cli import search as search_cli
+from corral_cli import update as update_cli
 from corral_cli import usage as usage_cli
 from corral_cli import workspace as workspace_cli
 from corral_cli.grammar import (
@@ -57,6 +58,7 @@ def build_parser() -> Parser:
     _add_listing(sub, parents)
     _add_following(sub, parents)
     _add_agents(sub, parents)
+    update_cli.add_command(sub, parents)
     _add_subagents(sub, parents)
     search_cli.add_command(sub, parents)
     output_cli.add_command(sub, parents)
@@ -330,6 +332,7 @@ def _add_agents(sub: Subparsers, parents: Parents) -> None:
     rewind.set_defaults(func=commands.rewind)
     transfer.add_import(sub, parents)
     transfer.add_export(sub, parents)
+    fork.add_fork(sub, parents)
 
 
 def _add_subagents(sub: Subparsers, parents: Parents) -> None:

@@ -8,7 +8,7 @@ reconciliation). A re-based timeline gets a new epoch.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -169,6 +169,10 @@ class FetchResult:
     reset: bool = False
     stale_cursor: bool = False
     gap: bool = False
+    # What the rows weigh as the store measured them for the page's byte budget (the sum of
+    # timeline/size.py's `row_bytes`); None where it did not add them up. Not on the wire,
+    # and not part of what a receipt is (two receipts of the same rows are equal).
+    size: int | None = field(default=None, compare=False)
 
     @property
     def start_cursor(self) -> Cursor | None:

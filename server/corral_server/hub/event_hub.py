@@ -28,11 +28,13 @@ Every Synced and StreamEnding carries the incarnation.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from typing import NamedTuple, cast
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import NamedTuple, TypeAlias, cast
 
 from corral_server.clock import Clock, SystemClock
-from corral_server.domain.events import Event
+from corral_server.domain.events import Event, RowAppended
+from corral_server.domain.timeline import TimelineRow
 from corral_server.errors import ShuttingDown
 from corral_server.hub.catch_up import CatchUp
 from corral_server.hub.delivery import Delivery
@@ -42,6 +44,7 @@ from corral_server.hub.log_writer import LogWriter
 from corral_server.hub.ring import Encoder, Entry, Ring, StreamFormat, frame_with_revision
 from corral_server.hub.subscription import SnapshotFn, Subscription
 from corral_server.records.store import EventLog, LogEntry
+from corral_server.timeline.store import NewRow
 
 
 class Prepared(NamedTuple):
@@ -50,6 +53,14 @@ class Prepared(NamedTuple):
 
     agent_id: str
     body: bytes
+
+
+RowsEncoder: TypeAlias = Callable[
+    [str, str, int, Sequence[NewRow]], tuple[list[bytes], list[bytes]]
+]
+"""(agent id, epoch, first seq, rows) -> each row's RowAppended event encoded without its
+revision (what `Encoder` makes of it with revision 0), and each row's item as the timeline
+store's codec encodes it: every item encoded once for both (the rpc edge passes one)."""
 
 
 def new_incarnation() -> str:
@@ -83,7 +94,8 @@ class EventHub:
     while the log still retains it. `joint_commits`: the log commits in the same journal as
     the timeline store, behind what was handed to the store before (store/commits.py):
     timeline writers may then hand a row's event over with the row. `log_clock` times the retries
-    after a failed commit (default: `clock`)."""
+    after a failed commit (default: `clock`). `encode_rows`: encodes a batch of rows' events
+    and items at once (`prepare_rows`); None: each row's event through `encode`."""
 
     def __init__(
         self,
@@ -100,10 +112,12 @@ class EventHub:
         log: EventLog | None = None,
         joint_commits: bool = False,
         log_clock: Clock | None = None,
+        encode_rows: RowsEncoder | None = None,
     ) -> None:
         if min(buffer_events, batch_events, batch_bytes) < 1:
             raise ValueError("buffer_events, batch_events and batch_bytes must be positive")
         self._encode = encode
+        self._encode_rows = encode_rows
         # Revisions are comparable only within one incarnation: a resume point from another
         # one is answered with a reset, never replayed against this log.
         if log is not None:
@@ -159,6 +173,23 @@ class EventHub:
         """Encode `event` now, without a revision. Raises whatever the encoder raises."""
         return _new_prepared(Prepared, (event.agent_id, self._encode(0, event)))
 
+    def prepare_rows(
+        self, agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+    ) -> tuple[list[Prepared], list[bytes] | None]:
+        """`prepare` of each row's RowAppended (the rows numbered from `first_seq`), and each
+        row's item encoded as the timeline store's codec would (the same bytes, made once),
+        or None when this hub has no rows encoder. Raises whatever the encoder raises."""
+        if self._encode_rows is None:
+            prepare = self.prepare
+            events = [
+                prepare(RowAppended(agent_id, epoch, TimelineRow(first_seq + i, t, item, turn, pm)))
+                for i, (item, t, turn, pm, _) in enumerate(rows)
+            ]
+            return events, None
+        bodies, items = self._encode_rows(agent_id, epoch, first_seq, rows)
+        # Plain (agent id, body) pairs, built in C: a Prepared is a tuple of the same shape.
+        return cast("list[Prepared]", list(zip(repeat(agent_id), bodies, strict=False))), items
+
     def commit(self, prepared: Prepared) -> int:
         """Number and retain a prepared event, hand it to every matching live subscriber, and
         return its revision. Synchronous, never raises; costs O(matching live subscribers).
@@ -206,10 +237,10 @@ class EventHub:
     def _durable(self, committed: list[LogEntry]) -> None:
         """The log committed these (in revision order, right after the ring's head): retain
         and hand them to the live subscribers as one batch."""
-        retain = self._ring.append
-        for entry in committed:  # a LogEntry is an Entry: (revision, agent id, frame)
-            retain(entry)
-        self._dispatch(cast("list[Entry]", committed))
+        # A LogEntry is an Entry: (revision, agent id, frame).
+        entries = cast("list[Entry]", committed)
+        self._ring.extend(entries)
+        self._dispatch(entries)
 
     def _append(self, agent_id: str, body: bytes) -> int:
         ring = self._ring

@@ -23,6 +23,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
+from itertools import chain, repeat
+from operator import itemgetter
 
 from corral_server.clock import Clock, TimerHandle
 from corral_server.hub.ring import frame_with_revision, reframe
@@ -36,6 +38,7 @@ RETRY_MAX_S = 5.0
 
 # LogEntry's own __new__ is a Python function; one entry is built per published event.
 _new_entry = tuple.__new__
+_AGENT, _BODY = itemgetter(0), itemgetter(1)
 
 
 class LogWriter:
@@ -52,11 +55,12 @@ class LogWriter:
         self._clock = clock
         self._on_durable = on_durable
         self.next_revision = event_log.next_revision
-        # Numbered and not yet committed, in revision order (first: head_revision + 1), each
-        # with its ticket: the revision it was first given (`append`'s answer), which stays
-        # when a retry renumbers it, so `discard` finds it.
-        self._pending: deque[LogEntry] = deque()
-        self._tickets: deque[int] = deque()  # one per pending entry (ints: no GC tracking)
+        # Numbered and not yet committed, in revision order (first: head_revision + 1), a
+        # batch (an `append`) at a time, each entry with its ticket: the revision it was first
+        # given (`append`'s answer), which stays when a retry renumbers it, so `discard` finds
+        # it. Batches, not entries: a commit publishes whole batches with no work per event.
+        self._pending: deque[list[LogEntry]] = deque()
+        self._tickets: deque[Sequence[int]] = deque()  # one per batch: its entries' tickets
         self._next_ticket = self.next_revision
         # A failed commit: appends wait for `_retry`. Each stall starts a new generation, so
         # callbacks of appends made before it are recognised and ignored.
@@ -72,24 +76,29 @@ class LogWriter:
     @property
     def pending(self) -> int:
         """Events numbered and not yet committed."""
-        return len(self._pending)
+        return sum(map(len, self._pending))
 
     def append(self, items: Sequence[tuple[str, bytes]]) -> int:
         """Number `items` ((agent id, body) each) from `next_revision` and append them; the
         last one's ticket: its revision, unless a failed commit renumbers it later (never
         once published). Never raises."""
-        revision, ticket = self.next_revision, self._next_ticket
-        new = _new_entry
-        batch = [
-            new(LogEntry, (revision + i, agent_id, frame_with_revision(revision + i, body)))
-            for i, (agent_id, body) in enumerate(items)
-        ]
-        if not batch:
+        revision, ticket, count = self.next_revision, self._next_ticket, len(items)
+        if not count:
             return ticket - 1
-        self.next_revision = revision + len(batch)
-        self._next_ticket = ticket + len(batch)
-        self._pending.extend(batch)
-        self._tickets.extend(range(ticket, ticket + len(batch)))
+        # Built by C iterators: the frame is the only Python call per event.
+        revisions = range(revision, revision + count)
+        frames = map(frame_with_revision, revisions, map(_BODY, items))
+        batch = list(
+            map(
+                _new_entry,
+                repeat(LogEntry),
+                zip(revisions, map(_AGENT, items), frames, strict=True),
+            )
+        )
+        self.next_revision = revision + count
+        self._next_ticket = ticket + count
+        self._pending.append(batch)
+        self._tickets.append(range(ticket, ticket + count))
         if not self._stalled:
             self._send(batch)
         return self._next_ticket - 1
@@ -114,12 +123,19 @@ class LogWriter:
         """Hand every kept entry the log has committed to `on_durable`, in order."""
         head = self._log.head_revision
         pending, tickets = self._pending, self._tickets
-        durable: list[LogEntry] = []
-        while pending and pending[0].revision <= head:
-            durable.append(pending.popleft())
-            tickets.popleft()
-        if durable:
-            self._on_durable(durable)
+        batches: list[list[LogEntry]] = []
+        while pending and pending[0][0].revision <= head:
+            batch = pending[0]
+            if batch[-1].revision <= head:
+                batches.append(pending.popleft())
+                tickets.popleft()
+                continue
+            cut = head - batch[0].revision + 1  # part of one: a retry resent it with others
+            batches.append(batch[:cut])
+            pending[0], tickets[0] = batch[cut:], tickets[0][cut:]
+            break
+        if batches:
+            self._on_durable(batches[0] if len(batches) == 1 else list(chain(*batches)))
 
     def _stall(self, failure: BaseException | None) -> None:
         if self._stalled:
@@ -130,7 +146,7 @@ class LogWriter:
         log.error(
             "the event log could not commit (%s); %d events wait, retrying in %.2fs",
             failure or "a commit failed",
-            len(self._pending),
+            self.pending,
             self._delay_s,
         )
         self._timer = self._clock.call_later(self._delay_s, self._retry)
@@ -148,16 +164,17 @@ class LogWriter:
         discarded, self._discarded = self._discarded, []
         if not self._pending:
             return
-        revision = self._pending[0].revision
-        kept: deque[LogEntry] = deque()
-        kept_tickets: deque[int] = deque()
-        for ticket, entry in zip(self._tickets, self._pending, strict=True):
+        revision = self._pending[0][0].revision
+        kept: list[LogEntry] = []
+        kept_tickets: list[int] = []
+        for ticket, entry in zip(chain(*self._tickets), chain(*self._pending), strict=True):
             if any(first <= ticket <= last for first, last in discarded):
                 continue
             kept.append(LogEntry(revision, entry.agent_id, reframe(entry.event, revision)))
             kept_tickets.append(ticket)
             revision += 1
-        self._pending, self._tickets = kept, kept_tickets
+        self._pending = deque([kept] if kept else [])
+        self._tickets = deque([kept_tickets] if kept else [])
         self.next_revision = revision
 
     def _retry(self) -> None:
@@ -167,7 +184,7 @@ class LogWriter:
         if self._discarded:
             self._renumber()
         if self._pending:
-            self._send(list(self._pending))
+            self._send(list(chain(*self._pending)))
 
     def cancel(self) -> None:
         """Stop retrying (the daemon is stopping); what waits is not published."""

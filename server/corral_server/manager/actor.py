@@ -49,6 +49,7 @@ from corral_server.manager.actor_core import ActorCore
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.actor_ending import WRITER_FAILED, Ending
 from corral_server.manager.actor_history import HistoryKeeper
+from corral_server.manager.actor_live import LiveDesk
 from corral_server.manager.actor_permissions import PermissionDesk
 from corral_server.manager.actor_prompts import Prompts
 from corral_server.manager.actor_session import SessionKeeper
@@ -68,6 +69,7 @@ from corral_server.manager.turns import (
 from corral_server.manager.writer import TimelineWriter
 from corral_server.providers.base import (
     InterruptResult,
+    Provider,
     ProviderEvent,
     ProviderItem,
 )
@@ -131,6 +133,8 @@ class AgentActor:
             finish=self._finish,
         )
         self._inbox = ProviderInbox(events, self._jobs.post)
+        # Live model and mode changes, and restarts for a changed provider (actor_live.py).
+        self._live = LiveDesk(core, sessions=self._sessions, drain=self._inbox.drain_now)
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -141,8 +145,21 @@ class AgentActor:
             timeline=deps.timeline,
             publisher=deps.publisher,
             clock=deps.clock,
-            on_window=lambda: self._jobs.post(self._writer.flush),
+            on_window=lambda: self._jobs.post(self._flush_window),
         )
+
+    async def _flush_window(self) -> None:
+        """The coalescer's window passed: its row goes to the store, and the queue does not
+        wait for the commit (the next fragments are coalesced meanwhile: waiting held a burst
+        in the inbox for a whole commit). A failed commit breaks the writer; a job of its own
+        then raises it (the queue's on_error fails the turn), unless a step before it did."""
+        writer = self._writer
+
+        def committed(stored: asyncio.Future[None]) -> None:
+            if stored.cancelled() or stored.exception() is not None:
+                self._jobs.post(writer.barrier)
+
+        writer.flush_nowait().add_done_callback(committed)
 
     def _install_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         """A re-based timeline (rewind, rehydrating reload) gets a timeline writer of its own."""
@@ -185,6 +202,22 @@ class AgentActor:
 
     def update(self, change: AgentUpdate) -> Agent:
         return self._state.update(change)
+
+    async def update_live(self, change: AgentUpdate) -> Agent:
+        """UpdateAgent, a model or mode change going to the provider first (actor_live.py)."""
+        return await self._live.update(change)
+
+    async def restart_with(self, provider: Provider) -> bool:
+        return await self._live.restart_with(provider)
+
+    @property
+    def provider(self) -> Provider:
+        """The provider the agent runs with now (a restart that waits changes it later)."""
+        return self._core.deps.provider
+
+    @property
+    def restart_pending(self) -> bool:
+        return self._live.pending is not None
 
     def clear_attention(self) -> Agent:
         return self._state.clear_attention()
@@ -302,6 +335,8 @@ class AgentActor:
             active.settled.set_result(terminal)
         if not successor and self._deps.settled is not None:
             self._deps.settled(self._state.snapshot, terminal)
+        if not successor:
+            self._live.settled()
         if successor and not self._turns.handoff:
             self._prompts.after_turn()
 

@@ -4,11 +4,12 @@ clock, the deadlines and the hooks it tells. Built by keyword (manager.py `_deps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral_server.clock import Clock
 from corral_server.domain import events as ev
 from corral_server.domain.agent import Agent
+from corral_server.manager.deadlines import CallTimes
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turn_end import TurnCounts
@@ -42,3 +43,5 @@ class ActorDeps:
     usage: UsageBook | None = None
     # The daemon's process tag (providers/reaping.py), given to every session it opens.
     daemon_tag: str = ""
+    # How long its provider calls took (the manager's, for the metrics).
+    call_times: CallTimes = field(default_factory=CallTimes)

@@ -59,6 +59,7 @@ class Ending:
                 self._core.deps.timeouts.interrupt_s,
                 session.interrupt(turn_id),
                 "interrupt",
+                self._core.deps.call_times,
             )
         except Exception:
             log.warning("agent %s: interrupt of %s failed", self.agent.id, turn_id, exc_info=True)

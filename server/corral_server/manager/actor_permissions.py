@@ -117,7 +117,9 @@ class PermissionDesk:
         deps = self._core.deps
         try:
             interrupt = session.interrupt(turn_id)
-            result = await deadline(deps.clock, deps.timeouts.interrupt_s, interrupt, "interrupt")
+            result = await deadline(
+                deps.clock, deps.timeouts.interrupt_s, interrupt, "interrupt", deps.call_times
+            )
         except Exception:
             log.warning("agent %s: interrupt of failed turn %s failed", self._agent_id, turn_id)
             return
@@ -154,7 +156,7 @@ class PermissionDesk:
             raise errors.FailedPrecondition(f"agent {self._agent_id!r} has no provider session")
         answer = session.respond_permission(permission.turn_id, request_id, response)
         follow_up = await deadline(
-            deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission"
+            deps.clock, deps.timeouts.interrupt_s, answer, "respond_permission", deps.call_times
         )
         self.resolve({request_id}, response.behavior)
         if follow_up is not None:

@@ -103,7 +103,9 @@ class Prompts:
         try:
             deps.provider.validate_prompt(prompt)
             start = session.start_turn(prompt)
-            turn_id = await deadline(deps.clock, deps.timeouts.start_turn_s, start, "start_turn")
+            turn_id = await deadline(
+                deps.clock, deps.timeouts.start_turn_s, start, "start_turn", deps.call_times
+            )
         except Exception as exc:
             if handoff or isinstance(exc, errors.ProviderTimeout):
                 # A hung provider, or a successor that could not start: the agent says so
@@ -191,7 +193,9 @@ class Prompts:
             deps.provider.validate_prompt(prompt)
             try:
                 steer = session.steer(active.turn_id, prompt)
-                taken = await deadline(deps.clock, deps.timeouts.interrupt_s, steer, "steer")
+                taken = await deadline(
+                    deps.clock, deps.timeouts.interrupt_s, steer, "steer", deps.call_times
+                )
             except Exception:
                 log.warning("agent %s: steer failed; queued", self.agent.id, exc_info=True)
                 taken = False

@@ -135,14 +135,14 @@ class SessionKeeper:
         opened = _Opened()
         create = deps.provider.create_session(config, self._sink(opened))
         session = await deadline(
-            deps.clock, deps.timeouts.create_session_s, create, "create_session"
+            deps.clock, deps.timeouts.create_session_s, create, "create_session", deps.call_times
         )
         opened.session = session
         return session
 
     async def close(self, session: ProviderSession) -> None:
         deps = self._core.deps
-        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close")
+        await deadline(deps.clock, deps.timeouts.close_s, session.close(), "close", deps.call_times)
 
     def with_session_id(self, agent: Agent) -> Agent:
         """`agent` with the provider session id the session reports now (Claude Code may

@@ -20,10 +20,10 @@ from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.workspace import Workspace
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.deadlines import deadline
+from corral_server.manager.deadlines import CallTimes, deadline
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.importing import check_import
-from corral_server.manager.specs import CreateSpec, Timeouts
+from corral_server.manager.specs import CreateSpec, Defaults, Timeouts
 from corral_server.manager.turns import IfRunning
 from corral_server.manager.validate import (
     Limits,
@@ -65,6 +65,10 @@ class Creation:
     daemon_tag: str = ""
     # Makes the git worktree a create asks for (workspace/worktrees.py).
     worktrees: Worktrees = field(default_factory=Worktrees)
+    # Each provider's model and mode for a create that names none (manager.py's, live).
+    defaults: Mapping[str, Defaults] = field(default_factory=dict)
+    # How long provider calls took (the manager's: an import's read is one).
+    call_times: CallTimes = field(default_factory=CallTimes)
     _creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = field(
         default_factory=dict
     )
@@ -198,7 +202,10 @@ class Creation:
                 await self.worktrees.undo(workspace)
             raise
         try:
-            registered = await actor.call(lambda: actor.register(spec.model, spec.mode))
+            chosen = self.defaults.get(spec.provider)
+            model = spec.model or (chosen.model if chosen else "")
+            mode = spec.mode or (chosen.mode if chosen else "")
+            registered = await actor.call(lambda: actor.register(model, mode))
             turn_id = ""
             if spec.initial_prompt:
                 prompt, by = spec.initial_prompt, QueuedBy.CLIENT
@@ -222,7 +229,8 @@ class Creation:
             self.providers, provider_name, provider_session_id, cwd, self.limits
         )
         read = importer.import_history(provider_session_id, cwd, self.daemon_tag)
-        items = await deadline(self.clock, self.timeouts.create_session_s, read, "import")
+        timeout_s = self.timeouts.create_session_s
+        items = await deadline(self.clock, timeout_s, read, "import", self.call_times)
         if not items:
             raise errors.FailedPrecondition(
                 f"provider session {provider_session_id!r} holds no conversation to import",

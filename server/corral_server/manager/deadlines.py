@@ -1,6 +1,6 @@
 """Waiting on the manager's clock: a result within a time limit, the first of several waits,
-and provider calls under deadlines. Tests drive them with a FakeClock, so a 30 s deadline
-costs microseconds.
+and provider calls under deadlines, timed (`CallTimes`). Tests drive them with a FakeClock, so
+a 30 s deadline costs microseconds.
 
 Must not: leave a task running once its caller has stopped waiting (the caller cancelled, or
 the time ran out), or leave a task whose failure nobody retrieves.
@@ -19,18 +19,26 @@ from corral_server.histogram import SECONDS_BOUNDS, Histogram
 
 T = TypeVar("T")
 
-# How long provider calls took, by call (`deadline`'s `call`: create_session, start_turn,
-# interrupt, close, ...), on the wall clock whatever the daemon's clock; a call that missed its
-# deadline counts too, with the time until it was given up. Process-wide, for the metrics;
-# added to on the loop only.
-PROVIDER_CALL_SECONDS: dict[str, Histogram] = {}
 
+class CallTimes:
+    """How long provider calls took, by call (`deadline`'s `call`: create_session, start_turn,
+    interrupt, close, ...), on the wall clock whatever the daemon's clock; a call that missed
+    its deadline counts too, with the time until it was given up. One per manager, for its
+    daemon's metrics: two daemons in one process time their calls apart. Added to on the loop
+    only; read from the scrape's thread."""
 
-def _took(call: str, seconds: float) -> None:
-    histogram = PROVIDER_CALL_SECONDS.get(call)
-    if histogram is None:
-        histogram = PROVIDER_CALL_SECONDS[call] = Histogram(SECONDS_BOUNDS)
-    histogram.add(seconds)
+    def __init__(self) -> None:
+        self._by_call: dict[str, Histogram] = {}
+
+    def took(self, call: str, seconds: float) -> None:
+        histogram = self._by_call.get(call)
+        if histogram is None:
+            histogram = self._by_call[call] = Histogram(SECONDS_BOUNDS)
+        histogram.add(seconds)
+
+    def by_call(self) -> list[tuple[str, Histogram]]:
+        """Each call's histogram, by name (a copy of the table: safe off the loop)."""
+        return sorted(dict(self._by_call).items())
 
 
 async def _race(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> asyncio.Future[T] | None:
@@ -78,12 +86,14 @@ async def within(clock: Clock, seconds: float, awaitable: Awaitable[T]) -> T | N
     return None if task is None else task.result()
 
 
-async def deadline(clock: Clock, seconds: float, awaitable: Awaitable[T], call: str) -> T:
+async def deadline(
+    clock: Clock, seconds: float, awaitable: Awaitable[T], call: str, times: CallTimes
+) -> T:
     """The result of provider call `call`, or ProviderTimeout when `seconds` pass first (the
-    call is then cancelled)."""
+    call is then cancelled); timed into `times` either way."""
     started = time.perf_counter()
     task = await _race(clock, seconds, awaitable)
-    _took(call, time.perf_counter() - started)
+    times.took(call, time.perf_counter() - started)
     if task is None:
         raise errors.ProviderTimeout(call, seconds)
     return task.result()

@@ -56,6 +56,14 @@ class ProviderInbox:
             self._queued = True
             self._post(self._drain)
 
+    async def drain_now(self) -> None:
+        """Handle what waits, inside the current job (a settings change: the provider's
+        reports land before corral records its conclusion). A drain already queued finds
+        nothing, or only what came after."""
+        self._queued = False
+        events, self._events = self._events, []
+        await drain(self._handler, events)
+
     async def _drain(self) -> None:
         self._queued = False
         events, self._events = self._events, []

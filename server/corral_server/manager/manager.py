@@ -4,13 +4,12 @@ It checks a request, finds the agent's actor (directory.py), and calls it: it ne
 an agent's state itself, every change is a call onto that agent's actor (actor.py), the
 agent's single writer. Beside it: creation.py (CreateAgent and its idempotency, ImportAgent),
 restore.py (start-up), waiting.py (WaitForIdle), reads.py (the timeline and activity reads).
-It owns close de-duplication, the drain (refuse new work, then shut every actor down) and the
-wiring every actor gets (`ActorDeps`).
+It owns close de-duplication, the drain (refuse new work, then shut every actor down: both in
+stopping.py) and the wiring every actor gets (`ActorDeps`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -28,15 +27,18 @@ from corral_server.domain.content import Prompt
 from corral_server.domain.events import TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.jobs import done_with
-from corral_server.manager import permissions, reads, stopping
+from corral_server.manager import live_config, permissions, reads, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.creation import Creation, RowBatches, check_choice
+from corral_server.manager.creation import Creation, RowBatches
+from corral_server.manager.deadlines import CallTimes
 from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
+from corral_server.manager.live_config import LiveOutcome, ProviderChange
 from corral_server.manager.presence import PresenceBook
 from corral_server.manager.restore import restore
-from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery, Timeouts
+from corral_server.manager.specs import AgentUpdate, CreateSpec, Defaults, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
@@ -69,8 +71,11 @@ class AgentManager:
         daemon_tag: str = "",
         worktrees: Worktrees | None = None,
         usage: UsageBook | None = None,
+        defaults: Mapping[str, Defaults] | None = None,
     ) -> None:
         self._providers = dict(providers)
+        # Each provider's model and mode for a CreateAgent naming none (a reload moves them).
+        self.defaults = dict(defaults or {})
         self._timeline = timeline
         self._publisher = publisher
         self._clock = clock
@@ -83,10 +88,14 @@ class AgentManager:
         self._daemon_tag = daemon_tag
         # Clients' presence (Heartbeat), for the notification plan of attention events.
         self.presence = PresenceBook()
-        # Turns started and ended, by outcome (read by the metrics endpoint).
+        # Turns started and ended, by outcome, and how long provider calls took (read by the
+        # metrics endpoint).
         self.turn_counts = TurnCounts()
+        self.call_times = CallTimes()
         self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
         self._agents = AgentDirectory(limits)
+        # Refused by refuse_new_work (the drain).
+        self._new_work = stopping.NewWork()
         self._creation = Creation(
             providers=self._providers,
             directory=self._agents,
@@ -96,18 +105,16 @@ class AgentManager:
             limits=limits,
             timeouts=timeouts,
             deps=self._deps,
-            check_open=self._check_open,
+            check_open=self._new_work.check,
             new_id=new_id,
             records=records,
             requests=requests,
             daemon_tag=daemon_tag,
             worktrees=worktrees or Worktrees(),
+            defaults=self.defaults,
+            call_times=self.call_times,
         )
         self._closes = stopping.Closes(self._told_closed)
-        # Set by refuse_new_work (the drain): new turns and creates answer SHUTTING_DOWN,
-        # and every WaitForIdle ends with it.
-        self._shutting_down = False
-        self._draining = asyncio.Event()
         self.hooks = ManagerHooks()  # app.py sets them
 
     # --- reads ---------------------------------------------------------------------------
@@ -168,6 +175,10 @@ class AgentManager:
         """ImportAgentExport: a new idle agent holding an export's rows (creation.py)."""
         return await self._creation.import_rows(spec, batches)
 
+    async def fork(self, spec: ForkSpec) -> Fork:
+        """ForkAgent: a new agent continuing another's conversation from a cut (fork.py)."""
+        return await fork_agent(self._creation, spec)
+
     async def restore(self, loaded: LoadedAgents) -> None:
         """Start-up: every stored agent comes back in creation order (restore.py)."""
         await restore(
@@ -187,14 +198,14 @@ class AgentManager:
         if change.labels is not None:
             check_labels(change.labels, self.limits)
             self._agents.check_parent(change.labels, agent_id)
-        provider = self._providers[actor.agent.provider]
-        if change.mode is not None:
-            check_choice(provider, "mode", change.mode)
-        if change.model is not None:
-            check_choice(provider, "model", change.model)
-        if change == AgentUpdate():
-            raise errors.InvalidArgument.field("update_mask", "nothing to update")
-        return await actor.call(lambda: done_with(actor.update(change)))
+        return await live_config.update(actor, change)
+
+    async def apply_providers(
+        self, changes: Mapping[str, ProviderChange], removed: Sequence[str]
+    ) -> LiveOutcome:
+        """A reloaded providers file (live_config.py)."""
+        actors = list(self._agents.actors.values())
+        return await live_config.apply(actors, changes, removed, self._providers, self.defaults)
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -284,13 +295,7 @@ class AgentManager:
         TIMEOUT after `timeout_s` on the manager's clock (None: no limit)."""
         actor = self._actor(agent_id)
         check_wait(timeout_s)
-        return await wait_for_idle(
-            actor,
-            self._clock,
-            timeout_s,
-            shutting_down=lambda: self._shutting_down,
-            draining=self._draining,
-        )
+        return await wait_for_idle(actor, self._clock, timeout_s, self._new_work)
 
     async def clear_attention(self, agent_ids: Sequence[str]) -> list[Agent]:
         """Clear the "unread" mark of each agent (all ids are checked before any changes)."""
@@ -309,19 +314,11 @@ class AgentManager:
         return await actor.call(lambda: done_with(actor.detach()))
 
     async def reload(self, agent_id: str, rehydrate: bool) -> Agent:
-        """Restart the agent's provider session (docs/design.md#resume): the running turn is
-        canceled first, and a provider that refuses to stop it abandons the reload
-        (PROVIDER_REFUSED_INTERRUPT) rather than forcing two turns onto one timeline."""
+        """Restart the agent's provider session (docs/design.md#resume), the running turn
+        canceled first (stopping.py)."""
         self._check_open()
         actor = self._actor(agent_id)
-        if actor.active_turn is not None:
-            outcome, _ = await self.cancel(agent_id)
-            if outcome is CancelOutcome.REFUSED:
-                raise errors.ProviderRefusedInterrupt(
-                    f"agent {agent_id!r}: the provider refused to stop the running turn; "
-                    "the reload was abandoned",
-                    metadata={"agent_id": agent_id},
-                )
+        await stopping.cancel_for_reload(actor, self._clock, self._timeouts)
         return await actor.call(lambda: actor.reload(rehydrate))
 
     # --- archive, close and shutdown ---------------------------------------------------------
@@ -352,8 +349,7 @@ class AgentManager:
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,
         and every WaitForIdle ends with it at once."""
-        self._shutting_down = True
-        self._draining.set()
+        self._new_work.refuse()
 
     async def shutdown(self) -> None:
         """Refuse new work, then stop every actor through its queue (bounded by
@@ -370,7 +366,7 @@ class AgentManager:
             timeline=self._timeline,
             publisher=self._publisher,
             clock=self._clock,
-            is_shutting_down=lambda: self._shutting_down,
+            is_shutting_down=self._new_work.is_refused,
             timeouts=self._timeouts,
             records=self._records,
             finished=self._finished,
@@ -379,6 +375,7 @@ class AgentManager:
             usage=self.usage,
             settled=self._settled,
             daemon_tag=self._daemon_tag,
+            call_times=self.call_times,
         )
 
     def _settled(self, agent: Agent, terminal: TurnTerminal) -> None:
@@ -389,8 +386,7 @@ class AgentManager:
         return self._agents.actor(agent_id)
 
     def _check_open(self) -> None:
-        if self._shutting_down:
-            raise errors.ShuttingDown()
+        self._new_work.check()
 
 
 async def _clear_attention(actor: AgentActor) -> Agent:

@@ -31,6 +31,7 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
+    ProviderSettings,
     ProviderTitle,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
@@ -125,8 +126,19 @@ class ProviderEvents:
                 pass  # each session's own sink posts its death (actor_session.py)
             case ProviderTitle(title=title):
                 self._retitle(title)
+            case ProviderSettings(model=model, mode=mode):
+                self._settings(model, mode)
             case _:
                 assert_never(event)
+
+    def _settings(self, model: str | None, mode: str | None) -> None:
+        """The model or mode the provider says the session runs with now."""
+        state = self._core.state
+        agent = state.snapshot
+        model = agent.model if model is None else bounded_text(model, MAX_CODE_BYTES)
+        mode = agent.mode if mode is None else bounded_text(mode, MAX_CODE_BYTES)
+        if (model, mode) != (agent.model, agent.mode):
+            state.set(replace(agent, model=model, mode=mode))
 
     def _retitle(self, title: str) -> None:
         """A provider's title, kept unless a person set one; a title is never worth failing

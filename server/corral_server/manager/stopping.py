@@ -1,5 +1,6 @@
-"""Stopping turns and agents, for the manager: CancelTurn's outcomes, REPLACE's cancel, the
-archive cascade, close de-duplication and the bounded shutdown of every actor.
+"""Stopping turns and agents, for the manager: CancelTurn's outcomes, the cancels of REPLACE
+and of a reload, the archive cascade, close de-duplication, the refusal of new work and the
+bounded shutdown of every actor.
 
 Each step is a call onto the agent's actor (or, for the interrupt, a fenced call off its
 queue). Must not: change an agent's state itself.
@@ -60,6 +61,21 @@ async def cancel_for_replace(actor: AgentActor, clock: Clock, timeouts: Timeouts
         )
 
 
+async def cancel_for_reload(actor: AgentActor, clock: Clock, timeouts: Timeouts) -> None:
+    """A reload cancels the running turn first (docs/design.md#resume); a provider that
+    refuses to stop it abandons the reload (PROVIDER_REFUSED_INTERRUPT) rather than forcing
+    two turns onto one timeline."""
+    if actor.active_turn is None:
+        return
+    outcome, _ = await cancel(actor, clock, timeouts)
+    if outcome is CancelOutcome.REFUSED:
+        raise errors.ProviderRefusedInterrupt(
+            f"agent {actor.agent.id!r}: the provider refused to stop the running turn; "
+            "the reload was abandoned",
+            metadata={"agent_id": actor.agent.id},
+        )
+
+
 async def archive_each(
     actors: Sequence[AgentActor], told_closed: Callable[[AgentActor], None]
 ) -> list[str]:
@@ -102,6 +118,27 @@ class Closes:
         finally:
             self._pending.pop(actor.agent.id, None)
             self._told_closed(actor)
+
+
+class NewWork:
+    """Whether new work is still taken. The drain's first step refuses it: new turns and
+    creates answer SHUTTING_DOWN from then on, and every WaitForIdle ends with it at once
+    (woken by `refusing`)."""
+
+    def __init__(self) -> None:
+        self.refused = False
+        self.refusing = asyncio.Event()
+
+    def refuse(self) -> None:
+        self.refused = True
+        self.refusing.set()
+
+    def is_refused(self) -> bool:
+        return self.refused
+
+    def check(self) -> None:
+        if self.refused:
+            raise errors.ShuttingDown()
 
 
 async def shutdown_all(actors: Sequence[AgentActor], clock: Clock, shutdown_s: float) -> None:

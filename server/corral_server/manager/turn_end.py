@@ -93,6 +93,8 @@ class TurnCounts:
     completed: int = 0
     failed: int = 0
     canceled: int = 0
+    # Agent processes restarted because their provider entry changed (actor_live.py).
+    restarts: int = 0
 
     def count_end(self, terminal: ev.TurnTerminal) -> None:
         match terminal:

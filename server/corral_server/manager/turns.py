@@ -9,13 +9,19 @@ from dataclasses import dataclass
 from typing import TypeAlias, assert_never
 
 from corral_server.domain.events import TurnTerminal
+from corral_server.domain.specs import IfRunning
 
-
-class IfRunning(enum.Enum):
-    REJECT = "reject"
-    QUEUE = "queue"
-    STEER = "steer"
-    REPLACE = "replace"
+__all__ = [
+    "ActiveTurn",
+    "AutonomousRun",
+    "CancelOutcome",
+    "Disposition",
+    "ForegroundRun",
+    "IfRunning",  # a plain value of the domain's: schedules keep one
+    "StartedTurn",
+    "WaitStatus",
+    "owns",
+]
 
 
 class Disposition(enum.Enum):

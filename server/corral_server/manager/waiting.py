@@ -6,8 +6,7 @@ Must not: change an agent.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import assert_never
 
 from corral_server import errors
@@ -15,6 +14,7 @@ from corral_server.clock import Clock
 from corral_server.domain.agent import Agent, Closed, Errored, Idle, Initializing, Running
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.deadlines import first_of, within
+from corral_server.manager.stopping import NewWork
 from corral_server.manager.turns import WaitStatus
 
 # WaitForIdle's longest wait; clients re-wait for longer.
@@ -30,9 +30,7 @@ async def wait_for_idle(
     actor: AgentActor,
     clock: Clock,
     timeout_s: float | None,
-    *,
-    shutting_down: Callable[[], bool],
-    draining: asyncio.Event,
+    new_work: NewWork,
 ) -> tuple[WaitStatus, Agent]:
     """IDLE, ERROR, PERMISSION (a pending permission), or TIMEOUT after `timeout_s` on
     `clock` (None: no limit); SHUTTING_DOWN once the drain begins."""
@@ -42,14 +40,13 @@ async def wait_for_idle(
         settled = _settled(agent)
         if settled is not None:
             return settled, agent
-        if shutting_down():
-            raise errors.ShuttingDown()
+        new_work.check()
         remaining_s = None
         if deadline_ms is not None:
             remaining_s = (deadline_ms - clock.now_ms()) / 1000
             if remaining_s <= 0:
                 return WaitStatus.TIMEOUT, actor.agent
-        changed = first_of(actor.changed.wait(), draining.wait())
+        changed = first_of(actor.changed.wait(), new_work.refusing.wait())
         if remaining_s is None:
             await changed
             continue

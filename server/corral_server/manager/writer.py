@@ -2,7 +2,7 @@
 
 Owns the path of a row (docs/design.md#durability, #coalescing): the provider boundary (text that
 cannot be encoded is mended; a row without a turn id takes the running turn's), the coalescer
-and its 60 ms timer, and append's order: encode every event first (`Publisher.prepare`, the
+and its 60 ms timer, and append's order: encode every event first (`Publisher.prepare_rows`, the
 only step that may fail on content), store, then publish (`Publisher.commit_many`, which
 cannot fail). So a row is stored only if it will be published, and published only once stored.
 
@@ -19,7 +19,6 @@ from typing import Protocol
 
 from corral_server.clock import Clock, TimerHandle
 from corral_server.domain import events as ev
-from corral_server.domain.timeline import TimelineRow
 from corral_server.hub import Prepared
 from corral_server.manager.coalescer import WINDOW_MS, Coalescer
 from corral_server.manager.sanitize import sanitize_item, sanitize_text
@@ -42,6 +41,10 @@ class Publisher(Protocol):
     def discard(self, first: int, last: int) -> None: ...
 
     def prepare(self, event: ev.Event) -> Prepared: ...
+
+    def prepare_rows(
+        self, agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+    ) -> tuple[list[Prepared], list[bytes] | None]: ...
 
     def commit(self, prepared: Prepared) -> int: ...
 
@@ -112,6 +115,18 @@ class TimelineWriter:
         if row is not None:
             await self.append([row])
 
+    def flush_nowait(self) -> asyncio.Future[None]:
+        """Hand the pending row, if any, to the store without waiting for its commit (as
+        `append_nowait`: a failed commit breaks the writer). For the window's flush, so the
+        actor goes on coalescing the next fragments while the row commits."""
+        self.cancel_timer()
+        row = self._coalescer.flush()
+        if row is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self.append_nowait([row])
+
     def discard_pending(self) -> None:
         """Drop the pending fragment (it could not be stored: the turn fails instead)."""
         self.cancel_timer()
@@ -145,21 +160,10 @@ class TimelineWriter:
         if not rows:
             done.set_result(None)
             return done
-        agent_id, epoch, first = self._agent_id, self._epoch, self.reserved_seq
-        prepare = self._publisher.prepare
-        prepared = [
-            prepare(
-                ev.RowAppended(
-                    agent_id,
-                    epoch,
-                    TimelineRow(
-                        first + i, row.timestamp_ms, row.item, row.turn_id, row.provider_message_id
-                    ),
-                )
-            )
-            for i, row in enumerate(rows)
-        ]
-        stored = self._timeline.append_nowait(agent_id, rows)
+        agent_id, first = self._agent_id, self.reserved_seq
+        # Each item encoded once, for its event and its stored row (when the hub can).
+        prepared, items = self._publisher.prepare_rows(agent_id, self._epoch, first, rows)
+        stored = self._timeline.append_encoded(agent_id, rows, items)
         self.reserved_seq = first + len(rows)
         if self._publisher.joint_commits:
             events = [*lead, *prepared]
@@ -188,7 +192,7 @@ class TimelineWriter:
 
     def _chain(
         self,
-        stored: asyncio.Future[list[TimelineRow]] | None,
+        stored: asyncio.Future[None] | None,
         prepared: Sequence[Prepared],
         done: asyncio.Future[None],
         published_next: int | None = None,
@@ -225,7 +229,7 @@ class TimelineWriter:
 
     def _after_store(
         self,
-        stored: asyncio.Future[list[TimelineRow]],
+        stored: asyncio.Future[None],
         done: asyncio.Future[None],
         published_next: int,
         first_revision: int,

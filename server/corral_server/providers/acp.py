@@ -1,5 +1,6 @@
-"""The `acp` provider: drives any Agent Client Protocol agent (protocol version 1) as a child
-process, one process per corral session.
+"""The `acp` provider's sessions: drive any Agent Client Protocol agent (protocol version 1)
+as a child process, one process per corral session (the provider itself, which a daemon
+builds without loading the ACP SDK, is `acp_provider.py`).
 
 This module owns the mapping between ACP and the provider contract: `initialize` and
 `session/new` make a session (`session/load`, or the unstable `session/resume`, reopen a
@@ -20,7 +21,6 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, assert_never
 
@@ -39,14 +39,15 @@ from corral_server.domain.content import ImagePart, Prompt, TextPart
 from corral_server.domain.timeline import JsonValue
 from corral_server.errors import FailedPrecondition
 from corral_server.providers import acp_files
-from corral_server.providers.acp_history import history_items
 from corral_server.providers.acp_items import ItemMapper, Update
+from corral_server.providers.acp_mcp import acp_servers
+from corral_server.providers.acp_settings import AcpSettings
 from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
-    ProviderItem,
     ProviderPermissionRequested,
+    ProviderSettings,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
@@ -54,11 +55,8 @@ from corral_server.providers.base import (
     SessionConfig,
 )
 from corral_server.providers.command import (
-    CommandProvider,
     CommandSession,
     Run,
-    ignore_events,
-    import_config,
 )
 from corral_server.providers.connection import (
     ConnectionLost,
@@ -73,7 +71,7 @@ from corral_server.providers.jsonrpc import (
     Params,
     RpcError,
 )
-from corral_server.providers.mcp_servers import acp_servers
+from corral_server.providers.live import SettingsChange
 from corral_server.providers.sandbox import FileSandbox
 
 logger = logging.getLogger(__name__)
@@ -99,33 +97,6 @@ class AcpStartFailed(FailedPrecondition):
     """The agent did not start or failed its handshake."""
 
 
-class AcpProvider(CommandProvider):
-    kind = "acp"
-
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, name: str = "acp") -> None:
-        super().__init__(argv, env, name=name)
-
-    async def create_session(self, config: SessionConfig, sink: EventSink) -> AcpSession:
-        session = AcpSession(config, sink)
-        await session.start(self._argv, self._env)
-        return session
-
-    async def import_history(
-        self, provider_session_id: str, cwd: str, daemon_tag: str
-    ) -> list[ProviderItem]:
-        """What `session/load` of the session replays (`acp_history.py`), in a process of
-        its own, closed before this returns. An agent without loadSession, or that does not
-        know the session, is AcpStartFailed with the agent's reason."""
-        config = import_config(provider_session_id, cwd, daemon_tag)
-        session = AcpSession(config, ignore_events)
-        session.replayed = []
-        await session.start(self._argv, self._env)
-        try:
-            return history_items(session.replayed)
-        finally:
-            await session.close()
-
-
 @dataclass(slots=True)
 class _Run(Run):
     # The turn's `session/prompt` request, which close() cancels.
@@ -146,6 +117,7 @@ class AcpSession(CommandSession[_Run]):
         self._files = FileSandbox(config.cwd)  # the fs/ methods, confined to the cwd
         # An import's session: the updates `session/load` replays are kept here (else dropped).
         self.replayed: list[Update] | None = None
+        self._settings = AcpSettings()  # the modes and models the session offers
 
     @property
     def session_id(self) -> str:
@@ -180,11 +152,13 @@ class AcpSession(CommandSession[_Run]):
             # before it answers: no turn runs and `_session_id` is not set yet, so
             # `_on_notification` drops them (corral stored those rows when they happened).
             load = schema.LoadSessionRequest(cwd=cwd, mcp_servers=[*servers], session_id=resume_id)
-            await rpc.request(method, _dump(load))
+            self._settings.note(await rpc.request(method, _dump(load)))
             self._session_id = resume_id
             return
         new = schema.NewSessionRequest(cwd=cwd, mcp_servers=[*servers])
-        made = _answer(schema.NewSessionResponse, await rpc.request("session/new", _dump(new)))
+        answer = await rpc.request("session/new", _dump(new))
+        self._settings.note(answer)
+        made = _answer(schema.NewSessionResponse, answer)
         if not made.session_id:
             raise RequestFailed("session/new answered an empty sessionId")
         self._session_id = made.session_id
@@ -229,6 +203,10 @@ class AcpSession(CommandSession[_Run]):
             await self._rpc.notify("session/cancel", _dump(cancel))
         return InterruptResult.CONFIRMED
 
+    async def change_settings(self, change: SettingsChange) -> None:
+        assert self._rpc is not None
+        await self._settings.change(self._rpc, self._session_id, change)
+
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         return False  # ACP v1 has no way into a running prompt: corral queues it
 
@@ -254,6 +232,10 @@ class AcpSession(CommandSession[_Run]):
             if note.session_id == self._config.resume_session_id:
                 self.replayed.append(note.update)
             return
+        if note.session_id == self._session_id and isinstance(
+            note.update, schema.CurrentModeUpdate
+        ):
+            self._emit(ProviderSettings(mode=note.update.current_mode_id))
         if note.session_id != self._session_id or self._run is None:
             return  # e.g. available commands after session/new: nothing for the timeline
         for item in self._items.map(note.update):

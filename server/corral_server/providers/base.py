@@ -157,6 +157,15 @@ class ProviderTitle:
     title: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """The model or mode the session now runs with, as the provider says (after a live
+    change, or one the agent made itself); None: unchanged (docs/design.md#live-config)."""
+
+    model: str | None = None
+    mode: str | None = None
+
+
 ProviderEvent: TypeAlias = (
     ProviderTurnStarted
     | ProviderItem
@@ -167,6 +176,7 @@ ProviderEvent: TypeAlias = (
     | ProviderPermissionResolved
     | ProviderSessionDied
     | ProviderTitle
+    | ProviderSettings
 )
 
 EventSink: TypeAlias = Callable[[ProviderEvent], None]
@@ -245,3 +255,29 @@ class HistoryImporter(Protocol):
 def importer_of(provider: Provider) -> HistoryImporter | None:
     """The provider's import capability, or None when it has none."""
     return provider if isinstance(provider, HistoryImporter) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ForkPoint:
+    """Where ForkAgent cuts a provider session: before the user message the provider
+    confirmed as `message_id`, which started the provider's turn `turn_id`."""
+
+    session_id: str
+    message_id: str
+    turn_id: str
+
+
+@runtime_checkable
+class SessionForker(Protocol):
+    async def fork_session(self, point: ForkPoint, cwd: str, daemon_tag: str) -> str:
+        """The provider's own fork: a new stored session holding the conversation of
+        `point.session_id` before `point` (the source is left as it is); returns its id, which
+        the fork's first turn resumes. Raise `FailedPrecondition` (or `NotFound`) with the
+        provider's reason when it cannot. A program it starts carries `daemon_tag` and is gone
+        when this returns."""
+        ...
+
+
+def forker_of(provider: Provider) -> SessionForker | None:
+    """The provider's fork capability, or None: ForkAgent then primes a new session."""
+    return provider if isinstance(provider, SessionForker) else None

@@ -42,6 +42,7 @@ from corral_server.providers.base import (
     ProviderMode,
     ProviderPermissionRequested,
     ProviderPermissionResolved,
+    ProviderSettings,
     ProviderTitle,
     ProviderTurnFailed,
     ProviderTurnStarted,
@@ -58,7 +59,7 @@ from corral_server.providers.claude_code_messages import (
     UserInput,
     as_line,
 )
-from corral_server.providers.claude_code_wire import FRAMING, ClaudeControl
+from corral_server.providers.claude_code_wire import FRAMING, ClaudeControl, settings_requests
 from corral_server.providers.command import CommandProvider, CommandSession, Run
 from corral_server.providers.connection import (
     ConnectionLost,
@@ -66,6 +67,7 @@ from corral_server.providers.connection import (
     LineConnection,
     RequestFailed,
 )
+from corral_server.providers.live import SettingsChange, SettingsRefused
 from corral_server.providers.mcp_servers import claude_flags, token_environment
 
 logger = logging.getLogger(__name__)
@@ -255,6 +257,17 @@ class ClaudeCodeSession(CommandSession[_Run]):
         except ConnectionLost:
             pass  # a dead agent ends the turn too: canceled, as confirmed
         return InterruptResult.CONFIRMED
+
+    async def change_settings(self, change: SettingsChange) -> None:
+        """Claude Code's `set_model` and `set_permission_mode` control requests, each
+        answered before the next; its refusal is the reason."""
+        assert self._control is not None
+        try:
+            for request in settings_requests(change.model, change.mode, DEFAULT_MODE):
+                await self._control.control(request)
+        except (RequestFailed, ConnectionLost) as exc:
+            raise SettingsRefused(f"claude did not change the {change.describe()}: {exc}") from None
+        self._emit(ProviderSettings(change.model, change.mode))
 
     async def steer(self, turn_id: str, prompt: Prompt) -> bool:
         # Not offered: what claude does with a user line sent mid-turn is not mapped yet, and

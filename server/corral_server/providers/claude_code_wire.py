@@ -80,3 +80,16 @@ class ClaudeControl:
             self._line.settle(request_id, error=error)
         else:
             self._line.settle(request_id, response.get("response"))
+
+
+def settings_requests(
+    model: str | None, mode: str | None, default_mode: str
+) -> list[dict[str, object]]:
+    """The control requests that change a running session's model (none named: Claude
+    Code's default) and permission mode."""
+    requests: list[dict[str, object]] = []
+    if model is not None:
+        requests.append({"subtype": "set_model", **({"model": model} if model else {})})
+    if mode is not None:
+        requests.append({"subtype": "set_permission_mode", "mode": mode or default_mode})
+    return requests

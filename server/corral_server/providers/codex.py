@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from corral_server.clock import Clock, SystemClock
-from corral_server.providers.base import EventSink, ProviderItem, SessionConfig
+from corral_server.providers.base import EventSink, ForkPoint, ProviderItem, SessionConfig
 from corral_server.providers.codex_items import history_items
 from corral_server.providers.codex_session import MODES, CodexSession, CodexStartFailed
 from corral_server.providers.command import CommandProvider, ignore_events, import_config
@@ -58,5 +58,20 @@ class CodexProvider(CommandProvider):
         await session.start([*self._argv, "app-server"], self._env)
         try:
             return history_items(session.resumed_thread)
+        finally:
+            await session.close()
+
+    async def fork_session(self, point: ForkPoint, cwd: str, daemon_tag: str) -> str:
+        """Codex's own fork (ForkAgent): `thread/fork` of the source's thread before the turn
+        the cut's message started, in a process of its own (closed before this returns; the
+        fork's first turn resumes the new thread). CodexStartFailed with codex's reason when
+        codex cannot (an unknown thread or turn)."""
+        config = import_config(point.session_id, cwd, daemon_tag)
+        session = CodexSession(
+            config, ignore_events, self._clock, self._timeout_s, fork_before_turn=point.turn_id
+        )
+        await session.start([*self._argv, "app-server"], self._env)
+        try:
+            return session.session_id
         finally:
             await session.close()

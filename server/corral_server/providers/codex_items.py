@@ -131,9 +131,14 @@ class ItemMapper:
                 return [self._call(_tool_call(kind, item_id, item, completed))]
             case "webSearch" | "imageView":
                 return [self._call(_tool_call(kind, item_id, item, completed))]
+            case "userMessage":
+                # The prompt back under codex's item id: corral stored the prompt itself, so
+                # this is its echo, which confirms it (docs/design.md#echo-and-rewind).
+                item = cast(protocol.UserMessageThreadItem, item)
+                return _user_message(self.turn_id, item) if completed else []
             case _:
-                # userMessage (corral stores the prompt itself), plan (turn/plan/updated has
-                # the steps), compaction, review markers: nothing for the timeline yet.
+                # plan (turn/plan/updated has the steps), compaction, review markers: nothing
+                # for the timeline yet.
                 return []
 
     def _call(self, call: ToolCall) -> ProviderItem:

@@ -401,6 +401,49 @@ class Thread(TypedDict, total=False):
     updatedAt: Required[int]
 
 
+class ThreadForkParams(TypedDict, total=False):
+    approvalPolicy: JsonValue
+    approvalsReviewer: ApprovalsReviewer | None
+    attachToSource: bool
+    baseInstructions: str | None
+    beforeTurnId: str | None
+    config: dict[str, JsonValue] | None
+    cwd: str | None
+    deferGoalContinuation: bool
+    developerInstructions: str | None
+    ephemeral: bool
+    excludeTurns: bool
+    experimentalDisablePredictionMcp: bool
+    experimentalPredictionMode: bool
+    lastTurnId: str | None
+    model: str | None
+    modelProvider: str | None
+    path: str | None
+    permissions: str | None
+    runtimeWorkspaceRoots: list[AbsolutePathBuf] | None
+    sandbox: SandboxMode | None
+    serviceTier: str | None
+    threadId: Required[str]
+    threadSource: ThreadSource | None
+
+
+class ThreadForkResponse(TypedDict, total=False):
+    activePermissionProfile: JsonValue
+    approvalPolicy: Required[JsonValue]
+    approvalsReviewer: Required[JsonValue]
+    cwd: Required[AbsolutePathBuf]
+    disabledPluginIds: list[str]
+    instructionSources: list[LegacyAppPathString]
+    model: Required[str]
+    modelProvider: Required[str]
+    multiAgentMode: JsonValue
+    reasoningEffort: ReasoningEffort | None
+    runtimeWorkspaceRoots: list[AbsolutePathBuf]
+    sandbox: Required[JsonValue]
+    serviceTier: str | None
+    thread: Required[Thread]
+
+
 class ThreadNameUpdatedNotification(TypedDict, total=False):
     threadId: Required[str]
     threadName: str | None

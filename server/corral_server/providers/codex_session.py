@@ -2,7 +2,8 @@
 
 This module owns the mapping between the app-server protocol and the provider contract:
 `initialize` / `initialized` and `thread/start` (or `thread/resume` of
-`SessionConfig.resume_session_id`) make the session, whose id is the thread id; `turn/start`
+`SessionConfig.resume_session_id`, or a fork of it: `codex_threads.py`) make the session, whose
+id is the thread id; `turn/start`
 is a turn and codex's turn id is corral's; `turn/completed` ends it (completed, interrupted,
 failed: `codex_turns.py`); `turn/interrupt` (fenced by the turn id) is an interrupt;
 `turn/steer` takes a prompt into the running turn; item notifications become timeline items
@@ -36,12 +37,14 @@ from corral_server.providers.base import (
     ProviderPermissionRequested,
     ProviderPermissionResolved,
     ProviderSessionDied,
+    ProviderSettings,
     ProviderTitle,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
 )
 from corral_server.providers.codex_items import ItemMapper
+from corral_server.providers.codex_threads import thread_request
 from corral_server.providers.codex_turns import (
     AGENT_ERROR,
     AGENT_TIMEOUT,
@@ -49,6 +52,7 @@ from corral_server.providers.codex_turns import (
     Run,
     agent_error,
     terminal,
+    turn_overrides,
     user_input,
 )
 from corral_server.providers.command import CommandSession
@@ -60,6 +64,7 @@ from corral_server.providers.connection import (
     RequestTimeout,
 )
 from corral_server.providers.jsonrpc import METHOD_NOT_FOUND, JsonRpc, Params, RpcError
+from corral_server.providers.live import SettingsChange, SettingsRefused
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +106,20 @@ class CodexSession(CommandSession[Run]):
     start_failed = CodexStartFailed
     cancel_reason = INTERRUPTED
 
-    def __init__(self, config: SessionConfig, sink: EventSink, clock: Clock, timeout_s: float):
+    def __init__(
+        self,
+        config: SessionConfig,
+        sink: EventSink,
+        clock: Clock,
+        timeout_s: float,
+        *,
+        fork_before_turn: str = "",
+    ):
         super().__init__(config, sink, clock)
         self._timeout_s = timeout_s
+        # Set: the session is a fork of thread `config.resume_session_id` before this turn
+        # (`thread/fork`), a new thread of its own (ForkAgent: docs/design.md#forks).
+        self._fork_before_turn = fork_before_turn
         self._rpc: JsonRpc | None = None
         self._thread_id = ""
         # While turn/start waits for codex's answer, that turn's notifications wait here.
@@ -118,6 +134,8 @@ class CodexSession(CommandSession[Run]):
         self._permission_ids = itertools.count(1)
         # The thread `thread/resume` answered (with its turns and items), for an import.
         self.resumed_thread: protocol.Thread | None = None
+        # A live model or mode change, sent with the next turn/start (codex keeps it after).
+        self._overrides: dict[str, JsonValue] = {}
 
     @property
     def session_id(self) -> str:
@@ -137,42 +155,31 @@ class CodexSession(CommandSession[Run]):
     async def _handshake(self) -> None:
         conn = self._rpc
         assert conn is not None
+        capabilities: protocol.InitializeCapabilities = {
+            "optOutNotificationMethods": list(_OPT_OUT)
+        }
+        if self._fork_before_turn:  # `beforeTurnId` is one of codex's experimental fields
+            capabilities["experimentalApi"] = True
         init: protocol.InitializeParams = {
             "clientInfo": {"name": "corral", "title": "corral", "version": "0.1.0"},
-            "capabilities": {"optOutNotificationMethods": list(_OPT_OUT)},
+            "capabilities": capabilities,
         }
         await conn.request("initialize", init, self._timeout_s)
         await conn.notify("initialized")
         config = self._config
         approval, sandbox = _POLICIES.get(config.mode or MODES[0].id, _POLICIES[MODES[0].id])
-        params: protocol.ThreadStartParams = {
-            "cwd": config.cwd,
-            "approvalPolicy": approval,
-            "sandbox": sandbox,
-        }
-        if config.model:
-            params["model"] = config.model
-        if config.resume_session_id:
-            resume: protocol.ThreadResumeParams = {
-                "threadId": config.resume_session_id,
-                "cwd": config.cwd,
-                "approvalPolicy": approval,
-                "sandbox": sandbox,
-            }
-            if config.model:
-                resume["model"] = config.model
-            answer = await conn.request("thread/resume", resume, self._timeout_s)
-        else:
-            answer = await conn.request("thread/start", params, self._timeout_s)
+        method, params = thread_request(config, approval, sandbox, self._fork_before_turn)
+        answer = await conn.request(method, params, self._timeout_s)
         made = cast(protocol.ThreadStartResponse, answer)  # thread/resume answers the same
         thread = made.get("thread") if isinstance(made, dict) else None
         thread_id = thread.get("id") if isinstance(thread, dict) else None
         if not isinstance(thread_id, str) or not thread_id:
             raise RequestFailed(f"codex answered without a thread id: {made!r:.300}")
-        if config.resume_session_id and thread_id != config.resume_session_id:
+        resumed = config.resume_session_id and not self._fork_before_turn
+        if resumed and thread_id != config.resume_session_id:
             raise RequestFailed(f"codex resumed thread {thread_id}, not {config.resume_session_id}")
         self._thread_id = thread_id
-        if config.resume_session_id and isinstance(thread, dict):
+        if resumed and isinstance(thread, dict):
             self.resumed_thread = thread
 
     # --- turns -----------------------------------------------------------------------------
@@ -186,6 +193,7 @@ class CodexSession(CommandSession[Run]):
             "threadId": self._thread_id,
             "input": user_input(prompt),
         }
+        params.update(cast(protocol.TurnStartParams, self._overrides))
         self._starting, self._early, self._settled = True, [], set()
         self._started.clear()
         try:
@@ -217,6 +225,15 @@ class CodexSession(CommandSession[Run]):
         if conn.lost is not None:  # lost right after its answer, before the run was set
             self._lost(conn.lost)
         return turn_id
+
+    async def change_settings(self, change: SettingsChange) -> None:
+        """Codex takes model, approval policy and sandbox per turn (`turn/start`, kept for
+        the turns after): the change goes with the next turn."""
+        if change.model == "":
+            raise SettingsRefused("codex needs a model by name; it has no 'default' to go back to")
+        policy = None if change.mode is None else _POLICIES[change.mode or MODES[0].id]
+        self._overrides.update(turn_overrides(change.model, policy))
+        self._emit(ProviderSettings(change.model, change.mode))
 
     def _failed_start(self, error: AgentError) -> str:
         """A turn codex never ran: it starts and fails at once, so the agent shows why."""

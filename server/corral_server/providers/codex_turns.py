@@ -80,3 +80,24 @@ def agent_error(error: TurnError | JsonValue) -> AgentError:
     if isinstance(details, str) and details:
         message = f"{message}: {details}"
     return AgentError(f"{message} ({kind})" if kind else message, AGENT_ERROR)
+
+
+# Codex's sandbox policy objects by the sandbox mode names `thread/start` takes.
+_SANDBOX_POLICIES: dict[str, dict[str, JsonValue]] = {
+    "workspace-write": {"type": "workspaceWrite"},
+    "read-only": {"type": "readOnly"},
+    "danger-full-access": {"type": "dangerFullAccess"},
+}
+
+
+def turn_overrides(model: str | None, policy: tuple[str, str] | None) -> dict[str, JsonValue]:
+    """What `turn/start` carries to change the thread's model, or its approval policy and
+    sandbox (a corral mode), for this turn and the ones after it."""
+    overrides: dict[str, JsonValue] = {}
+    if model:
+        overrides["model"] = model
+    if policy is not None:
+        approval, sandbox = policy
+        overrides["approvalPolicy"] = approval
+        overrides["sandboxPolicy"] = _SANDBOX_POLICIES[sandbox]
+    return overrides

@@ -5,6 +5,8 @@
     command = ["my-agent", "--acp"]   # the program and its arguments
     env = { API_KEY = "..." }         # merged over the daemon's environment
     inherit_env = true                # false: the program sees only `env`
+    model = "..."                     # the model (mode) an agent gets when CreateAgent names
+    mode = "..."                      #   none; a reload changes live agents on the old one
 
 This module owns the file's grammar and turns it into plain `ProviderEntry` values; every
 mistake (an unreadable file, bad TOML, an unknown kind or key, a wrong type) is a
@@ -26,9 +28,9 @@ from typing import Any
 KINDS = ("scripted", "acp", "claude-code", "codex")
 # Which keys each kind takes, besides `kind`. A command kind without `command` runs the default
 # program of its kind (acp has none: it must name one).
-_COMMAND_KEYS = ("command", "env", "inherit_env")
+_COMMAND_KEYS = ("command", "env", "inherit_env", "model", "mode")
 KEYS: Mapping[str, tuple[str, ...]] = {
-    "scripted": ("steer",),
+    "scripted": ("steer", "live_settings", "model", "mode"),
     "acp": _COMMAND_KEYS,
     "claude-code": _COMMAND_KEYS,
     "codex": (*_COMMAND_KEYS, "config"),
@@ -60,6 +62,12 @@ class ProviderEntry:
     codex_config: tuple[tuple[str, str], ...] = ()
     # scripted only: the provider takes steered prompts into the running turn.
     steer: bool = False
+    # The model and mode of an agent whose CreateAgent names none ("": the provider's own);
+    # a reload applies a change to live agents in place (docs/design.md#live-config).
+    model: str = ""
+    mode: str = ""
+    # scripted only: false makes its sessions refuse live model and mode changes.
+    live_settings: bool = True
 
 
 def load(path: Path) -> tuple[ProviderEntry, ...]:
@@ -110,8 +118,17 @@ def _entry(source: str, name: str, table: Any) -> ProviderEntry:
         if key != "kind" and key not in allowed:
             takes = ", ".join(("kind", *allowed))
             raise ConfigError(f"{where}: unknown key {key!r} (kind {kind} takes: {takes})")
+    model = _string(where, "model", table.get("model", ""))
+    mode = _string(where, "mode", table.get("mode", ""))
     if kind == "scripted":
-        return ProviderEntry(name, kind, steer=_bool(where, "steer", table.get("steer", False)))
+        return ProviderEntry(
+            name,
+            kind,
+            steer=_bool(where, "steer", table.get("steer", False)),
+            model=model,
+            mode=mode,
+            live_settings=_bool(where, "live_settings", table.get("live_settings", True)),
+        )
     command = _command(where, kind, table.get("command"))
     return ProviderEntry(
         name,
@@ -120,6 +137,8 @@ def _entry(source: str, name: str, table: Any) -> ProviderEntry:
         env=_env(where, table.get("env", {})),
         inherit_env=_bool(where, "inherit_env", table.get("inherit_env", True)),
         codex_config=_codex_config(where, table.get("config", {})),
+        model=model,
+        mode=mode,
     )
 
 
@@ -150,6 +169,12 @@ def _env(where: str, value: Any) -> dict[str, str]:
         if not key or "=" in key or "\0" in key or "\0" in item:
             raise ConfigError(f"{where}: env.{key}: not a usable environment variable")
     return dict(value)
+
+
+def _string(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 256 or "\0" in value:
+        raise ConfigError(f"{where}: '{key}' must be a string (at most 256 characters)")
+    return value
 
 
 def _bool(where: str, key: str, value: Any) -> bool:

@@ -14,11 +14,11 @@ import os
 from collections.abc import Iterable, Mapping
 
 from corral_server.clock import Clock
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import Provider
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider
-from corral_server.providers.config import ProviderEntry
+from corral_server.providers.config import ConfigError, ProviderEntry
 from corral_server.providers.scripted_provider import ScriptedProvider
 
 # Usable without a config file when their programs are on PATH; a config entry of the same
@@ -51,12 +51,35 @@ def build(
     return providers
 
 
+def check_defaults(
+    entries: Iterable[ProviderEntry], providers: Mapping[str, Provider], source: str
+) -> None:
+    """An entry's `model` and `mode` must be ones its provider lists (when it lists any).
+    Raises ConfigError naming the file (`source`), the table and the key."""
+    for entry in entries:
+        provider = providers.get(entry.name)
+        if provider is None:
+            continue
+        info = provider.info()
+        for key, value, choices in (
+            ("model", entry.model, [m.id for m in info.models]),
+            ("mode", entry.mode, [m.id for m in info.modes]),
+        ):
+            if value and choices and value not in choices:
+                raise ConfigError(
+                    f"{source}: [providers.{entry.name}]: unknown {key} {value!r} (one of "
+                    f"{', '.join(choices)})"
+                )
+
+
 def _make(entry: ProviderEntry, clock: Clock, environ: Mapping[str, str]) -> Provider:
     env = {**environ, **entry.env} if entry.inherit_env else dict(entry.env)
     argv = list(entry.command)
     match entry.kind:
         case "scripted":
-            return ScriptedProvider(clock, name=entry.name, can_steer=entry.steer)
+            return ScriptedProvider(
+                clock, name=entry.name, can_steer=entry.steer, live_settings=entry.live_settings
+            )
         case "acp":
             return AcpProvider(argv, env, name=entry.name)
         case "claude-code":

@@ -27,10 +27,12 @@ from corral_server.providers.script_steps import (
     History,
     Permission,
     Permissions,
+    Recall,
     RefuseInterrupt,
     ReplayTurn,
     Reply,
     Script,
+    Settings,
     Sleep,
     Spawn,
     Step,
@@ -51,10 +53,12 @@ KNOWN_DIRECTIVES = (
     "/history",
     "/permission",
     "/permissions",
+    "/recall",
     "/refuse-interrupt",
     "/replay-turn",
     "/reply",
     "/reply+",
+    "/settings",
     "/sleep",
     "/spawn",
     "/terminal-without-id",
@@ -160,6 +164,9 @@ def _parse_directive(line: str) -> Step:
             return Think(_required(name, argument, "the reasoning text"))
         case "/title":
             return Title(_required(name, argument, "the title"))
+        case "/settings":
+            _no_argument(name, argument)
+            return Settings()
         case "/tool":
             return _parse_tool(argument)
         case "/tool-output":
@@ -182,6 +189,9 @@ def _parse_directive(line: str) -> Step:
         case "/echo":
             _no_argument(name, argument)
             return Echo()
+        case "/recall":
+            _no_argument(name, argument)
+            return Recall()
         case "/permissions":
             count, _, size = argument.partition(" ")
             input_bytes = _parse_size(size.strip(), name) if size.strip() else 0

@@ -76,6 +76,12 @@ class Spawn:
 
 
 @dataclass(frozen=True, slots=True)
+class Recall:
+    """The provider replies with the earlier prompts of its session (a resumed session's
+    too), joined by newlines: what the session remembers."""
+
+
+@dataclass(frozen=True, slots=True)
 class Echo:
     """The provider reports the prompt back as a user message with its own message id, as
     real agents do (corral reconciles it with the stored prompt instead of storing it again)."""
@@ -141,6 +147,12 @@ class Title:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The provider replies with the model and mode its session runs with, as `model=M
+    mode=D` (what a live change made them: docs/design.md#live-config)."""
+
+
 Step: TypeAlias = (
     Reply
     | Think
@@ -152,6 +164,7 @@ Step: TypeAlias = (
     | Permissions
     | Spawn
     | Echo
+    | Recall
     | History
     | FollowUp
     | HangInterrupt
@@ -159,6 +172,7 @@ Step: TypeAlias = (
     | DuplicateTerminal
     | ReplayTurn
     | Title
+    | Settings
 )
 
 
@@ -183,9 +197,9 @@ class Script:
 
     @property
     def needs_default_reply(self) -> bool:
-        """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`),
-        so the session answers `You said: <text>` after the other steps."""
-        return not any(isinstance(step, Reply | Fail | Spawn) for step in self.steps)
+        """True when no step ends the turn with its own answer (`/reply`, `/fail`, `/spawn`,
+        `/settings`), so the session answers `You said: <text>` after the other steps."""
+        return not any(isinstance(step, Reply | Fail | Spawn | Settings) for step in self.steps)
 
     def all_steps(self) -> tuple[Step, ...]:
         """The steps of this script and of its autonomous section."""

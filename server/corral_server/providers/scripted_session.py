@@ -24,12 +24,14 @@ from corral_server.providers.base import (
     EventSink,
     InterruptResult,
     ProviderEvent,
+    ProviderSettings,
     ProviderTurnCanceled,
     ProviderTurnCompleted,
     ProviderTurnFailed,
     ProviderTurnStarted,
     SessionConfig,
 )
+from corral_server.providers.live import SettingsChange, SettingsRefused
 from corral_server.providers.script_parser import parse_script
 from corral_server.providers.script_steps import Autonomous
 from corral_server.providers.scripted_turn import ScriptedRun, ScriptFailed, Spawner, TurnPlayer
@@ -39,6 +41,8 @@ logger = logging.getLogger(__name__)
 SCRIPTED_FAILURE = "SCRIPTED_FAILURE"
 PROVIDER_ERROR = "PROVIDER_ERROR"
 INTERRUPTED = "interrupted"
+# A session's prompts remembered for `/recall`: the newest this many.
+MAX_REMEMBERED_PROMPTS = 64
 
 _Terminal: TypeAlias = ProviderTurnCompleted | ProviderTurnFailed
 
@@ -55,13 +59,20 @@ class ScriptedSession:
         spawner: Callable[[], Spawner | None] = lambda: None,
         *,
         can_steer: bool = False,
+        live_settings: bool = True,
+        session_id: str = "",
+        memory: list[str] | None = None,
     ) -> None:
         self._config = config
+        self._live_settings = live_settings
+        self._model, self._mode = config.model, config.mode  # a live change moves them
         self._sink = sink
         self._clock = clock
         self._spawner = spawner
         self._can_steer = can_steer
-        self._session_id = f"scripted-{uuid.uuid4().hex}"
+        self._session_id = session_id or f"scripted-{uuid.uuid4().hex}"
+        # The session's prompts so far, shared with the provider (a resume continues it).
+        self._memory = [] if memory is None else memory
         self._run: ScriptedRun | None = None
         self._closed = False
         # Set by close(): a hanging interrupt (`/hang-interrupt`) answers then.
@@ -77,12 +88,17 @@ class ScriptedSession:
         if self._run is not None:
             raise AgentBusy(self._config.agent_id, self._run.turn_id)
         turn_id = f"turn-{uuid.uuid4().hex}"
-        return self._begin(ScriptedRun(turn_id, prompt_text(prompt), tag=turn_id))
+        text = prompt_text(prompt)
+        earlier = tuple(self._memory)
+        self._memory.append(text)
+        del self._memory[:-MAX_REMEMBERED_PROMPTS]
+        return self._begin(ScriptedRun(turn_id, text, tag=turn_id, earlier=earlier))
 
     def _begin(self, run: ScriptedRun) -> str:
         # Reported here rather than from the task, so an interrupt that lands before the task
         # first runs still follows a started event.
         self._emit(ProviderTurnStarted(run.turn_id))
+        run.settings = f"model={self._model} mode={self._mode}"
         run.task = asyncio.create_task(self._run_turn(run), name=f"scripted {run.tag}")
         self._run = run
         return run.turn_id
@@ -117,6 +133,18 @@ class ScriptedSession:
             return False
         run.steered.append(script)
         return True
+
+    async def change_settings(self, change: SettingsChange) -> None:
+        """Recorded at once and reported back (the script plays the same whatever the mode);
+        a variant made with `live_settings = false` refuses, so the refusal is testable."""
+        if not self._live_settings:
+            raise SettingsRefused(
+                f"this scripted provider cannot change the {change.describe()} of a running "
+                "session (it is configured with live_settings = false)"
+            )
+        self._model = self._model if change.model is None else change.model
+        self._mode = self._mode if change.mode is None else change.mode
+        self._emit(ProviderSettings(change.model, change.mode))
 
     async def close(self) -> None:
         self._closed = True

@@ -97,8 +97,12 @@ class ScriptedRun:
     replays: list[str] = field(default_factory=list)
     # The message id of the turn's latest reply, which a `/reply+` continues.
     last_message: str = ""
+    # The session's earlier prompts, oldest first (what a `/recall` replies).
+    earlier: tuple[str, ...] = ()
     # Scripts of prompts steered into the turn (a `can_steer` provider), run after its own.
     steered: list[steps.Script] = field(default_factory=list)
+    # What a `/settings` step replies: the session's model and mode when the turn started.
+    settings: str = ""
     # The permission the turn waits on, by request id: set by its answer; with the follow-up
     # prompt an ALLOW answer asks for ("" for none).
     asking: dict[str, tuple[asyncio.Future[PermissionResponse], str]] = field(default_factory=dict)
@@ -186,12 +190,16 @@ class TurnPlayer:
                 echo_id = f"{run.tag}-user"
                 echo = UserMessage(run.text, message_id=echo_id)
                 self._emit(ProviderItem(run.turn_id, echo, provider_message_id=echo_id))
+            case steps.Recall():
+                return self._stream_reply(run, "\n".join(run.earlier) or "(nothing)", index)
             case steps.Spawn(task=task):
                 await self._spawn(run, task, index)
             case steps.History(count=count):
                 self._replay_history(run, count, index)
             case steps.Title(text=text):
                 self._emit(ProviderTitle(text))
+            case steps.Settings():
+                return self._stream_reply(run, run.settings, index)
             case _:
                 assert_never(step)
         return 0

@@ -10,6 +10,7 @@ import asyncio
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from corral_server.domain.agent import Agent
@@ -193,10 +194,16 @@ def check_revision(revision: int, expected: int) -> None:
         raise ValueError(f"the event log's next revision is {expected}, not {revision}")
 
 
+_REVISION = itemgetter(0)  # a LogEntry's
+
+
 def check_batch(batch: Sequence[LogEntry], expected: int) -> None:
     """`batch` must be numbered `expected`, `expected + 1`, ... (checked before any is kept)."""
-    for offset, entry in enumerate(batch):
-        check_revision(entry.revision, expected + offset)
+    revisions = list(map(_REVISION, batch))  # compared in C: batches of thousands, per commit
+    if revisions == list(range(expected, expected + len(batch))):
+        return
+    for offset, revision in enumerate(revisions):
+        check_revision(revision, expected + offset)
 
 
 def check_read(limit: int, max_bytes: int) -> None:

@@ -13,6 +13,7 @@ from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import Ctx, streaming, unary
 from corral_server.rpc.export import export_agent
+from corral_server.rpc.fork import fork_agent
 from corral_server.rpc.import_file import import_agent_export
 from corral_server.rpc.usage import get_usage
 from corral_server.rpc.workspace_codec import release_to_pb, worktree_request_from_pb
@@ -74,6 +75,12 @@ class AgentService(svc_grpc.AgentServiceServicer):
         self, request: AsyncIterator[svc_pb.ImportAgentExportRequest], context: Ctx
     ) -> svc_pb.ImportAgentExportResponse:
         return await import_agent_export(self._manager, request)
+
+    @unary
+    async def ForkAgent(
+        self, request: svc_pb.ForkAgentRequest, context: Ctx
+    ) -> svc_pb.ForkAgentResponse:
+        return await fork_agent(self._manager, request)
 
     @unary
     async def GetAgent(

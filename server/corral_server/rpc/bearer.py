@@ -36,12 +36,11 @@ from corral_server.rpc.auth import (
     unauthenticated,
 )
 from corral_server.rpc.roles import CALLER_ROLE, denied, permits
+from corral_server.rpc.wrapping import Continuation, Req, Resp
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -182,9 +181,7 @@ class BearerTokens(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
-        ],
+        continuation: Continuation[Req, Resp],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         method: str = handler_call_details.method

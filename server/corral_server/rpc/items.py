@@ -8,6 +8,7 @@ other. Round-trips are pinned by tests.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, assert_never, cast
 
 from google.protobuf import json_format, struct_pb2
@@ -32,15 +33,56 @@ def json_value(value: dt.JsonValue) -> struct_pb2.Value:
     as its JSON text, so one odd tool input cannot make a row unencodable."""
     out = struct_pb2.Value()
     try:
-        # ParseDict accepts any JSON value for a Value message; its stub says dict only.
-        json_format.ParseDict(cast(Any, value), out)
-    except (json_format.ParseError, RecursionError, ValueError, TypeError):
+        _set_value(out, value)
+    except (RecursionError, ValueError, TypeError, OverflowError):
         try:
             text = json.dumps(value)
         except (RecursionError, ValueError, TypeError):
             text = "<JSON value too deep or invalid to encode>"
         out = struct_pb2.Value(string_value=text)
     return out
+
+
+# Objects and arrays nested deeper than this are refused (as json_format.ParseDict does): a
+# deeper Value would pass protobuf's decoding depth limit inside an event.
+MAX_JSON_DEPTH = 49
+
+
+def _set_value(out: struct_pb2.Value, value: dt.JsonValue) -> None:
+    # What json_format.ParseDict does for a Value, through the well-known types' own
+    # setters (Struct.update, ListValue.extend): about 3x faster on a tool's input.
+    if isinstance(value, dict):
+        _check_depth(value, MAX_JSON_DEPTH)
+        out.struct_value.SetInParent()  # an empty object is still an object
+        out.struct_value.update(value)
+    elif isinstance(value, (list, tuple)):
+        _check_depth(value, MAX_JSON_DEPTH)
+        out.list_value.SetInParent()
+        # The setter takes lists and dicts at any depth; its stub says Struct and ListValue.
+        out.list_value.extend(cast(Any, value))
+    elif value is None:
+        out.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):  # before int: a bool is an int too
+        out.bool_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, (int, float)):
+        out.number_value = value
+    else:
+        raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _check_depth(value: dt.JsonValue, room: int) -> None:
+    if isinstance(value, dict):
+        children: Iterable[dt.JsonValue] = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    else:
+        return
+    if room == 0:
+        raise ValueError("JSON nested too deep")
+    for child in children:
+        _check_depth(child, room - 1)
 
 
 def json_from_value(value: struct_pb2.Value) -> dt.JsonValue:

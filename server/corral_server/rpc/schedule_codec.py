@@ -7,12 +7,11 @@ from corral.v1 import schedule_pb2 as sched_pb
 from corral.v1 import schedule_service_pb2 as sched_svc_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server import errors
-from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
+from corral_server.domain.schedules import Schedule, ScheduleOutcome, ScheduleRun, Timing
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import IfRunning
 from corral_server.rpc.items import timestamp
 from corral_server.rpc.workspace_codec import worktree_request_from_pb
-from corral_server.schedules.model import Schedule, Timing
 from corral_server.schedules.validate import ScheduleRequest
 
 # IF_RUNNING_<NAME> for each IfRunning; unset is REJECT, as SendPrompt takes it.

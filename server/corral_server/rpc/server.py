@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,13 @@ from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral.v1 import workspace_service_pb2 as ws_pb
 from corral.v1 import workspace_service_pb2_grpc as ws_grpc
-from corral_server.listen import socket_dir_problem, socket_in_use
+from corral_server.listen import (
+    make_socket_private,
+    remove_socket,
+    socket_dir_problem,
+    socket_in_use,
+    unix_path,
+)
 from corral_server.reclaim import Reclaimer
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
@@ -153,3 +160,34 @@ def bind(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentia
     if port == 0:
         raise OSError(f"cannot listen on {listen}: address in use or invalid")
     return port
+
+
+@dataclass
+class Listening:
+    """A server bound to its `--listen` address and serving. With unix:PATH, `socket` is the
+    socket's path and inode (removed at the stop if it is still ours) and `warning` what its
+    directory's check had to say ("" for nothing)."""
+
+    server: grpc.aio.Server
+    port: int
+    socket: tuple[Path, int] | None = None
+    warning: str = ""
+
+    async def stop(self, grace_s: float | None = 0) -> None:
+        await self.server.stop(grace_s)
+        if self.socket is not None:  # a daemon that takes over binds its own
+            remove_socket(*self.socket)
+
+
+async def listen_on(
+    server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None
+) -> Listening:
+    """Check a unix socket's path (`check_socket`), bind `server` (`bind`) and start it.
+    OSError (one line) when it cannot listen there."""
+    socket_path = unix_path(listen)
+    warning = "" if socket_path is None else await check_socket(listen, socket_path)
+    port = bind(server, listen, credentials)
+    # Bound, not yet accepting: the socket is 0600 before anyone can connect.
+    socket = None if socket_path is None else (socket_path, make_socket_private(socket_path))
+    await server.start()
+    return Listening(server, port, socket, warning)

@@ -8,29 +8,24 @@ touches the state directory; the real daemon replaces it once the lock is free.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral_server import errors
-from corral_server.listen import make_socket_private, remove_socket, unix_path
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.bearer import BearerTokens
 from corral_server.rpc.errors import install_client_gone, to_status
-from corral_server.rpc.server import bind, check_socket, enable_reflection
+from corral_server.rpc.server import Listening, enable_reflection, listen_on
 from corral_server.rpc.server_service import SERVICE_NAME, ServerService
+from corral_server.rpc.wrapping import Continuation, Req, Resp
 from corral_server.server_info import ServerInfo
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # What a standby answers; reflection's v1 and v1alpha services share the prefix.
 ANSWERED_PREFIXES = (HEALTH_PREFIX, "/grpc.reflection.", f"/{SERVICE_NAME}/")
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
 
 
 def _identity(data: bytes) -> bytes:
@@ -46,9 +41,7 @@ async def _refuse(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -
 class _RefuseAgentCalls(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
-        ],
+        continuation: Continuation[Req, Resp],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         if details.method.startswith(ANSWERED_PREFIXES):
@@ -60,18 +53,6 @@ class _RefuseAgentCalls(grpc.aio.ServerInterceptor):
         return refusal
 
 
-@dataclass
-class StandbyServer:
-    server: grpc.aio.Server
-    port: int
-    socket: tuple[Path, int] | None  # with unix:PATH, the socket's path and inode
-
-    async def stop(self) -> None:
-        await self.server.stop(0)
-        if self.socket is not None:  # the daemon that takes over binds its own
-            remove_socket(*self.socket)
-
-
 async def start_standby_server(
     listen: str,
     services: tuple[str, ...],
@@ -80,13 +61,11 @@ async def start_standby_server(
     info: ServerInfo,
     tokens: TokenFile | None = None,
     reflection: bool = False,
-) -> StandbyServer:
+) -> Listening:
     """The waiting server, bound and serving. `info` is what GetServerInfo answers (state
     STANDBY); `services` are the daemon's, for health and reflection. OSError (one line)
-    when it cannot listen."""
-    socket_path = unix_path(listen)
-    if socket_path is not None:  # the directory's warning is the daemon's, once it serves
-        await check_socket(listen, socket_path)
+    when it cannot listen. The socket directory's warning is left to the daemon, once it
+    serves."""
     install_client_gone()
     auth = [BearerTokens(tokens)] if tokens is not None else []
     server = grpc.aio.server(interceptors=[*auth, _RefuseAgentCalls()])
@@ -95,10 +74,7 @@ async def start_standby_server(
     server_grpc.add_ServerServiceServicer_to_server(ServerService(lambda: info), server)
     if reflection:
         enable_reflection(server, services)
-    port = bind(server, listen, credentials)
-    # Bound, not yet accepting: 0600 before anyone can connect, like the serving socket.
-    socket = None if socket_path is None else (socket_path, make_socket_private(socket_path))
-    await server.start()
+    waiting = await listen_on(server, listen, credentials)
     for name in ("", *services):
         await servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    return StandbyServer(server, port, socket)
+    return waiting

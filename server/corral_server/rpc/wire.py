@@ -10,8 +10,11 @@ Items other than assistant and reasoning text are serialized by protobuf and emb
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from corral_server.domain.timeline import AssistantMessage, Reasoning, TimelineItem, TimelineRow
 from corral_server.rpc.items import item_to_pb
+from corral_server.timeline.store import NewRow
 from corral_server.varint import SMALL_VARINTS as _SMALL
 from corral_server.varint import encode_varint as _varint_slow
 
@@ -105,3 +108,63 @@ def row_appended_event(revision: int, agent_id: str, epoch: str, row: TimelineRo
     appended = _appended_prefix(agent_id, epoch) + _len_field(b"\x1a", row_bytes(row))
     head = b"\x08" + varint(revision) if revision else b""
     return head + _len_field(b"\x22", appended)
+
+
+def row_appended_batch(
+    agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+) -> tuple[list[bytes], list[bytes]]:
+    """Each row's RowAppended event without its revision (`row_appended_event(0, ...)` of the
+    row numbered `first_seq + i`, first_seq >= 1) and each row's item (`item_bytes`), encoding
+    every item once for both: the hub streams the first, the store keeps the second (the same
+    bytes, inside the first).
+
+    One loop with the fields written inline and joined once per level: this is the durable
+    writer's largest per-row cost, and a call per field cost more than the bytes."""
+    prefix = _appended_prefix(agent_id, epoch)
+    prefix_size = len(prefix) + 1  # and the row's tag
+    small, join = _SMALL, b"".join
+    bodies: list[bytes] = []
+    items: list[bytes] = []
+    keep_body, keep_item = bodies.append, items.append
+    # The rows of a turn share their turn id, and a burst's rows their millisecond.
+    last_turn, turn_field = "", b""
+    last_timestamp, timestamp_field = -1, b""
+    seq = first_seq
+    for item, timestamp_ms, turn_id, provider_message_id, _ in rows:
+        encoded = b""
+        if type(item) is AssistantMessage and item.text and item.message_id:
+            text, message_id = item.text.encode(), item.message_id.encode()
+            n, m = len(text), len(message_id)
+            if n < 16384 and m < 16384:
+                inner = join((b"\x0a", small[n], text, b"\x12", small[m], message_id))
+                n = len(inner)
+                encoded = b"\x12" + (small[n] if n < 16384 else varint(n)) + inner
+        if not encoded:
+            encoded = item_bytes(item)
+        keep_item(encoded)
+        if turn_id != last_turn:
+            last_turn, turn_field = turn_id, _str_field(b"\x1a", turn_id)
+        if timestamp_ms != last_timestamp:
+            last_timestamp, timestamp_field = timestamp_ms, _timestamp_field(timestamp_ms)
+        n, pm = len(encoded), provider_message_id.encode()
+        m = len(pm)
+        row = join(
+            (
+                b"\x08",
+                small[seq] if seq < 16384 else varint(seq),
+                timestamp_field,
+                turn_field,
+                b"\x22",
+                small[n] if n < 16384 else varint(n),
+                encoded,
+                b"\x2a" + (small[m] if m < 16384 else varint(m)) + pm if m else b"",
+            )
+        )
+        n = len(row)
+        row_head = small[n] if n < 16384 else varint(n)
+        n += prefix_size + len(row_head)
+        keep_body(
+            join((b"\x22", small[n] if n < 16384 else varint(n), prefix, b"\x1a", row_head, row))
+        )
+        seq += 1
+    return bodies, items

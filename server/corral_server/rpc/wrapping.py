@@ -8,7 +8,7 @@ Must not: wrap health or reflection (they are not corral.v1's), or hold per-call
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -17,6 +17,11 @@ PREFIX = "/corral.v1."
 # intercept_service is generic in the request and response types of the handler it passes on.
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
+# What an interceptor hands a call on to: grpc's next step, which finds the method's handler
+# (a string: grpc's handler type is generic only to the type checker).
+Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]]"
+)
 
 
 class HandlerWrapper(grpc.aio.ServerInterceptor):
@@ -31,9 +36,7 @@ class HandlerWrapper(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Req, Resp] | None]
-        ],
+        continuation: Continuation[Req, Resp],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Req, Resp] | None:
         method: str = handler_call_details.method

@@ -28,10 +28,9 @@ from corral_server.clock import Clock, TimerHandle
 from corral_server.domain.agent import Agent
 from corral_server.domain.content import Prompt, TextPart
 from corral_server.domain.events import Event, ScheduleFired
-from corral_server.domain.schedules import ScheduleOutcome, ScheduleRun
+from corral_server.domain.schedules import Schedule, ScheduleId, ScheduleOutcome, ScheduleRun
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import Disposition, IfRunning, StartedTurn
-from corral_server.schedules.model import Schedule, ScheduleId
 from corral_server.schedules.store import InMemorySchedules, ScheduleStore
 from corral_server.schedules.timing import firings_between, next_after
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from corral_server import errors
-from corral_server.schedules.model import Timing
+from corral_server.domain.schedules import Timing
 
 MIN_INTERVAL_MS = 10_000
 MAX_INTERVAL_MS = 366 * 86_400_000

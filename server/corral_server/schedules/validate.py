@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral_server import errors
+from corral_server.domain.schedules import Schedule, ScheduleId, Timing
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import IfRunning
 from corral_server.manager.validate import check_cwd, check_labels, check_title
-from corral_server.schedules.model import Schedule, ScheduleId, Timing
 from corral_server.schedules.timing import check_timing, next_after
 
 MAX_PROMPT_BYTES = 65_536

@@ -31,6 +31,7 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
+from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from corral_server.records.memory import (
@@ -41,15 +42,17 @@ from corral_server.records.memory import (
     new_incarnation,
 )
 from corral_server.records.store import LogEntry, LogSpan
-from corral_server.store.commits import GroupCommit, Job, settle_all
+from corral_server.store.commits import settle_all
 from corral_server.store.database import Database
 from corral_server.store.log_spans import read_spans
 from corral_server.store.meta import EVENT_LOG_INCARNATION
+from corral_server.store.pending import PendingWrites
 
 if TYPE_CHECKING:
     from corral_server.records.store import EventLog
 
 EVENT_LOG_BYTES = "event_log_bytes"
+_EVENT = itemgetter(2)  # a LogEntry's event
 
 
 class _Retained(NamedTuple):
@@ -77,9 +80,7 @@ class SqliteEventLog:
         self._committed = retained
         self._limits = limits
         self._next = retained.head + 1
-        self._pending: list[LogEntry] = []
-        self._futures: list[asyncio.Future[None]] = []
-        self._commits = GroupCommit(database, self._take)
+        self._writes = PendingWrites(database, self._job, self._settle)
 
     @classmethod
     async def open(
@@ -117,36 +118,23 @@ class SqliteEventLog:
 
     def append_many(self, entries: Sequence[LogEntry]) -> asyncio.Future[None]:
         check_batch(entries, self._next)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not entries:
-            future.set_result(None)
-            return future
-        self._pending.extend(entries)
-        self._futures.append(future)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
         self._next = entries[-1].revision + 1
-        self._commits.wake()
-        return future
+        return self._writes.add(entries)
 
-    def _take(self) -> Job | None:
-        if not self._pending:
-            return None
-        entries, self._pending = self._pending, []
-        futures, self._futures = self._futures, []
-        return Job(
-            partial(_append, entries, self._committed, self._limits),
-            partial(self._settle, futures, True),
-            partial(self._settle, futures, False),
-        )
+    def _job(self, entries: list[LogEntry]) -> Callable[[sqlite3.Connection], _Retained]:
+        return partial(_append, entries, self._committed, self._limits)
 
-    def _settle(self, futures: list[asyncio.Future[None]], ok: bool, outcome: object) -> None:
+    def _settle(self, entries: list[LogEntry], ok: bool, outcome: object) -> None:
         if ok:
             assert isinstance(outcome, _Retained)
             self._committed = outcome
         else:  # the appends queued behind were numbered after the failed ones: they fail too
-            futures = futures + self._futures
-            self._pending, self._futures = [], []
+            settle_all(self._writes.drop_queued(), ok, outcome)
             self._next = self._committed.head + 1
-        settle_all(futures, ok, outcome)
 
     async def read(self, after_revision: int, limit: int, max_bytes: int) -> list[LogEntry]:
         check_read(limit, max_bytes)
@@ -197,7 +185,7 @@ def _append(
     size. Returns what the log retains once this commits."""
     conn.executemany("INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)", entries)
     head = entries[-1].revision
-    size = before.bytes + sum(len(entry.event) for entry in entries)
+    size = before.bytes + sum(map(len, map(_EVENT, entries)))  # in C: the GIL is shared
     keep_from = before.earliest  # the oldest revision kept
     by_count = before.earliest if limits.events is None else head - limits.events + 1
     if by_count > keep_from or (limits.bytes is not None and size > limits.bytes):

@@ -4,8 +4,9 @@
 Both keep nothing in memory but what is not committed yet and, for finished turns, the last
 few turn ids of each agent (`recent_per_agent`): a late provider event almost always concerns
 the turn that just ended, so `contains` answers it without a read; any other id is one point
-query of the primary key. Writes wait on the loop and go to the database as one job per
-commit (store/commits.py); reads see the caller's own writes before they commit.
+query of the primary key. Writes wait on the loop (store/pending.py) and go to the database
+as one job per commit (store/commits.py); reads see the caller's own writes before they
+commit.
 
 A failed commit fails the futures of its writes and keeps nothing of them, except that a
 finished turn id stays in the recent cache: dropping a late event of a turn that did end is
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
-from corral_server.store.commits import GroupCommit, Job, settle_all
 from corral_server.store.database import Database
+from corral_server.store.pending import PendingWrites
 
 if TYPE_CHECKING:
     from corral_server.records.store import CreateRequests, FinishedTurns
@@ -49,42 +51,23 @@ class _Request(NamedTuple):
 class SqliteCreateRequests:
     def __init__(self, database: Database) -> None:
         self._db = database
-        # Not yet committed: queued (`_pending`) and in the writer (`_in_flight`).
-        self._pending: dict[str, _Request] = {}
-        self._in_flight: dict[str, _Request] = {}
-        self._futures: list[asyncio.Future[None]] = []
-        self._commits = GroupCommit(database, self._take)
+        # Not yet committed: queued and in the writer. Once settled, committed or failed
+        # (not stored: a retry finds nothing), the database answers.
+        self._writes: PendingWrites[_Request] = PendingWrites(
+            database, lambda rows: partial(_remember, rows)
+        )
 
     def remember(
         self, request_id: str, fingerprint: bytes, agent_id: str, created_ms: int
     ) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = _Request(request_id, agent_id, fingerprint, created_ms)
-        self._futures.append(future)
-        self._commits.wake()
-        return future
+        return self._writes.add((_Request(request_id, agent_id, fingerprint, created_ms),))
 
     async def find(self, request_id: str) -> tuple[bytes, str] | None:
-        known = self._pending.get(request_id) or self._in_flight.get(request_id)
-        if known is not None:
-            return known.fingerprint, known.agent_id
+        # The latest write of the id wins, as its upsert does.
+        for known in (*reversed(self._writes.items), *reversed(self._writes.in_flight)):
+            if known.request_id == request_id:
+                return known.fingerprint, known.agent_id
         return await self._db.read(partial(_find, request_id))
-
-    def _take(self) -> Job | None:
-        if not self._pending:
-            return None
-        self._in_flight, self._pending = self._pending, {}
-        futures, self._futures = self._futures, []
-        rows = list(self._in_flight.values())
-        return Job(
-            partial(_remember, rows),
-            partial(self._settle, futures, True),
-            partial(self._settle, futures, False),
-        )
-
-    def _settle(self, futures: list[asyncio.Future[None]], ok: bool, outcome: object) -> None:
-        self._in_flight = {}  # committed, or failed: not stored, a retry finds nothing
-        settle_all(futures, ok, outcome)
 
 
 def _remember(rows: list[_Request], conn: sqlite3.Connection) -> None:
@@ -117,15 +100,12 @@ class SqliteFinishedTurns:
         self._recent_per_agent = recent_per_agent
         # Per agent, its last turn ids added (a dict as an ordered set, oldest first),
         # committed or not. Invariant: every id added and not committed is here or in
-        # `_pending` / `_in_flight`.
+        # the queue (`_writes`).
         self._recent: dict[str, dict[str, None]] = {}
-        self._pending: list[_TurnOp] = []
-        self._in_flight: list[_TurnOp] = []
-        self._futures: list[asyncio.Future[None]] = []
+        self._writes = PendingWrites(database, _write_job, self._settle)
         # Agents with a drop not committed yet -> how many: the database still holds their
         # old turns, so `contains` must not read it for them.
         self._dropping: dict[str, int] = {}
-        self._commits = GroupCommit(database, self._take)
 
     def add(self, agent_id: str, turn_id: str) -> asyncio.Future[None]:
         recent = self._recent.setdefault(agent_id, {})
@@ -144,35 +124,17 @@ class SqliteFinishedTurns:
         if recent is not None and turn_id in recent:
             return True
         op = _TurnOp(agent_id, turn_id)
+        waiting = self._writes.in_flight + self._writes.items
         if agent_id in self._dropping:  # only writes after the drop count: all in memory
-            return _added_since_drop(self._in_flight + self._pending, op)
-        if op in self._pending or op in self._in_flight:
+            return _added_since_drop(waiting, op)
+        if op in waiting:
             return True
         return await self._db.read(partial(_contains, op))
 
     def _queue(self, op: _TurnOp) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(op)
-        self._futures.append(future)
-        self._commits.wake()
-        return future
+        return self._writes.add((op,))
 
-    def _take(self) -> Job | None:
-        if not self._pending:
-            return None
-        self._in_flight, self._pending = self._pending, []
-        futures, self._futures = self._futures, []
-        ops = self._in_flight
-        return Job(
-            partial(_write_turns, ops),
-            partial(self._settle, ops, futures, True),
-            partial(self._settle, ops, futures, False),
-        )
-
-    def _settle(
-        self, ops: list[_TurnOp], futures: list[asyncio.Future[None]], ok: bool, outcome: object
-    ) -> None:
-        self._in_flight = []
+    def _settle(self, ops: list[_TurnOp], ok: bool, outcome: object) -> None:
         for op in ops:
             if op.turn_id is None:
                 left = self._dropping[op.agent_id] - 1
@@ -180,7 +142,6 @@ class SqliteFinishedTurns:
                     self._dropping[op.agent_id] = left
                 else:
                     del self._dropping[op.agent_id]
-        settle_all(futures, ok, outcome)
 
 
 def _added_since_drop(ops: list[_TurnOp], wanted: _TurnOp) -> bool:
@@ -193,6 +154,10 @@ def _added_since_drop(ops: list[_TurnOp], wanted: _TurnOp) -> bool:
         elif op == wanted:
             found = True
     return found
+
+
+def _write_job(ops: list[_TurnOp]) -> Callable[[sqlite3.Connection], None]:
+    return partial(_write_turns, ops)
 
 
 def _write_turns(ops: list[_TurnOp], conn: sqlite3.Connection) -> None:

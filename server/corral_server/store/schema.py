@@ -54,9 +54,9 @@ run's JSON record is rewritten as a corral.storage.v1.SubagentRun, and `meta` na
 the numbers of the API messages they were written as. A run whose JSON does not read is left as
 it is, for start-up to report as a bad record.
 
-Version 7 adds `schedules`: schedule_id -> the schedule's record (JSON, schedules/store.py,
-opaque here: its timing, target, prompt, next firing and last run) and when it was created,
-so start-up restores schedules in creation order.
+Version 7 adds `schedules`: schedule_id -> the schedule's record (its timing, target, prompt,
+next firing and last run; JSON text until version 10) and when it was created, so start-up
+restores schedules in creation order.
 
 Version 8 adds `tool_outputs`: a tool call's output too big to keep in its row (over 256 KiB;
 manager/tool_output.py), stored once, keyed by the blob id the row's item names
@@ -69,6 +69,11 @@ Version 9 adds `turn_usage`: one row per completed turn that reported usage (tok
 the agent's provider and model, when it ended), so usage adds up by agent, provider, model and
 day (store/usage.py). A database from before v9 starts it empty: turns completed before the
 upgrade are not in it (their agents' `usage_total` starts from zero too).
+
+Version 10 stores schedules in the storage format: every schedule's JSON text is rewritten as a
+corral.storage.v1.Schedule, in a `schedules` table rebuilt with `record` a BLOB. Re-runnable: a
+record already rewritten is kept as it is, and so is one whose JSON does not read (start-up
+refuses it, as it refused it before).
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral_server.store.errors import SchemaTooNew, StoreUnavailable, why
-from corral_server.store.format import run_json, runs
+from corral_server.store.format import run_json, runs, schedule_json, schedules
 
 _V1 = """
 CREATE TABLE meta (
@@ -214,6 +219,37 @@ CREATE TABLE IF NOT EXISTS turn_usage (
 CREATE INDEX IF NOT EXISTS turn_usage_by_end ON turn_usage (ended_ms);
 """
 
+_V10_SCHEDULES_TABLE = """
+CREATE TABLE schedules_v10 (
+    schedule_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+def _v10_schedules_in_storage_format(conn: sqlite3.Connection) -> None:
+    rows = [
+        (schedule_id, _v10_schedule_record(record), created_ms)
+        for schedule_id, record, created_ms in conn.execute(
+            "SELECT schedule_id, record, created_ms FROM schedules"
+        )
+    ]
+    conn.execute(_V10_SCHEDULES_TABLE)
+    conn.executemany("INSERT INTO schedules_v10 VALUES (?, ?, ?)", rows)
+    conn.execute("DROP TABLE schedules")
+    conn.execute("ALTER TABLE schedules_v10 RENAME TO schedules")
+
+
+def _v10_schedule_record(record: str | bytes) -> str | bytes:
+    if not isinstance(record, str):
+        return record  # rewritten already
+    try:
+        return schedules.encode_schedule(schedule_json.decode_json_schedule(record))
+    except Exception:  # kept as it is: the loader refuses it
+        return record
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -224,6 +260,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V7_SCHEDULES,
     _V8_TOOL_OUTPUTS,
     _V9_TURN_USAGE,
+    _v10_schedules_in_storage_format,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

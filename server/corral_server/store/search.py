@@ -14,12 +14,13 @@ alongside the live writes), until none is left, then deletes the key. Rows appen
 are indexed at append; the backfill skips rows already in the index.
 
 The index is opt-in (`corral serve --search-index`): indexing in the rows' transaction costs
-about half the durable write throughput. A store opened with it off indexes nothing and moves
-the cursor back to before the first row it may append (`mark_unindexed`), so the next start
-with the index on backfills what was written meanwhile.
+about a quarter of the durable write throughput (BENCHMARKS.md). A store opened with it off
+indexes nothing and moves the cursor back to before the first row it may append
+(`mark_unindexed`), so the next start with the index on backfills what was written meanwhile.
 
-Searches run in the reader thread, ranked by bm25, with a snippet whose matches are marked
-with MARK_OPEN / MARK_CLOSE. Must not: import protobuf or grpc, or run SQLite on the loop.
+Searches run in the reader thread, ranked by bm25 a window of matches at a time (newest
+first: docs/design.md#search), each hit with a snippet (store/search_snippets.py). Must not:
+import protobuf or grpc, or run SQLite on the loop.
 """
 
 from __future__ import annotations
@@ -31,20 +32,17 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from corral_server.domain.timeline import Cursor, TimelineItem, TimelineRow
 from corral_server.errors import InvalidArgument
 from corral_server.store.database import Database
-from corral_server.store.search_text import kind_of, text_of
+from corral_server.store.search_snippets import Snippets, clip
+from corral_server.store.search_text import ITEM_KINDS, kind_of, text_of
 
 log = logging.getLogger(__name__)
 
-MARK_OPEN = "\u00ab"  # «
-MARK_CLOSE = "\u00bb"  # »
-ELLIPSIS = "\u2026"
-SNIPPET_TOKENS = 16
-MAX_SNIPPET_CHARS = 320
 BACKFILL_KEY = "search_backfill"
 BACKFILL_BATCH = 2000
 
@@ -82,16 +80,19 @@ def entries(timeline_id: int, rows: Sequence[TimelineRow]) -> list[tuple[Any, ..
     """The index rows of freshly appended `rows` (those with no text have none)."""
     base = timeline_id * _SPAN
     out: list[tuple[Any, ...]] = []
+    append = out.append
     for row in rows:
         item = row.item
-        text = text_of(item)
-        if text:
-            out.append((base + row.seq, text, kind_of(item), row.timestamp_ms))
+        if text := text_of(item):
+            append((base + row.seq, text, ITEM_KINDS[type(item)], row.timestamp_ms))
     return out
 
 
 def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """One commit's entries, in one statement, in rowid order: FTS5 writes its pending terms
+    out as a new segment whenever a rowid is lower than the one before it."""
     if rows:
+        rows.sort(key=itemgetter(0))
         conn.executemany(_INSERT, rows)
 
 
@@ -133,13 +134,13 @@ def _parse_cursor(text: str) -> tuple[int, int]:
 
 # Ranking reads only the index (the rowid, bm25 and, to scope by agent, the timelines
 # table): the content columns and the snippet cost a content read per row, so they are read for
-# the page's hits alone, each by its rowid.
-_RANK = "SELECT x.rowid, bm25(timeline_text) FROM timeline_text AS x"
+# the page's hits alone, each by its rowid. bm25 costs a few microseconds per match, so a word in
+# 1% of a million rows would cost ~50 ms to rank whole: ranking takes the matches WINDOW at a
+# time, newest (highest rowid) first, and ranks within each window (docs/design.md#search).
+WINDOW = 1000
+_RANK = "SELECT x.rowid AS r, bm25(timeline_text) AS s FROM timeline_text AS x"
 _SCOPED = " JOIN timelines AS t ON t.timeline_id = (x.rowid >> 32)"
-_HIT = (
-    "SELECT x.kind, x.timestamp_ms, snippet(timeline_text, 0, ?, ?, ?, ?)"
-    " FROM timeline_text AS x WHERE timeline_text MATCH ? AND x.rowid = ?"
-)
+_CONTENT = "SELECT text, kind, timestamp_ms FROM timeline_text WHERE rowid = ?"
 _TIMELINE = "SELECT agent_id, epoch FROM timelines WHERE timeline_id = ?"
 
 # The messages SQLite gives a query it cannot parse (the rest are the store's failures).
@@ -151,13 +152,14 @@ _QUERY_ERRORS = (
 )
 
 
-def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchHit], bool]:
+def search(
+    request: SearchQuery, snippets: Snippets, conn: sqlite3.Connection
+) -> tuple[list[SearchHit], bool]:
     """The hits of one page (ranked) and whether more follow, from one snapshot."""
-    sql, args = _ranking(request)
     conn.execute("BEGIN")
     try:
         try:
-            ranked = conn.execute(sql, args).fetchall()
+            ranked = _ranked(conn, request)
         except sqlite3.OperationalError as exc:
             text = str(exc)
             if text.startswith(_QUERY_ERRORS):
@@ -165,13 +167,28 @@ def search(request: SearchQuery, conn: sqlite3.Connection) -> tuple[list[SearchH
                     "query", f"not a valid search query ({text}); see docs/api.md for the syntax"
                 ) from None
             raise
-        hits = [_hit(conn, request.query, rowid, score) for rowid, score in ranked[: request.limit]]
+        hits = _hits(conn, snippets, request.query, ranked[: request.limit])
     finally:
         conn.execute("COMMIT")
     return hits, len(ranked) > request.limit
 
 
+def _ranked(conn: sqlite3.Connection, request: SearchQuery) -> list[tuple[int, float]]:
+    """(rowid, score) of hits offset .. offset + limit (one more: are there more?). A page
+    that runs past its window's end continues at the start of the next window."""
+    want = request.limit + 1
+    window, skip = divmod(request.offset, WINDOW)
+    sql, args = _ranking(request)
+    ranked = conn.execute(sql, [*args, window * WINDOW, want, skip]).fetchall()
+    if len(ranked) < want and skip + len(ranked) == WINDOW:
+        more = conn.execute(sql, [*args, (window + 1) * WINDOW, want - len(ranked), 0])
+        ranked += more.fetchall()
+    return ranked
+
+
 def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
+    """One window's ranking: its parameters end with the window's start (in matches, newest
+    first), then the LIMIT and OFFSET within it."""
     # Unscoped, no join: a dropped timeline's entries went in the transaction that dropped it.
     sql = [_RANK]
     args: list[Any] = []
@@ -191,24 +208,24 @@ def _ranking(request: SearchQuery) -> tuple[str, list[Any]]:
     if request.end_ms is not None:
         sql.append(" AND x.timestamp_ms < ?")
         args.append(request.end_ms)
-    sql.append(" ORDER BY bm25(timeline_text), x.rowid LIMIT ? OFFSET ?")
-    args += [request.limit + 1, request.offset]
-    return "".join(sql), args
+    sql.append(f" ORDER BY x.rowid DESC LIMIT {WINDOW} OFFSET ?")
+    return f"SELECT r, s FROM ({''.join(sql)}) ORDER BY s, r LIMIT ? OFFSET ?", args
 
 
-def _hit(conn: sqlite3.Connection, query: str, rowid: int, score: float) -> SearchHit:
-    marks = (MARK_OPEN, MARK_CLOSE, ELLIPSIS, SNIPPET_TOKENS)
-    kind, timestamp_ms, snippet = conn.execute(_HIT, (*marks, query, rowid)).fetchone()
-    agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
-    return SearchHit(
-        agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, _clip(snippet), score
-    )
-
-
-def _clip(snippet: str) -> str:
-    if len(snippet) <= MAX_SNIPPET_CHARS:
-        return snippet
-    return snippet[: MAX_SNIPPET_CHARS - 1] + ELLIPSIS
+def _hits(
+    conn: sqlite3.Connection, snippets: Snippets, query: str, ranked: list[tuple[int, float]]
+) -> list[SearchHit]:
+    """The page's hits in `ranked` order, their content read by rowid."""
+    rows = [(rowid, *conn.execute(_CONTENT, (rowid,)).fetchone()) for rowid, _ in ranked]
+    marked = snippets.of(query, rows)
+    hits = []
+    for (rowid, score), (_, text, kind, timestamp_ms) in zip(ranked, rows, strict=True):
+        agent_id, epoch = conn.execute(_TIMELINE, (rowid // _SPAN,)).fetchone()
+        snippet = clip(marked.get(rowid) or text)
+        hits.append(
+            SearchHit(agent_id, Cursor(epoch, rowid % _SPAN), kind, timestamp_ms, snippet, score)
+        )
+    return hits
 
 
 # --- indexing a state directory from before v5 ----------------------------------------------
@@ -330,6 +347,11 @@ class SearchIndex:
         self._db = database
         self.backfill = backfill
         self.enabled = enabled  # off: nothing is indexed, and searching is refused
+        self._snippets = Snippets()
+        database.on_close(self._close)
+
+    async def _close(self) -> None:
+        await self._db.read(self._snippets.close)
 
     @property
     def indexing(self) -> bool:
@@ -337,4 +359,4 @@ class SearchIndex:
         return self.backfill.running
 
     async def search(self, request: SearchQuery) -> tuple[list[SearchHit], bool]:
-        return await self._db.read(partial(search, request))
+        return await self._db.read(partial(search, request, self._snippets))

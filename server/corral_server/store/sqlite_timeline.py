@@ -16,8 +16,9 @@ after the failed ones), and `_reserved` returns to `_committed`: no gap, no half
 
 Reads run in the database's reader thread, the head and the rows from one snapshot, so a page
 never mixes epochs nor misses rows that retention dropped meanwhile. Items are encoded on the
-loop (a codec error fails the call, not the commit) and decoded in the reader thread. The
-threads' halves are store/timeline_tables.py's.
+loop (a codec error fails the call, not the commit), or arrive encoded from the single writer
+(`append_encoded`: the bytes it encoded once for the row's event too), and are decoded in the
+reader thread. The threads' halves are store/timeline_tables.py's.
 
 Must not: import protobuf or grpc (the codec is injected), or run SQLite on the loop.
 """
@@ -27,6 +28,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from functools import partial
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Unpack
 
 from corral_server.domain.timeline import (
@@ -119,28 +122,60 @@ class SqliteTimelineStore:
     def append_nowait(
         self, agent_id: str, rows: Sequence[NewRow]
     ) -> asyncio.Future[list[TimelineRow]]:
+        future: asyncio.Future[list[TimelineRow]] = self._append(agent_id, rows, None, True)
+        return future
+
+    def append_encoded(
+        self, agent_id: str, rows: Sequence[NewRow], items: Sequence[bytes] | None
+    ) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self._append(agent_id, rows, items, False)
+        return future
+
+    def _append(
+        self,
+        agent_id: str,
+        rows: Sequence[NewRow],
+        items: Sequence[bytes] | None,
+        rows_back: bool,
+    ) -> asyncio.Future[Any]:
+        """Queue `rows` (`items`: their encoded items, or None to encode them here). The
+        writer's hot path: the rows' parameters are built by C iterators, and row objects
+        only when the caller wants them back or the search index reads them."""
         before = self._reserved_head(agent_id)
         if not rows:
-            return _done([])
-        encode = self._codec.encode
-        seq, tid = before.next_seq, before.timeline_id
-        stored: list[TimelineRow] = []
-        tuples: list[tuple[Any, ...]] = []
-        outputs: list[OutputWrite] = []
-        for row in rows:  # one pass: this is the writer's hot path
-            item, timestamp_ms, turn_id, provider_message_id, output = row
-            blob = encode(item)  # a codec error fails this call, before anything is queued
-            stored.append(TimelineRow(seq, timestamp_ms, item, turn_id, provider_message_id))
-            tuples.append((tid, seq, timestamp_ms, turn_id, provider_message_id, blob))
-            if type(item) is ToolCall and item.output_ref is not None:
-                ref = item.output_ref
-                outputs.append(OutputWrite(ref.blob_id, tid, seq, ref.json, output))
-            seq += 1
+            return _done([] if rows_back else None)
+        if items is None:
+            encode = self._codec.encode
+            items = [encode(row[0]) for row in rows]  # a codec error fails this call
+        elif len(items) != len(rows):
+            raise ValueError(f"{len(items)} encoded items for {len(rows)} rows")
+        seq, tid, count = before.next_seq, before.timeline_id, len(rows)
+        tuples = list(
+            zip(
+                repeat(tid, count),
+                range(seq, seq + count),
+                map(_TIMESTAMP, rows),
+                map(_TURN_ID, rows),
+                map(_PROVIDER_MESSAGE_ID, rows),
+                items,
+                strict=False,
+            )
+        )
+        outputs = _outputs(tid, seq, rows) if ToolCall in set(map(type, map(_ITEM, rows))) else []
+        stored: list[TimelineRow] | None = None
+        if rows_back or self._search_index:
+            stored = [
+                TimelineRow(seq + i, timestamp_ms, item, turn_id, provider_message_id)
+                for i, (item, timestamp_ms, turn_id, provider_message_id, _) in enumerate(rows)
+            ]
         first = before.first
         if self._retain_rows is not None:
-            first = max(first, seq - self._retain_rows)
-        after = Head(tid, before.epoch, seq, first)
-        return self._queue(Kind.APPEND, agent_id, before, after, (tuples, outputs), stored)
+            first = max(first, seq + count - self._retain_rows)
+        after = Head(tid, before.epoch, seq + count, first)
+        payload = (tuples, outputs, stored)
+        return self._queue(
+            Kind.APPEND, agent_id, before, after, payload, stored if rows_back else None
+        )
 
     async def rebase(self, agent_id: str) -> TimelineHead:
         before = self._reserved_head(agent_id)
@@ -261,8 +296,22 @@ class SqliteTimelineStore:
         return chunk
 
 
-def _done(value: list[TimelineRow]) -> asyncio.Future[list[TimelineRow]]:
-    future: asyncio.Future[list[TimelineRow]] = asyncio.get_running_loop().create_future()
+_ITEM, _TIMESTAMP, _TURN_ID, _PROVIDER_MESSAGE_ID = (itemgetter(i) for i in range(4))  # NewRow's
+
+
+def _outputs(tid: int, seq: int, rows: Sequence[NewRow]) -> list[OutputWrite]:
+    """The kept tool outputs of `rows` (the first numbered `seq`) of timeline `tid`."""
+    outputs: list[OutputWrite] = []
+    for offset, row in enumerate(rows):
+        item = row.item
+        if type(item) is ToolCall and item.output_ref is not None:
+            ref = item.output_ref
+            outputs.append(OutputWrite(ref.blob_id, tid, seq + offset, ref.json, row.output))
+    return outputs
+
+
+def _done(value: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 

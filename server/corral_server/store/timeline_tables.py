@@ -49,7 +49,9 @@ class Op(NamedTuple):
     agent_id: str
     before: Head | None
     after: Head | None
-    payload: Any  # APPEND: (row tuples, OutputWrites); SET_PROVIDER_MESSAGE_ID: (seq, id)
+    # APPEND: (row tuples, OutputWrites, the TimelineRows when the index is on); SET_PROVIDER_
+    # MESSAGE_ID: (seq, id)
+    payload: Any
     result: Any  # what the future resolves to
     future: asyncio.Future[Any]
 
@@ -79,7 +81,7 @@ def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
             outputs.extend(op.payload[1])
             assert op.before is not None and op.after is not None
             if index:
-                texts.extend(search.entries(op.after.timeline_id, op.result))
+                texts.extend(search.entries(op.after.timeline_id, op.payload[2]))
             earliest = heads[op.agent_id][0] if op.agent_id in heads else op.before
             heads[op.agent_id] = (earliest, op.after)
             continue
@@ -200,32 +202,36 @@ def read_page(request: PageRequest, conn: sqlite3.Connection) -> FetchResult:
         where = pages.plan(
             head.epoch, head.first, head.next_seq, request.direction, request.cursor, request.limit
         )
-        rows = _cut(conn, request, head, where)
+        rows, size = _cut(conn, request, head, where)
     finally:
         conn.execute("COMMIT")
-    return pages.receipt(head.epoch, head.first, head.next_seq, where, rows)
+    return pages.receipt(head.epoch, head.first, head.next_seq, where, rows, size)
 
 
 def _cut(
     conn: sqlite3.Connection, request: PageRequest, head: Head, where: pages.Plan
-) -> list[TimelineRow]:
+) -> tuple[list[TimelineRow], int]:
     """The plan's rows, cut to the page's rows and bytes from the plan's end: the rows that
-    fit, always one at least. Reads and decodes only the rows it keeps (and one more)."""
+    fit, always one at least, and what they weigh. Reads and decodes only the rows it keeps
+    (and one more)."""
     wanted = min(where.hi - where.lo, request.max_rows)
     if wanted <= 0:
-        return []
+        return [], 0
     sql = _PAGE_NEWEST if where.newest else _PAGE_OLDEST
     decode = request.decode
     budget = request.max_bytes
+    size = 0
     kept: list[TimelineRow] = []
     for seq, timestamp_ms, turn_id, provider_message_id, item in conn.execute(
         sql, (head.timeline_id, where.lo, where.hi, wanted)
     ):
         row = TimelineRow(seq, timestamp_ms, decode(item), turn_id, provider_message_id)
-        budget -= row_bytes(row)
+        weight = row_bytes(row)
+        budget -= weight
         if budget < 0 and kept:
             break
         kept.append(row)
+        size += weight
     else:
         if len(kept) != wanted:
             raise StoreError(
@@ -233,4 +239,4 @@ def _cut(
             )
     if where.newest:
         kept.reverse()
-    return kept
+    return kept, size

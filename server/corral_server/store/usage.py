@@ -1,6 +1,6 @@
 """The SQLite usage ledger: `UsageLedger` (records/usage.py) in the `turn_usage` table
-(schema v7). Entries wait on the loop and go to the database in the group commit
-(store/commits.py), so a turn's entry commits with its agent's record or after it, never
+(schema v9). Entries wait on the loop (store/pending.py) and go to the database in the group
+commit (store/commits.py), so a turn's entry commits with its agent's record or after it, never
 before; reads add them up in the reader thread, with SQLite's GROUP BY.
 
 Size: a row is ~100-150 bytes (two ids, provider, model, five numbers); a million completed
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from corral_server.domain.agent import Usage
 from corral_server.domain.usage import UsageEntry, UsageGroup
-from corral_server.store.commits import GroupCommit, Job, settle_all
 from corral_server.store.database import Database
+from corral_server.store.pending import PendingWrites
 
 if TYPE_CHECKING:
     from corral_server.records.usage import UsageLedger
@@ -41,27 +41,12 @@ _EARLIEST, _LATEST = -(2**62), 2**62
 class SqliteUsageLedger:
     def __init__(self, database: Database) -> None:
         self._db = database
-        self._pending: list[UsageEntry] = []
-        self._futures: list[asyncio.Future[None]] = []
-        self._commits = GroupCommit(database, self._take)
+        self._writes: PendingWrites[UsageEntry] = PendingWrites(
+            database, lambda entries: partial(_write, entries)
+        )
 
     def record(self, entry: UsageEntry) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(entry)
-        self._futures.append(future)
-        self._commits.wake()
-        return future
-
-    def _take(self) -> Job | None:
-        if not self._pending:
-            return None
-        entries, self._pending = self._pending, []
-        futures, self._futures = self._futures, []
-        return Job(
-            partial(_write, entries),
-            partial(settle_all, futures, True),
-            partial(settle_all, futures, False),
-        )
+        return self._writes.add((entry,))
 
     async def fine(self, start_ms: int | None, end_ms: int | None) -> list[UsageGroup]:
         low = _EARLIEST if start_ms is None else start_ms

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
-from corral_server.clock import Clock, TimerHandle
+from corral_server.clock import TimerHandle
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import TurnCanceled, TurnCompleted, TurnFailed, TurnTerminal
 from corral_server.domain.subagents import (
@@ -28,25 +28,14 @@ from corral_server.domain.subagents import (
     Outcome,
     SubagentRun,
 )
-from corral_server.manager.manager import AgentManager
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import is_busy, last_reply, stop_child
-from corral_server.subagents.ledger import RunLedger
+from corral_server.subagents.core import RunCore
 
 
 class RunEnding:
-    def __init__(
-        self,
-        ledger: RunLedger,
-        manager: AgentManager,
-        clock: Clock,
-        announcer: Announcer,
-        *,
-        grace_s: float,
-    ) -> None:
-        self._ledger = ledger
-        self._manager = manager
-        self._clock = clock
+    def __init__(self, core: RunCore, announcer: Announcer) -> None:
+        self._core = core
         self._announcer = announcer
         # How a run ends when its child next settles, decided before (a timeout).
         self.forced: dict[str, tuple[Outcome, str]] = {}
@@ -56,7 +45,7 @@ class RunEnding:
         self.steering: set[str] = set()
         # The error grace: a child's failure ends its run only if no success follows within
         # `grace_s`: the error held meanwhile, and its timer.
-        self._grace_s = grace_s
+        self._grace_s = core.limits.error_grace_s
         self._held: dict[str, _Held] = {}
         self._grace_timers: dict[str, TimerHandle] = {}
 
@@ -65,18 +54,18 @@ class RunEnding:
             timer.cancel()
 
     async def child_settled(self, run_id: str, agent: Agent, terminal: TurnTerminal) -> None:
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         if run is None or run.ended or run.child_agent_id not in ("", agent.id):
             return  # a later turn of the child, or not its run
         forced = self.forced.pop(run_id, None)
         outcome, reason = forced or outcome_of(terminal)
         fallback = terminal.error.message if isinstance(terminal, TurnFailed) else ""
-        result = await last_reply(self._manager, agent.id, terminal.turn_id) or fallback
+        result = await last_reply(self._core.manager, agent.id, terminal.turn_id) or fallback
         usage = terminal.usage if isinstance(terminal, TurnCompleted) else None
         announce = run_id not in self.steering
         run = replace(run, child_agent_id=agent.id)
         if outcome is Outcome.ERROR and announce and self._grace_s > 0:
-            self._hold_error(run, _Held(reason, result, self._clock.now_ms()))
+            self._hold_error(run, _Held(reason, result, self._core.clock.now_ms()))
             return
         self.end(run, outcome, reason, result, usage, announce=announce)
 
@@ -95,7 +84,7 @@ class RunEnding:
             if timer is not None:
                 timer.cancel()
         self._held.pop(run.run_id, None)  # an error held in its grace is superseded
-        now = self._clock.now_ms()
+        now = self._core.clock.now_ms()
         ended_at = ended_at_ms if ended_at_ms is not None else now
         ended = replace(
             run,
@@ -108,7 +97,7 @@ class RunEnding:
             announce_state=AnnounceState.PENDING if announce else AnnounceState.SUPPRESSED,
             announced_at_ms=None if announce else now,
         )
-        self._ledger.put(ended)
+        self._core.ledger.put(ended)
         if announce:
             self._announcer.start(run.run_id)
         return ended
@@ -124,17 +113,17 @@ class RunEnding:
         if timer is not None:
             timer.cancel()
         self._held[run_id] = held
-        self._grace_timers[run_id] = self._clock.call_later(
-            self._grace_s, lambda: self._ledger.post(lambda: self._confirm_error(run_id))
+        self._grace_timers[run_id] = self._core.clock.call_later(
+            self._grace_s, lambda: self._core.ledger.post(lambda: self._confirm_error(run_id))
         )
 
     async def _confirm_error(self, run_id: str) -> None:
         self._grace_timers.pop(run_id, None)
         held = self._held.pop(run_id, None)
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         if held is None or run is None or run.ended:
             return
-        if is_busy(self._manager, run.child_agent_id):
+        if is_busy(self._core.manager, run.child_agent_id):
             return  # a turn started within the grace: the error is cancelled; its settle ends
         self.end(run, Outcome.ERROR, held.reason, held.result, ended_at_ms=held.at_ms)
 
@@ -142,15 +131,15 @@ class RunEnding:
 
     def arm_timeout(self, run: SubagentRun) -> None:
         started = run.started_at_ms or run.created_at_ms
-        left_s = max(0.0, (started + run.run_timeout_s * 1000 - self._clock.now_ms()) / 1000)
+        left_s = max(0.0, (started + run.run_timeout_s * 1000 - self._core.clock.now_ms()) / 1000)
         run_id = run.run_id
-        self._timers[run_id] = self._clock.call_later(
-            left_s, lambda: self._ledger.post(lambda: self._timed_out(run_id))
+        self._timers[run_id] = self._core.clock.call_later(
+            left_s, lambda: self._core.ledger.post(lambda: self._timed_out(run_id))
         )
 
     async def _timed_out(self, run_id: str) -> None:
         self._timers.pop(run_id, None)
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         if run is None or run.ended or not run.child_agent_id:
             return
         reason = f"timeout after {run.run_timeout_s} s"
@@ -159,7 +148,7 @@ class RunEnding:
             self.end(run, Outcome.TIMEOUT, reason, held.result)
             return
         self.forced[run_id] = (Outcome.TIMEOUT, reason)
-        self._ledger.in_background(stop_child(self._manager, run.child_agent_id))
+        self._core.ledger.in_background(stop_child(self._core.manager, run.child_agent_id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ import logging
 from dataclasses import replace
 
 from corral_server import errors
-from corral_server.clock import Clock
 from corral_server.domain.subagents import (
     MAX_RESULT_CHARS,
     AnnounceState,
@@ -20,54 +19,47 @@ from corral_server.domain.subagents import (
     SubagentRun,
 )
 from corral_server.domain.timeline import SubagentNotice
-from corral_server.manager.manager import AgentManager
 from corral_server.subagents import queries as q
 from corral_server.subagents.announce import Deliver, Finished, Step, Wait, notice_text, wake_prompt
 from corral_server.subagents.children import is_busy, last_reply
-from corral_server.subagents.ledger import RunLedger
-from corral_server.subagents.limits import SubagentLimits
+from corral_server.subagents.core import RunCore
 
 log = logging.getLogger(__name__)
 
 
 class RunOutbox:
-    def __init__(
-        self, ledger: RunLedger, manager: AgentManager, clock: Clock, limits: SubagentLimits
-    ) -> None:
-        self._ledger = ledger
-        self._manager = manager
-        self._clock = clock
-        self._limits = limits
+    def __init__(self, core: RunCore) -> None:
+        self._core = core
 
     async def announce_step(self, run_id: str) -> Step:
-        return await self._ledger.call(lambda: self._announce_step(run_id))
+        return await self._core.ledger.call(lambda: self._announce_step(run_id))
 
     async def announce_delivered(self, run_id: str) -> None:
-        await self._ledger.call(lambda: self._finish_announce(run_id, AnnounceState.DELIVERED))
+        await self._core.ledger.call(lambda: self._finish_announce(run_id, AnnounceState.DELIVERED))
 
     async def announce_failed(self, run_id: str, why: str, permanent: bool) -> float | None:
-        return await self._ledger.call(lambda: self._announce_failed(run_id, why, permanent))
+        return await self._core.ledger.call(lambda: self._announce_failed(run_id, why, permanent))
 
     async def _announce_step(self, run_id: str) -> Step:
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         if run is None or not run.ended or run.announce_state.finished:
             return Finished()
-        now = self._clock.now_ms()
+        now = self._core.clock.now_ms()
         pending = 0
         if run.child_agent_id:
-            pending = q.count_pending_descendants(self._ledger.index(), run.child_agent_id)
-        waiting = pending > 0 or is_busy(self._manager, run.child_agent_id)
+            pending = q.count_pending_descendants(self._core.ledger.index(), run.child_agent_id)
+        waiting = pending > 0 or is_busy(self._core.manager, run.child_agent_id)
         since = run.deferred_since_ms if run.deferred_since_ms is not None else now
         note = ""
         if waiting:
-            if now - since < self._limits.defer_limit_s * 1000:
+            if now - since < self._core.limits.defer_limit_s * 1000:
                 if run.announce_state is not AnnounceState.DEFERRED:
-                    self._ledger.put(
+                    self._core.ledger.put(
                         replace(run, announce_state=AnnounceState.DEFERRED, deferred_since_ms=since)
                     )
                 return Wait()
             note = (
-                f"announced after waiting {self._limits.defer_limit_s / 60:g} min; "
+                f"announced after waiting {self._core.limits.defer_limit_s / 60:g} min; "
                 f"{pending} descendant runs were still pending"
             )
         result = run.result_text
@@ -75,13 +67,13 @@ class RunOutbox:
         # announce waited for them, or before its first step when they were quick (then nothing
         # was pending any more, but the answer came after the result was taken).
         had_children = bool(run.child_agent_id) and bool(
-            q.descendant_runs(self._ledger.index(), run.child_agent_id)
+            q.descendant_runs(self._core.ledger.index(), run.child_agent_id)
         )
         if run.deferred_since_ms is not None or had_children:
-            reply = await last_reply(self._manager, run.child_agent_id)
+            reply = await last_reply(self._core.manager, run.child_agent_id)
             result = reply[:MAX_RESULT_CHARS] or result
         try:
-            head = self._manager.get(run.requester_agent_id)
+            head = self._core.manager.get(run.requester_agent_id)
         except errors.AgentNotFound:
             self._give_up(run, "the requester no longer exists")
             return Finished()
@@ -89,21 +81,21 @@ class RunOutbox:
         ready = replace(
             run, announce_state=AnnounceState.PENDING, delivering=delivering, result_text=result
         )
-        self._ledger.put(ready)
+        self._core.ledger.put(ready)
         text = notice_text(ready, note)
         notice = SubagentNotice(run.run_id, run.child_agent_id, text)
         wake = wake_prompt(text) if run.expects_completion_message else None
         return Deliver(ready, notice, wake, run.delivering)
 
     async def _announce_failed(self, run_id: str, why: str, permanent: bool) -> float | None:
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         if run is None or run.announce_state.finished:
             return None
-        backoff = self._limits.retry_backoff_s
+        backoff = self._core.limits.retry_backoff_s
         if permanent or run.attempts >= len(backoff):
             self._give_up(run, why)
             return None
-        self._ledger.put(replace(run, attempts=run.attempts + 1))
+        self._core.ledger.put(replace(run, attempts=run.attempts + 1))
         return backoff[run.attempts]
 
     def _give_up(self, run: SubagentRun, why: str) -> None:
@@ -111,7 +103,7 @@ class RunOutbox:
         self._finish(run, AnnounceState.GIVEN_UP)
 
     async def _finish_announce(self, run_id: str, state: AnnounceState) -> None:
-        run = self._ledger.runs.get(run_id)
+        run = self._core.ledger.runs.get(run_id)
         # Delivered is the truth even if a kill suppressed the announce meanwhile.
         if run is not None and (
             state is AnnounceState.DELIVERED or not run.announce_state.finished
@@ -119,4 +111,6 @@ class RunOutbox:
             self._finish(run, state)
 
     def _finish(self, run: SubagentRun, state: AnnounceState) -> None:
-        self._ledger.put(replace(run, announce_state=state, announced_at_ms=self._clock.now_ms()))
+        self._core.ledger.put(
+            replace(run, announce_state=state, announced_at_ms=self._core.clock.now_ms())
+        )

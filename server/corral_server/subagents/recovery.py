@@ -11,24 +11,20 @@ from __future__ import annotations
 from corral_server import errors
 from corral_server.domain.agent import Errored
 from corral_server.domain.subagents import Outcome, SubagentRun
-from corral_server.manager.manager import AgentManager
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import is_busy
+from corral_server.subagents.core import RunCore
 from corral_server.subagents.ending import RunEnding
-from corral_server.subagents.ledger import RunLedger
 
 
 class RunRecovery:
-    def __init__(
-        self, ledger: RunLedger, ending: RunEnding, manager: AgentManager, announcer: Announcer
-    ) -> None:
-        self._ledger = ledger
+    def __init__(self, core: RunCore, ending: RunEnding, announcer: Announcer) -> None:
+        self._core = core
         self._ending = ending
-        self._manager = manager
         self._announcer = announcer
 
     async def recover(self) -> None:
-        for run in list(self._ledger.runs.values()):
+        for run in list(self._core.ledger.runs.values()):
             if not run.ended:
                 self._recover_running(run)
             elif not run.announce_state.finished:
@@ -40,11 +36,11 @@ class RunRecovery:
             end(run, Outcome.UNKNOWN, "orphaned: the daemon stopped before the child started")
             return
         try:
-            child = self._manager.get(run.child_agent_id)
+            child = self._core.manager.get(run.child_agent_id)
         except errors.AgentNotFound:
             end(run, Outcome.UNKNOWN, "orphaned: the child agent no longer exists")
             return
-        if is_busy(self._manager, child.id):
+        if is_busy(self._core.manager, child.id):
             if run.run_timeout_s:
                 self._ending.arm_timeout(run)
             return  # its settle ends it

@@ -40,6 +40,7 @@ from corral_server.subagents import queries as q
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import stop_child
 from corral_server.subagents.control import RunControl
+from corral_server.subagents.core import RunCore
 from corral_server.subagents.ending import RunEnding
 from corral_server.subagents.ledger import RunLedger
 from corral_server.subagents.limits import SpawnRequest, SubagentLimits, check_spawn
@@ -70,23 +71,14 @@ class SubagentRegistry:
         self.limits = limits or SubagentLimits()
         self._new_id = new_id
         self._ledger = ledger = RunLedger(store, publish)
-        outbox = RunOutbox(ledger, manager, clock, self.limits)
+        core = RunCore(ledger, manager, clock, self.limits)
+        outbox = RunOutbox(core)
         self.announcer = Announcer(outbox, manager, clock, recheck_s=self.limits.defer_recheck_s)
-        self._ending = RunEnding(
-            ledger, manager, clock, self.announcer, grace_s=self.limits.error_grace_s
-        )
-        self._control = RunControl(ledger, self._ending, manager, clock, self.announcer)
-        self._recovery = RunRecovery(ledger, self._ending, manager, self.announcer)
-        self._steering = RunSteering(
-            ledger,
-            self._ending,
-            manager,
-            clock,
-            self.announcer,
-            interval_s=self.limits.steer_interval_s,
-            new_id=new_id,
-        )
-        self._sweeper = RunSweeper(ledger, manager, clock, self.limits)
+        self._ending = RunEnding(core, self.announcer)
+        self._control = RunControl(core, self._ending, self.announcer)
+        self._recovery = RunRecovery(core, self._ending, self.announcer)
+        self._steering = RunSteering(core, self._ending, self.announcer, new_id)
+        self._sweeper = RunSweeper(core)
 
     # --- life ------------------------------------------------------------------------------
 

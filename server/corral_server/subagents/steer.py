@@ -22,15 +22,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from corral_server import errors
-from corral_server.clock import Clock
 from corral_server.domain.content import TextPart
 from corral_server.domain.subagents import AnnounceState, Outcome, RunId, SubagentRun
-from corral_server.manager.manager import AgentManager
 from corral_server.manager.turns import CancelOutcome, IfRunning
 from corral_server.subagents.announce import Announcer
 from corral_server.subagents.children import clear_queue
+from corral_server.subagents.core import RunCore
 from corral_server.subagents.ending import RunEnding
-from corral_server.subagents.ledger import RunLedger
 
 # A steering message is at most this long.
 MAX_STEER_CHARS = 4_000
@@ -47,22 +45,12 @@ def check_message(message: str) -> None:
 
 class RunSteering:
     def __init__(
-        self,
-        ledger: RunLedger,
-        ending: RunEnding,
-        manager: AgentManager,
-        clock: Clock,
-        announcer: Announcer,
-        *,
-        interval_s: float,
-        new_id: Callable[[], str],
+        self, core: RunCore, ending: RunEnding, announcer: Announcer, new_id: Callable[[], str]
     ) -> None:
-        self._ledger = ledger
+        self._core = core
         self._ending = ending
-        self._manager = manager
-        self._clock = clock
         self._announcer = announcer
-        self._interval_ms = round(interval_s * 1000)
+        self._interval_ms = round(core.limits.steer_interval_s * 1000)
         self._new_id = new_id
         # (controller, child) -> when it was last steered (the rate limit).
         self._last_ms: dict[tuple[str, str], int] = {}
@@ -71,30 +59,32 @@ class RunSteering:
         """Replace the running run with a new run of its child on `message` (the steps in the
         module docstring); the new run. `controller`: who steers ("": the run's own)."""
         check_message(message)
-        old = await self._ledger.call(lambda: self._begin(run_id, controller))
+        old = await self._core.ledger.call(lambda: self._begin(run_id, controller))
         child = old.child_agent_id
         try:
-            await clear_queue(self._manager, child)
-            outcome, _ = await self._manager.cancel(child)
+            await clear_queue(self._core.manager, child)
+            outcome, _ = await self._core.manager.cancel(child)
             if outcome is CancelOutcome.REFUSED:
                 raise errors.ProviderRefusedInterrupt(
                     f"agent {child!r}: the provider refused to stop the run's turn; "
                     "the steer was abandoned and the run goes on",
                     metadata={"agent_id": child, "run_id": run_id},
                 )
-            new = await self._ledger.call(lambda: self._replace(run_id, message))
+            new = await self._core.ledger.call(lambda: self._replace(run_id, message))
             try:
-                await self._manager.send_prompt(child, (TextPart(message),), "", IfRunning.REJECT)
+                await self._core.manager.send_prompt(
+                    child, (TextPart(message),), "", IfRunning.REJECT
+                )
             except BaseException:
-                await self._ledger.call(lambda: self._forget(new, run_id))
+                await self._core.ledger.call(lambda: self._forget(new, run_id))
                 raise
         except BaseException:
-            self._ledger.post(lambda: self._restore(run_id))
+            self._core.ledger.post(lambda: self._restore(run_id))
             raise
-        return await self._ledger.call(lambda: self._finish(run_id, new))
+        return await self._core.ledger.call(lambda: self._finish(run_id, new))
 
     async def _begin(self, run_id: str, controller: str) -> SubagentRun:
-        run = self._ledger.get(run_id)
+        run = self._core.ledger.get(run_id)
         if run.ended or not run.child_agent_id:
             raise errors.SubagentRunEnded(
                 f"sub-agent run {run_id!r} has ended; spawn a new run instead",
@@ -106,7 +96,7 @@ class RunSteering:
                 metadata={"run_id": run_id},
             )
         key = (controller or run.controller_agent_id, run.child_agent_id)
-        now = self._clock.now_ms()
+        now = self._core.clock.now_ms()
         last = self._last_ms.get(key)
         if last is not None and now - last < self._interval_ms:
             wait_ms = self._interval_ms - (now - last)
@@ -121,7 +111,7 @@ class RunSteering:
 
     async def _replace(self, run_id: str, message: str) -> SubagentRun:
         """The old run ended (by its settle, or now), then the new run stored."""
-        old = self._ledger.runs[run_id]
+        old = self._core.ledger.runs[run_id]
         if run_id not in self._ending.steering:
             raise errors.SubagentRunEnded(
                 f"sub-agent run {run_id!r} was killed while being steered",
@@ -129,7 +119,7 @@ class RunSteering:
             )
         if not old.ended:  # its child was not running: nothing settled
             old = self._ending.end(old, Outcome.KILLED, STEER_RESTART, announce=False)
-        now = self._clock.now_ms()
+        now = self._core.clock.now_ms()
         new = SubagentRun(
             run_id=RunId(self._new_id()),
             child_agent_id=old.child_agent_id,
@@ -144,33 +134,35 @@ class RunSteering:
             expects_completion_message=old.expects_completion_message,
             started_at_ms=now,
         )
-        self._ledger.put(new)
+        self._core.ledger.put(new)
         return new
 
     async def _forget(self, new: SubagentRun, old_run_id: str) -> None:
         """The new run never started: its child's newest run is the old one again."""
-        self._ledger.forget(new.run_id)
-        self._ledger.by_child[new.child_agent_id] = old_run_id
+        self._core.ledger.forget(new.run_id)
+        self._core.ledger.by_child[new.child_agent_id] = old_run_id
 
     async def _restore(self, run_id: str) -> None:
         """The steer failed: the old run's end is announced after all (unless a kill
         suppressed it meanwhile: then there is no mark)."""
         marked = run_id in self._ending.steering
         self._ending.steering.discard(run_id)
-        old = self._ledger.runs.get(run_id)
+        old = self._core.ledger.runs.get(run_id)
         if old is None or not marked:
             return
         if old.ended and old.announce_state is AnnounceState.SUPPRESSED:
-            self._ledger.put(
+            self._core.ledger.put(
                 replace(old, announce_state=AnnounceState.PENDING, announced_at_ms=None)
             )
             self._announcer.start(run_id)
 
     async def _finish(self, run_id: str, new: SubagentRun) -> SubagentRun:
         self._ending.steering.discard(run_id)
-        old = self._ledger.runs[run_id]
-        self._ledger.put(replace(old, end_reason=f"{STEER_RESTART}: replaced by run {new.run_id}"))
-        current = self._ledger.runs.get(new.run_id, new)
+        old = self._core.ledger.runs[run_id]
+        self._core.ledger.put(
+            replace(old, end_reason=f"{STEER_RESTART}: replaced by run {new.run_id}")
+        )
+        current = self._core.ledger.runs.get(new.run_id, new)
         if not current.ended and current.run_timeout_s:
             self._ending.arm_timeout(current)
         return current

@@ -19,25 +19,18 @@ from __future__ import annotations
 import logging
 
 from corral_server import errors
-from corral_server.clock import Clock, TimerHandle
+from corral_server.clock import TimerHandle
 from corral_server.domain.subagents import Cleanup, SubagentRun
-from corral_server.manager.manager import AgentManager
 from corral_server.subagents import queries as q
 from corral_server.subagents.children import is_busy
-from corral_server.subagents.ledger import RunLedger
-from corral_server.subagents.limits import SubagentLimits
+from corral_server.subagents.core import RunCore
 
 log = logging.getLogger(__name__)
 
 
 class RunSweeper:
-    def __init__(
-        self, ledger: RunLedger, manager: AgentManager, clock: Clock, limits: SubagentLimits
-    ) -> None:
-        self._ledger = ledger
-        self._manager = manager
-        self._clock = clock
-        self._limits = limits
+    def __init__(self, core: RunCore) -> None:
+        self._core = core
         self._timer: TimerHandle | None = None
         self._archiving: set[str] = set()  # children whose archive is under way
 
@@ -50,32 +43,32 @@ class RunSweeper:
             self._timer.cancel()
 
     def _arm(self) -> None:
-        self._timer = self._clock.call_later(self._limits.sweep_interval_s, self._tick)
+        self._timer = self._core.clock.call_later(self._core.limits.sweep_interval_s, self._tick)
 
     def _tick(self) -> None:
-        if not self._ledger.stopped:
+        if not self._core.ledger.stopped:
             self._arm()
-            self._ledger.post(self.sweep)
+            self._core.ledger.post(self.sweep)
 
     async def sweep(self) -> None:
         """One sweep (a job of the ledger)."""
-        now = self._clock.now_ms()
-        index = self._ledger.index()
-        retention_ms = self._limits.retention_s * 1000
-        for run in list(self._ledger.runs.values()):
+        now = self._core.clock.now_ms()
+        index = self._core.ledger.index()
+        retention_ms = self._core.limits.retention_s * 1000
+        for run in list(self._core.ledger.runs.values()):
             if _finished_ms(run) + retention_ms <= now and self._forgettable(run, index):
-                self._ledger.forget(run.run_id)
-        archive_ms = self._limits.archive_after_s * 1000
+                self._core.ledger.forget(run.run_id)
+        archive_ms = self._core.limits.archive_after_s * 1000
         due = [
             run.child_agent_id
-            for run in self._ledger.runs.values()
+            for run in self._core.ledger.runs.values()
             if run.cleanup is Cleanup.DELETE
             and _finished_ms(run) + archive_ms <= now
             and self._archivable(run, index)
         ]
         for child in due:
             self._archiving.add(child)
-            self._ledger.in_background(self._archive(child))
+            self._core.ledger.in_background(self._archive(child))
 
     def _forgettable(self, run: SubagentRun, index: q.RunIndex) -> bool:
         child = run.child_agent_id
@@ -83,30 +76,34 @@ class RunSweeper:
             return True
         if q.count_pending_descendants(index, child):
             return False
-        if self._ledger.by_child.get(child) != run.run_id:
+        if self._core.ledger.by_child.get(child) != run.run_id:
             return True  # a newer run of the child links it into the tree
         try:
-            return self._manager.get(child).is_closed
+            return self._core.manager.get(child).is_closed
         except errors.AgentNotFound:
             return True
 
     def _archivable(self, run: SubagentRun, index: q.RunIndex) -> bool:
         child = run.child_agent_id
-        if not child or child in self._archiving or self._ledger.by_child.get(child) != run.run_id:
+        if (
+            not child
+            or child in self._archiving
+            or self._core.ledger.by_child.get(child) != run.run_id
+        ):
             return False
         try:
-            agent = self._manager.get(child)
+            agent = self._core.manager.get(child)
         except errors.AgentNotFound:
             return False
         return (
             agent.archived_at_ms is None
-            and not is_busy(self._manager, child)
+            and not is_busy(self._core.manager, child)
             and not q.count_active_descendants(index, child)
         )
 
     async def _archive(self, child: str) -> None:
         try:
-            archived = await self._manager.archive(child)
+            archived = await self._core.manager.archive(child)
             log.info("sub-agent %s: archived by the sweeper (cleanup DELETE): %s", child, archived)
         except errors.CorralError as exc:
             log.warning("sub-agent %s: the sweeper could not archive it: %s", child, exc.message)

@@ -126,6 +126,15 @@ class InMemoryTimelineStore:
         future.set_result(self._append(agent_id, rows))
         return future
 
+    def append_encoded(
+        self, agent_id: str, rows: Sequence[NewRow], items: Sequence[bytes] | None
+    ) -> asyncio.Future[None]:
+        """Appends at once; memory keeps the items themselves, so `items` is not needed."""
+        self._append(agent_id, rows)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
     async def fetch(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
@@ -133,8 +142,8 @@ class InMemoryTimelineStore:
         take = pages.checked(direction, cursor, limit)
         first, next_seq = timeline.first, timeline.next_seq
         where = pages.plan(timeline.epoch, first, next_seq, direction, cursor, take)
-        rows = _cut(timeline, where, self._limits.max_page_rows, self._limits.max_page_bytes)
-        return pages.receipt(timeline.epoch, first, next_seq, where, rows)
+        rows, size = _cut(timeline, where, self._limits.max_page_rows, self._limits.max_page_bytes)
+        return pages.receipt(timeline.epoch, first, next_seq, where, rows, size)
 
     def head(self, agent_id: str) -> TimelineHead:
         timeline = self._timelines[agent_id]
@@ -183,17 +192,19 @@ class InMemoryTimelineStore:
 
 def _cut(
     timeline: _Timeline, where: pages.Plan, max_rows: int, max_bytes: int
-) -> list[TimelineRow]:
+) -> tuple[list[TimelineRow], int | None]:
     """The plan's rows, cut to `max_rows` and `max_bytes` from the plan's end: the rows that
-    fit, always one at least. Measures only the rows it keeps (and one more)."""
+    fit, always one at least, and what they weigh (None when they had to be cut). Measures
+    only the rows it keeps (and one more)."""
     rows = timeline.rows
     i, j = timeline.index(where.lo), timeline.index(where.hi)
     if j - i > max_rows:
         i, j = (j - max_rows, j) if where.newest else (i, i + max_rows)
     budget = max_bytes
-    if sum(map(row_bytes, rows[i:j])) <= budget:
-        pass  # the common case, measured in one C loop
-    elif where.newest:
+    size = sum(map(row_bytes, rows[i:j]))  # the common case, measured in one C loop
+    if size <= budget:
+        return rows[i:j], size
+    if where.newest:
         k = j
         while k > i:
             budget -= row_bytes(rows[k - 1])
@@ -209,7 +220,7 @@ def _cut(
                 break
             k += 1
         j = k
-    return rows[i:j]
+    return rows[i:j], None
 
 
 if TYPE_CHECKING:

@@ -102,9 +102,15 @@ def plan(
 
 
 def receipt(
-    epoch: str, first: int, next_seq: int, where: Plan, rows: Sequence[dt.TimelineRow]
+    epoch: str,
+    first: int,
+    next_seq: int,
+    where: Plan,
+    rows: Sequence[dt.TimelineRow],
+    size: int | None = None,
 ) -> dt.FetchResult:
-    """The page of `rows` (the plan's rows as cut, oldest first) with its receipt."""
+    """The page of `rows` (the plan's rows as cut, oldest first) with its receipt; `size`:
+    what the rows weigh, if the store added it up."""
     low = rows[0].seq if rows else where.lo
     high = rows[-1].seq + 1 if rows else where.hi
     return dt.FetchResult(
@@ -116,6 +122,7 @@ def receipt(
         reset=where.stale_cursor or where.gap,
         stale_cursor=where.stale_cursor,
         gap=where.gap,
+        size=size,
     )
 
 

@@ -71,8 +71,9 @@ class _EpochMoved(Exception):
 
 @dataclass(slots=True)
 class _Slice:
-    """Contiguous rows read so far, whether rows exist beyond either end, and their folds
-    (recomputed when rows are added in front, extended when added behind)."""
+    """Contiguous rows read so far, whether rows exist beyond either end, what they weigh
+    (None: some read did not say), and their folds (recomputed when rows are added in front,
+    extended when added behind)."""
 
     fetch: Fetch
     epoch: str
@@ -80,6 +81,7 @@ class _Slice:
     rows: list[TimelineRow]
     at_start: bool
     at_end: bool
+    size: int | None
     _projector: Projector | None = None
     _fed: int = 0
 
@@ -88,6 +90,8 @@ class _Slice:
         if result.reset:
             raise _EpochMoved
         self.window = result.window
+        if self.size is not None:
+            self.size = None if result.size is None else self.size + result.size
         return result
 
     async def grow_back(self, count: int) -> None:
@@ -116,6 +120,14 @@ class _Slice:
 
     def finished(self, fold: Fold) -> bool:
         return self.at_end or fold.last_seq + FOLD_SPAN <= self.rows[-1].seq
+
+    def fits(self, entries: int) -> bool:
+        """Whether any `entries` entries folded from these rows surely fit one page: an entry
+        weighs at most its rows (a fold only joins or drops what they hold) plus its ranges,
+        at most one per row, and a second timestamp."""
+        if self.size is None:
+            return False
+        return self.size + 16 * len(self.rows) + 64 * entries <= MAX_PAGE_BYTES
 
 
 async def fetch_projected(
@@ -150,7 +162,13 @@ async def _page(
     if not first.rows:
         return ProjectedPage(first, ())
     part = _Slice(
-        fetch, first.epoch, first.window, list(first.rows), not first.has_older, not first.has_newer
+        fetch,
+        first.epoch,
+        first.window,
+        list(first.rows),
+        not first.has_older,
+        not first.has_newer,
+        first.size,
     )
     if direction is Direction.AFTER:
         assert cursor is not None
@@ -176,7 +194,9 @@ async def _after(part: _Slice, after_seq: int, wanted: int) -> tuple[list[Timeli
             break
         await part.grow_forward(_more_rows(part, wanted + 1 - len(found), tries))
         tries += 1
-    kept = _within_bytes([f.entry() for f in chosen], newest_first=False)
+    kept = [f.entry() for f in chosen]
+    if not part.fits(len(kept)):
+        kept = _within_bytes(kept, newest_first=False)
     return kept, len(found) > len(kept)
 
 
@@ -195,7 +215,9 @@ async def _before(part: _Slice, below: int, wanted: int) -> tuple[list[TimelineE
         if later_known and all(part.finished(e) for e in chosen):
             break
         await part.grow_forward(FOLD_SPAN)
-    kept = _within_bytes([f.entry() for f in chosen], newest_first=True)
+    kept = [f.entry() for f in chosen]
+    if not part.fits(len(kept)):
+        kept = _within_bytes(kept, newest_first=True)
     return kept, len(trusted) > len(found)
 
 
@@ -242,7 +264,9 @@ async def live_seed(fetch: Fetch, epoch: str, seq: int) -> list[TimelineRow]:
     result = await fetch(Direction.BEFORE, Cursor(epoch, seq), 2 * FOLD_SPAN)
     if result.reset or not result.rows:
         return []
-    part = _Slice(fetch, epoch, result.window, list(result.rows), not result.has_older, True)
+    part = _Slice(
+        fetch, epoch, result.window, list(result.rows), not result.has_older, True, result.size
+    )
     while True:
         entries = project(part.rows)
         open_entries = [e for e in entries if e.last_seq >= seq - FOLD_SPAN]

@@ -78,6 +78,15 @@ class TimelineStore(Protocol):
         futures complete in call order. An unknown agent raises AgentNotFound at once."""
         ...
 
+    def append_encoded(
+        self, agent_id: str, rows: Sequence[NewRow], items: Sequence[bytes] | None
+    ) -> asyncio.Future[None]:
+        """`append_nowait` for the single writer, which needs no rows back: `items`, when
+        given, holds each row's item as this store's codec encodes it (the writer encoded
+        it once for the row's event too), so a durable store encodes nothing and builds no
+        row objects; None: the store encodes them itself."""
+        ...
+
     async def fetch(
         self,
         agent_id: str,

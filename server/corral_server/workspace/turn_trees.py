@@ -38,6 +38,7 @@ from corral_server.domain.events import (
 from corral_server.domain.workspace import FileChange
 from corral_server.errors import CorralError
 from corral_server.hub import Prepared
+from corral_server.timeline.store import NewRow
 from corral_server.workspace.errors import NotARepository
 from corral_server.workspace.trees import Trees, base_of
 
@@ -132,6 +133,10 @@ class Inner(Protocol):
 
     def prepare(self, event: Event) -> Prepared: ...
 
+    def prepare_rows(
+        self, agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+    ) -> tuple[list[Prepared], list[bytes] | None]: ...
+
     def commit(self, prepared: Prepared) -> int: ...
 
     def commit_many(self, prepared: Sequence[Prepared]) -> int: ...
@@ -163,6 +168,11 @@ class WatchedPublisher:
         if type(event) in WATCHED:
             self._observe(event)
         return self._inner.prepare(event)
+
+    def prepare_rows(
+        self, agent_id: str, epoch: str, first_seq: int, rows: Sequence[NewRow]
+    ) -> tuple[list[Prepared], list[bytes] | None]:
+        return self._inner.prepare_rows(agent_id, epoch, first_seq, rows)  # rows: not watched
 
     def commit(self, prepared: Prepared) -> int:
         return self._inner.commit(prepared)

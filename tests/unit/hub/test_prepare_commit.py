@@ -21,6 +21,7 @@ from corral_server.hub import EventHub, Prepared, frame
 from corral_server.hub.ring import frame_with_revision, revision_field
 from corral_server.rpc import wire
 from corral_server.rpc.convert import encode_event
+from corral_server.timeline.store import NewRow
 from tests.support.fakes import idle_agent
 from tests.support.hub import poll
 
@@ -136,3 +137,25 @@ def test_the_revision_field_tables_agree_with_the_general_varint_at_every_width(
     sweep = [*range(1, 2_200_000, 997), *(2**k + d for k in range(7, 64, 7) for d in (-1, 0, 1))]
     for revision in sweep:
         assert revision_field(revision) == b"\x08" + wire.varint(revision), revision
+
+
+ROWS = [
+    NewRow(dt.AssistantMessage("chunk", "m1"), 1_700_000_000_123, "t1", "m1"),
+    NewRow(dt.Reasoning("why"), 1_700_000_000_124, "t1"),
+    NewRow(dt.UserMessage("hi", "cm-1"), 1_700_000_000_125),
+]
+
+
+def test_prepared_rows_are_the_rows_events_prepared_one_by_one_and_share_their_items() -> None:
+    batched = EventHub(encode_event, encode_rows=wire.row_appended_batch)
+    prepared, items = batched.prepare_rows("a1", "e1", 7, ROWS)
+    one_by_one, none = EventHub(encode_event).prepare_rows("a1", "e1", 7, ROWS)
+    expected = [
+        batched.prepare(de.RowAppended("a1", "e1", dt.TimelineRow(7 + i, r[1], r[0], r[2], r[3])))
+        for i, r in enumerate(ROWS)
+    ]
+    assert [tuple(p) for p in prepared] == [tuple(p) for p in one_by_one] == expected
+    assert none is None
+    assert items == [wire.item_bytes(row.item) for row in ROWS]
+    batched.commit_many(prepared)
+    assert batched.head_revision == 3

@@ -23,7 +23,7 @@ from corral_server.domain.events import (
 )
 from corral_server.domain.timeline import AssistantMessage, ErrorItem, Reasoning
 from corral_server.errors import ProviderTimeout, ShuttingDown
-from corral_server.manager.deadlines import deadline, within
+from corral_server.manager.deadlines import CallTimes, deadline, within
 from corral_server.manager.oversize import MAX_CODE_BYTES, MAX_ERROR_BYTES
 from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.manager.turns import CancelOutcome, IfRunning, WaitStatus
@@ -211,6 +211,7 @@ async def test_within_cancels_its_work_when_its_caller_is_cancelled() -> None:
 async def test_a_deadline_cancels_the_late_call_and_says_which_call() -> None:
     clock = FakeClock()
     cancelled = asyncio.Event()
+    times = CallTimes()
 
     async def hang() -> None:
         try:
@@ -218,12 +219,14 @@ async def test_a_deadline_cancels_the_late_call_and_says_which_call() -> None:
         finally:
             cancelled.set()
 
-    call = asyncio.create_task(deadline(clock, 2, hang(), "interrupt"))
+    call = asyncio.create_task(deadline(clock, 2, hang(), "interrupt", times))
     await until(lambda: clock.pending_timers == 1)
     await clock.advance(2000)
     with pytest.raises(ProviderTimeout, match="interrupt within 2 s"):
         await call
     await asyncio.wait_for(cancelled.wait(), 5)
+    # The missed call is timed too, under its name.
+    assert [(name, h.read().samples) for name, h in times.by_call()] == [("interrupt", 1)]
 
 
 async def test_wait_for_idle_with_a_zero_timeout_leaves_nothing_unawaited(world: World) -> None:
@@ -340,22 +343,24 @@ async def test_a_commit_that_fails_after_the_writer_moved_on_fails_the_turn_and_
     agent, session = await world.started()
     store = world.timeline
     pending: list[asyncio.Future[Any]] = []
-    real = store.append_nowait
+    real = store.append_encoded
 
-    def slow_append(agent_id: str, rows: Any) -> asyncio.Future[Any]:
+    def slow_append(agent_id: str, rows: Any, items: Any) -> asyncio.Future[Any]:
         if any(row.item == Reasoning("never stored") for row in rows):
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             pending.append(future)
             return future
-        return real(agent_id, rows)
+        return real(agent_id, rows, items)
 
-    store.append_nowait = slow_append  # type: ignore[method-assign]
+    store.append_encoded = slow_append  # type: ignore[method-assign]
     session.emit(ProviderItem("turn-1", Reasoning("never stored"), "r1"))
     await world.drained(agent.id)
     await world.clock.advance(60)  # the coalescer's window: the row goes to the store
     await until(lambda: bool(pending))  # its commit is out; nothing of it is published yet
     assert not any(item == Reasoning("never stored") for _, item in published_rows(world, agent.id))
     pending[0].set_exception(OSError("disk full"))
+    # The window's flush did not wait for the commit: its failure is a job of its own.
+    await until(lambda: isinstance(world.manager.get(agent.id).lifecycle, Errored))
     snapshot = await world.drained(agent.id)
     assert isinstance(snapshot.lifecycle, Errored)
     assert snapshot.lifecycle.error.code == "WRITER_FAILED"
@@ -408,18 +413,18 @@ async def test_a_snapshot_never_promises_a_row_that_is_still_being_stored(world:
     agent, session = await world.started()
     store = world.timeline
     pending: list[tuple[asyncio.Future[Any], asyncio.Future[Any]]] = []
-    real = store.append_nowait
+    real = store.append_encoded
 
-    def held(agent_id: str, rows: Any) -> asyncio.Future[Any]:
+    def held(agent_id: str, rows: Any, items: Any) -> asyncio.Future[Any]:
         """Stored at once in memory, but its commit is held until the test releases it."""
-        stored = real(agent_id, rows)
+        stored = real(agent_id, rows, items)
         if not any(r.item == Reasoning("held") for r in rows):
             return stored
         commit: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending.append((commit, stored))
         return commit
 
-    store.append_nowait = held  # type: ignore[method-assign]
+    store.append_encoded = held  # type: ignore[method-assign]
     before = world.manager.get(agent.id).next_seq
     session.emit(ProviderItem("turn-1", Reasoning("held"), "r1"))
     await world.drained(agent.id)

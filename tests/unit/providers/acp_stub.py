@@ -8,6 +8,8 @@
 - `ask`: asks for a permission (options allow / reject) and replies with the chosen option id;
 - `hang`: never answers the prompt, ignores SIGTERM and does not exit when stdin closes;
 - `old`: answers initialize with protocol version 0;
+- `modes`: offers the modes `ask` and `code` in session/new, takes session/set_mode (telling
+  the client by `current_mode_update` first), and replies `mode=M` to a prompt;
 - `shell`: runs the prompt with /bin/sh and replies with its stdout; it does not exit when
   stdin closes (SIGTERM ends it); `shell-exit`: the same, but it exits then, as most agents do.
 """
@@ -37,6 +39,7 @@ def update(session: str, kind: str, text: str) -> None:
 def main() -> None:
     if MODE == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mode = "ask"
     for line in sys.stdin:
         message = json.loads(line)
         method, rid = message.get("method"), message.get("id")
@@ -44,7 +47,22 @@ def main() -> None:
             version = 0 if MODE == "old" else 1
             send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": version}})
         elif method == "session/new":
-            send({"jsonrpc": "2.0", "id": rid, "result": {"sessionId": "s1"}})
+            result: dict[str, Any] = {"sessionId": "s1"}
+            if MODE == "modes":
+                offered = [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]
+                result["modes"] = {"currentModeId": mode, "availableModes": offered}
+            send({"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "session/set_mode":
+            mode = message["params"]["modeId"]
+            change = {"sessionUpdate": "current_mode_update", "currentModeId": mode}
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": "s1", "update": change},
+                }
+            )
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
         elif method == "session/prompt":
             text = message["params"]["prompt"][0]["text"]
             if MODE == "crash":
@@ -55,6 +73,8 @@ def main() -> None:
                 continue
             if MODE == "hang":
                 continue
+            if MODE == "modes":
+                text = f"mode={mode}"
             if MODE in ("shell", "shell-exit"):
                 text = subprocess.run(text, shell=True, capture_output=True, text=True).stdout
             if MODE == "garbage":

@@ -20,8 +20,9 @@ from corral_server.domain.agent import PermissionBehavior, PermissionResponse
 from corral_server.domain.content import TextPart
 from corral_server.domain.timeline import AssistantMessage, ToolCall, ToolCallStatus
 from corral_server.providers import acp_files
-from corral_server.providers.acp import AcpProvider, AcpSession, AcpStartFailed
+from corral_server.providers.acp import AcpSession, AcpStartFailed
 from corral_server.providers.acp_items import ItemMapper, Update
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import (
     InterruptResult,
     ProviderEvent,

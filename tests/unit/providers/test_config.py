@@ -124,16 +124,17 @@ def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
         (
             "[providers.x]\nkind = 'acp'\ncommand = ['x']\ncmd = ['y']",
             "corral.toml: [providers.x]: unknown key 'cmd' (kind acp takes: kind, command, "
-            "env, inherit_env)",
+            "env, inherit_env, model, mode)",
         ),
         (
             "[providers.x]\nkind = 'scripted'\ncommand = ['x']",
-            "corral.toml: [providers.x]: unknown key 'command' (kind scripted takes: kind, steer)",
+            "corral.toml: [providers.x]: unknown key 'command' (kind scripted takes: kind, steer, "
+            "live_settings, model, mode)",
         ),
         (
             "[providers.x]\nkind = 'claude-code'\nconfig = { model = 'o3' }",
             "corral.toml: [providers.x]: unknown key 'config' (kind claude-code takes: kind, "
-            "command, env, inherit_env)",
+            "command, env, inherit_env, model, mode)",
         ),
         (
             "[providers.x]\nkind = 'acp'",

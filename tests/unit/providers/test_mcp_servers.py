@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from acp import schema
 
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_mcp import acp_servers
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import McpServer, ProviderEvent, SessionConfig
 from corral_server.providers.claude_code import ClaudeCodeProvider
 from corral_server.providers.codex import CodexProvider, CodexStartFailed
-from corral_server.providers.mcp_servers import acp_servers
 
 SERVER = McpServer("corral", "http://127.0.0.1:4242/mcp", "agent-1.secret")
 

@@ -11,7 +11,7 @@ import pytest
 
 from corral_server.clock import FakeClock
 from corral_server.providers import registry
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.config import ProviderEntry, parse
 from corral_server.providers.registry import (
     BUILTIN_ENTRIES,

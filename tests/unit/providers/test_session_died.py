@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral_server.domain.content import TextPart
-from corral_server.providers.acp import AcpProvider
+from corral_server.providers.acp_provider import AcpProvider
 from corral_server.providers.base import (
     Provider,
     ProviderEvent,

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from corral_server.domain import events as de
 from corral_server.domain import timeline as dt
 from corral_server.rpc import convert, wire
+from corral_server.timeline.store import NewRow
 from corral_server.varint import encode_varint
 
 texts = st.text(max_size=300)
@@ -67,3 +68,30 @@ def test_a_tool_input_too_deep_for_protobuf_still_encodes_as_json_text() -> None
     decoded = convert.event_to_pb(1, event)
     assert decoded.timeline_row_appended.row.item.tool_call.input.string_value.startswith('{"k": ')
     assert convert.encode_event(1, event) == decoded.SerializeToString()
+
+
+new_rows = st.lists(
+    st.builds(
+        NewRow,
+        item=items,
+        timestamp_ms=st.integers(0, 2**42),
+        turn_id=st.sampled_from(["", "turn-1", "turn-2"]) | texts,
+        provider_message_id=texts,
+    ),
+    max_size=8,
+)
+
+
+@given(agent_id=texts, epoch=texts, first_seq=st.integers(1, 2**40), rows=new_rows)
+def test_a_batch_of_rows_encodes_each_event_and_each_item_as_one_at_a_time(
+    agent_id: str, epoch: str, first_seq: int, rows: list[NewRow]
+) -> None:
+    bodies, encoded = wire.row_appended_batch(agent_id, epoch, first_seq, rows)
+    assert bodies == [
+        wire.row_appended_event(
+            0, agent_id, epoch, dt.TimelineRow(first_seq + i, r[1], r[0], r[2], r[3])
+        )
+        for i, r in enumerate(rows)
+    ]
+    assert encoded == [wire.item_bytes(row.item) for row in rows]
+    assert all(item in body for item, body in zip(encoded, bodies, strict=True))

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from corral_server import errors
-from corral_server.schedules.model import Timing
+from corral_server.domain.schedules import Timing
 from corral_server.schedules.timing import (
     MAX_COUNTED_MISSES,
     check_timing,

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral_server.domain.timeline import (
+    MAX_PAGE_BYTES,
     AssistantMessage,
     Cursor,
     Direction,
@@ -256,3 +257,29 @@ def test_pages_over_a_long_message_give_the_entries_of_the_whole() -> None:
         assert forward == whole and backward == whole
 
     asyncio.run(run())
+
+
+def test_a_page_of_big_entries_keeps_what_fits_the_byte_budget_and_pages_on() -> None:
+    # Twelve messages of 400 KB: about 4.8 MB, more than two pages' budget.
+    async def run() -> None:
+        store = InMemoryTimelineStore()
+        await store.create(AGENT)
+        texts = [chr(ord("a") + n) * 400_000 for n in range(12)]
+        await store.append(
+            AGENT, [NewRow(AssistantMessage(t, f"m{n}"), 0) for n, t in enumerate(texts)]
+        )
+        pages = await _pages(store, Direction.TAIL, 0)
+        assert len(pages) >= 3
+        for page in pages:
+            assert page.entries
+            held = sum(len(_text(e)) for e in page.entries)
+            assert len(page.entries) == 1 or held <= MAX_PAGE_BYTES
+        got = [_text(e) for p in reversed(pages) for e in p.entries]
+        assert got == texts
+
+    asyncio.run(run())
+
+
+def _text(entry: TimelineEntry) -> str:
+    assert isinstance(entry.item, AssistantMessage)
+    return entry.item.text

@@ -136,6 +136,19 @@ async def _page_on(
 def _fits(page: FetchResult, budget: int) -> None:
     assert page.rows, "a page that says more rows exist must make progress"
     assert len(page.rows) == 1 or page_bytes(page) <= budget
+    assert page.size is None or page.size == page_bytes(page)
+
+
+async def test_a_page_says_what_its_rows_weigh(stores: Stores) -> None:
+    # Projected pages trust it to skip measuring entries (timeline/projected_pages.py).
+    store = await store_of(stores, [10, 300, 7_000, 1])
+    for direction, cursor in [
+        (Direction.TAIL, None),
+        (Direction.BEFORE, Cursor(_epoch(store), 4)),
+        (Direction.AFTER, Cursor(_epoch(store), 1)),
+    ]:
+        page = await store.fetch(AGENT, direction, cursor, 0)
+        assert page.rows and page.size == page_bytes(page)
 
 
 def _epoch(store: TimelineStore) -> str:

@@ -4,7 +4,7 @@ import type { JSX } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { agents as agentApi, describe, subagents, turns } from "../client";
 import { agentName, attentionText, cancelText, STATE_SYMBOL, stateOf } from "../format";
-import type { Agent } from "../gen";
+import type { Agent, TimelineRow } from "../gen";
 import { setFocus } from "../presence";
 import { useStore } from "../store";
 import { TimelineModel } from "../timeline";
@@ -25,6 +25,7 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
   const store = useStore();
   const agent = store.agents.get(id);
   const model = useMemo(() => new TimelineModel(id), [id]);
+  const [forkStatus, setForkStatus] = useState("");
   useEffect(() => {
     model.start();
     window.corralTimeline = model;
@@ -55,6 +56,19 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
   }
   const state = stateOf(agent);
   const children = [...store.agents.values()].filter((a) => a.parentAgentId === id);
+  // A fork of the rows before a user message: the page opens it once it exists (ForkAgent
+  // answers when its session is ready).
+  const fork = async (row: TimelineRow) => {
+    setForkStatus(`Forking before message #${String(row.seq)}…`);
+    try {
+      const at = { case: "cursor" as const, value: { epoch: model.epoch, seq: row.seq } };
+      const answer = await agentApi.forkAgent({ agentId: id, at });
+      setForkStatus("");
+      location.hash = `#/agent/${answer.agent?.id ?? ""}`;
+    } catch (err) {
+      setForkStatus(`Fork failed: ${describe(err)}`);
+    }
+  };
   return (
     <main class="page agent-page">
       <Header agent={agent} children={children} />
@@ -65,7 +79,12 @@ export function AgentPage({ id }: { id: string }): JSX.Element {
       <Queued agent={agent} readOnly={store.readOnly} />
       <Runs agentId={id} />
       <Changes agentId={id} />
-      <TimelineList model={model} />
+      {forkStatus && (
+        <div class="status" role="status" data-testid="fork-status">
+          {forkStatus}
+        </div>
+      )}
+      <TimelineList model={model} onFork={store.readOnly ? undefined : fork} />
       {state === "running" && (
         <div class="live" role="status">
           ▶ A turn is running…

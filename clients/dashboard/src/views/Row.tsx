@@ -13,7 +13,8 @@ function valueText(value: Value | undefined): string {
   return typeof plain === "string" ? plain : json(plain);
 }
 
-export function Row({ row }: { row: TimelineRow }): JSX.Element {
+/** `onFork`: offer "Fork from here" on user messages (a new agent of the rows before it). */
+export function Row({ row, onFork }: { row: TimelineRow; onFork?: (row: TimelineRow) => void }): JSX.Element {
   const item = row.item?.kind;
   const meta = (
     <span class="meta">
@@ -24,7 +25,19 @@ export function Row({ row }: { row: TimelineRow }): JSX.Element {
     case "userMessage":
       return (
         <div class="row user" data-kind="user">
-          <div class="who">You {meta}</div>
+          <div class="who">
+            You {meta}
+            {onFork && (
+              <button
+                type="button"
+                class="small link fork"
+                onClick={() => onFork(row)}
+                aria-label={`Fork from message #${String(row.seq)}: a new agent of the conversation before it`}
+              >
+                ⑂ Fork from here
+              </button>
+            )}
+          </div>
           <Markdown text={item.value.text} />
         </div>
       );

@@ -4,6 +4,7 @@
 // prepended or rows change height, and sticks to the bottom while new rows stream in.
 import type { JSX } from "preact";
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
+import type { TimelineRow } from "../gen";
 import type { TimelineModel } from "../timeline";
 import { Row } from "./Row";
 
@@ -17,7 +18,13 @@ interface Anchor {
   delta: number;
 }
 
-export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
+export function TimelineList({
+  model,
+  onFork,
+}: {
+  model: TimelineModel;
+  onFork?: (row: TimelineRow) => void;
+}): JSX.Element {
   const scroller = useRef<HTMLDivElement>(null);
   const heights = useRef(new Map<bigint, number>());
   const stick = useRef(true);
@@ -187,7 +194,7 @@ export function TimelineList({ model }: { model: TimelineModel }): JSX.Element {
       <div style={{ height: `${offsets[start]}px` }} />
       {rows.slice(start, end).map((row) => (
         <div class="rowwrap" key={String(row.seq)} data-seq={String(row.seq)}>
-          <Row row={row} />
+          <Row row={row} onFork={onFork} />
         </div>
       ))}
       <div style={{ height: `${offsets[rows.length] - offsets[end]}px` }} />

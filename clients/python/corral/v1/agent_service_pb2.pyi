@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from corral.v1 import agent_pb2 as _agent_pb2
 from corral.v1 import content_pb2 as _content_pb2
+from corral.v1 import timeline_pb2 as _timeline_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
@@ -67,6 +68,32 @@ EXPORT_FORMAT_JSONL: ExportFormat.ValueType  # 1
 """One JSON object per line: a header with the agent, one line per row, an end line."""
 EXPORT_FORMAT_MARKDOWN: ExportFormat.ValueType  # 2
 Global___ExportFormat: _TypeAlias = ExportFormat  # noqa: Y015
+
+class _ForkSession:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ForkSessionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ForkSession.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FORK_SESSION_UNSPECIFIED: _ForkSession.ValueType  # 0
+    FORK_SESSION_PROVIDER: _ForkSession.ValueType  # 1
+    """The provider's own fork of the source's session at the cut."""
+    FORK_SESSION_CONTEXT: _ForkSession.ValueType  # 2
+    """A new session primed with a summary of the rows before the cut (one priming turn)."""
+    FORK_SESSION_NEW: _ForkSession.ValueType  # 3
+    """Nothing before the cut: a new session, as for a new agent."""
+
+class ForkSession(_ForkSession, metaclass=_ForkSessionEnumTypeWrapper):
+    """How a fork's provider session continues the conversation."""
+
+FORK_SESSION_UNSPECIFIED: ForkSession.ValueType  # 0
+FORK_SESSION_PROVIDER: ForkSession.ValueType  # 1
+"""The provider's own fork of the source's session at the cut."""
+FORK_SESSION_CONTEXT: ForkSession.ValueType  # 2
+"""A new session primed with a summary of the rows before the cut (one priming turn)."""
+FORK_SESSION_NEW: ForkSession.ValueType  # 3
+"""Nothing before the cut: a new session, as for a new agent."""
+Global___ForkSession: _TypeAlias = ForkSession  # noqa: Y015
 
 @_typing.final
 class CreateAgentRequest(_message.Message):
@@ -988,3 +1015,97 @@ class ImportAgentExportResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ImportAgentExportResponse: _TypeAlias = ImportAgentExportResponse  # noqa: Y015
+
+@_typing.final
+class ForkAgentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    """The agent to fork (live, closed or archived)."""
+    message_id: _builtins.str
+    """A user message: its `provider_message_id` (the id the provider confirmed) or its own
+    `message_id`. The fork goes back to before it, as Rewind does.
+    """
+    title: _builtins.str
+    """Empty: the fork's first prompt names it, as for a new agent."""
+    @_builtins.property
+    def cursor(self) -> _timeline_pb2.Cursor:
+        """The first row the fork leaves out, in the source's current epoch; `seq` = the
+        timeline's `next_seq` forks the whole timeline.
+        """
+
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Beside them the fork carries `corral.forked-from` = "<agent id>@<epoch>:<seq>" (the cut)."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        message_id: _builtins.str = ...,
+        cursor: _timeline_pb2.Cursor | None = ...,
+        title: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "cursor", b"cursor", "message_id", b"message_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "at", b"at", "cursor", b"cursor", "labels", b"labels", "message_id", b"message_id", "title", b"title"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_at: _TypeAlias = _typing.Literal["message_id", "cursor"]  # noqa: Y015
+    _WhichOneofArgType_at: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_at) -> _WhichOneofReturnType_at | None: ...
+
+Global___ForkAgentRequest: _TypeAlias = ForkAgentRequest  # noqa: Y015
+
+@_typing.final
+class ForkAgentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    session: Global___ForkSession.ValueType
+    @_builtins.property
+    def agent(self) -> _agent_pb2.Agent:
+        """Idle, with a new id and epoch and the rows before the cut (renumbered from 1)."""
+
+    def __init__(
+        self,
+        *,
+        agent: _agent_pb2.Agent | None = ...,
+        rows: _builtins.int = ...,
+        session: Global___ForkSession.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "rows", b"rows", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkAgentResponse: _TypeAlias = ForkAgentResponse  # noqa: Y015

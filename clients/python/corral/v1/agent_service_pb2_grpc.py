@@ -105,6 +105,11 @@ class AgentServiceStub:
                 request_serializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.FromString,
                 _registered_method=True)
+        self.ForkAgent = channel.unary_unary(
+                '/corral.v1.AgentService/ForkAgent',
+                request_serializer=corral_dot_v1_dot_agent__service__pb2.ForkAgentRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_agent__service__pb2.ForkAgentResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -204,6 +209,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkAgent(self, request, context):
+        """A new agent holding another agent's conversation up to a cut, whose provider session
+        continues from there (docs/api.md#forkagent). It is listed only once that session is ready.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +289,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ImportAgentExport,
                     request_deserializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.FromString,
                     response_serializer=corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.SerializeToString,
+            ),
+            'ForkAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkAgent,
+                    request_deserializer=corral_dot_v1_dot_agent__service__pb2.ForkAgentRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_agent__service__pb2.ForkAgentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -657,6 +675,33 @@ class AgentService:
             '/corral.v1.AgentService/ImportAgentExport',
             corral_dot_v1_dot_agent__service__pb2.ImportAgentExportRequest.SerializeToString,
             corral_dot_v1_dot_agent__service__pb2.ImportAgentExportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AgentService/ForkAgent',
+            corral_dot_v1_dot_agent__service__pb2.ForkAgentRequest.SerializeToString,
+            corral_dot_v1_dot_agent__service__pb2.ForkAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,10 @@ class AgentServiceStub:
     """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
     created only once the whole file is read and valid.
     """
+    ForkAgent: _grpc.UnaryUnaryMultiCallable[_agent_service_pb2.ForkAgentRequest, _agent_service_pb2.ForkAgentResponse]
+    """A new agent holding another agent's conversation up to a cut, whose provider session
+    continues from there (docs/api.md#forkagent). It is listed only once that session is ready.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -88,6 +92,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     ImportAgentExport: _aio.StreamUnaryMultiCallable[_agent_service_pb2.ImportAgentExportRequest, _agent_service_pb2.ImportAgentExportResponse]  # type: ignore[assignment]
     """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
     created only once the whole file is read and valid.
+    """
+    ForkAgent: _aio.UnaryUnaryMultiCallable[_agent_service_pb2.ForkAgentRequest, _agent_service_pb2.ForkAgentResponse]  # type: ignore[assignment]
+    """A new agent holding another agent's conversation up to a cut, whose provider session
+    continues from there (docs/api.md#forkagent). It is listed only once that session is ready.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -200,6 +208,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_service_pb2.ImportAgentExportResponse, _abc.Awaitable[_agent_service_pb2.ImportAgentExportResponse]]:
         """A new agent from an ExportAgent JSON Lines file, sent in chunks: its rows as history,
         created only once the whole file is read and valid.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkAgent(
+        self,
+        request: _agent_service_pb2.ForkAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_service_pb2.ForkAgentResponse, _abc.Awaitable[_agent_service_pb2.ForkAgentResponse]]:
+        """A new agent holding another agent's conversation up to a cut, whose provider session
+        continues from there (docs/api.md#forkagent). It is listed only once that session is ready.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

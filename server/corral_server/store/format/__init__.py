@@ -3,9 +3,11 @@
 
   agents.py    an agent's record (the `agents` table's blob), queued prompts as summaries
   runs.py      a sub-agent run's record (the `subagent_runs` table's blob)
-  common.py    what they share: parsing a blob, times, usage
+  schedules.py a schedule's record (the `schedules` table's blob)
+  common.py    what they share: parsing a blob, stored enum numbers, times, usage
   run_json.py  the JSON runs were stored as before the format had messages (schema.py's
                migration rewrites them; nothing else reads it)
+  schedule_json.py  the JSON text schedules were stored as before (likewise)
 
 Timeline items (the `timeline_rows.item` blob) need no module here: a stored item is the
 corral.storage.v1.TimelineItem encoding, which is byte for byte the corral.v1.TimelineItem the

@@ -1,9 +1,9 @@
-"""What the record modules share: parsing a blob, times, usage."""
+"""What the record modules share: parsing a blob, stored enum numbers, times, usage."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -12,6 +12,7 @@ from corral.storage.v1 import records_pb2 as pb
 from corral_server.domain.agent import Usage
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 
 def parse(kind: type[M], data: bytes, noun: str) -> M:
@@ -20,6 +21,15 @@ def parse(kind: type[M], data: bytes, noun: str) -> M:
         return kind.FromString(data)
     except DecodeError as exc:
         raise ValueError(f"not an encoded {noun}: {exc}") from exc
+
+
+def known(values: dict[Any, T], number: int, record: str, what: str) -> T:
+    """The domain value a stored enum number stands for; ValueError for one it does not know
+    (0 among them: a value the record always has)."""
+    try:
+        return values[number]
+    except KeyError:
+        raise ValueError(f"a {record} with an unknown {what} ({number})") from None
 
 
 def usage_record(u: Usage) -> pb.Usage:

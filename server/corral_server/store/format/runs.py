@@ -8,13 +8,11 @@ the disk; an outcome is stored only once the run ended.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from corral.storage.v1 import records_pb2 as pb
 from corral_server.domain import subagents as ds
-from corral_server.store.format.common import parse, usage, usage_record
-
-T = TypeVar("T")
+from corral_server.store.format.common import known, parse, usage, usage_record
 
 _SAME = (
     "run_id",
@@ -84,18 +82,11 @@ def decode_run(data: bytes) -> ds.SubagentRun:
     delivering = r.delivering if r.HasField("delivering") else None
     return ds.SubagentRun(
         **fields,
-        cleanup=_known(_CLEANUP_BACK, r.cleanup, "cleanup"),
-        outcome=_known(_OUTCOME_BACK, r.outcome, "outcome") if r.outcome else None,
+        cleanup=known(_CLEANUP_BACK, r.cleanup, "run", "cleanup"),
+        outcome=known(_OUTCOME_BACK, r.outcome, "run", "outcome") if r.outcome else None,
         usage=usage(r.usage) if r.HasField("usage") else None,
-        announce_state=_known(_ANNOUNCE_BACK, r.announce_state, "announce state"),
+        announce_state=known(_ANNOUNCE_BACK, r.announce_state, "run", "announce state"),
         delivering=None
         if delivering is None
         else ds.Delivering(delivering.epoch, delivering.from_seq),
     )
-
-
-def _known(values: dict[Any, T], number: int, what: str) -> T:
-    try:
-        return values[number]
-    except KeyError:
-        raise ValueError(f"a run with an unknown {what} ({number})") from None

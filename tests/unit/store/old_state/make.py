@@ -18,6 +18,7 @@ import importlib
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +63,21 @@ async def _write(state: Path) -> None:
         await db.close()
 
 
-def main(out: Path) -> None:
+def make(write: Callable[[Path], Coroutine[Any, Any, None]], out: Path) -> None:
+    """A state directory written by `write`, its database vacuumed and gzipped to `out`."""
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
-        asyncio.run(_write(state))
+        asyncio.run(write(state))
         conn = sqlite3.connect(state / "corral.db")
         conn.execute("VACUUM")
         conn.close()
         data = (state / "corral.db").read_bytes()
-    (out / "corral.db.gz").write_bytes(gzip.compress(data, mtime=0))
-    print(f"wrote {out / 'corral.db.gz'} ({len(data):,} bytes, gzipped)")
+    out.write_bytes(gzip.compress(data, mtime=0))
+    print(f"wrote {out} ({len(data):,} bytes, gzipped)")
+
+
+def main(out: Path) -> None:
+    make(_write, out / "corral.db.gz")
 
 
 if __name__ == "__main__":

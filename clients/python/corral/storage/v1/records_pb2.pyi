@@ -138,6 +138,55 @@ TOOL_CALL_STATUS_FAILED: ToolCallStatus.ValueType  # 4
 TOOL_CALL_STATUS_CANCELED: ToolCallStatus.ValueType  # 5
 Global___ToolCallStatus: _TypeAlias = ToolCallStatus  # noqa: Y015
 
+class _IfRunning:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _IfRunningEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IfRunning.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IF_RUNNING_UNSPECIFIED: _IfRunning.ValueType  # 0
+    IF_RUNNING_REJECT: _IfRunning.ValueType  # 1
+    IF_RUNNING_QUEUE: _IfRunning.ValueType  # 2
+    IF_RUNNING_STEER: _IfRunning.ValueType  # 3
+    IF_RUNNING_REPLACE: _IfRunning.ValueType  # 4
+
+class IfRunning(_IfRunning, metaclass=_IfRunningEnumTypeWrapper):
+    """What a prompt does when its agent is running."""
+
+IF_RUNNING_UNSPECIFIED: IfRunning.ValueType  # 0
+IF_RUNNING_REJECT: IfRunning.ValueType  # 1
+IF_RUNNING_QUEUE: IfRunning.ValueType  # 2
+IF_RUNNING_STEER: IfRunning.ValueType  # 3
+IF_RUNNING_REPLACE: IfRunning.ValueType  # 4
+Global___IfRunning: _TypeAlias = IfRunning  # noqa: Y015
+
+class _ScheduleOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ScheduleOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ScheduleOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SCHEDULE_OUTCOME_UNSPECIFIED: _ScheduleOutcome.ValueType  # 0
+    SCHEDULE_OUTCOME_STARTED: _ScheduleOutcome.ValueType  # 1
+    SCHEDULE_OUTCOME_QUEUED: _ScheduleOutcome.ValueType  # 2
+    SCHEDULE_OUTCOME_STEERED: _ScheduleOutcome.ValueType  # 3
+    SCHEDULE_OUTCOME_REPLACED: _ScheduleOutcome.ValueType  # 4
+    SCHEDULE_OUTCOME_CREATED: _ScheduleOutcome.ValueType  # 5
+    SCHEDULE_OUTCOME_BUSY: _ScheduleOutcome.ValueType  # 6
+    SCHEDULE_OUTCOME_FAILED: _ScheduleOutcome.ValueType  # 7
+
+class ScheduleOutcome(_ScheduleOutcome, metaclass=_ScheduleOutcomeEnumTypeWrapper): ...
+
+SCHEDULE_OUTCOME_UNSPECIFIED: ScheduleOutcome.ValueType  # 0
+SCHEDULE_OUTCOME_STARTED: ScheduleOutcome.ValueType  # 1
+SCHEDULE_OUTCOME_QUEUED: ScheduleOutcome.ValueType  # 2
+SCHEDULE_OUTCOME_STEERED: ScheduleOutcome.ValueType  # 3
+SCHEDULE_OUTCOME_REPLACED: ScheduleOutcome.ValueType  # 4
+SCHEDULE_OUTCOME_CREATED: ScheduleOutcome.ValueType  # 5
+SCHEDULE_OUTCOME_BUSY: ScheduleOutcome.ValueType  # 6
+SCHEDULE_OUTCOME_FAILED: ScheduleOutcome.ValueType  # 7
+Global___ScheduleOutcome: _TypeAlias = ScheduleOutcome  # noqa: Y015
+
 @_typing.final
 class Agent(_message.Message):
     """Agent is one row of the `agents` table: the agent's full snapshot, its queued prompts as
@@ -1112,3 +1161,194 @@ class SubagentNotice(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubagentNotice: _TypeAlias = SubagentNotice  # noqa: Y015
+
+@_typing.final
+class Schedule(_message.Message):
+    """Schedule is one row of the `schedules` table (schema version 10; JSON text before): a
+    schedule's whole record. Times are milliseconds since the epoch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
+    CRON_FIELD_NUMBER: _builtins.int
+    INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    IF_RUNNING_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_MS_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    LAST_RUN_FIELD_NUMBER: _builtins.int
+    RUN_COUNT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    prompt: _builtins.str
+    cron: _builtins.str
+    """When it fires: `cron` read in `time_zone`, or every `interval_ms` from its creation."""
+    interval_ms: _builtins.int
+    time_zone: _builtins.str
+    if_running: Global___IfRunning.ValueType
+    created_at_ms: _builtins.int
+    next_run_ms: _builtins.int
+    """Unset while paused."""
+    agent_id: _builtins.str
+    """The agent prompted at each firing; empty when each firing creates one from `create`."""
+    paused: _builtins.bool
+    run_count: _builtins.int
+    @_builtins.property
+    def create(self) -> Global___NewAgent: ...
+    @_builtins.property
+    def last_run(self) -> Global___ScheduleRun: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        prompt: _builtins.str = ...,
+        cron: _builtins.str = ...,
+        interval_ms: _builtins.int = ...,
+        time_zone: _builtins.str = ...,
+        if_running: Global___IfRunning.ValueType = ...,
+        created_at_ms: _builtins.int = ...,
+        next_run_ms: _builtins.int | None = ...,
+        agent_id: _builtins.str = ...,
+        create: Global___NewAgent | None = ...,
+        paused: _builtins.bool = ...,
+        last_run: Global___ScheduleRun | None = ...,
+        run_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_run_ms", b"_next_run_ms", "create", b"create", "last_run", b"last_run", "next_run_ms", b"next_run_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_run_ms", b"_next_run_ms", "agent_id", b"agent_id", "create", b"create", "created_at_ms", b"created_at_ms", "cron", b"cron", "id", b"id", "if_running", b"if_running", "interval_ms", b"interval_ms", "last_run", b"last_run", "next_run_ms", b"next_run_ms", "paused", b"paused", "prompt", b"prompt", "run_count", b"run_count", "time_zone", b"time_zone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_run_ms: _TypeAlias = _typing.Literal["next_run_ms"]  # noqa: Y015
+    _WhichOneofArgType__next_run_ms: _TypeAlias = _typing.Literal["_next_run_ms", b"_next_run_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_run_ms) -> _WhichOneofReturnType__next_run_ms | None: ...
+
+Global___Schedule: _TypeAlias = Schedule  # noqa: Y015
+
+@_typing.final
+class NewAgent(_message.Message):
+    """The agent each firing of a schedule creates (its prompt is the schedule's)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    CWD_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    WORKTREE_FIELD_NUMBER: _builtins.int
+    provider: _builtins.str
+    cwd: _builtins.str
+    model: _builtins.str
+    mode: _builtins.str
+    title: _builtins.str
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def worktree(self) -> Global___WorktreeRequest: ...
+    def __init__(
+        self,
+        *,
+        provider: _builtins.str = ...,
+        cwd: _builtins.str = ...,
+        model: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        title: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        worktree: Global___WorktreeRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["worktree", b"worktree"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cwd", b"cwd", "labels", b"labels", "mode", b"mode", "model", b"model", "provider", b"provider", "title", b"title", "worktree", b"worktree"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NewAgent: _TypeAlias = NewAgent  # noqa: Y015
+
+@_typing.final
+class WorktreeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BRANCH_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    branch: _builtins.str
+    base: _builtins.str
+    def __init__(
+        self,
+        *,
+        branch: _builtins.str = ...,
+        base: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "branch", b"branch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorktreeRequest: _TypeAlias = WorktreeRequest  # noqa: Y015
+
+@_typing.final
+class ScheduleRun(_message.Message):
+    """What one firing did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DUE_MS_FIELD_NUMBER: _builtins.int
+    RAN_MS_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    CATCH_UP_FIELD_NUMBER: _builtins.int
+    MISSED_FIELD_NUMBER: _builtins.int
+    due_ms: _builtins.int
+    ran_ms: _builtins.int
+    outcome: Global___ScheduleOutcome.ValueType
+    agent_id: _builtins.str
+    turn_id: _builtins.str
+    error: _builtins.str
+    catch_up: _builtins.bool
+    missed: _builtins.int
+    def __init__(
+        self,
+        *,
+        due_ms: _builtins.int = ...,
+        ran_ms: _builtins.int = ...,
+        outcome: Global___ScheduleOutcome.ValueType = ...,
+        agent_id: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
+        error: _builtins.str = ...,
+        catch_up: _builtins.bool = ...,
+        missed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "catch_up", b"catch_up", "due_ms", b"due_ms", "error", b"error", "missed", b"missed", "outcome", b"outcome", "ran_ms", b"ran_ms", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleRun: _TypeAlias = ScheduleRun  # noqa: Y015

@@ -7,6 +7,7 @@ import type { Message } from "@bufbuild/protobuf";
 import type { ContentPart } from "./content_pb.js";
 import type { Agent, Usage } from "./agent_pb.js";
 import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Cursor } from "./timeline_pb.js";
 
 /**
  * Describes the file corral/v1/agent_service.proto.
@@ -884,6 +885,91 @@ export declare type ImportAgentExportResponse = Message<"corral.v1.ImportAgentEx
 export declare const ImportAgentExportResponseSchema: GenMessage<ImportAgentExportResponse>;
 
 /**
+ * @generated from message corral.v1.ForkAgentRequest
+ */
+export declare type ForkAgentRequest = Message<"corral.v1.ForkAgentRequest"> & {
+  /**
+   * The agent to fork (live, closed or archived).
+   *
+   * @generated from field: string agent_id = 1;
+   */
+  agentId: string;
+
+  /**
+   * Where to cut: the fork holds the source's rows before it.
+   *
+   * @generated from oneof corral.v1.ForkAgentRequest.at
+   */
+  at: {
+    /**
+     * A user message: its `provider_message_id` (the id the provider confirmed) or its own
+     * `message_id`. The fork goes back to before it, as Rewind does.
+     *
+     * @generated from field: string message_id = 2;
+     */
+    value: string;
+    case: "messageId";
+  } | {
+    /**
+     * The first row the fork leaves out, in the source's current epoch; `seq` = the
+     * timeline's `next_seq` forks the whole timeline.
+     *
+     * @generated from field: corral.v1.Cursor cursor = 3;
+     */
+    value: Cursor;
+    case: "cursor";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Empty: the fork's first prompt names it, as for a new agent.
+   *
+   * @generated from field: string title = 4;
+   */
+  title: string;
+
+  /**
+   * Beside them the fork carries `corral.forked-from` = "<agent id>@<epoch>:<seq>" (the cut).
+   *
+   * @generated from field: map<string, string> labels = 5;
+   */
+  labels: { [key: string]: string };
+};
+
+/**
+ * Describes the message corral.v1.ForkAgentRequest.
+ * Use `create(ForkAgentRequestSchema)` to create a new message.
+ */
+export declare const ForkAgentRequestSchema: GenMessage<ForkAgentRequest>;
+
+/**
+ * @generated from message corral.v1.ForkAgentResponse
+ */
+export declare type ForkAgentResponse = Message<"corral.v1.ForkAgentResponse"> & {
+  /**
+   * Idle, with a new id and epoch and the rows before the cut (renumbered from 1).
+   *
+   * @generated from field: corral.v1.Agent agent = 1;
+   */
+  agent?: Agent | undefined;
+
+  /**
+   * @generated from field: uint64 rows = 2;
+   */
+  rows: bigint;
+
+  /**
+   * @generated from field: corral.v1.ForkSession session = 3;
+   */
+  session: ForkSession;
+};
+
+/**
+ * Describes the message corral.v1.ForkAgentResponse.
+ * Use `create(ForkAgentResponseSchema)` to create a new message.
+ */
+export declare const ForkAgentResponseSchema: GenMessage<ForkAgentResponse>;
+
+/**
  * What GetUsage groups by; several may be given (e.g. PROVIDER and MODEL).
  *
  * @generated from enum corral.v1.UsageGroupBy
@@ -950,6 +1036,44 @@ export enum ExportFormat {
  * Describes the enum corral.v1.ExportFormat.
  */
 export declare const ExportFormatSchema: GenEnum<ExportFormat>;
+
+/**
+ * How a fork's provider session continues the conversation.
+ *
+ * @generated from enum corral.v1.ForkSession
+ */
+export enum ForkSession {
+  /**
+   * @generated from enum value: FORK_SESSION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The provider's own fork of the source's session at the cut.
+   *
+   * @generated from enum value: FORK_SESSION_PROVIDER = 1;
+   */
+  PROVIDER = 1,
+
+  /**
+   * A new session primed with a summary of the rows before the cut (one priming turn).
+   *
+   * @generated from enum value: FORK_SESSION_CONTEXT = 2;
+   */
+  CONTEXT = 2,
+
+  /**
+   * Nothing before the cut: a new session, as for a new agent.
+   *
+   * @generated from enum value: FORK_SESSION_NEW = 3;
+   */
+  NEW = 3,
+}
+
+/**
+ * Describes the enum corral.v1.ForkSession.
+ */
+export declare const ForkSessionSchema: GenEnum<ForkSession>;
 
 /**
  * AgentService owns agents: creating, reading, updating and closing them.
@@ -1084,6 +1208,17 @@ export declare const AgentService: GenService<{
     methodKind: "client_streaming";
     input: typeof ImportAgentExportRequestSchema;
     output: typeof ImportAgentExportResponseSchema;
+  },
+  /**
+   * A new agent holding another agent's conversation up to a cut, whose provider session
+   * continues from there (docs/api.md#forkagent). It is listed only once that session is ready.
+   *
+   * @generated from rpc corral.v1.AgentService.ForkAgent
+   */
+  forkAgent: {
+    methodKind: "unary";
+    input: typeof ForkAgentRequestSchema;
+    output: typeof ForkAgentResponseSchema;
   },
 }>;
 
