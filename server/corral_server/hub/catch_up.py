@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import TypeVar
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import (
@@ -36,8 +35,9 @@ from corral_server.domain.events import (
 from corral_server.hub.index import SubscriptionIndex
 from corral_server.hub.log_reader import LogReader
 from corral_server.hub.ring import Entry, Ring, StreamFormat, take_batch
+from corral_server.hub.span_batches import drop_through, take_spans
 from corral_server.hub.subscription import FROM_LOG, FromLog, Subscription, SubscriptionState
-from corral_server.records.store import EventLog, LogEntry
+from corral_server.records.store import EventLog
 
 # A scoped subscriber catching up scans at most this many batches' worth of ring entries per
 # step, so one step over other agents' events stays short however narrow its scope.
@@ -166,7 +166,7 @@ class CatchUp:
         read = await self._reader.after(position)
         if sub.state is not SubscriptionState.CATCHING_UP or sub.position != position:
             return b""  # closed or ended while the read ran
-        if not read or read[0][0] != position + 1:
+        if not read or read[0].first != position + 1:
             # The log dropped it meanwhile (retention): nothing can fill the gap.
             self.reset(sub, position, _BEHIND)
             return b""
@@ -174,17 +174,22 @@ class CatchUp:
         return self._from_ahead(sub)
 
     def _from_ahead(self, sub: Subscription) -> bytes:
-        """A catch-up step over the subscription's read-ahead (log entries from its
-        position + 1 on, contiguous); what it sends or scans past leaves the read-ahead."""
+        """A catch-up step over the subscription's read-ahead (spans of the log from its
+        position + 1 on, contiguous: span_batches.py); what it sends or scans past leaves
+        the read-ahead."""
         ahead = sub.ahead
         target = self._ring.head if sub.synced_at is None else sub.synced_at
-        scan = ahead[: self._stretch(sub)]
-        if scan and scan[-1][0] > target:
-            scan = [entry for entry in scan if entry[0] <= target]
-        upto = scan[-1][0] if scan else sub.position
-        data = self._send(sub, scan, upto)
+        scan_end = min(target, sub.position + self._stretch(sub))
+        form = self._form
+        taken = take_spans(
+            ahead, sub.position, scan_end, sub.scope, form.batch_events, sub.batch_bytes
+        )
+        sub.position = taken.position
+        if taken.last:
+            sub.delivered = taken.last
+        data = self._finish(sub, taken.data)
         if sub.ahead is ahead:  # not reset or rejoined meanwhile
-            del ahead[: max(0, sub.position - ahead[0][0] + 1)]
+            drop_through(ahead, sub.position)
         return data
 
     def _stretch(self, sub: Subscription) -> int:
@@ -200,6 +205,11 @@ class CatchUp:
         sub.position = upto if len(batch) == len(entries) else batch[-1][0]
         if batch:
             sub.delivered = batch[-1][0]
+        return self._finish(sub, data)
+
+    def _finish(self, sub: Subscription, data: bytes) -> bytes:
+        """The end of a catch-up step that sends `data` and left the position where it is
+        now: Synced, and back to live, when due."""
         # 4. A resumed subscription's replay reached the head it subscribed at: Synced goes
         #    with this batch if it fits, else alone in the next step (position stays put).
         if sub.synced_at is not None and sub.position == sub.synced_at:
@@ -214,20 +224,19 @@ class CatchUp:
         return data
 
 
-_E = TypeVar("_E", Entry, LogEntry)
 _agent_of = itemgetter(1)
 
 
 def _matching(
-    entries: Sequence[_E], scope: frozenset[str], limit: int, upto: int
-) -> tuple[list[_E], int]:
+    entries: Sequence[Entry], scope: frozenset[str], limit: int, upto: int
+) -> tuple[list[Entry], int]:
     """The first `limit` entries of `scope`, and the revision scanned up to: a catch-up step
     never scans past what it can send (a scan of many batches would otherwise be repeated
     from the last one sent, step after step, when most entries match)."""
     head = list(entries[:limit])
     if scope.issuperset(map(_agent_of, head)):  # all match (C speed): the common case
         return head, (head[-1][0] if len(entries) > limit else upto)
-    matched: list[_E] = []
+    matched: list[Entry] = []
     keep = matched.append
     for entry in entries:
         if entry[1] in scope:

@@ -232,3 +232,23 @@ class Ring:
         if stop <= self._capacity:
             return self._slots[start:stop]
         return self._slots[start:] + self._slots[: stop - self._capacity]
+
+
+def frame_ends(frames: bytes) -> list[int]:
+    """The offset just past each frame of `frames` (frames joined, as a batch is)."""
+    ends: list[int] = []
+    keep = ends.append
+    at, size = 0, len(frames)
+    while at < size:
+        at += 1  # the events tag
+        length = shift = 0
+        while True:
+            byte = frames[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        at += length
+        keep(at)
+    return ends

@@ -33,6 +33,7 @@ from typing import Protocol, TypeAlias
 from corral_server.domain.agent import Agent
 from corral_server.domain.events import Event, StreamControl
 from corral_server.hub.ring import Entry
+from corral_server.records.store import LogSpan
 
 SnapshotFn: TypeAlias = Callable[[frozenset[str]], Sequence[Agent]]
 """The current agents in a scope (empty scope = every agent); called synchronously."""
@@ -141,9 +142,9 @@ class Subscription:
         # reaches synced_at (the head when it subscribed). Only set while CATCHING_UP.
         # [catch_up]
         self.synced_at: int | None = None
-        # CATCHING_UP from the durable log: entries read and not yet sent, contiguous from
+        # CATCHING_UP from the durable log: spans read and not yet sent, contiguous from
         # position + 1 (empty otherwise). [catch_up; delivery drops it at an end]
-        self.ahead: list[Entry] = []
+        self.ahead: list[LogSpan] = []
         # ENDED by the hub: the StreamEnding frame, sent once `prefix` and `buffer` drain.
         # [delivery]
         self.ending: bytes | None = None

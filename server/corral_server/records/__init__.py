@@ -20,7 +20,9 @@ from corral_server.records.store import (
     LoadedAgents,
     LoadedRuns,
     LogEntry,
+    LogSpan,
     RunStore,
+    spans_of,
 )
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
     "LoadedAgents",
     "LoadedRuns",
     "LogEntry",
+    "LogSpan",
     "RunStore",
     "new_incarnation",
+    "spans_of",
 ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.subagents import SubagentRun
-from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry
+from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry, LogSpan, spans_of
 
 V = TypeVar("V")
 
@@ -175,6 +175,12 @@ class InMemoryEventLog:
             out.append(entry)
         return out
 
+    async def read_spans(
+        self, after_revision: int, limit: int, max_bytes: int, span_events: int
+    ) -> list[LogSpan]:
+        check_spans(span_events)
+        return spans_of(await self.read(after_revision, limit, max_bytes), span_events)
+
 
 def check_retention(retain_events: int | None, retain_bytes: int | None) -> None:
     if retain_events is not None and retain_events < 1:
@@ -203,6 +209,11 @@ def check_batch(batch: Sequence[LogEntry], expected: int) -> None:
 def check_read(limit: int, max_bytes: int) -> None:
     if limit < 1 or max_bytes < 1:
         raise ValueError(f"limit and max_bytes must be at least 1, got {limit}, {max_bytes}")
+
+
+def check_spans(span_events: int) -> None:
+    if span_events < 1:
+        raise ValueError(f"span_events must be at least 1, got {span_events}")
 
 
 if TYPE_CHECKING:

@@ -105,6 +105,33 @@ class LogEntry(NamedTuple):
     event: bytes
 
 
+class LogSpan(NamedTuple):
+    """Consecutive events of the log with their frames joined: how the catch-up path reads
+    the log, a span at a time rather than an entry at a time (see `EventLog.read_spans`)."""
+
+    first: int  # the revision of its first event; the others follow without a gap
+    events: int  # how many
+    frames: bytes  # the events' stored bytes (frames), joined in revision order
+    # The agent of every one of its events, or each event's agent, in order.
+    agents: str | tuple[str, ...]
+
+
+def spans_of(entries: Sequence[LogEntry], span_events: int) -> list[LogSpan]:
+    """`entries` (contiguous, in order) as spans of at most `span_events` events each, cut
+    where `first - 1` is a multiple of `span_events`, so spans line up however read."""
+    spans: list[LogSpan] = []
+    start = 0
+    while start < len(entries):
+        first = entries[start].revision
+        stop = min(len(entries), start + span_events - (first - 1) % span_events)
+        part = entries[start:stop]
+        agents = tuple(entry.agent_id for entry in part)
+        one = agents[0] if agents.count(agents[0]) == len(agents) else agents
+        spans.append(LogSpan(first, len(part), b"".join(e.event for e in part), one))
+        start = stop
+    return spans
+
+
 class EventLog(Protocol):
     """The event log behind Subscribe revisions. Revisions are contiguous from 1; retention
     drops the oldest (by `retain_events` and `retain_bytes`, options of each implementation)
@@ -146,6 +173,14 @@ class EventLog(Protocol):
         of them and `max_bytes` of events, but always one at least when one is retained.
         Entries older than `earliest_revision` are gone: a first entry other than
         `after_revision + 1` tells the caller it fell behind the retention."""
+        ...
+
+    async def read_spans(
+        self, after_revision: int, limit: int, max_bytes: int, span_events: int
+    ) -> list[LogSpan]:
+        """What `read` returns (the same entries, limit and bytes, except that the byte
+        bound may cut a few entries earlier), as spans of at most `span_events` events cut
+        where `first - 1` is a multiple of `span_events` (`spans_of`)."""
         ...
 
 

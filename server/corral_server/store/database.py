@@ -9,6 +9,8 @@ Owns every blocking call into SQLite: none runs on the event loop. The loop hand
     the batch is re-run one job per transaction, so only the failing job fails.
   * the reader thread: its own connection, so a page read never waits behind a commit (WAL
     readers see the last commit and never block the writer).
+  * the log reader threads (LOG_READERS, own connections, small page caches): the event
+    log's catch-up reads (`read(log=True)`), side by side and apart from page reads.
 A write job's `on_commit` runs on the loop after its transaction is durable and before any
 later job settles: callers publish there (durable first).
 
@@ -40,6 +42,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -62,6 +65,10 @@ MAX_BATCH_JOBS = 256
 
 # Page cache per connection (negative = KiB): 1 M rows' index and a warm working set fit.
 _CACHE_KIB = 64 * 1024
+
+# Log reader threads, and each one's page cache (KiB): sequential scans need little.
+LOG_READERS = 2
+_LOG_CACHE_KIB = 8 * 1024
 
 # The buckets of `Database.commit_jobs`: how many jobs shared a transaction.
 COMMIT_JOBS_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, MAX_BATCH_JOBS)
@@ -94,6 +101,7 @@ class Database:
         self._loop = asyncio.get_running_loop()
         self._writes: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_ReadJob | None] = queue.SimpleQueue()
+        self._log_reads: queue.SimpleQueue[_ReadJob | None] = queue.SimpleQueue()
         # One future per started thread, resolved when it has closed its connection.
         self._threads: list[asyncio.Future[None]] = []
         self._closed = False
@@ -121,7 +129,12 @@ class Database:
         another daemon) or SchemaTooNew; nothing is left half-written either way."""
         db = cls(state_dir, synchronous, lock)
         await db._start_thread("corral-store-writer", db._writer_main)
-        await db._start_thread("corral-store-reader", db._reader_main)
+        await db._start_thread(
+            "corral-store-reader", partial(db._reader_main, db._reads, _CACHE_KIB)
+        )
+        for number in range(LOG_READERS):
+            reader = partial(db._reader_main, db._log_reads, _LOG_CACHE_KIB)
+            await db._start_thread(f"corral-store-log-reader-{number}", reader)
         return db
 
     async def _start_thread(self, name: str, main: _ThreadMain) -> None:
@@ -155,15 +168,15 @@ class Database:
         self.submit(run, _resolver(future), _failer(future))
         return await future
 
-    async def read(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `run` in the reader thread and return its result. Each call sees the database
-        as of the last commit when its statements start; to read several statements from one
-        snapshot, `run` wraps them in BEGIN ... COMMIT. Errors from SQLite arrive as
-        StoreError, others as raised."""
+    async def read(self, run: Callable[[sqlite3.Connection], T], *, log: bool = False) -> T:
+        """Run `run` in the reader thread (`log`: in a log reader thread) and return its
+        result. Each call sees the database as of the last commit when its statements start;
+        to read several statements from one snapshot, `run` wraps them in BEGIN ... COMMIT.
+        Errors from SQLite arrive as StoreError, others as raised."""
         if self._closed:
             raise StoreUnavailable(self.path, "the store is closed")
         future: asyncio.Future[T] = self._loop.create_future()
-        self._reads.put(_ReadJob(run, future))
+        (self._log_reads if log else self._reads).put(_ReadJob(run, future))
         return await future
 
     def on_close(self, hook: Callable[[], Awaitable[None]]) -> None:
@@ -185,6 +198,8 @@ class Database:
     async def _stop(self) -> None:
         self._closed = True
         self._reads.put(None)
+        for _ in range(LOG_READERS):
+            self._log_reads.put(None)
         self._writes.put(None)
         for done in self._threads:
             await done
@@ -305,20 +320,26 @@ class Database:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = -1
 
-    # --- the reader thread ---------------------------------------------------------------
+    # --- the reader threads --------------------------------------------------------------
 
-    def _reader_main(self, ready: asyncio.Future[None], done: asyncio.Future[None]) -> None:
+    def _reader_main(
+        self,
+        jobs: queue.SimpleQueue[_ReadJob | None],
+        cache_kib: int,
+        ready: asyncio.Future[None],
+        done: asyncio.Future[None],
+    ) -> None:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, cached_statements=256)
             conn.execute("PRAGMA query_only=1")
-            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+            conn.execute(f"PRAGMA cache_size=-{cache_kib}")
         except sqlite3.Error as exc:
             self._settle_thread(ready, StoreUnavailable(self.path, why(exc)))
             self._settle_thread(done, None)
             return
         self._settle_thread(ready, None)
         try:
-            while (job := self._reads.get()) is not None:
+            while (job := jobs.get()) is not None:
                 try:
                     result = job.run(conn)
                 except Exception as exc:

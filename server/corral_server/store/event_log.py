@@ -38,11 +38,13 @@ from corral_server.records.memory import (
     check_batch,
     check_read,
     check_retention,
+    check_spans,
     new_incarnation,
 )
-from corral_server.records.store import LogEntry
+from corral_server.records.store import LogEntry, LogSpan
 from corral_server.store.commits import settle_all
 from corral_server.store.database import Database
+from corral_server.store.log_spans import read_spans
 from corral_server.store.meta import EVENT_LOG_INCARNATION
 from corral_server.store.pending import PendingWrites
 
@@ -138,6 +140,14 @@ class SqliteEventLog:
         check_read(limit, max_bytes)
         return await self._db.read(partial(_read, after_revision, limit, max_bytes))
 
+    async def read_spans(
+        self, after_revision: int, limit: int, max_bytes: int, span_events: int
+    ) -> list[LogSpan]:
+        check_read(limit, max_bytes)
+        check_spans(span_events)
+        job = partial(_read_spans, after_revision, limit, max_bytes, span_events)
+        return await self._db.read(job, log=True)
+
 
 # --- the threads' halves ---------------------------------------------------------------------
 
@@ -217,6 +227,17 @@ def _read(
             break
     new = tuple.__new__  # LogEntry's own __new__ is a Python function: ~2x slower per row
     return [new(LogEntry, row) for row in rows]
+
+
+def _read_spans(
+    after_revision: int, limit: int, max_bytes: int, span_events: int, conn: sqlite3.Connection
+) -> list[LogSpan]:
+    """In the reader thread: spans joined by SQLite (store/log_spans.py)."""
+    return read_spans(conn, after_revision, (limit, max_bytes, span_events), _read_rows)
+
+
+def _read_rows(conn: sqlite3.Connection, after: int, limit: int, max_bytes: int) -> list[LogEntry]:
+    return _read(after, limit, max_bytes, conn)
 
 
 if TYPE_CHECKING:

@@ -232,3 +232,26 @@ async def test_reads_never_block_the_loop_while_a_write_holds_the_writer(db: Dat
     assert await read_meta(db, "k") == "v"  # the reader thread answers meanwhile
     release.set()
     await writing
+
+
+async def test_log_reads_run_side_by_side_and_apart_from_page_reads(db: Database) -> None:
+    """Two log reads at once, each waiting for the other to start, while a page read holds
+    the reader thread: all three are answered only if they ran on threads of their own."""
+    page_entered, release_page = threading.Event(), threading.Event()
+    both = threading.Barrier(2, timeout=10)
+
+    def page(conn: sqlite3.Connection) -> str:
+        page_entered.set()
+        release_page.wait(10)
+        return "page"
+
+    def log_read(conn: sqlite3.Connection) -> str:
+        both.wait()  # raises BrokenBarrierError unless the other log read runs meanwhile
+        return str(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    paging = asyncio.ensure_future(db.read(page))
+    await asyncio.to_thread(page_entered.wait, 10)
+    counts = await asyncio.gather(db.read(log_read, log=True), db.read(log_read, log=True))
+    assert list(counts) == ["0", "0"]
+    release_page.set()
+    assert await paging == "page"

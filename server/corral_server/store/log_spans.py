@@ -1,0 +1,144 @@
+"""The event log read as spans (records/store.py `LogSpan`): the reader thread's half of
+`SqliteEventLog.read_spans`, for subscribers catching up from the log.
+
+Why spans: the log stores each event as its frame, so a run of events is sent as the join of
+their stored bytes. Read a row at a time, the sqlite3 module builds four Python objects per
+row and takes the GIL back after every row's step, while the event loop needs it to send:
+replaying from the log then ran at a third of the ring's rate. Here SQLite joins each
+span's frames itself (`group_concat` over a rowid range, inside one step, without the
+GIL), so a chunk of 2,048 events costs a few dozen rows of Python work.
+
+One read is one transaction (one snapshot) of one or two statements over the same ranges:
+  spans   per span: first revision, count, bytes, least and greatest agent id, and its
+          frames joined; fetched span by span, and no further once past `max_bytes`
+  agents  per span of more than one agent: its agent ids, in revision order (JSON)
+An event over `max_bytes / span_events` is left out of its span's join (so no span's join
+exceeds `max_bytes`, even for rows of up to 2 MiB each); a span that lost one to it, and
+all that follows in this read, is read entry by entry instead (`fallback`): large events,
+whose per-row cost is small beside their size.
+
+The order within a span relies on SQLite aggregating a rowid range scan in rowid order
+(`revision` is the table's INTEGER PRIMARY KEY): the only plan for these statements.
+The text-to-blob cast keeps the bytes as they are in a UTF-8 database (schema.py creates
+it so).
+
+Must not: run on the event loop, or write.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from functools import cache
+
+from corral_server.records.store import LogEntry, LogSpan, spans_of
+
+_RANGE = "FROM events WHERE revision BETWEEN ? AND ?"
+
+
+@cache
+def _statement(columns: str, spans: int) -> str:
+    """One SELECT of `columns` per span range, in order."""
+    return " UNION ALL ".join([f"SELECT {columns} {_RANGE}"] * spans)
+
+
+_SPANS = (
+    "min(revision), count(*), sum(length(event)), min(agent_id), max(agent_id),"
+    " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, '') AS BLOB)"
+)
+_AGENTS = "json_group_array(agent_id)"
+
+Fallback = Callable[[sqlite3.Connection, int, int, int], list[LogEntry]]
+"""(conn, after, limit, max_bytes) -> the entries a per-row read returns."""
+
+
+def ranges(low: int, limit: int, span_events: int) -> list[tuple[int, int]]:
+    """The revision ranges of the spans after `low`, `limit` revisions in all, cut where
+    `first - 1` is a multiple of `span_events`."""
+    out: list[tuple[int, int]] = []
+    first, last = low + 1, low + limit
+    while first <= last:
+        end = min(last, first + span_events - 1 - (first - 1) % span_events)
+        out.append((first, end))
+        first = end + 1
+    return out
+
+
+def read_spans(
+    conn: sqlite3.Connection,
+    after: int,
+    limits: tuple[int, int, int],
+    fallback: Fallback,
+) -> list[LogSpan]:
+    """In the reader thread: the retained events after `after` (from the earliest retained
+    one when `after` is older) as spans; `limits` are (events, bytes, events per span): at
+    most that many events and bytes in all (one event at least)."""
+    limit, max_bytes, span_events = limits
+    conn.execute("BEGIN")
+    try:
+        earliest = conn.execute("SELECT min(revision) FROM events").fetchone()[0]
+        if earliest is None:
+            return []
+        low = max(after, earliest - 1)
+        wanted = ranges(low, limit, span_events)
+        cap = max(1, max_bytes // span_events)
+        taken, rest = _joined(_select(conn, _SPANS, wanted, cap), max_bytes)
+        spans = _named(conn, taken)
+        if rest is not None:
+            budget = max_bytes - sum(len(span.frames) for span in spans)
+            if not spans or budget > 0:
+                first = rest - 1
+                left = budget if spans else max_bytes
+                entries = fallback(conn, first, low + limit - first, left)
+                if spans and entries and len(entries[0].event) > budget:
+                    entries = []  # one event at least only when nothing else was read
+                spans += spans_of(entries, span_events)
+    finally:
+        conn.execute("COMMIT")
+    return spans
+
+
+_Joined = tuple[int, int, bytes, str, str]
+
+
+def _joined(rows: sqlite3.Cursor, max_bytes: int) -> tuple[list[_Joined], int | None]:
+    """The spans that fit `max_bytes`, fetched one at a time, and the first revision to read
+    entry by entry (None: none)."""
+    taken: list[_Joined] = []
+    budget = max_bytes
+    rest = None
+    for first, count, size, low, high, frames in rows:
+        if not count:
+            break  # past the head
+        if len(frames or b"") != size:  # an event over the cap was left out of the join
+            rest = first
+            break
+        budget -= size
+        if budget < 0:
+            if not taken:  # only with a budget under `span_events` bytes
+                rest = first
+            break
+        taken.append((first, count, frames, low, high))
+    rows.close()
+    return taken, rest
+
+
+def _named(conn: sqlite3.Connection, taken: list[_Joined]) -> list[LogSpan]:
+    """The spans, with the agent of each event where they have several."""
+    mixed = [(first, first + count - 1) for first, count, _, low, high in taken if low != high]
+    agents = iter(_select(conn, _AGENTS, mixed).fetchall() if mixed else ())
+    spans: list[LogSpan] = []
+    for first, count, frames, low, high in taken:
+        each = low if low == high else tuple(json.loads(next(agents)[0]))
+        spans.append(LogSpan(first, count, frames, each))
+    return spans
+
+
+def _select(
+    conn: sqlite3.Connection, columns: str, spans: list[tuple[int, int]], *head: int
+) -> sqlite3.Cursor:
+    """One SELECT of `columns` per span, in order (`head`: the parameters before each
+    span's bounds)."""
+    bounds = [value for span in spans for value in (*head, *span)]
+    return conn.execute(_statement(columns, len(spans)), bounds)
