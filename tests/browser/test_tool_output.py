@@ -81,7 +81,8 @@ def test_show_all_pages_the_whole_output_in_one_page_at_a_time(
     first_page_shown(page)  # progressive: page one is shown while page two waits
     assert page.texts(".tool-output .progress") == ["Loading… 1,048,576 of 2,109,497 bytes"]
     page.evaluate("() => window.toolFetch.release()")
-    page.wait_for(".tool-output pre.all[data-done='1']")
+    # Attached, not visible: laying out 200,000 lines can take long on a loaded machine.
+    page.wait_for(".tool-output pre.all[data-done='1']", state="attached", timeout_ms=60_000)
     assert page.evaluate("() => document.querySelector('.tool-output pre.all').textContent") == want
     watched = page.evaluate("() => [window.toolFetch.count, window.toolFetch.most]")
     assert watched == [3, 1]  # three pages, never two at once
@@ -100,7 +101,7 @@ def test_an_output_gone_midway_is_a_clear_error_that_keeps_what_arrived(
     first_page_shown(page)
     forget_outputs(web, agent_id)  # as the in-memory store's eviction does; the row stays
     page.evaluate("() => window.toolFetch.release()")
-    page.wait_for(".tool-output [role='alert']")
+    page.wait_for(".tool-output [role='alert']", state="attached", timeout_ms=60_000)
     [alert] = page.texts(".tool-output [role='alert']")
     assert "no longer kept" in alert and "1,048,576 of 2,109,497 bytes had arrived" in alert
     shown = page.evaluate("() => document.querySelector('.tool-output pre.all').textContent")

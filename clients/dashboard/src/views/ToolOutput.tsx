@@ -1,39 +1,13 @@
 // A tool call's output that the daemon kept apart from its row (docs/api.md#tool-output): the
-// row holds only a preview, so the page offers the rest and pages it in with FetchToolOutput,
-// one page at a time (the next asked for only once the last has arrived, so a huge output
-// never has more than one page's bytes in flight), showing what has come so far as it comes.
-import { Code, ConnectError } from "@connectrpc/connect";
+// row holds only a preview, so the page offers the rest and shows it as it is paged in
+// (outputs.ts).
 import type { JSX } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
-import { describe, isAbort, timeline } from "../client";
+import { useEffect, useState } from "preact/hooks";
 import type { OutputRef } from "../gen";
-
-// Bytes asked for per page: well under a browser's comfortable message size, and small enough
-// that the first part shows quickly.
-const PAGE_BYTES = 1024 * 1024;
-
-interface Loaded {
-  text: string;
-  bytes: number;
-  done: boolean;
-  error: string;
-}
-
-const NONE: Loaded = { text: "", bytes: 0, done: false, error: "" };
+import { outputLoad, startLoad, type OutputLoad } from "../outputs";
 
 export function bytesText(n: number): string {
   return n.toLocaleString("en-US");
-}
-
-/** Why a page failed, in words: a blob that is gone says so plainly. */
-function failure(err: unknown, bytes: number): string {
-  if (err instanceof ConnectError && err.code === Code.NotFound) {
-    const why = "(its row was rewound, dropped by retention or evicted)";
-    return bytes > 0
-      ? `The rest of the output is no longer kept ${why}: only what is shown above arrived.`
-      : `The whole output is no longer kept ${why}: only the preview above is left.`;
-  }
-  return `Could not load the output: ${describe(err)}`;
 }
 
 export function ToolOutput({
@@ -45,46 +19,26 @@ export function ToolOutput({
   outputRef: OutputRef;
   preview: string;
 }): JSX.Element {
-  const [loaded, setLoaded] = useState<Loaded | null>(null);
-  const abort = useRef<AbortController | null>(null);
-  useEffect(() => () => abort.current?.abort(), []);
+  const [load, setLoad] = useState<OutputLoad | undefined>(() => outputLoad(agentId, outputRef));
+  const [, setTick] = useState(0);
+  useEffect(() => {
+    const rerender = () => setTick((t) => t + 1);
+    const stop = load?.listen(rerender);
+    rerender(); // what changed between this render and listening
+    return stop;
+  }, [load]);
   const size = Number(outputRef.sizeBytes);
-
-  async function load(): Promise<void> {
-    const controller = new AbortController();
-    abort.current = controller;
-    const decoder = new TextDecoder();
-    let state: Loaded = { ...NONE };
-    setLoaded(state);
-    try {
-      while (state.bytes < size) {
-        const page = await timeline.fetchToolOutput(
-          { agentId, blobId: outputRef.blobId, offset: BigInt(state.bytes), limit: PAGE_BYTES },
-          { signal: controller.signal },
-        );
-        if (page.data.length === 0) break; // the output ended before its size: keep what came
-        // `stream`: a character cut between two pages is held back until its rest arrives.
-        state = { ...state, text: state.text + decoder.decode(page.data, { stream: true }) };
-        state.bytes += page.data.length;
-        setLoaded(state);
-      }
-      setLoaded({ ...state, text: state.text + decoder.decode(), done: true });
-    } catch (err) {
-      if (isAbort(err) || controller.signal.aborted) return;
-      setLoaded({ ...state, error: failure(err, state.bytes) });
-    }
-  }
-
-  const busy = loaded !== null && !loaded.done && !loaded.error;
+  const loaded = load?.state;
+  const busy = loaded !== undefined && !loaded.done && !loaded.error;
   return (
     <div class="tool-output" data-blob={outputRef.blobId}>
       {!loaded?.text && !loaded?.done && <pre class="preview">{preview}</pre>}
-      {loaded === null && (
-        <button type="button" class="small show-all" onClick={() => void load()}>
-          {bytesText(size)} bytes kept apart — show all
+      {(!loaded || loaded.error) && (
+        <button type="button" class="small show-all" onClick={() => setLoad(startLoad(agentId, outputRef))}>
+          {bytesText(size)} bytes kept apart — {loaded ? "try again" : "show all"}
         </button>
       )}
-      {loaded !== null && (loaded.text || loaded.done) && (
+      {loaded && (loaded.text || loaded.done) && (
         <pre class="all" data-done={loaded.done ? "1" : "0"}>
           {loaded.text}
         </pre>
