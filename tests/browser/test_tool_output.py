@@ -65,7 +65,8 @@ def first_page_shown(page: Page) -> None:
     """Waits until the first page is on screen and the second is asked for (and held)."""
     page.wait_until(
         f"() => document.querySelector('.tool-output pre.all')?.textContent.length === {MIB}"
-        " && window.toolFetch.waiting.length === 1"
+        " && window.toolFetch.waiting.length === 1",
+        timeout_ms=60_000,
     )
 
 
