@@ -167,7 +167,7 @@ class Fold:
         first = self.first
         return TimelineEntry(
             first.seq,
-            tuple([SeqRange(a, b) for a, b in self.ranges]),
+            _ranges(self.ranges),
             item,
             first.timestamp_ms,
             self.updated_ms,
@@ -175,6 +175,13 @@ class Fold:
             first.provider_message_id,
             self.truncated,
         )
+
+
+def _ranges(ranges: list[list[int]]) -> tuple[SeqRange, ...]:
+    if len(ranges) == 1:  # most entries: one run of rows
+        ((start, end),) = ranges
+        return (SeqRange(start, end),)
+    return tuple([SeqRange(a, b) for a, b in ranges])
 
 
 def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
@@ -242,40 +249,44 @@ class Projector:
         return self._add(row).entry()
 
     def _add(self, row: TimelineRow) -> Fold:
-        key = _text_key(row)
-        fold = self._joins(row, key)
+        # The hot loop of every projected page (hundreds of rows a page): the join test is
+        # written out here rather than called.
+        item, seq = row.item, row.seq
+        fold: Fold | None = None
+        key: tuple[str, str, str] | None = None
+        call_id = ""
+        if type(item) is ToolCall:
+            call_id = item.call_id
+            seen = self._calls.get((row.turn_id, call_id)) if call_id else None
+            if seen is not None and seq - seen[0] <= FOLD_SPAN:
+                fold = seen[1]
+        else:
+            key = _text_key(row)
+            # A long run of one message is cut every TEXT_CUT_EVERY rows, so an entry never
+            # needs more than a bounded walk back to find where it starts.
+            if (
+                key is not None
+                and seq == self._last_seq + 1
+                and key == self._text_key
+                and (seq % TEXT_CUT_EVERY or self._run_start > seq - FOLD_SPAN)
+            ):
+                fold = self._text
         if fold is not None:
             fold.take(row)
         else:
-            fold = Fold(row, [[row.seq, row.seq]], row.item, row.timestamp_ms)
+            fold = Fold(row, [[seq, seq]], item, row.timestamp_ms)
             if self._keep_all:
                 self._folds.append(fold)
-        item = row.item
-        if type(item) is ToolCall and item.call_id:
-            self._calls[(row.turn_id, item.call_id)] = (row.seq, fold)
-        if key is None or key != self._text_key or row.seq != self._last_seq + 1:
-            self._run_start = row.seq
+        if call_id:
+            self._calls[(row.turn_id, call_id)] = (seq, fold)
+        if key is None or key != self._text_key or seq != self._last_seq + 1:
+            self._run_start = seq
         self._text_key = key
         self._text = fold if key is not None else None
-        self._last_seq = row.seq
+        self._last_seq = seq
         if not self._keep_all and len(self._calls) > 4 * FOLD_SPAN:
-            self._forget_calls(row.seq)
+            self._forget_calls(seq)
         return fold
-
-    def _joins(self, row: TimelineRow, key: tuple[str, str, str] | None) -> Fold | None:
-        item = row.item
-        if type(item) is ToolCall:
-            if not item.call_id:
-                return None
-            seen = self._calls.get((row.turn_id, item.call_id))
-            if seen is not None and row.seq - seen[0] <= FOLD_SPAN:
-                return seen[1]
-            return None
-        if key is None or row.seq != self._last_seq + 1 or key != self._text_key:
-            return None
-        if row.seq % TEXT_CUT_EVERY == 0 and self._run_start <= row.seq - FOLD_SPAN:
-            return None
-        return self._text
 
     def _forget_calls(self, seq: int) -> None:
         # A live projector keeps only the calls a later row could still join.
