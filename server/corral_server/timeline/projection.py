@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from corral_server.domain.timeline import (
     MAX_ROW_BYTES,
@@ -51,6 +51,8 @@ TEXT_CUT_EVERY = 256
 # A folded text entry keeps at most this much text (UTF-8 bytes), so an entry is never larger
 # than one stored row can be; the rest is marked `truncated` (its rows hold all of it).
 MAX_ENTRY_TEXT_BYTES = MAX_ROW_BYTES - 64 * 1024
+
+_new_tuple = cast(Any, tuple.__new__)
 
 
 class SeqRange(NamedTuple):
@@ -178,10 +180,9 @@ class Fold:
 
 
 def _ranges(ranges: list[list[int]]) -> tuple[SeqRange, ...]:
-    if len(ranges) == 1:  # most entries: one run of rows
-        ((start, end),) = ranges
-        return (SeqRange(start, end),)
-    return tuple([SeqRange(a, b) for a, b in ranges])
+    # tuple.__new__ straight from each [start, end] pair: a NamedTuple's own constructor is a
+    # Python function, called for every range of every entry of a page.
+    return tuple([_new_tuple(SeqRange, r) for r in ranges])
 
 
 def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
@@ -203,10 +204,17 @@ def _nonfinite(value: JsonValue) -> bool:
     """Whether `value` holds a NaN or an infinity anywhere (without building anything)."""
     if isinstance(value, float):
         return not math.isfinite(value)
+    children: Iterable[JsonValue]
     if isinstance(value, dict):
-        return any(_nonfinite(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_nonfinite(v) for v in value)
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return False
+    # A loop, not any() over a generator (a frame per call): most hold a few strings.
+    for child in children:  # noqa: SIM110
+        if type(child) is not str and _nonfinite(child):
+            return True
     return False
 
 
