@@ -165,6 +165,7 @@ class Fold:
                 finite_json(item.input),
                 finite_json(item.output),
                 item.error,
+                item.output_ref,
             )
         first = self.first
         return TimelineEntry(
@@ -192,8 +193,12 @@ def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
     if new.input is not None or old.input is None:
         if name == new.name:
             return new
-        return ToolCall(new.call_id, name, new.status, new.input, new.output, new.error)
-    merged = ToolCall(new.call_id, name, new.status, old.input, new.output, new.error)
+        return ToolCall(
+            new.call_id, name, new.status, new.input, new.output, new.error, new.output_ref
+        )
+    merged = ToolCall(
+        new.call_id, name, new.status, old.input, new.output, new.error, new.output_ref
+    )
     # Each row is at most MAX_ROW_BYTES; measure only when the two parts together may not be.
     if json_bytes(old.input) + json_bytes(new.output) <= MAX_ROW_BYTES // 2:
         return merged
