@@ -110,6 +110,9 @@ class Fold:
     parts: list[str] | None = None
     text_size: int = 0
     truncated: bool = False
+    # A call's updates not yet merged into `item`: merged when an entry is built, so a page
+    # merges only the calls it keeps.
+    calls: list[ToolCall] | None = None
 
     @property
     def seq(self) -> int:
@@ -128,9 +131,10 @@ class Fold:
         self.updated_ms = row.timestamp_ms
         item = row.item
         if type(item) is ToolCall:
-            old = self.item
-            assert type(old) is ToolCall
-            self.item = _merged_call(old, item)
+            if self.calls is None:
+                self.calls = [item]
+            else:
+                self.calls.append(item)
         elif type(item) is AssistantMessage or type(item) is Reasoning:
             self._add_text(item.text)
 
@@ -150,6 +154,12 @@ class Fold:
         self.text_size += size
 
     def entry(self) -> TimelineEntry:
+        if self.calls is not None:
+            call = self.item
+            assert type(call) is ToolCall
+            for update in self.calls:
+                call = _merged_call(call, update)
+            self.item, self.calls = call, None
         item = self.item
         if self.parts is not None:
             text = "".join(self.parts)
