@@ -32,6 +32,12 @@ def json_value(value: dt.JsonValue) -> struct_pb2.Value:
     """Never fails: a value protobuf cannot hold (nested past its depth limit, say) travels
     as its JSON text, so one odd tool input cannot make a row unencodable."""
     out = struct_pb2.Value()
+    set_json(out, value)
+    return out
+
+
+def set_json(out: struct_pb2.Value, value: dt.JsonValue) -> None:
+    """`json_value` written into `out` (a fresh Value) in place, sparing a copy."""
     try:
         _set_value(out, value)
     except (RecursionError, ValueError, TypeError, OverflowError):
@@ -39,8 +45,8 @@ def json_value(value: dt.JsonValue) -> struct_pb2.Value:
             text = json.dumps(value)
         except (RecursionError, ValueError, TypeError):
             text = "<JSON value too deep or invalid to encode>"
-        out = struct_pb2.Value(string_value=text)
-    return out
+        out.Clear()
+        out.string_value = text
 
 
 # Objects and arrays nested deeper than this are refused (as json_format.ParseDict does): a
@@ -103,64 +109,62 @@ _TOOL_STATUS_BACK = {v: k for k, v in _TOOL_STATUS.items()}
 
 
 def item_to_pb(item: dt.TimelineItem) -> timeline_pb.TimelineItem:
+    msg = timeline_pb.TimelineItem()
+    item_into(msg, item)
+    return msg
+
+
+def item_into(out: timeline_pb.TimelineItem, item: dt.TimelineItem) -> None:
+    """`item` written into `out` (a fresh TimelineItem, say a field of the message being
+    built) in place: no submessage is built apart and copied in."""
     match item:
-        case dt.UserMessage():
-            return timeline_pb.TimelineItem(
-                user_message=timeline_pb.UserMessage(
-                    text=item.text,
-                    client_message_id=item.client_message_id,
-                    message_id=item.message_id,
-                )
-            )
         case dt.AssistantMessage():
-            return timeline_pb.TimelineItem(
-                assistant_message=timeline_pb.AssistantMessage(
-                    text=item.text, message_id=item.message_id
-                )
-            )
+            message = out.assistant_message
+            message.SetInParent()
+            message.text, message.message_id = item.text, item.message_id
+        case dt.UserMessage():
+            user = out.user_message
+            user.SetInParent()
+            user.text, user.client_message_id = item.text, item.client_message_id
+            user.message_id = item.message_id
         case dt.Reasoning():
-            return timeline_pb.TimelineItem(reasoning=timeline_pb.Reasoning(text=item.text))
+            out.reasoning.SetInParent()
+            out.reasoning.text = item.text
         case dt.ToolCall():
-            call = timeline_pb.ToolCall(
-                call_id=item.call_id,
-                name=item.name,
-                status=_TOOL_STATUS[item.status],
-                error=item.error,
-            )
-            if item.input is not None:
-                call.input.CopyFrom(json_value(item.input))
-            if item.output is not None:
-                call.output.CopyFrom(json_value(item.output))
-            if item.output_ref is not None:
-                ref = item.output_ref
-                call.output_ref.CopyFrom(
-                    timeline_pb.OutputRef(
-                        blob_id=ref.blob_id,
-                        size_bytes=ref.size_bytes,
-                        preview_truncated=ref.preview_truncated,
-                        json=ref.json,
-                    )
-                )
-            return timeline_pb.TimelineItem(tool_call=call)
+            _call_into(out.tool_call, item)
         case dt.Todo():
-            entries = [
-                timeline_pb.TodoEntry(text=e.text, completed=e.completed) for e in item.entries
-            ]
-            return timeline_pb.TimelineItem(todo=timeline_pb.Todo(entries=entries))
+            todo = out.todo
+            todo.SetInParent()
+            for e in item.entries:
+                todo.entries.add(text=e.text, completed=e.completed)
         case dt.ErrorItem():
-            return timeline_pb.TimelineItem(
-                error=timeline_pb.ErrorItem(message=item.message, code=item.code)
-            )
+            out.error.SetInParent()
+            out.error.message, out.error.code = item.message, item.code
         case dt.Compaction():
-            return timeline_pb.TimelineItem(compaction=timeline_pb.Compaction(summary=item.summary))
+            out.compaction.SetInParent()
+            out.compaction.summary = item.summary
         case dt.SubagentNotice():
-            return timeline_pb.TimelineItem(
-                subagent_notice=timeline_pb.SubagentNotice(
-                    run_id=item.run_id, child_agent_id=item.child_agent_id, text=item.text
-                )
-            )
+            notice = out.subagent_notice
+            notice.SetInParent()
+            notice.run_id, notice.child_agent_id = item.run_id, item.child_agent_id
+            notice.text = item.text
         case _:
             assert_never(item)
+
+
+def _call_into(call: timeline_pb.ToolCall, item: dt.ToolCall) -> None:
+    call.SetInParent()
+    call.call_id, call.name, call.error = item.call_id, item.name, item.error
+    call.status = _TOOL_STATUS[item.status]
+    if item.input is not None:
+        set_json(call.input, item.input)
+    if item.output is not None:
+        set_json(call.output, item.output)
+    if item.output_ref is not None:
+        ref, out = item.output_ref, call.output_ref
+        out.SetInParent()
+        out.blob_id, out.size_bytes = ref.blob_id, ref.size_bytes
+        out.preview_truncated, out.json = ref.preview_truncated, ref.json
 
 
 def item_from_pb(msg: timeline_pb.TimelineItem) -> dt.TimelineItem:

@@ -6,26 +6,29 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
-from corral_server.rpc.items import item_to_pb
+from corral_server.rpc.items import item_into
 from corral_server.timeline.projection import TimelineEntry
 
 
 def entry_to_pb(entry: TimelineEntry) -> timeline_pb.TimelineEntry:
-    # Ranges added and timestamps set in place: a third cheaper than building each as a
-    # message and copying it in (measured over 200-entry pages).
-    msg = timeline_pb.TimelineEntry(
-        seq=entry.seq,
-        item=item_to_pb(entry.item),
-        turn_id=entry.turn_id,
-        provider_message_id=entry.provider_message_id,
-        truncated=entry.truncated,
-    )
+    msg = timeline_pb.TimelineEntry()
+    entry_into(msg, entry)
+    return msg
+
+
+def entry_into(msg: timeline_pb.TimelineEntry, entry: TimelineEntry) -> None:
+    """`entry` written into `msg` (a fresh TimelineEntry, say a page's `entries.add()`) in
+    place: building each part apart and copying it in costs about a quarter more (measured
+    over 200-entry pages)."""
+    msg.seq = entry.seq
+    item_into(msg.item, entry.item)
+    msg.turn_id, msg.provider_message_id = entry.turn_id, entry.provider_message_id
+    msg.truncated = entry.truncated
     add = msg.source_ranges.add
     for start, end in entry.ranges:
         add(start=start, end=end)
     _set_ms(msg.timestamp, entry.timestamp_ms)
     _set_ms(msg.updated, entry.updated_ms)
-    return msg
 
 
 def _set_ms(ts: Timestamp, ms: int) -> None:

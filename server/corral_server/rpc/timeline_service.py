@@ -12,7 +12,7 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult
 from corral_server.manager.manager import AgentManager
 from corral_server.rpc import bounds, convert
 from corral_server.rpc.errors import Ctx, unary
-from corral_server.rpc.projection_codec import entry_to_pb
+from corral_server.rpc.projection_codec import entry_into
 from corral_server.rpc.timeline_search import search_timeline
 from corral_server.store.search import SearchIndex
 from corral_server.timeline.activity import MAX_ACTIVITY_CHARS
@@ -58,7 +58,9 @@ def receipt_to_pb(result: FetchResult) -> tl_pb.FetchTimelineResponse:
 def page_to_pb(page: ProjectedPage) -> tl_pb.FetchTimelineResponse:
     """A projected receipt: the raw one's fields, entries for rows, cursors of entries."""
     msg = receipt_to_pb(page.receipt)
-    msg.entries.extend(entry_to_pb(entry) for entry in page.entries)
+    add = msg.entries.add
+    for entry in page.entries:
+        entry_into(add(), entry)
     if page.start_cursor is not None and page.end_cursor is not None:
         msg.start_cursor.CopyFrom(convert.cursor_to_pb(page.start_cursor))
         msg.end_cursor.CopyFrom(convert.cursor_to_pb(page.end_cursor))

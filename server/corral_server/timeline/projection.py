@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from corral_server.domain.timeline import (
     MAX_ROW_BYTES,
@@ -51,6 +51,8 @@ TEXT_CUT_EVERY = 256
 # A folded text entry keeps at most this much text (UTF-8 bytes), so an entry is never larger
 # than one stored row can be; the rest is marked `truncated` (its rows hold all of it).
 MAX_ENTRY_TEXT_BYTES = MAX_ROW_BYTES - 64 * 1024
+
+_new_tuple = cast(Any, tuple.__new__)
 
 
 class SeqRange(NamedTuple):
@@ -108,6 +110,9 @@ class Fold:
     parts: list[str] | None = None
     text_size: int = 0
     truncated: bool = False
+    # A call's updates not yet merged into `item`: merged when an entry is built, so a page
+    # merges only the calls it keeps.
+    calls: list[ToolCall] | None = None
 
     @property
     def seq(self) -> int:
@@ -126,9 +131,10 @@ class Fold:
         self.updated_ms = row.timestamp_ms
         item = row.item
         if type(item) is ToolCall:
-            old = self.item
-            assert type(old) is ToolCall
-            self.item = _merged_call(old, item)
+            if self.calls is None:
+                self.calls = [item]
+            else:
+                self.calls.append(item)
         elif type(item) is AssistantMessage or type(item) is Reasoning:
             self._add_text(item.text)
 
@@ -148,6 +154,12 @@ class Fold:
         self.text_size += size
 
     def entry(self) -> TimelineEntry:
+        if self.calls is not None:
+            call = self.item
+            assert type(call) is ToolCall
+            for update in self.calls:
+                call = _merged_call(call, update)
+            self.item, self.calls = call, None
         item = self.item
         if self.parts is not None:
             text = "".join(self.parts)
@@ -163,11 +175,12 @@ class Fold:
                 finite_json(item.input),
                 finite_json(item.output),
                 item.error,
+                item.output_ref,
             )
         first = self.first
         return TimelineEntry(
             first.seq,
-            tuple([SeqRange(a, b) for a, b in self.ranges]),
+            _ranges(self.ranges),
             item,
             first.timestamp_ms,
             self.updated_ms,
@@ -177,6 +190,12 @@ class Fold:
         )
 
 
+def _ranges(ranges: list[list[int]]) -> tuple[SeqRange, ...]:
+    # tuple.__new__ straight from each [start, end] pair: a NamedTuple's own constructor is a
+    # Python function, called for every range of every entry of a page.
+    return tuple([_new_tuple(SeqRange, r) for r in ranges])
+
+
 def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
     """The newest update wins; a name or input only an earlier update carried is kept, unless
     keeping it would make the entry larger than one row may be."""
@@ -184,8 +203,12 @@ def _merged_call(old: ToolCall, new: ToolCall) -> ToolCall:
     if new.input is not None or old.input is None:
         if name == new.name:
             return new
-        return ToolCall(new.call_id, name, new.status, new.input, new.output, new.error)
-    merged = ToolCall(new.call_id, name, new.status, old.input, new.output, new.error)
+        return ToolCall(
+            new.call_id, name, new.status, new.input, new.output, new.error, new.output_ref
+        )
+    merged = ToolCall(
+        new.call_id, name, new.status, old.input, new.output, new.error, new.output_ref
+    )
     # Each row is at most MAX_ROW_BYTES; measure only when the two parts together may not be.
     if json_bytes(old.input) + json_bytes(new.output) <= MAX_ROW_BYTES // 2:
         return merged
@@ -196,10 +219,17 @@ def _nonfinite(value: JsonValue) -> bool:
     """Whether `value` holds a NaN or an infinity anywhere (without building anything)."""
     if isinstance(value, float):
         return not math.isfinite(value)
+    children: Iterable[JsonValue]
     if isinstance(value, dict):
-        return any(_nonfinite(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_nonfinite(v) for v in value)
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return False
+    # A loop, not any() over a generator (a frame per call): most hold a few strings.
+    for child in children:  # noqa: SIM110
+        if type(child) is not str and _nonfinite(child):
+            return True
     return False
 
 
@@ -242,40 +272,44 @@ class Projector:
         return self._add(row).entry()
 
     def _add(self, row: TimelineRow) -> Fold:
-        key = _text_key(row)
-        fold = self._joins(row, key)
+        # The hot loop of every projected page (hundreds of rows a page): the join test is
+        # written out here rather than called.
+        item, seq = row.item, row.seq
+        fold: Fold | None = None
+        key: tuple[str, str, str] | None = None
+        call_id = ""
+        if type(item) is ToolCall:
+            call_id = item.call_id
+            seen = self._calls.get((row.turn_id, call_id)) if call_id else None
+            if seen is not None and seq - seen[0] <= FOLD_SPAN:
+                fold = seen[1]
+        else:
+            key = _text_key(row)
+            # A long run of one message is cut every TEXT_CUT_EVERY rows, so an entry never
+            # needs more than a bounded walk back to find where it starts.
+            if (
+                key is not None
+                and seq == self._last_seq + 1
+                and key == self._text_key
+                and (seq % TEXT_CUT_EVERY or self._run_start > seq - FOLD_SPAN)
+            ):
+                fold = self._text
         if fold is not None:
             fold.take(row)
         else:
-            fold = Fold(row, [[row.seq, row.seq]], row.item, row.timestamp_ms)
+            fold = Fold(row, [[seq, seq]], item, row.timestamp_ms)
             if self._keep_all:
                 self._folds.append(fold)
-        item = row.item
-        if type(item) is ToolCall and item.call_id:
-            self._calls[(row.turn_id, item.call_id)] = (row.seq, fold)
-        if key is None or key != self._text_key or row.seq != self._last_seq + 1:
-            self._run_start = row.seq
+        if call_id:
+            self._calls[(row.turn_id, call_id)] = (seq, fold)
+        if key is None or key != self._text_key or seq != self._last_seq + 1:
+            self._run_start = seq
         self._text_key = key
         self._text = fold if key is not None else None
-        self._last_seq = row.seq
+        self._last_seq = seq
         if not self._keep_all and len(self._calls) > 4 * FOLD_SPAN:
-            self._forget_calls(row.seq)
+            self._forget_calls(seq)
         return fold
-
-    def _joins(self, row: TimelineRow, key: tuple[str, str, str] | None) -> Fold | None:
-        item = row.item
-        if type(item) is ToolCall:
-            if not item.call_id:
-                return None
-            seen = self._calls.get((row.turn_id, item.call_id))
-            if seen is not None and row.seq - seen[0] <= FOLD_SPAN:
-                return seen[1]
-            return None
-        if key is None or row.seq != self._last_seq + 1 or key != self._text_key:
-            return None
-        if row.seq % TEXT_CUT_EVERY == 0 and self._run_start <= row.seq - FOLD_SPAN:
-            return None
-        return self._text
 
     def _forget_calls(self, seq: int) -> None:
         # A live projector keeps only the calls a later row could still join.

@@ -14,6 +14,7 @@ from corral_server.domain.timeline import (
     AssistantMessage,
     Cursor,
     Direction,
+    OutputRef,
     Reasoning,
     TimelineItem,
     TimelineRow,
@@ -99,6 +100,17 @@ def test_non_finite_numbers_are_dropped_from_what_is_emitted() -> None:
     assert isinstance(item, ToolCall)
     assert item.input == {"ok": 1.5, "list": [1, {}]}
     assert item.output is None
+
+
+def test_a_calls_output_kept_apart_stays_named_by_its_entry() -> None:
+    ref = OutputRef("blob-1", 300_000, True, False)
+    nan = float("nan")
+    running = ToolCall("c1", "shell", ToolCallStatus.RUNNING, {"cmd": "seq 1 99999", "n": nan})
+    done = ToolCall("c1", "", ToolCallStatus.COMPLETED, output="000001\n", output_ref=ref)
+    [entry] = project(_rows(running, done))
+    assert entry.item == ToolCall(
+        "c1", "shell", ToolCallStatus.COMPLETED, {"cmd": "seq 1 99999"}, "000001\n", "", ref
+    )
 
 
 def test_a_live_projector_changes_an_entry_in_place() -> None:

@@ -6,6 +6,7 @@ import type { JSX } from "preact";
 import { json, time, toolStatus } from "../format";
 import type { TimelineRow } from "../gen";
 import { Markdown } from "../markdown";
+import { ToolOutput } from "./ToolOutput";
 
 function valueText(value: Value | undefined): string {
   if (!value) return "";
@@ -13,8 +14,17 @@ function valueText(value: Value | undefined): string {
   return typeof plain === "string" ? plain : json(plain);
 }
 
-/** `onFork`: offer "Fork from here" on user messages (a new agent of the rows before it). */
-export function Row({ row, onFork }: { row: TimelineRow; onFork?: (row: TimelineRow) => void }): JSX.Element {
+/** `onFork`: offer "Fork from here" on user messages (a new agent of the rows before it).
+ * `agentId`: whose row it is, to fetch a tool output kept apart from it. */
+export function Row({
+  row,
+  onFork,
+  agentId,
+}: {
+  row: TimelineRow;
+  onFork?: (row: TimelineRow) => void;
+  agentId?: string;
+}): JSX.Element {
   const item = row.item?.kind;
   const meta = (
     <span class="meta">
@@ -73,11 +83,18 @@ export function Row({ row, onFork }: { row: TimelineRow; onFork?: (row: Timeline
               <pre>{input}</pre>
             </>
           )}
-          {output && (
+          {call.outputRef && agentId ? (
             <>
               <div class="label">Result</div>
-              <pre>{output}</pre>
+              <ToolOutput key={call.outputRef.blobId} agentId={agentId} outputRef={call.outputRef} preview={output} />
             </>
+          ) : (
+            output && (
+              <>
+                <div class="label">Result</div>
+                <pre>{output}</pre>
+              </>
+            )
           )}
           {call.error && <div class="error-text">Error: {call.error}</div>}
         </details>

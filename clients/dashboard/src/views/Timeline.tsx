@@ -194,7 +194,7 @@ export function TimelineList({
       <div style={{ height: `${offsets[start]}px` }} />
       {rows.slice(start, end).map((row) => (
         <div class="rowwrap" key={String(row.seq)} data-seq={String(row.seq)}>
-          <Row row={row} onFork={onFork} />
+          <Row row={row} onFork={onFork} agentId={model.agentId} />
         </div>
       ))}
       <div style={{ height: `${offsets[rows.length] - offsets[end]}px` }} />
