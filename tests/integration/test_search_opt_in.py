@@ -117,3 +117,28 @@ def test_corral_serve_search_index_turns_it_on(
     finally:
         daemon.stop()
     assert '"item_kind": "assistant_message"' in capsys.readouterr().out
+
+
+async def test_a_page_says_indexing_when_the_indexing_ended_while_its_query_ran(
+    tmp_path: Path,
+) -> None:
+    # The flag is read before the query: a page that may miss the last rows indexed says so.
+    served = daemon_on(tmp_path / "state", index=True)
+    try:
+        assert served.daemon is not None and served.daemon.search is not None
+        index = served.daemon.search
+        asked = index.search
+
+        async def search_while_the_indexing_ends(query: search_store.SearchQuery) -> object:
+            index.backfill.running = False  # it finishes while the query runs
+            return await asked(query)
+
+        served.run(index.backfill.stop())  # no indexing of its own left to end meanwhile
+        index.backfill.running = True
+        index.search = search_while_the_indexing_ends  # type: ignore[assignment,method-assign]
+        async with grpc.aio.insecure_channel(served.address) as channel:
+            stubs = Stubs.of(channel)
+            assert (await search(stubs, "anything")).indexing
+            assert not (await search(stubs, "anything")).indexing
+    finally:
+        served.stop()

@@ -39,9 +39,12 @@ async def search_timeline(
         raise errors.Unimplemented(NO_STATE_DIR)
     if not index.enabled:
         raise errors.SearchIndexOff()
+    # Read before the query: a background indexing that ends while the query runs must not
+    # let a page that missed its last rows say that nothing is missing.
+    indexing = index.indexing
     hits, more = await index.search(query)
     response = tl_pb.SearchTimelineResponse(
-        hits=[_hit_to_pb(hit) for hit in hits], indexing=index.indexing
+        hits=[_hit_to_pb(hit) for hit in hits], indexing=indexing
     )
     if more and query.offset + query.limit <= MAX_OFFSET:
         response.next_page_token = page_tokens.token(query.offset + query.limit, request)
