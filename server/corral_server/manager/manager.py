@@ -32,7 +32,7 @@ from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches
 from corral_server.manager.deadlines import CallTimes
-from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.directory import AgentDirectory, RemoteAgentsView
 from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.live_config import LiveOutcome, ProviderChange
@@ -72,6 +72,7 @@ class AgentManager:
         worktrees: Worktrees | None = None,
         usage: UsageBook | None = None,
         defaults: Mapping[str, Defaults] | None = None,
+        remote: RemoteAgentsView | None = None,
     ) -> None:
         self._providers = dict(providers)
         # Each provider's model and mode for a CreateAgent naming none (a reload moves them).
@@ -93,7 +94,8 @@ class AgentManager:
         self.turn_counts = TurnCounts()
         self.call_times = CallTimes()
         self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
-        self._agents = AgentDirectory(limits)
+        # `remote`: a cluster node's view of the agents other nodes own (cluster/).
+        self._agents = AgentDirectory(limits, remote)
         # Refused by refuse_new_work (the drain).
         self._new_work = stopping.NewWork()
         self._creation = Creation(
@@ -120,7 +122,7 @@ class AgentManager:
     # --- reads ---------------------------------------------------------------------------
 
     def get(self, agent_id: str) -> Agent:
-        return self._actor(agent_id).agent
+        return self._agents.agent(agent_id)
 
     def agents(self) -> list[Agent]:
         """Every agent's current snapshot (for the metrics endpoint)."""
@@ -137,25 +139,25 @@ class AgentManager:
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
-        self._actor(agent_id)
+        self._agents.agent(agent_id)  # here, or another node's in the read model
         return await self._timeline.fetch(agent_id, direction, cursor, limit)
 
     async def fetch_tool_output(
         self, agent_id: str, blob_id: str, offset: int, limit: int
     ) -> OutputChunk:
         """One chunk of a tool output kept apart from its row (manager/tool_output.py)."""
-        self._actor(agent_id)
+        self._agents.agent(agent_id)  # here, or another node's in the read model
         return await self._timeline.read_output(agent_id, blob_id, offset, limit)
 
     async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
-        self._actor(agent_id)
+        self._agents.agent(agent_id)  # here, or another node's in the read model
         return await reads.tool_output_id(self._timeline, agent_id, cursor)
 
     async def activity(
         self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int
     ) -> ActivityDigest:
         """A plain-text digest of rows start..end (reads.py)."""
-        self._actor(agent_id)
+        self._agents.agent(agent_id)  # here, or another node's in the read model
         return await reads.activity(self._timeline, agent_id, start, end, max_chars)
 
     def providers_info(self) -> list[ProviderInfo]:
