@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from corral_server.cluster import entries
 from corral_server.cluster.log import Batch
 from corral_server.cluster.remote_agents import RemoteAgents
+from corral_server.domain.timeline import AssistantMessage
 from corral_server.hub import EventHub, Prepared
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.cluster_position import ClusterPosition
@@ -25,6 +26,12 @@ from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import ItemCodec, NewRow
 
 log = logging.getLogger(__name__)
+
+_ROW, _EVENT = b"R"[0], b"E"[0]
+# An item not decoded (see `Applier._row`): stands in for it in the store's append.
+_NOT_READ = AssistantMessage("")
+# Prepared's own __new__ is a Python function; the tuple's is C (as in the hub).
+_new_prepared = tuple.__new__
 
 
 def node_of(owner: str) -> str:
@@ -40,6 +47,7 @@ class Applier:
     position: ClusterPosition
     codec: ItemCodec
     agents: RemoteAgents
+    _first_seq: int = 0  # the seq the owner gave the first of the rows gathered
 
     def apply(self, batch: Batch) -> asyncio.Future[None]:
         agent = batch.agent
@@ -50,45 +58,48 @@ class Applier:
         items: list[bytes] = []
         events: list[Prepared] = []
         for entry in batch.events:
-            kind = entry[:1]
-            if kind == b"R":
-                self._row(agent, entry, rows, items)
-                continue
-            self._rows(agent, rows, items)
-            if kind == b"E":
-                events.append(Prepared(agent, entry[1:]))
+            kind = entry[0]
+            if kind == _ROW:
+                self._row(entry, rows, items)
+            elif kind == _EVENT:
+                events.append(_new_prepared(Prepared, (agent, entry[1:])))
             else:
-                self._other(agent, kind, entry)
+                self._rows(agent, rows, items)
+                self._other(agent, entry[:1], entry)
         self._rows(agent, rows, items)
         if events:
             self.hub.commit_many(events)
         return self.position.put(batch.sequence, owners)
 
-    def _row(self, agent: str, entry: bytes, rows: list[NewRow], items: list[bytes]) -> None:
+    def _row(self, entry: bytes, rows: list[NewRow], items: list[bytes]) -> None:
         row = entries.read_row(entry)
-        item = self.codec.decode(row.item)
+        # The store reads a row's item only to index it or to keep its tool output apart:
+        # otherwise it stores the encoded item as it is, and decoding it would be wasted.
+        needed = row.output is not None or self.timeline.search_index
+        item = self.codec.decode(row.item) if needed else _NOT_READ
+        if not rows:
+            self._first_seq = row.seq
         rows.append(
             NewRow(item, row.timestamp_ms, row.turn_id, row.provider_message_id, row.output)
         )
         items.append(row.item)
-        if len(rows) == 1:
-            expected = self._next_seq(agent)
-            if row.seq != expected:
-                log.error(
-                    "agent %s: the stream's row %d lands at %d here", agent, row.seq, expected
-                )
-
-    def _next_seq(self, agent: str) -> int:
-        try:
-            return self.timeline.reserved_next_seq(agent)
-        except KeyError:
-            return 0
 
     def _rows(self, agent: str, rows: list[NewRow], items: list[bytes]) -> None:
-        if rows:
-            self.timeline.append_encoded(agent, list(rows), list(items))
-            rows.clear()
-            items.clear()
+        if not rows:
+            return
+        # The owner numbered the rows; this node's timeline agrees unless something other
+        # than the stream changed it.
+        try:
+            here = self.timeline.reserved_next_seq(agent)
+        except KeyError:
+            here = 0
+        if here != self._first_seq:
+            log.error(
+                "agent %s: row %d of the stream lands at %d here", agent, self._first_seq, here
+            )
+        self.timeline.append_encoded(agent, list(rows), list(items))
+        rows.clear()
+        items.clear()
 
     def _other(self, agent: str, kind: bytes, entry: bytes) -> None:
         if kind == b"A":

@@ -288,6 +288,11 @@ class SqliteTimelineStore:
 
     # --- reads ----------------------------------------------------------------------------
 
+    @property
+    def search_index(self) -> bool:
+        """Whether appends index their rows (then they read each row's item)."""
+        return self._search_index
+
     def reserved_next_seq(self, agent_id: str) -> int:
         """The seq the next row handed over gets (KeyError when the agent has no timeline)."""
         return self._reserved[agent_id].next_seq
