@@ -142,26 +142,31 @@ async def test_every_node_streams_the_owners_events_with_the_same_revisions(
         a, b, c = (nodes.running[name] for name in "abc")
         async with stubs_of(a) as on_a, stubs_of(b) as on_b, stubs_of(c) as on_c:
             agent_id = await a_turn(on_a, str(tmp_path))
-            incarnation, head = await head_of(on_a)
+            listed_a = await on_a.agents.ListAgents(agent_pb.ListAgentsRequest())
+            for other in (on_b, on_c):  # the idle agent, as its owner lists it
+                await until(lambda: _listed(other, listed_a), "the same listing")
+            incarnation, head = await until(lambda: _one_head(on_a, on_b, on_c), "one head")
             assert head > 3
             seen_by_a = await replay(on_a, head)
             assert len(seen_by_a) == head
             for other in (on_b, on_c):
                 assert await replay(other, head) == seen_by_a
-                assert (await head_of(other))[0] == incarnation
-            rows = await timeline_of(on_a, agent_id)
-            assert len(rows) >= 2
-            assert await until(lambda: _equal(timeline_of(on_b, agent_id), rows), "b's rows")
-            listed_a = await on_a.agents.ListAgents(agent_pb.ListAgentsRequest())
-            listed_b = await on_b.agents.ListAgents(agent_pb.ListAgentsRequest())
-            assert [x.id for x in listed_b.agents] == [agent_id]
-            assert listed_b.agents[0].lifecycle == listed_a.agents[0].lifecycle
+                assert await head_of(other) == (incarnation, head)
+                rows = await timeline_of(on_a, agent_id)
+                assert len(rows) >= 2
+                assert await timeline_of(other, agent_id) == rows
             got = await on_c.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))
-            assert got.agent.title == listed_a.agents[0].title
+            assert got.agent == listed_a.agents[0]
 
 
-async def _equal(rows: Awaitable[list[bytes]], expected: list[bytes]) -> bool:
-    return await rows == expected
+async def _one_head(*nodes: Stubs) -> tuple[str, int] | None:
+    """The incarnation and head every node names, once they name the same."""
+    heads = {await head_of(stubs) for stubs in nodes}
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def _listed(stubs: Stubs, expected: agent_pb.ListAgentsResponse) -> bool:
+    return await stubs.agents.ListAgents(agent_pb.ListAgentsRequest()) == expected
 
 
 async def test_a_change_on_a_node_that_does_not_own_the_agent_is_refused_with_its_owner(

@@ -111,7 +111,7 @@ class ClusterNode:
         followed = await position.load()
         self.agents.claims.update(followed.owners)
         applier = Applier(timeline, records, hub, position, codec, self.agents)
-        self.follower = Follower(self.log, self.client, applier.apply, followed.sequence)
+        self.follower = Follower(self.log, applier.apply, followed.sequence)
         self._parts = ChannelParts(self.log, self.leases, self._clock, self.follower.applied)
         self.timeline = ClusterTimeline(timeline, codec, self.channel)
         self.records = ClusterRecords(records, self.channel)
