@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -144,7 +145,7 @@ async def test_every_node_streams_the_owners_events_with_the_same_revisions(
             agent_id = await a_turn(on_a, str(tmp_path))
             listed_a = await on_a.agents.ListAgents(agent_pb.ListAgentsRequest())
             for other in (on_b, on_c):  # the idle agent, as its owner lists it
-                await until(lambda: _listed(other, listed_a), "the same listing")
+                await until(partial(_listed, other, listed_a), "the same listing")
             incarnation, head = await until(lambda: _one_head(on_a, on_b, on_c), "one head")
             assert head > 3
             seen_by_a = await replay(on_a, head)
