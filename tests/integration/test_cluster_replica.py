@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
