@@ -253,3 +253,35 @@ async def test_a_node_whose_lease_was_taken_appends_nothing_more(
 async def _errored(stubs: Stubs, agent_id: str) -> agent_pb2.Agent | None:
     agent = (await stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))).agent
     return agent if agent.lifecycle.HasField("errored") else None
+
+
+async def test_an_owner_restarted_takes_its_agents_back_and_goes_on_writing(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+        nodes.stop("a")  # a clean stop gives its leases up
+        a = nodes.start("a")
+        assert a.daemon is not None and a.daemon.cluster is not None
+        async with stubs_of(a) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply after the restart"))
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            assert a.daemon.cluster.owner_of(agent_id) is None  # a owns it again
+            b = nodes.running["b"]
+            assert b.daemon is not None and b.daemon.cluster is not None
+            assert await until(lambda: _owner(b, agent_id, "a"), "b sees a as the owner")
+            rows = await timeline_of(on_a, agent_id)
+            assert b"after the restart" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")
+            incarnation, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            assert await replay(on_b, head) == await replay(on_a, head)
+
+
+async def _owner(node: DaemonThread, agent_id: str, owner: str) -> bool:
+    assert node.daemon is not None and node.daemon.cluster is not None
+    return node.daemon.cluster.owner_of(agent_id) == owner
+
+
+async def _same_rows(stubs: Stubs, agent_id: str, rows: list[bytes]) -> bool:
+    return await timeline_of(stubs, agent_id) == rows

@@ -81,7 +81,7 @@ class AgentChannel:
                 while self._entries:
                     expected = await self._append(expected)
         except asyncio.CancelledError:
-            self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"))
+            self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"), quiet=True)
             raise
         except Refused as refused:
             self._break(AgentOwnedElsewhere(self.agent_id, _holder(refused), str(refused)))
@@ -126,11 +126,12 @@ class AgentChannel:
             self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
             self._tasks[0].cancel()
 
-    def _break(self, reason: AgentOwnedElsewhere) -> None:
+    def _break(self, reason: AgentOwnedElsewhere, quiet: bool = False) -> None:
         if self.broken is not None:
             return
         self.broken = reason
-        log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
+        if not quiet:  # a stop is no news; a lost agent is
+            log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
         futures, self._futures, self._entries = self._futures, [], []
         for _, future in futures:
             if not future.done():

@@ -1,0 +1,60 @@
+"""`corral serve --cluster URLS --node-id N --advertise HOST:PORT` as a process on three real
+NATS servers: it serves, its events are in the cluster's stream; bad cluster flags stop the
+start with one clear line and exit code 2, before anything is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from corral.v1 import turn_service_pb2 as turn_pb
+from corral_server.cluster.log import EventLog
+from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.daemon import DaemonProcess
+from tests.support.nats import NatsCluster, connect
+
+
+async def test_a_node_started_by_corral_serve_writes_its_agents_events_to_the_stream(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    urls = ",".join(nats_cluster.urls)
+    flags = ("--cluster", urls, "--node-id", "serve-1", "--advertise", "127.0.0.1:1")
+    node = DaemonProcess(tmp_path / "state", *flags, "--web-listen", "off").start()
+    try:
+        async with grpc.aio.insecure_channel(node.address) as channel:
+            stubs = Stubs.of(channel)
+            agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            await stubs.turns.SendPrompt(prompt_request(agent.id, "/reply through the stream"))
+            await stubs.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
+        client = await connect(nats_cluster)
+        try:
+            log = await EventLog.open(client.jetstream())  # the default stream's names
+            batches = [batch for batch in await log.read(1) if batch.agent == agent.id]
+        finally:
+            await client.close()
+        assert batches[0].owner is not None and batches[0].owner.startswith("serve-1-")
+        assert any(b"through the stream" in event for b in batches for event in b.events)
+        node.drained()
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--cluster", "http://127.0.0.1:4222"), "is not a nats://HOST:PORT URL"),
+        (("--cluster", "nats://127.0.0.1:4222", "--node-id", "a.b"), "--node-id 'a.b'"),
+        (("--node-id", "n1"), "--node-id and --advertise go with --cluster"),
+        (("--cluster", "nats://127.0.0.1:4222", "--advertise", "nowhere"), "is not HOST:PORT"),
+    ],
+)
+def test_bad_cluster_flags_stop_the_start_with_a_clear_line(
+    tmp_path: Path, flags: tuple[str, ...], says: str
+) -> None:
+    state = tmp_path / "state"
+    code, _, err = DaemonProcess(state, *flags).start(expect_ready=False).wait()
+    assert code == 2
+    assert says in err
+    assert not state.exists()
