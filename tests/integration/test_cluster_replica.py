@@ -274,7 +274,7 @@ async def test_an_owner_restarted_takes_its_agents_back_and_goes_on_writing(
             rows = await timeline_of(on_a, agent_id)
             assert b"after the restart" in rows[-1]
             await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")
-            incarnation, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
             assert await replay(on_b, head) == await replay(on_a, head)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.cluster.log import EventLog
+from corral_server.serve_flags import access_error, build_parser, cluster_config
 from tests.support.client import Stubs, create_request, prompt_request
 from tests.support.daemon import DaemonProcess
 from tests.support.nats import NatsCluster, connect
@@ -41,20 +42,35 @@ async def test_a_node_started_by_corral_serve_writes_its_agents_events_to_the_st
         node.stop()
 
 
+def test_a_bad_cluster_flag_stops_the_start_with_a_clear_line(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    flags = ("--cluster", "http://127.0.0.1:4222")
+    code, _, err = DaemonProcess(state, *flags).start(expect_ready=False).wait()
+    assert code == 2
+    assert "--cluster: 'http://127.0.0.1:4222' is not a nats://HOST:PORT URL" in err
+    assert not state.exists()
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
-        (("--cluster", "http://127.0.0.1:4222"), "is not a nats://HOST:PORT URL"),
-        (("--cluster", "nats://127.0.0.1:4222", "--node-id", "a.b"), "--node-id 'a.b'"),
+        (("--cluster", "nats://127.0.0.1:4222,"), ""),
+        (("--cluster", ","), "--cluster needs at least one nats://HOST:PORT URL"),
+        (("--cluster", "nats://h:4222", "--node-id", "a.b"), "--node-id 'a.b': letters"),
         (("--node-id", "n1"), "--node-id and --advertise go with --cluster"),
-        (("--cluster", "nats://127.0.0.1:4222", "--advertise", "nowhere"), "is not HOST:PORT"),
+        (("--cluster", "nats://h:4222", "--advertise", "nowhere"), "is not HOST:PORT"),
+        (("--cluster", "nats://h:4222", "--listen", "unix:/tmp/x.sock"), "needs --advertise"),
     ],
 )
-def test_bad_cluster_flags_stop_the_start_with_a_clear_line(
-    tmp_path: Path, flags: tuple[str, ...], says: str
-) -> None:
-    state = tmp_path / "state"
-    code, _, err = DaemonProcess(state, *flags).start(expect_ready=False).wait()
-    assert code == 2
-    assert says in err
-    assert not state.exists()
+def test_the_cluster_flags_are_checked(flags: tuple[str, ...], says: str) -> None:
+    refusal = access_error(build_parser().parse_args(list(flags)))
+    assert says in refusal if says else refusal == ""
+
+
+def test_the_cluster_flags_make_the_nodes_config() -> None:
+    args = build_parser().parse_args(["--cluster", "nats://a:1, nats://b:2", "--listen", "h:7"])
+    cluster = cluster_config(args)
+    assert cluster is not None
+    assert cluster.urls == ("nats://a:1", "nats://b:2")
+    assert cluster.advertise == "h:7"  # the listen address by default
+    assert cluster.node_id  # the host's name
