@@ -1,6 +1,6 @@
 """Stopping turns and agents, for the manager: CancelTurn's outcomes, the cancels of REPLACE
-and of a reload, the archive cascade, close de-duplication, the refusal of new work and the
-bounded shutdown of every actor.
+and of a reload, the refusal of new work, and by agent id (`Stopping`) the archive cascade,
+close de-duplication and the bounded shutdown of every actor.
 
 Each step is a call onto the agent's actor (or, for the interrupt, a fenced call off its
 queue). Must not: change an agent's state itself.
@@ -9,7 +9,7 @@ queue). Must not: change an agent's state itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -17,6 +17,8 @@ from corral_server.domain.agent import Agent
 from corral_server.jobs import done_with
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.deadlines import within
+from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turns import CancelOutcome
 
@@ -76,38 +78,57 @@ async def cancel_for_reload(actor: AgentActor, clock: Clock, timeouts: Timeouts)
         )
 
 
-async def archive_each(
-    actors: Sequence[AgentActor], told_closed: Callable[[AgentActor], None]
-) -> list[str]:
-    """Mark each agent archived and close it (kept whole), in order, telling `told_closed`
-    of each; their ids."""
-    archived: list[str] = []
-    for actor in actors:
-        if actor.agent.is_closed:
-            actor.archive_closed()
-        else:
-            try:
-                await actor.call(actor.archive)
-            except errors.AgentClosed:
-                actor.archive_closed()  # closed meanwhile
-        told_closed(actor)
-        archived.append(actor.agent.id)
-    return archived
+class Stopping:
+    """Archive, close and shutdown by agent id. Each agent an archive or a close leaves
+    closed is told to `hooks.on_closed` (read at each call: app.py sets it after
+    construction)."""
 
+    def __init__(
+        self,
+        directory: AgentDirectory,
+        new_work: NewWork,
+        clock: Clock,
+        shutdown_s: float,
+        hooks: ManagerHooks,
+    ) -> None:
+        self._directory = directory
+        self._new_work = new_work
+        self._clock = clock
+        self._shutdown_s = shutdown_s
+        self._hooks = hooks
+        self._closing: dict[str, asyncio.Future[Agent]] = {}  # one close per agent at a time
 
-class Closes:
-    """Concurrent closes of one agent share one outcome."""
+    async def archive(self, agent_id: str) -> list[str]:
+        """Archive the agent and, by cascade, every descendant that still carries its parent
+        label (a detached child is no longer one): each is marked archived and closed, kept
+        whole, and hidden from ListAgents unless archived ones are asked for. Returns the ids
+        archived, the agent first, then breadth first."""
+        self._new_work.check()
+        self._directory.actor(agent_id)
+        members = self._directory.with_descendants(agent_id)
+        if self._hooks.on_archive is not None:
+            await self._hooks.on_archive(members)
+        archived: list[str] = []
+        for member in members:
+            actor = self._directory.actors[member]
+            if actor.agent.is_closed:
+                actor.archive_closed()
+            else:
+                try:
+                    await actor.call(actor.archive)
+                except errors.AgentClosed:
+                    actor.archive_closed()  # closed meanwhile
+            self._told_closed(actor)
+            archived.append(actor.agent.id)
+        return archived
 
-    def __init__(self, told_closed: Callable[[AgentActor], None]) -> None:
-        self._pending: dict[str, asyncio.Future[Agent]] = {}
-        self._told_closed = told_closed
-
-    async def close(self, actor: AgentActor) -> Agent:
-        agent_id = actor.agent.id
-        pending = self._pending.get(agent_id)
+    async def close(self, agent_id: str) -> Agent:
+        """Concurrent closes of one agent share one outcome."""
+        actor = self._directory.actor(agent_id)
+        pending = self._closing.get(agent_id)
         if pending is None:
             pending = asyncio.ensure_future(self._close(actor))
-            self._pending[agent_id] = pending
+            self._closing[agent_id] = pending
         return await asyncio.shield(pending)
 
     async def _close(self, actor: AgentActor) -> Agent:
@@ -116,8 +137,19 @@ class Closes:
         except errors.AgentClosed:
             return actor.agent
         finally:
-            self._pending.pop(actor.agent.id, None)
+            self._closing.pop(actor.agent.id, None)
             self._told_closed(actor)
+
+    def _told_closed(self, actor: AgentActor) -> None:
+        if self._hooks.on_closed is not None and actor.agent.is_closed:
+            self._hooks.on_closed(actor.agent.id)
+
+    async def shutdown(self) -> None:
+        """Refuse new work, then stop every actor through its queue (bounded by
+        `shutdown_s`; records kept)."""
+        self._new_work.refuse()
+        actors = list(self._directory.actors.values())
+        await shutdown_all(actors, self._clock, self._shutdown_s)
 
 
 class NewWork:
