@@ -2,10 +2,12 @@
 
 It checks a request, finds the agent's actor (directory.py), and calls it: it never changes
 an agent's state itself, every change is a call onto that agent's actor (actor.py), the
-agent's single writer. Beside it: creation.py (CreateAgent and its idempotency, ImportAgent),
-restore.py (start-up), waiting.py (WaitForIdle), reads.py (the timeline and activity reads).
-It owns close de-duplication, the drain (refuse new work, then shut every actor down: both in
-stopping.py) and the wiring every actor gets (`ActorDeps`).
+agent's single writer. It composes the parts beside it and hands each request to its part:
+directory.py (which agents exist, listing, the parent tree), creation.py (CreateAgent and its
+idempotency, ImportAgent, ImportAgentExport; fork.py builds ForkAgent on it), restore.py
+(start-up), waiting.py (WaitForIdle), reads.py (reads by agent id), live_config.py
+(UpdateAgent, a reloaded providers file) and stopping.py (cancels, archive, close, the drain).
+It owns the wiring every actor gets (`ActorDeps`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ from corral_server.manager.specs import AgentUpdate, CreateSpec, Defaults, ListQ
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
-from corral_server.manager.validate import Limits, check_id, check_labels, check_prompt, check_title
+from corral_server.manager.validate import (
+    Limits,
+    check_id,
+    check_optional_id,
+    check_prompt,
+)
 from corral_server.manager.waiting import MAX_WAIT_S, wait_for_idle
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider, ProviderInfo
@@ -197,13 +204,8 @@ class AgentManager:
     # --- updates -------------------------------------------------------------------------
 
     async def update(self, agent_id: str, change: AgentUpdate) -> Agent:
-        actor = self._actor(agent_id)
-        if change.title is not None:
-            check_title(change.title, self.limits)
-        if change.labels is not None:
-            check_labels(change.labels, self.limits)
-            self._agents.check_parent(change.labels, agent_id)
-        return await live_config.update(actor, change)
+        """UpdateAgent (live_config.py)."""
+        return await live_config.update(self._actor(agent_id), change, self.limits, self._agents)
 
     async def apply_providers(
         self, changes: Mapping[str, ProviderChange], removed: Sequence[str]
@@ -222,10 +224,7 @@ class AgentManager:
         self._check_open()
         actor = self._actor(agent_id)
         check_prompt(prompt, self.limits)
-        if len(client_message_id) > self.limits.max_id_chars:
-            raise errors.InvalidArgument.field(
-                "client_message_id", f"at most {self.limits.max_id_chars} chars"
-            )
+        check_optional_id("client_message_id", client_message_id, self.limits)
         if if_running is IfRunning.REPLACE and actor.active_turn is not None:
             await stopping.cancel_for_replace(actor, self._clock, self._timeouts)
         by = QueuedBy.CLIENT
