@@ -134,6 +134,7 @@ class Daemon:
             lambda: self.manager,
         )
         self.edges = edges.Edges()  # web, MCP, metrics: started once gRPC serves
+        self.web_port = self.metrics_port = 0  # their bound ports (0: not served)
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
         self.search: SearchIndex | None = None  # the full-text index, with a state directory
@@ -295,12 +296,12 @@ class Daemon:
 
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
         config, tokens, errors = self.config, self.tokens, self.rpc_errors
-        self.edges.start_web(config, servicers, tokens, errors)
+        self.web_port = self.edges.start_web(config, servicers, tokens, errors)
         await self.edges.start_mcp(config, self.subagents, self.manager, self.run_waiters)
         if self.mcp is not None:
             self.manager.hooks.on_closed = self.mcp.agent_closed  # its sessions end with the agent
         reloads = self.config_reload.counts if self.config_reload is not None else None
-        self.edges.start_metrics(
+        self.metrics_port = self.edges.start_metrics(
             config, self.manager, self.hub, self.database, tokens, errors, reloads
         )
 
@@ -309,16 +310,8 @@ class Daemon:
         return self.edges.web
 
     @property
-    def web_port(self) -> int:
-        return self.edges.web_port
-
-    @property
     def mcp(self) -> McpEndpoint | None:
         return self.edges.mcp
-
-    @property
-    def metrics_port(self) -> int:
-        return self.edges.metrics_port
 
     def server_info(self) -> ServerInfo:
         """What GetServerInfo answers: asked at each call (the state and the head move)."""

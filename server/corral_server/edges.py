@@ -39,15 +39,13 @@ log = logging.getLogger(__name__)
 
 
 class Edges:
-    """The edges a daemon serves: each None (its port 0) until started, and again once
-    stopped."""
+    """The edges a daemon serves. Each is None until started; the web port and metrics are
+    None again once stopped (the MCP endpoint stays, stopped)."""
 
     def __init__(self) -> None:
         self.web: WebEndpoint | None = None
-        self.web_port = 0
         self.mcp: McpEndpoint | None = None
         self.metrics: MetricsServer | None = None
-        self.metrics_port = 0
 
     def start_web(
         self,
@@ -55,11 +53,13 @@ class Edges:
         servicers: Mapping[str, Any],
         tokens: TokenFile | None,
         rpc_errors: Counter[str],
-    ) -> None:
-        """corral.v1 over Connect and gRPC-Web, and the dashboard (web/), on `web_listen`."""
-        if config.web_listen:
-            self.web = web_endpoint(config, config.web_listen, servicers, tokens, rpc_errors)
-            self.web_port = self.web.start()
+    ) -> int:
+        """corral.v1 over Connect and gRPC-Web, and the dashboard (web/), on `web_listen`;
+        the bound port (0: not served)."""
+        if not config.web_listen:
+            return 0
+        self.web = web_endpoint(config, config.web_listen, servicers, tokens, rpc_errors)
+        return self.web.start()
 
     async def start_mcp(
         self,
@@ -93,13 +93,13 @@ class Edges:
         tokens: TokenFile | None,
         rpc_errors: Counter[str],
         reloads: Mapping[str, int] | None,
-    ) -> None:  # on the loop: the collector needs it
+    ) -> int:  # on the loop: the collector needs it
         """Prometheus metrics over HTTP on `metrics_listen` (threads of their own:
-        metrics_http.py), behind `tokens` when the config asks for them. OSError when it
-        does and there are none."""
+        metrics_http.py), behind `tokens` when the config asks for them; the bound port (0:
+        not served). OSError when the config asks for tokens and there are none."""
         listen = config.metrics_listen
         if not listen:
-            return
+            return 0
         if config.metrics_token and tokens is None:
             raise OSError(f"metrics on {listen} need tokens: there is no auth_token_file")
         host, _, port = listen.rpartition(":")
@@ -110,7 +110,7 @@ class Edges:
         bound: int = server.server_port
         log.debug("metrics on http://%s:%d/metrics", host, bound)  # in the start-up line
         self.metrics = MetricsServer(server, bound, f"http://{host}:{bound}/metrics")
-        self.metrics_port = bound
+        return bound
 
     def features(self, features: ServerFeatures) -> ServerFeatures:
         """`features` with what the edges serve (GetServerInfo)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -78,39 +79,33 @@ async def cancel_for_reload(actor: AgentActor, clock: Clock, timeouts: Timeouts)
         )
 
 
+@dataclass(slots=True, eq=False)
 class Stopping:
     """Archive, close and shutdown by agent id. Each agent an archive or a close leaves
     closed is told to `hooks.on_closed` (read at each call: app.py sets it after
     construction)."""
 
-    def __init__(
-        self,
-        directory: AgentDirectory,
-        new_work: NewWork,
-        clock: Clock,
-        shutdown_s: float,
-        hooks: ManagerHooks,
-    ) -> None:
-        self._directory = directory
-        self._new_work = new_work
-        self._clock = clock
-        self._shutdown_s = shutdown_s
-        self._hooks = hooks
-        self._closing: dict[str, asyncio.Future[Agent]] = {}  # one close per agent at a time
+    directory: AgentDirectory
+    new_work: NewWork
+    clock: Clock
+    shutdown_s: float
+    hooks: ManagerHooks
+    # One close of an agent at a time: concurrent ones await the same future.
+    _closing: dict[str, asyncio.Future[Agent]] = field(default_factory=dict, init=False)
 
     async def archive(self, agent_id: str) -> list[str]:
         """Archive the agent and, by cascade, every descendant that still carries its parent
         label (a detached child is no longer one): each is marked archived and closed, kept
         whole, and hidden from ListAgents unless archived ones are asked for. Returns the ids
         archived, the agent first, then breadth first."""
-        self._new_work.check()
-        self._directory.actor(agent_id)
-        members = self._directory.with_descendants(agent_id)
-        if self._hooks.on_archive is not None:
-            await self._hooks.on_archive(members)
+        self.new_work.check()
+        self.directory.actor(agent_id)
+        members = self.directory.with_descendants(agent_id)
+        if self.hooks.on_archive is not None:
+            await self.hooks.on_archive(members)
         archived: list[str] = []
         for member in members:
-            actor = self._directory.actors[member]
+            actor = self.directory.actors[member]
             if actor.agent.is_closed:
                 actor.archive_closed()
             else:
@@ -124,7 +119,7 @@ class Stopping:
 
     async def close(self, agent_id: str) -> Agent:
         """Concurrent closes of one agent share one outcome."""
-        actor = self._directory.actor(agent_id)
+        actor = self.directory.actor(agent_id)
         pending = self._closing.get(agent_id)
         if pending is None:
             pending = asyncio.ensure_future(self._close(actor))
@@ -141,15 +136,15 @@ class Stopping:
             self._told_closed(actor)
 
     def _told_closed(self, actor: AgentActor) -> None:
-        if self._hooks.on_closed is not None and actor.agent.is_closed:
-            self._hooks.on_closed(actor.agent.id)
+        if self.hooks.on_closed is not None and actor.agent.is_closed:
+            self.hooks.on_closed(actor.agent.id)
 
     async def shutdown(self) -> None:
         """Refuse new work, then stop every actor through its queue (bounded by
         `shutdown_s`; records kept)."""
-        self._new_work.refuse()
-        actors = list(self._directory.actors.values())
-        await shutdown_all(actors, self._clock, self._shutdown_s)
+        self.new_work.refuse()
+        actors = list(self.directory.actors.values())
+        await shutdown_all(actors, self.clock, self.shutdown_s)
 
 
 class NewWork:
