@@ -72,6 +72,7 @@ async def serve(args: argparse.Namespace) -> int:
     if isinstance(held, int):
         return held
     lock, config = held
+    gc_tuning.tune()  # before the stored agents are restored
     started = await _start(config, lock, state_dir, made)
     if isinstance(started, int):
         return started
@@ -168,7 +169,7 @@ async def _serve_until_signalled(
     args: argparse.Namespace, config: Config, daemon: Daemon, port: int
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain (a second signal ends the drain's delay)."""
-    gc_tuning.tune()
+    gc_tuning.settle()
     reclaim.tune_allocator()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
