@@ -104,8 +104,7 @@ class Stopping:
         if self.hooks.on_archive is not None:
             await self.hooks.on_archive(members)
         archived: list[str] = []
-        for member in members:
-            actor = self.directory.actors[member]
+        for actor in [self.directory.actors[member] for member in members]:  # found up front
             if actor.agent.is_closed:
                 actor.archive_closed()
             else:
