@@ -147,11 +147,14 @@ async def test_a_read_on_b_is_answered_by_b_not_forwarded(
     assert (await refusal(fetch))[:2] == ("NOT_FOUND", "AGENT_NOT_FOUND")
 
 
-async def test_the_owners_refusal_comes_back_unchanged(pair: Pair, clients: Clients) -> None:
-    pair.beliefs.owners["b"]["0" * 32] = "a"
-    request = prompt_request("0" * 32, "hello")
+async def test_the_owners_refusal_comes_back_unchanged(
+    pair: Pair, clients: Clients, tmp_path: Path
+) -> None:
+    agent_id = await agent_on_a(pair, clients, tmp_path)
+    await clients.a.agents.CloseAgent(agent_pb.CloseAgentRequest(agent_id=agent_id))
+    request = prompt_request(agent_id, "hello")
     direct = await refusal(clients.a.turns.SendPrompt(request))
-    assert direct[:2] == ("NOT_FOUND", "AGENT_NOT_FOUND")
+    assert direct[:2] == ("FAILED_PRECONDITION", "AGENT_CLOSED")
     assert await refusal(clients.b.turns.SendPrompt(request)) == direct
 
 
@@ -267,3 +270,40 @@ async def test_create_agent_goes_to_the_node_its_placement_names(
     assert (await refusal(clients.b.agents.GetAgent(_get(agent_id))))[1] == "AGENT_NOT_FOUND"
     here = await clients.b.agents.CreateAgent(create_request(str(tmp_path), title="here"))
     assert (await clients.b.agents.GetAgent(_get(here.agent.id))).agent.title == "here"
+
+
+TOKEN = "forwarded-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def secured_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    """A takes tokens; B takes none (B lets every call in, A decides)."""
+    tokens = tmp_path_factory.mktemp("tokens") / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    tokens.chmod(0o600)
+    started = start_pair(replace(conftest.test_config(), auth_token_file=tokens))
+    yield started
+    started.a.stop()
+    started.b.stop()
+
+
+async def test_the_callers_token_reaches_the_owner_which_checks_it(
+    secured_pair: Pair, tmp_path: Path
+) -> None:
+    good = (("authorization", f"Bearer {TOKEN}"),)
+    async with (
+        grpc.aio.insecure_channel(secured_pair.a.address) as to_a,
+        grpc.aio.insecure_channel(secured_pair.b.address) as to_b,
+    ):
+        a, b = Stubs.of(to_a), Stubs.of(to_b)
+        created = await a.agents.CreateAgent(create_request(str(tmp_path)), metadata=good)
+        agent_id = created.agent.id
+        secured_pair.beliefs.owners["b"][agent_id] = "a"
+        request = turn_pb.CancelTurnRequest(agent_id=agent_id)
+        answer = await b.turns.CancelTurn(request, metadata=good, timeout=20)
+        assert answer.agent.id == agent_id
+        wrong = (("authorization", "Bearer not-the-token-xyz"),)
+        for metadata, reason in ((wrong, "TOKEN_INVALID"), ((), "TOKEN_MISSING")):
+            refused = await refusal(b.turns.CancelTurn(request, metadata=metadata, timeout=20))
+            direct = await refusal(a.turns.CancelTurn(request, metadata=metadata, timeout=20))
+            assert refused == direct and refused[:2] == ("UNAUTHENTICATED", reason)
