@@ -17,6 +17,7 @@ from corral_server.cluster.nodes import (
     NodeDirectory,
     NodeIdTaken,
     NodeNotAlive,
+    Settings,
     UnknownNode,
 )
 from corral_server.rpc.errors import status_code_for
@@ -26,19 +27,33 @@ _buckets = itertools.count()
 
 
 async def directories(
-    client: nats.aio.client.Client, names: tuple[str, ...] = ("a", "b")
+    client: nats.aio.client.Client,
+    names: tuple[str, ...] = ("a", "b"),
+    beside: NodeDirectory | None = None,
+    clock: FakeClock | None = None,
 ) -> tuple[FakeClock, list[NodeDirectory]]:
-    """Nodes on one bucket of the test's own, sharing one clock, each at 127.0.0.1:<n>."""
-    clock = FakeClock()
-    bucket = f"nodes{next(_buckets)}"
+    """Nodes sharing one clock on one bucket of the test's own (or `beside`'s), the n-th at
+    127.0.0.1:5000+n (6000+n beside another)."""
+    clock = clock or FakeClock()
+    bucket = beside.bucket if beside is not None else f"nodes{next(_buckets)}"
+    port = 6000 if beside is not None else 5000
     js = client.jetstream()
-    opened = [
+    return clock, [
         await NodeDirectory.open(
-            js, name, f"127.0.0.1:{5000 + i}", clock, bucket, 3, DURATION_MS, SKEW_MS
+            js, n, f"127.0.0.1:{port + i}", clock, Settings(bucket, 3, DURATION_MS, SKEW_MS)
         )
-        for i, name in enumerate(names)
+        for i, n in enumerate(names)
     ]
-    return clock, opened
+
+
+async def a_seen_by_b(
+    client: nats.aio.client.Client,
+) -> tuple[FakeClock, NodeDirectory, NodeDirectory]:
+    """Nodes a and b, a registered and in b's copy."""
+    clock, (a, b) = await directories(client)
+    await a.register()
+    await until(lambda: b.alive("a"), "b sees a")
+    return clock, a, b
 
 
 async def until(probe: Callable[[], bool], what: str) -> None:
@@ -64,30 +79,16 @@ async def test_a_registered_node_is_seen_by_every_other_node(
     await until(lambda: b.address_of("a") == "127.0.0.1:5000", "b sees a")
     assert b.entry("a") == entry and b.alive("a")
     # A node opened later loads the entries there already.
-    _, (c,) = await directories_on(nats_client, a, ("c",), clock)
+    _, (c,) = await directories(nats_client, ("c",), beside=a, clock=clock)
     assert c.address_of("a") == "127.0.0.1:5000"
     assert b.address_of("nobody") is None and not b.alive("nobody")
     await closed(a, b, c)
 
 
-async def directories_on(
-    client: nats.aio.client.Client, other: NodeDirectory, names: tuple[str, ...], clock: FakeClock
-) -> tuple[FakeClock, list[NodeDirectory]]:
-    """More nodes on `other`'s bucket."""
-    bucket = other.bucket
-    js = client.jetstream()
-    return clock, [
-        await NodeDirectory.open(js, n, f"127.0.0.1:{6000 + i}", clock, bucket, 3, DURATION_MS)
-        for i, n in enumerate(names)
-    ]
-
-
 async def test_an_entry_not_refreshed_expires_past_the_skew_margin(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    clock, (a, b) = await directories(nats_client)
-    await a.register()
-    await until(lambda: b.alive("a"), "b sees a")
+    clock, a, b = await a_seen_by_b(nats_client)
     await clock.advance(DURATION_MS)
     assert b.alive("a")  # expired by its writer's clock, but within the margin
     await clock.advance(SKEW_MS)
@@ -157,7 +158,7 @@ async def test_a_second_process_with_one_node_id_is_refused_while_the_first_live
 ) -> None:
     clock, (first,) = await directories(nats_client, ("a",))
     await first.register()
-    _, (second,) = await directories_on(nats_client, first, ("a",), clock)
+    _, (second,) = await directories(nats_client, ("a",), beside=first, clock=clock)
     with pytest.raises(NodeIdTaken):
         await second.register()
     await clock.advance(DURATION_MS + SKEW_MS)
@@ -171,9 +172,7 @@ async def test_a_second_process_with_one_node_id_is_refused_while_the_first_live
 async def test_a_node_that_leaves_is_gone_from_every_copy(
     nats_client: nats.aio.client.Client,
 ) -> None:
-    _, (a, b) = await directories(nats_client)
-    await a.register()
-    await until(lambda: b.alive("a"), "b sees a")
+    _, a, b = await a_seen_by_b(nats_client)
     await a.leave()
     await until(lambda: b.entry("a") is None, "a gone from b's copy")
     with pytest.raises(UnknownNode):

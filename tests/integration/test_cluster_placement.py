@@ -16,7 +16,7 @@ import nats.aio.client
 import pytest
 
 from corral.v1 import agent_service_pb2 as agent_pb
-from corral_server.cluster.nodes import NodeDirectory
+from corral_server.cluster.nodes import NodeDirectory, Settings
 from corral_server.rpc.forward_relay import Forwarding
 from tests import conftest
 from tests.support.client import Stubs, create_request, error_details
@@ -59,9 +59,7 @@ def start_node(name: str, nats_cluster: NatsCluster, bucket: str, agents: int) -
             name,
             daemon.address,
             daemon.clock,
-            bucket,
-            duration_ms=DURATION_MS,
-            skew_ms=SKEW_MS,
+            Settings(bucket, duration_ms=DURATION_MS, skew_ms=SKEW_MS),
         )
         await node.directory.register(agents)
 

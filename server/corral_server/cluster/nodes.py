@@ -35,7 +35,8 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.cluster.log import TOKEN, WRONG_LAST_SEQUENCE, led
+from corral_server.cluster.leases import open_bucket
+from corral_server.cluster.log import TOKEN, WRONG_LAST_SEQUENCE
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,17 @@ class NodeNotAlive(errors.FailedPrecondition):
 
 class NodeIdTaken(Exception):
     """Another process registered under this node id and its entry is alive."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    bucket: str = "corral_nodes"
+    replicas: int = 3
+    duration_ms: int = 10_000  # an entry lives this long unless refreshed
+    skew_ms: int = 1_000  # the leases' margin for clocks that differ between nodes
+
+
+DEFAULTS = Settings()
 
 
 @dataclass(frozen=True)
@@ -124,21 +136,14 @@ class NodeDirectory:
         node: str,
         address: str,
         clock: Clock,
-        bucket: str = "corral_nodes",
-        replicas: int = 3,
-        duration_ms: int = 10_000,
-        skew_ms: int = 1_000,
+        settings: Settings = DEFAULTS,
     ) -> NodeDirectory:
         """The directory (the bucket made when missing), its copy loaded and followed. Its
         values age out after three durations of the servers' time: nodes long gone."""
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            ttl_s = 3 * (duration_ms + skew_ms) / 1000
-            kv = await js.create_key_value(bucket=bucket, replicas=replicas, ttl=ttl_s)
-            await led(js, f"KV_{bucket}")
-        directory = cls(kv, node, address, clock, duration_ms, skew_ms)
-        directory.bucket = bucket
+        age_s = 3 * (settings.duration_ms + settings.skew_ms) / 1000
+        kv = await open_bucket(js, settings.bucket, settings.replicas, age_s)
+        directory = cls(kv, node, address, clock, settings.duration_ms, settings.skew_ms)
+        directory.bucket = settings.bucket
         await directory._follow()
         return directory
 
