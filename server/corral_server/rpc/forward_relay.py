@@ -206,7 +206,8 @@ def unreachable(node: str, address: str, why: str) -> grpc.Status:
     where = f" at {address}" if address else ""
     return unavailable(
         OWNER_UNREACHABLE,
-        f"the agent's owner, node {node}{where}, could not be reached: {why}; retry",
+        f"node {node}{where}, where the call goes (the agent's owner, or where it is placed), "
+        f"could not be reached: {why}; retry",
         {"node": node, "address": address},
     )
 
