@@ -26,7 +26,7 @@ from corral_server.rpc.server import SERVICE_NAMES, service_descriptor
 from tests import conftest
 from tests.support.client import error_details
 from tests.support.daemon import DaemonThread
-from tests.support.web import Web, WebError
+from tests.support.web import Stream, Web, WebError, stream_request
 
 AGENT = "a" * 32
 OWNER_REASON = "OWNER_SAYS_NO"
@@ -257,3 +257,21 @@ def test_every_changing_method_is_forwarded_or_said_why_not_and_no_read_is() -> 
     assert {m for m, f in forwarded_methods().items() if f.streaming} == {
         "/corral.v1.TurnService/StreamTurn"
     }
+
+
+async def test_the_web_port_forwards_a_stream_and_its_end(setup: Setup) -> None:
+    assert setup.b.daemon is not None
+    base = f"http://127.0.0.1:{setup.b.daemon.web_port}"
+    request = stream_request("TurnService/StreamTurn", turn_pb.StreamTurnRequest(agent_id=AGENT))
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=30) as client,
+        client.stream(**request) as response,
+    ):
+        stream = Stream(response, turn_pb.StreamTurnResponse, json_codec=False)
+        kinds = []
+        while (message := await stream.read()) is not None:
+            kinds.append(message.WhichOneof("event"))
+    assert kinds == ["turn_started", "turn_completed"]
+    error = stream.error()
+    assert error is not None and (error.code, error.reason) == ("resource_exhausted", OWNER_REASON)
+    assert setup.owner.seen[0].metadata["corral-forwarded-from"] == "b"
