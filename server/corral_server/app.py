@@ -43,6 +43,7 @@ from corral_server.rpc import server as grpc_server
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.connections import ConnectionBook
 from corral_server.rpc.convert import encode_event
+from corral_server.rpc.forwarding import ForwardCalls, Forwarder, forwarding_servicers
 from corral_server.rpc.server import SERVICE_NAMES
 from corral_server.rpc.services import build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
@@ -155,6 +156,9 @@ class Daemon:
         )
         self.streams = StreamBook(limits, self.clock)
         self.port = 0
+        # Calls that change another node's agent go there (rpc/forwarding.py); set before
+        # `start` to forward with a cluster's own look-ups.
+        self.forwarder = Forwarder(config.forwarding) if config.forwarding else None
         self._drain = Drain(
             self.clock,
             not_serving=self._health.enter_graceful_shutdown,
@@ -287,6 +291,7 @@ class Daemon:
             max_request_bytes=config.max_request_bytes,
             max_streams_per_connection=config.max_streams_per_connection,
             max_connections=config.max_connections,
+            forward=ForwardCalls(self.forwarder) if self.forwarder is not None else None,
         )
         grpc_server.add_services(server, servicers, self._health, config.reflection)
         self._server = await grpc_server.listen_on(server, config.listen, self._credentials)
@@ -296,6 +301,8 @@ class Daemon:
 
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
         config, tokens, errors = self.config, self.tokens, self.rpc_errors
+        if self.forwarder is not None:  # the web edge calls the servicers directly
+            servicers = forwarding_servicers(servicers, self.forwarder)
         self.web_port = self.edges.start_web(config, servicers, tokens, errors)
         await self.edges.start_mcp(config, self.subagents, self.manager, self.run_waiters)
         if self.mcp is not None:
@@ -376,6 +383,8 @@ class Daemon:
         if self._server is not None:  # and with unix:PATH, its socket removed
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
+        if self.forwarder is not None:
+            await self.forwarder.relay.close()
         if self.search is not None:
             await self.search.backfill.stop()
         if self.database is not None:
