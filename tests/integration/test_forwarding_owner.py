@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral.v1 import turn_service_pb2_grpc as turn_grpc
 from corral_server.rpc.forward_relay import Forwarding
-from corral_server.rpc.forwarding import forwarded_methods
+from corral_server.rpc.forwarding import OWNER_READS, forwarded_methods
 from corral_server.rpc.roles import READ_METHODS
 from corral_server.rpc.server import SERVICE_NAMES, service_descriptor
 from tests import conftest
@@ -252,7 +252,7 @@ def every_method() -> set[str]:
 def test_every_changing_method_is_forwarded_or_said_why_not_and_no_read_is() -> None:
     forwarded = set(forwarded_methods())
     assert forwarded == FORWARDED  # a new method: decide here which kind it is
-    assert not forwarded & READ_METHODS
+    assert forwarded & READ_METHODS == OWNER_READS
     assert every_method() == READ_METHODS | forwarded | set(NOT_FORWARDED)
     assert {m for m, f in forwarded_methods().items() if f.streaming} == {
         "/corral.v1.TurnService/StreamTurn"

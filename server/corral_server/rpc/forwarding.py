@@ -4,7 +4,7 @@ that node, transparently (docs/cluster.md#forwarding). The gRPC edge does it wit
 the owner again); the web edge serves the same wrapped behaviour (`forwarding_servicers`).
 
 Which calls: every corral.v1 method whose request has a top-level `agent_id` and that is not
-a read (rpc/roles.py's read set), derived from the service descriptors, so a new changing
+a read (rpc/roles.py's read set) or is a read only the owner can answer (`OWNER_READS`), derived from the service descriptors, so a new changing
 method is forwarded without a list to keep; and CreateAgent when a placement is given (the
 node its `corral.node` label names, or the least loaded). Reads are answered here, from this
 node's own view.
@@ -16,7 +16,7 @@ it, and the client retries. A servicer that finds the agent owned elsewhere afte
 (UNAVAILABLE / `AGENT_OWNED_ELSEWHERE`, metadata `node`: the ownership moved in between) has
 its call forwarded there, once.
 
-Must not: forward a read, forward a forwarded call, or decode anything the owner answers into
+Must not: forward a read this node can answer, forward a forwarded call, or decode anything the owner answers into
 another shape (answers and statuses pass unchanged: rpc/forward_relay.py).
 """
 
@@ -40,6 +40,15 @@ from corral_server.rpc.wrapping import HandlerWrapper
 __all__ = ["ForwardCalls", "Forwarder", "Forwarding", "forwarded_methods", "forwarding_servicers"]
 
 CREATE_AGENT = "/corral.v1.AgentService/CreateAgent"
+# Reads only the owner can answer: the working tree and the tool outputs are on its machine,
+# and schedules fire there.
+OWNER_READS = frozenset(
+    {
+        "/corral.v1.WorkspaceService/GetChanges",
+        "/corral.v1.TimelineService/FetchToolOutput",
+        "/corral.v1.ScheduleService/ListSchedules",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,8 @@ def forwarded_methods() -> dict[str, Forwarded]:
         for method in service.methods:
             path = f"/{full_name}/{method.name}"
             names = method.input_type.fields_by_name
-            by_agent = "agent_id" in names and path not in READ_METHODS
+            local = path in READ_METHODS and path not in OWNER_READS
+            by_agent = "agent_id" in names and not local
             if method.client_streaming or not (by_agent or path == CREATE_AGENT):
                 continue
             response = GetMessageClass(method.output_type)
