@@ -3,11 +3,11 @@ that node, transparently (docs/cluster.md#forwarding). The gRPC edge does it wit
 `ForwardCalls` interceptor, after the token check (the receiving node authenticates first,
 the owner again); the web edge serves the same wrapped behaviour (`forwarding_servicers`).
 
-Which calls: every corral.v1 method whose request has a top-level `agent_id` and that is not
-a read (rpc/roles.py's read set) or is a read only the owner can answer (`OWNER_READS`), derived from the service descriptors, so a new changing
-method is forwarded without a list to keep; and CreateAgent when a placement is given (the
-node its `corral.node` label names, or the least loaded). Reads are answered here, from this
-node's own view.
+Which calls: every corral.v1 method whose request has a top-level `agent_id` and that is
+not a read (rpc/roles.py's read set) or is a read only the owner can answer (`OWNER_READS`),
+derived from the service descriptors, so a new changing method is forwarded without a list to
+keep; and CreateAgent when a placement is given (the node its `corral.node` label names, or
+the least loaded). Other reads are answered here, from this node's own view.
 
 Where: the injected `owner_of(agent_id)` names the owner (None: here). A forwarded call
 carries `corral-forwarded-from`; a node never forwards such a call again: if it does not own
@@ -16,8 +16,8 @@ it, and the client retries. A servicer that finds the agent owned elsewhere afte
 (UNAVAILABLE / `AGENT_OWNED_ELSEWHERE`, metadata `node`: the ownership moved in between) has
 its call forwarded there, once.
 
-Must not: forward a read this node can answer, forward a forwarded call, or decode anything the owner answers into
-another shape (answers and statuses pass unchanged: rpc/forward_relay.py).
+Must not: forward a read this node can answer, forward a forwarded call, or decode anything
+the owner answers into another shape (answers and statuses pass unchanged: rpc/forward_relay.py).
 """
 
 from __future__ import annotations
