@@ -17,7 +17,8 @@ it, and the client retries. A servicer that finds the agent owned elsewhere afte
 its call forwarded there, once.
 
 Must not: forward a read this node can answer, forward a forwarded call, or decode anything
-the owner answers into another shape (answers and statuses pass unchanged: rpc/forward_relay.py).
+the owner answers into another shape (answers and statuses pass unchanged:
+rpc/forward_relay.py).
 """
 
 from __future__ import annotations
