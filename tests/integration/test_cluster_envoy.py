@@ -9,9 +9,9 @@ daemon's own web port (the dashboard and Connect) by the same gRPC health."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import socket
-import subprocess
 import threading
 import urllib.request
 from collections import Counter
@@ -25,23 +25,15 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from corral.v1 import (
-    agent_service_pb2,
-    event_service_pb2,
-    schedule_service_pb2,
-    server_service_pb2,
-    subagent_service_pb2,
-    timeline_service_pb2,
-    turn_service_pb2,
-    workspace_service_pb2,
-)
+from corral.v1 import agent_service_pb2
 from corral_server.app import Config
 from corral_server.rpc.roles import READ_METHODS
 from tests.support.client import Stubs, create_request
 from tests.support.daemon import DaemonThread
-from tests.support.envoy import TIMEOUT, Envoy, envoy_binary, envoy_running, poll
+from tests.support.envoy import TIMEOUT, Envoy, envoy_running, poll, validate
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "cluster" / "envoy.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "deploy" / "cluster" / "envoy.yaml"
 NODES = ("corral-1", "corral-2", "corral-3")
 HEALTH = "/grpc.health.v1.Health/"
 # Reads a read-only token may not make (they wait, or read what only full tokens see), which
@@ -55,16 +47,10 @@ MORE_READS = {
 
 
 def all_methods() -> set[str]:
-    modules = (
-        agent_service_pb2,
-        event_service_pb2,
-        schedule_service_pb2,
-        server_service_pb2,
-        subagent_service_pb2,
-        timeline_service_pb2,
-        turn_service_pb2,
-        workspace_service_pb2,
-    )
+    """Every corral.v1 method, from the generated module of each service's file."""
+    files = sorted((ROOT / "proto" / "corral" / "v1").glob("*_service.proto"))
+    modules = [importlib.import_module(f"corral.v1.{file.stem}_pb2") for file in files]
+    assert len(modules) >= 8
     return {
         f"/{service.full_name}/{method.name}"
         for module in modules
@@ -88,12 +74,7 @@ def retried_on_unavailable(route: dict[str, Any]) -> bool:
 
 
 def test_envoy_accepts_the_cluster_config() -> None:
-    done = subprocess.run(
-        [str(envoy_binary()), "--mode", "validate", "-c", str(CONFIG), "--log-level", "error"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    done = validate(CONFIG)
     assert done.returncode == 0, done.stderr
     assert f"configuration '{CONFIG}' OK" in done.stdout
 

@@ -24,6 +24,16 @@ def envoy_binary() -> Path:
     return path
 
 
+def validate(config: Path) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate` on `config`: Envoy's own check, without running it."""
+    return subprocess.run(
+        [str(envoy_binary()), "--mode", "validate", "-c", str(config), "--log-level", "error"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
 def poll(probe: Callable[[], str | None], what: str, timeout: float = TIMEOUT) -> str:
     """Envoy works on the wall clock (its own process): ask until `probe` answers."""
     deadline = time.monotonic() + timeout
