@@ -15,6 +15,7 @@ import yaml
 
 from corral_server.daemon import build_parser
 from corral_server.listen import is_loopback
+from corral_server.serve_flags import access_error
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "cluster"
 NODES = ("corral-1", "corral-2", "corral-3")
@@ -89,6 +90,7 @@ def test_each_node_is_its_own_node_of_the_three_nats_servers() -> None:
         assert cluster["--node-id"] == node["hostname"] == name
         assert cluster["--advertise"] == f"{name}:{port(args.listen)}"
         assert not is_loopback(args.listen) and not is_loopback(args.web_listen)
+        assert access_error(args) == ""  # the daemon's own refusals (tokens off loopback...)
         assert args.auth_token_file == Path("/run/secrets") / node["secrets"][0]
         (volume,) = [
             source for path, source in mounts(node).items() if Path(path) == args.state_dir
