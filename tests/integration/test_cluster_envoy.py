@@ -38,12 +38,7 @@ NODES = ("corral-1", "corral-2", "corral-3")
 HEALTH = "/grpc.health.v1.Health/"
 # Reads a read-only token may not make (they wait, or read what only full tokens see), which
 # are still the same on any node and safe to try twice.
-MORE_READS = {
-    "/corral.v1.TurnService/WaitForIdle",
-    "/corral.v1.TimelineService/FetchToolOutput",
-    "/corral.v1.ScheduleService/ListSchedules",
-    "/corral.v1.WorkspaceService/GetChanges",
-}
+MORE_READS = {"/corral.v1.TurnService/WaitForIdle"}  # reads only a full token may call
 
 
 def all_methods() -> set[str]:
