@@ -17,6 +17,7 @@ from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.config import ProviderEntry
+from corral_server.rpc.forward_relay import Forwarding
 from corral_server.rpc.streams import StreamLimits
 from corral_server.rpc.tls import TlsFiles
 from corral_server.server_info import (
@@ -118,6 +119,10 @@ class Config:
     # A cluster node (docs/cluster.md): its events go through the JetStream stream and its
     # state directory holds the read model built from it; None: a single daemon.
     cluster: ClusterConfig | None = None
+    # Where other nodes' agents live, for forwarding the calls that change them
+    # (rpc/forwarding.py); None: a single daemon, nothing forwarded. Tests inject one; a
+    # cluster node's daemon sets its own from the cluster at start.
+    forwarding: Forwarding | None = None
 
 
 def limits_of(config: Config) -> ServerLimits:

@@ -7,7 +7,7 @@ Must not: change an agent (every change is a call onto its actor).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from corral_server import errors
@@ -69,6 +69,17 @@ class AgentDirectory:
             return actor.agent
         remote = self._remote.get(agent_id) if self._remote is not None else None
         return remote if remote is not None else self.actor(agent_id).agent
+
+    def open_actors(self, agent_ids: Sequence[str]) -> list[AgentActor]:
+        """The actors of `agent_ids`, each checked (known, not closed) before any is
+        returned: a request that fails on one changes none."""
+        if not agent_ids:
+            raise errors.InvalidArgument.field("agent_ids", "name at least one agent")
+        actors = [self.actor(agent_id) for agent_id in agent_ids]
+        for actor in actors:
+            if actor.agent.is_closed:
+                raise errors.AgentClosed(actor.agent.id)
+        return actors
 
     def agents(self) -> list[Agent]:
         if self._remote is not None:
