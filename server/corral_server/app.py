@@ -30,6 +30,7 @@ from corral_server.durable import (
     DurableStores,
     attach_node,
     cluster_node,
+    forwarding_of,
     open_database,
     open_search,
     open_stores,
@@ -254,6 +255,7 @@ class Daemon:
             if node is not None:  # the read model caught up with the stream (docs/cluster.md)
                 self.cluster = await attach_node(node, database, stores, self.hub)
                 self.timeline = node.timeline or self.timeline
+                self.forwarder = self.forwarder or Forwarder(forwarding_of(node))
             self.manager = self._manager(self.timeline, stores)
             await self.manager.usage.open()  # the counters from the ledger
             self.subagents = self._registry(stores.runs)
@@ -294,6 +296,8 @@ class Daemon:
             scheduler=self.scheduler,
         )
         await self._serve_grpc(servicers)
+        if self.cluster is not None:
+            await self.cluster.join(self.port)  # in the node directory, at its address
         await self._serve_edges(servicers)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -26,6 +27,9 @@ from corral_server.app import Config
 from corral_server.cluster.leases import encode
 from corral_server.cluster.log import EventLog
 from corral_server.cluster.settings import ClusterConfig
+from corral_server.errors import AgentOwnedElsewhere
+from corral_server.manager.specs import AgentUpdate
+from corral_server.rpc.forward_relay import Forwarding
 from tests.support.client import Stubs, create_request, error_details, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.nats import NatsCluster, connect
@@ -40,7 +44,7 @@ def settings(nats_cluster: NatsCluster, number: int, node: str) -> ClusterConfig
     return ClusterConfig(
         urls=tuple(nats_cluster.urls),
         node_id=node,
-        advertise="127.0.0.1:1",
+        advertise="127.0.0.1:0",  # the port each node binds
         stream=f"NODES{number}",
         prefix=f"nodes{number}.events.",
         leases_bucket=f"nodes{number}_leases",
@@ -58,8 +62,9 @@ class Nodes:
         cluster = settings(self.nats, self.number, node)
         return Config(state_dir=self.tmp_path / node, cluster=cluster)
 
-    def start(self, node: str) -> DaemonThread:
-        thread = self.running[node] = DaemonThread(self.config(node)).start()
+    def start(self, node: str, **config: Any) -> DaemonThread:
+        thread = DaemonThread(replace(self.config(node), **config)).start()
+        self.running[node] = thread
         return thread
 
     def stop(self, node: str) -> None:
@@ -170,26 +175,49 @@ async def _listed(stubs: Stubs, expected: agent_pb.ListAgentsResponse) -> bool:
     return await stubs.agents.ListAgents(agent_pb.ListAgentsRequest()) == expected
 
 
-async def test_a_change_on_a_node_that_does_not_own_the_agent_is_refused_with_its_owner(
+async def test_a_change_sent_to_a_node_that_does_not_own_the_agent_reaches_its_owner(
     tmp_path: Path, nats_cluster: NatsCluster
 ) -> None:
     with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
-        a, b = nodes.running["a"], nodes.running["b"]
-        async with stubs_of(a) as on_a, stubs_of(b) as on_b:
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            request = agent_pb.GetAgentRequest(agent_id=agent.id)
+            await until(lambda: _idle(on_b, request), "the agent idle on b")
+            await on_b.turns.SendPrompt(prompt_request(agent.id, "/reply sent to b"))
+            await on_b.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
+            rows = await timeline_of(on_a, agent.id)
+            assert b"sent to b" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent.id, rows), "b's rows")
+
+
+async def test_a_change_on_a_node_that_does_not_own_the_agent_is_refused_with_its_owner(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """What forwarding relies on: the node itself refuses a change of another node's agent,
+    naming the owner, and appends nothing. Through the wire the call is then forwarded there
+    once, and a node that cannot reach the owner answers OWNER_UNREACHABLE."""
+    with cluster_of(tmp_path, nats_cluster, ("a",)) as nodes:
+        b = nodes.start("b", forwarding=Forwarding("b", lambda agent_id: None, lambda n: None))
+        assert b.daemon is not None and b.daemon.cluster is not None
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(b) as on_b:
             agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
             await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
             request = agent_pb.GetAgentRequest(agent_id=agent.id)
             await until(lambda: _idle(on_b, request), "the agent idle on b")
-            _, head = await head_of(on_b)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            with pytest.raises(AgentOwnedElsewhere) as refused:
+                b.run(b.daemon.manager.update(agent.id, AgentUpdate(title="no")))
+            assert (refused.value.reason, refused.value.metadata["node"]) == (
+                "AGENT_OWNED_ELSEWHERE",
+                "a",
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as unreachable:
                 await on_b.turns.SendPrompt(prompt_request(agent.id, "/reply no"))
-            details = error_details(refused.value)
+            details = error_details(unreachable.value)
             assert (details.code, details.reason) == (
                 grpc.StatusCode.UNAVAILABLE,
-                "AGENT_OWNED_ELSEWHERE",
+                "OWNER_UNREACHABLE",
             )
-            assert "'a'" in details.message
-            assert b.daemon is not None and b.daemon.cluster is not None
             assert b.daemon.cluster.owner_of(agent.id) == "a"
             assert (await head_of(on_b))[1] == head  # nothing was appended
             assert (await head_of(on_a))[1] == head

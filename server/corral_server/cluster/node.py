@@ -24,6 +24,7 @@ from corral_server.cluster.follower import Follower
 from corral_server.cluster.leases import Leases
 from corral_server.cluster.leases import decode as decode_lease
 from corral_server.cluster.log import EventLog
+from corral_server.cluster.nodes import NodeDirectory, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
 from corral_server.cluster.settings import ClusterConfig
@@ -46,6 +47,7 @@ class ClusterNode:
         client: nats.aio.client.Client,
         event_log: EventLog,
         leases: Leases,
+        directory: NodeDirectory,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -53,6 +55,7 @@ class ClusterNode:
         self.client = client
         self.log = event_log
         self.leases = leases
+        self.directory = directory
         self.agents = RemoteAgents(config.node_id)
         self.channels: dict[str, AgentChannel] = {}
         self.follower: Follower | None = None
@@ -88,10 +91,16 @@ class ClusterNode:
                 config.lease_ms,
                 config.skew_ms,
             )
+            settings = Settings(
+                config.nodes_bucket, config.replicas, config.lease_ms, config.skew_ms
+            )
+            directory = await NodeDirectory.open(
+                js, config.node_id, config.advertise, clock, settings
+            )
         except BaseException:
             await client.close()
             raise
-        return cls(config, clock, client, event_log, leases)
+        return cls(config, clock, client, event_log, leases, directory)
 
     @property
     def incarnation(self) -> str:
@@ -148,6 +157,16 @@ class ClusterNode:
             self.agents.local.add(agent_id)
         return channel
 
+    async def join(self, port: int) -> None:
+        """Enter the node directory at the advertised address (port 0 there: `port`, the one
+        bound), refreshed with the count of agents this node owns. NodeIdTaken when another
+        live process has this node id."""
+        host, _, advertised = self.config.advertise.rpartition(":")
+        if advertised == "0":
+            self.directory.address = f"{host}:{port}"
+        await self.directory.register(len(self.channels))
+        self.directory.start(lambda: len(self.channels))
+
     def owner_of(self, agent_id: str) -> str | None:
         """The node a change of the agent goes to; None: this one, or none is known."""
         return self.agents.owner_of(agent_id)
@@ -169,7 +188,9 @@ class ClusterNode:
             log.exception("the watch of the cluster's leases stopped")
 
     async def stop(self) -> None:
-        """Give up the leases, stop following, close the connection."""
+        """Leave the directory, give up the leases, stop following, close the connection."""
+        with contextlib.suppress(Exception):
+            await self.directory.leave()
         await asyncio.gather(*(channel.close() for channel in self.channels.values()))
         if self.follower is not None:
             await self.follower.stop()

@@ -24,6 +24,7 @@ class ClusterConfig:
     stream: str = "CORRAL_EVENTS"
     prefix: str = "corral.events."
     leases_bucket: str = "corral_leases"
+    nodes_bucket: str = "corral_nodes"  # the node directory (nodes.py)
     replicas: int = 3
     lease_ms: int = 10_000
     skew_ms: int = 1_000
