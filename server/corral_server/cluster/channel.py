@@ -31,8 +31,8 @@ from corral_server.errors import AgentOwnedElsewhere
 
 log = logging.getLogger(__name__)
 
-# A batch's bytes at most: below NATS's default 1 MiB payload limit, with room for headers.
-MAX_BATCH_BYTES = 900_000
+# What a batch leaves free of the servers' largest message, for the headers (ids are short).
+HEADROOM = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class ChannelParts:
     leases: Leases
     clock: Clock
     applied: Callable[[int], asyncio.Future[None]]  # resolves once the follower applied it
+    max_payload: int  # the servers' largest message (1 MiB by default; deploy/ sets 8 MB)
 
 
 class AgentChannel:
@@ -96,14 +97,22 @@ class AgentChannel:
         return await parts.log.claim(self.agent_id, self.lease.owner)
 
     async def _append(self, expected: int) -> int:
-        """Send what waits (up to MAX_BATCH_BYTES) as one batch; the new expected sequence."""
+        """Send what waits (as much as one message holds) as one batch; the new expected
+        sequence."""
         parts, lease = self._parts, self.lease
         assert lease is not None
+        bound = parts.max_payload - HEADROOM
         count, size = 0, 0
         for entry in self._entries:
-            if count and size + len(entry) + 4 > MAX_BATCH_BYTES:
+            if size + len(entry) + 4 > bound:
                 break
             count, size = count + 1, size + len(entry) + 4
+        if not count:
+            raise Refused(
+                self.agent_id,
+                f"an entry of {len(self._entries[0])} bytes does not fit the NATS servers' "
+                f"max_payload of {parts.max_payload} bytes (run them with max_payload: 8MB)",
+            )
         batch = self._entries[:count]
         if not parts.leases.valid(lease):
             raise Refused(self.agent_id, f"the lease of node {lease.node} expired")

@@ -121,7 +121,9 @@ class ClusterNode:
         self.agents.claims.update(followed.owners)
         applier = Applier(timeline, records, hub, position, codec, self.agents)
         self.follower = Follower(self.log, applier.apply, followed.sequence)
-        self._parts = ChannelParts(self.log, self.leases, self._clock, self.follower.applied)
+        self._parts = ChannelParts(
+            self.log, self.leases, self._clock, self.follower.applied, self.client.max_payload
+        )
         self.timeline = ClusterTimeline(timeline, codec, self.channel)
         self.records = ClusterRecords(records, self.channel)
         self.publisher = ClusterPublisher(hub, self.channel)
