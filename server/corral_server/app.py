@@ -15,10 +15,11 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health
 
 from corral_server import edges
 from corral_server.clock import Clock, SystemClock
@@ -299,8 +300,9 @@ class Daemon:
         if self.cluster is not None:
             await self.cluster.join(self.port)  # in the node directory, at its address
         await self._serve_edges(servicers)
-        for name in ("", *SERVICE_NAMES):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await grpc_server.set_serving(self._health, True)
+        if self.cluster is not None:  # NOT_SERVING while cut off from NATS
+            self.cluster.on_connection = partial(grpc_server.set_serving, self._health)
         self.scheduler.start()  # after serving: a missed firing runs once now
         if self.config_reload is not None:
             await self.config_reload.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import nats
 import nats.aio.client
@@ -66,10 +67,36 @@ class ClusterNode:
         self.timeline: ClusterTimeline | None = None
         self.records: ClusterRecords | None = None
         self.publisher: ClusterPublisher | None = None
+        # Told when the connection to NATS is lost and when it is back (the daemon's health).
+        self.on_connection: Callable[[bool], Awaitable[None]] | None = None
+        self.connected = True
+
+    async def _connection(self, connected: bool) -> None:
+        self.connected = connected
+        log.log(
+            logging.INFO if connected else logging.WARNING,
+            "node %s: NATS %s",
+            self.node_id,
+            "reconnected" if connected else "disconnected",
+        )
+        if self.on_connection is not None:
+            await self.on_connection(connected)
 
     @classmethod
     async def connect(cls, config: ClusterConfig, clock: Clock) -> ClusterNode:
+        nodes: list[ClusterNode] = []  # the callbacks' node, once made
+
+        async def disconnected() -> None:
+            if nodes:
+                await nodes[0]._connection(False)
+
+        async def reconnected() -> None:
+            if nodes:
+                await nodes[0]._connection(True)
+
         client = await nats.connect(
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
             servers=list(config.urls),
             connect_timeout=2,
             reconnect_time_wait=0.1,
@@ -100,7 +127,8 @@ class ClusterNode:
         except BaseException:
             await client.close()
             raise
-        return cls(config, clock, client, event_log, leases, directory)
+        nodes.append(cls(config, clock, client, event_log, leases, directory))
+        return nodes[0]
 
     @property
     def incarnation(self) -> str:

@@ -1,0 +1,47 @@
+"""A cluster node's health follows its connection to NATS (docs/cluster.md#read-model): SERVING
+once it serves (its read model caught up), NOT_SERVING while every NATS server is gone, SERVING
+again once they are back. Its own module: it kills the module's three NATS servers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from corral_server.app import Config
+from corral_server.cluster.settings import ClusterConfig
+from tests.support.daemon import DaemonThread
+from tests.support.nats import NatsCluster
+
+TIMEOUT = 30.0
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def health_becomes(address: str, status: int) -> None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        deadline = asyncio.get_running_loop().time() + TIMEOUT
+        while (await stub.Check(health_pb2.HealthCheckRequest())).status != status:
+            assert asyncio.get_running_loop().time() < deadline, f"health never {status}"
+            await asyncio.sleep(0.02)
+
+
+async def test_a_node_is_not_serving_while_cut_off_from_nats(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    cluster = ClusterConfig(tuple(nats_cluster.urls), "a", "127.0.0.1:0", stream="HEALTH")
+    node = DaemonThread(Config(state_dir=tmp_path / "a", cluster=cluster)).start()
+    try:
+        await health_becomes(node.address, SERVING)
+        for server in nats_cluster.servers:
+            nats_cluster.kill(server.name)
+        await health_becomes(node.address, NOT_SERVING)
+        for server in nats_cluster.servers:
+            server.start()
+        await asyncio.to_thread(nats_cluster.wait_for_meta_leader)
+        await health_becomes(node.address, SERVING)
+    finally:
+        node.stop()
