@@ -8,8 +8,9 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from corral_cli.health import health_stub
 from corral_server.app import Config
 from corral_server.cluster.settings import ClusterConfig
 from tests.support.daemon import DaemonThread
@@ -22,7 +23,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 async def health_becomes(address: str, status: int) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = health_stub(channel)
         deadline = asyncio.get_running_loop().time() + TIMEOUT
         while (await stub.Check(health_pb2.HealthCheckRequest())).status != status:
             assert asyncio.get_running_loop().time() < deadline, f"health never {status}"
