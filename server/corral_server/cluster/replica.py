@@ -102,11 +102,7 @@ class ClusterTimeline:
             raise AgentNotFound(agent_id) from None
 
     async def fetch(
-        self,
-        agent_id: str,
-        direction: Direction,
-        cursor: Cursor | None,
-        limit: int | None,
+        self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
         return await self._inner.fetch(agent_id, direction, cursor, limit)
 
