@@ -24,6 +24,7 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
+from corral_server.clock import FakeClock
 from corral_server.cluster.leases import encode
 from corral_server.cluster.log import EventLog
 from corral_server.cluster.settings import ClusterConfig
@@ -313,3 +314,35 @@ async def _owner(node: DaemonThread, agent_id: str, owner: str) -> bool:
 
 async def _same_rows(stubs: Stubs, agent_id: str, rows: list[bytes]) -> bool:
     return await timeline_of(stubs, agent_id) == rows
+
+
+async def test_an_owner_killed_and_restarted_waits_out_its_old_lease_then_writes(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """A node killed holding leases comes back before they expire: it may not take them (only
+    an expired lease may be), so its agents' writes wait until they expire, then go on."""
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+        nodes.stop("a")
+        cluster = settings(nats_cluster, nodes.number, "a")
+        client = await connect(nats_cluster)
+        try:  # the lease as the killed node left it: held by a, for a whole duration still
+            kv = await client.jetstream().key_value(cluster.leases_bucket)
+            await kv.put(agent_id, encode("a", FakeClock().now_ms() + cluster.lease_ms))
+        finally:
+            await client.close()
+        a = nodes.start("a")
+        async with stubs_of(a) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            sent = asyncio.ensure_future(
+                on_a.turns.SendPrompt(prompt_request(agent_id, "/reply once it expired"))
+            )
+            await asyncio.to_thread(a.clock.wait_for_timer, cluster.lease_ms + cluster.skew_ms)
+            assert (await head_of(on_b))[1] == head  # nothing appended while it is held
+            await a.advance_async(cluster.lease_ms + cluster.skew_ms)
+            await sent
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            rows = await timeline_of(on_a, agent_id)
+            assert b"once it expired" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")

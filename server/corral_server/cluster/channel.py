@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral_server.clock import Clock
-from corral_server.cluster.leases import Lease, Leases
+from corral_server.cluster.leases import Lease, LeaseHeld, Leases
 from corral_server.cluster.log import EventLog, Refused, batch_id
 from corral_server.errors import AgentOwnedElsewhere
 
@@ -53,6 +53,8 @@ class AgentChannel:
         self._entries: list[bytes] = []
         self._futures: list[tuple[int, asyncio.Future[None]]] = []  # (entries before it, f)
         self._wake = asyncio.Event()
+        self._sent = asyncio.Event()  # set while nothing waits to be appended
+        self._sent.set()
         self.broken: AgentOwnedElsewhere | None = None
         self.lease: Lease | None = None
         self._tasks = [asyncio.ensure_future(self._run())]
@@ -71,6 +73,7 @@ class AgentChannel:
         if done is not None:
             self._futures.append((len(self._entries), done))
         self._wake.set()
+        self._sent.clear()
         return done
 
     async def _run(self) -> None:
@@ -81,6 +84,7 @@ class AgentChannel:
                 self._wake.clear()
                 while self._entries:
                     expected = await self._append(expected)
+                self._sent.set()
         except asyncio.CancelledError:
             self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"), quiet=True)
             raise
@@ -92,9 +96,26 @@ class AgentChannel:
 
     async def _take_over(self) -> int:
         parts = self._parts
-        self.lease = await parts.leases.acquire(self.agent_id)
+        self.lease = await self._acquire()
         self._tasks.append(asyncio.ensure_future(self._renew()))
         return await parts.log.claim(self.agent_id, self.lease.owner)
+
+    async def _acquire(self) -> Lease:
+        """The agent's lease. One this very node still holds is a tenure it lost track of (it
+        was killed and restarted within the lease): it waits that one out rather than take
+        it, since only an expired lease may be taken; the agent's writes wait meanwhile."""
+        leases, clock = self._parts.leases, self._parts.clock
+        while True:
+            try:
+                return await leases.acquire(self.agent_id)
+            except LeaseHeld as held:
+                if held.node != leases.node:
+                    raise
+                left_ms = held.expires_ms + leases.skew_ms - clock.now_ms()
+                log.info(
+                    "agent %s: waiting %d ms for this node's old lease", self.agent_id, left_ms
+                )
+                await clock.sleep(max(left_ms, 1) / 1000)
 
     async def _append(self, expected: int) -> int:
         """Send what waits (as much as one message holds) as one batch; the new expected
@@ -147,8 +168,12 @@ class AgentChannel:
                 future.set_exception(reason)
                 future.exception()
 
-    async def close(self) -> None:
-        """Stop (the daemon stops): what waits fails, and the lease is given up."""
+    async def close(self, grace_s: float = 2.0) -> None:
+        """Stop (the daemon stops): what waits is appended first (within `grace_s`), and the
+        lease is given up."""
+        if self.broken is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sent.wait(), grace_s)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
