@@ -29,6 +29,7 @@ from corral_server.cluster.nodes import NodeDirectory, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
 from corral_server.cluster.settings import ClusterConfig
+from corral_server.errors import AgentOwnedElsewhere
 from corral_server.hub import EventHub
 from corral_server.records.store import LoadedAgents
 from corral_server.store.agent_records import SqliteAgentRecords
@@ -176,15 +177,19 @@ class ClusterNode:
     def adopt(self) -> None:
         """Take the leases of the agents restored here (each channel claims its subject)."""
         for agent_id in self._restored:
-            self.channel(agent_id)
+            self.channel(agent_id, new=True)
 
-    def channel(self, agent_id: str) -> AgentChannel:
-        """The agent's channel, opened (lease, claim) at its first write from this node."""
+    def channel(self, agent_id: str, new: bool = False) -> AgentChannel:
+        """The channel of an agent this node owns. `new`: open it (lease, claim) for an agent
+        made here; otherwise an agent without one is another node's: AgentOwnedElsewhere."""
         channel = self.channels.get(agent_id)
-        if channel is None:
-            assert self._parts is not None, "attach first"
-            channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts)
-            self.agents.local.add(agent_id)
+        if channel is not None:
+            return channel
+        if not new:
+            raise AgentOwnedElsewhere(agent_id, self.agents.owner(agent_id))
+        assert self._parts is not None, "attach first"
+        channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts)
+        self.agents.local.add(agent_id)
         return channel
 
     async def join(self, port: int) -> None:
