@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from corral_server.cluster import entries
 from corral_server.cluster.channel import AgentChannel
 from corral_server.cluster.replica import ClusterPublisher
-from corral_server.domain.agent import Agent, AgentId, Idle
 from corral_server.domain.events import AgentUpserted
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.errors import AgentOwnedElsewhere
 from corral_server.hub import EventHub
 from corral_server.timeline.store import NewRow
+from tests.support.fakes import idle_agent
 
 texts = st.text(max_size=40)
 
@@ -54,19 +54,6 @@ class Recorded:
         self.sent.extend(sent)
 
 
-def agent(agent_id: str) -> Agent:
-    return Agent(  # the fields a record needs
-        id=AgentId(agent_id),
-        provider="scripted",
-        cwd="/",
-        lifecycle=Idle(),
-        created_at_ms=1,
-        updated_at_ms=1,
-        epoch="e",
-        next_seq=1,
-    )
-
-
 def test_the_owner_appends_its_agents_events_and_drops_other_nodes() -> None:
     mine = Recorded()
 
@@ -76,7 +63,7 @@ def test_the_owner_appends_its_agents_events_and_drops_other_nodes() -> None:
         return mine  # type: ignore[return-value]
 
     publisher = ClusterPublisher(EventHub(lambda revision, event: b"body"), channel)
-    publisher.publish(AgentUpserted(agent("mine")))
-    publisher.publish(AgentUpserted(agent("theirs")))
+    publisher.publish(AgentUpserted(idle_agent("mine")))
+    publisher.publish(AgentUpserted(idle_agent("theirs")))
     assert [entry[:1] for entry in mine.sent] == [b"A", b"E"]
     assert mine.sent[1] == entries.event_entry(b"body")
