@@ -33,7 +33,9 @@ async def health_becomes(address: str, status: int) -> None:
 async def test_a_node_is_not_serving_while_cut_off_from_nats(
     tmp_path: Path, nats_cluster: NatsCluster
 ) -> None:
-    cluster = ClusterConfig(tuple(nats_cluster.urls), "a", "127.0.0.1:0", stream="HEALTH")
+    cluster = ClusterConfig(
+        tuple(nats_cluster.urls), "a", "127.0.0.1:0", stream="HEALTH", prefix="health.events."
+    )
     node = DaemonThread(Config(state_dir=tmp_path / "a", cluster=cluster)).start()
     try:
         await health_becomes(node.address, SERVING)

@@ -49,6 +49,7 @@ def settings(nats_cluster: NatsCluster, number: int, node: str) -> ClusterConfig
         stream=f"NODES{number}",
         prefix=f"nodes{number}.events.",
         leases_bucket=f"nodes{number}_leases",
+        nodes_bucket=f"nodes{number}_nodes",
     )
 
 

@@ -10,11 +10,14 @@ import grpc
 import pytest
 
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral_server.app import Config, Daemon
+from corral_server.clock import FakeClock
 from corral_server.cluster.log import EventLog
+from corral_server.cluster.settings import ClusterConfig, ClusterStartError
 from corral_server.serve_flags import access_error, build_parser, cluster_config
 from tests.support.client import Stubs, create_request, prompt_request
-from tests.support.daemon import DaemonProcess
-from tests.support.nats import NatsCluster, connect
+from tests.support.daemon import DaemonProcess, DaemonThread
+from tests.support.nats import NatsCluster, connect, free_ports
 
 
 async def test_a_node_started_by_corral_serve_writes_its_agents_events_to_the_stream(
@@ -74,3 +77,33 @@ def test_the_cluster_flags_make_the_nodes_config() -> None:
     assert cluster.urls == ("nats://a:1", "nats://b:2")
     assert cluster.advertise == "h:7"  # the listen address by default
     assert cluster.node_id  # the host's name
+
+
+async def test_a_node_that_reaches_no_nats_server_does_not_start(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    cluster = ClusterConfig((f"nats://127.0.0.1:{port}",), "a", "127.0.0.1:0", connect_s=0.3)
+    daemon = Daemon(Config(state_dir=tmp_path / "a", cluster=cluster), clock=FakeClock())
+    with pytest.raises(ClusterStartError, match=f"no NATS server of nats://127.0.0.1:{port}"):
+        await daemon.start()
+
+
+def test_a_second_process_with_a_nodes_id_does_not_start(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    cluster = ClusterConfig(
+        tuple(nats_cluster.urls),
+        "twin",
+        "127.0.0.1:0",
+        stream="TWINS",
+        prefix="twins.events.",
+        leases_bucket="twins_leases",
+        nodes_bucket="twins_nodes",
+    )
+    first = DaemonThread(Config(state_dir=tmp_path / "first", cluster=cluster)).start()
+    second = DaemonThread(Config(state_dir=tmp_path / "second", cluster=cluster))
+    try:
+        with pytest.raises(ClusterStartError, match="node id twin"):
+            second.start()
+    finally:
+        second.stop()
+        first.stop()

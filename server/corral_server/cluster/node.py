@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import nats
 import nats.aio.client
+import nats.errors
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from corral_server.clock import Clock
@@ -25,10 +26,10 @@ from corral_server.cluster.follower import Follower
 from corral_server.cluster.leases import Leases
 from corral_server.cluster.leases import decode as decode_lease
 from corral_server.cluster.log import EventLog
-from corral_server.cluster.nodes import NodeDirectory, Settings
+from corral_server.cluster.nodes import NodeDirectory, NodeIdTaken, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
-from corral_server.cluster.settings import ClusterConfig
+from corral_server.cluster.settings import ClusterConfig, ClusterStartError
 from corral_server.errors import AgentOwnedElsewhere
 from corral_server.hub import EventHub
 from corral_server.records.store import LoadedAgents
@@ -95,9 +96,13 @@ class ClusterNode:
             if nodes:
                 await nodes[0]._connection(True)
 
-        client = await nats.connect(
+        async def failed(error: Exception) -> None:  # the client retries; said once a try
+            log.debug("node %s: NATS: %r", config.node_id, error)
+
+        connecting = nats.connect(
             disconnected_cb=disconnected,
             reconnected_cb=reconnected,
+            error_cb=failed,
             servers=list(config.urls),
             connect_timeout=2,
             reconnect_time_wait=0.1,
@@ -105,6 +110,12 @@ class ClusterNode:
             allow_reconnect=True,
             name=f"corral {config.node_id}",
         )
+        try:
+            client = await asyncio.wait_for(connecting, config.connect_s)
+        except (TimeoutError, OSError, nats.errors.Error) as error:
+            urls = ", ".join(config.urls)
+            why = f"no NATS server of {urls} answered within {config.connect_s:g} s ({error!r})"
+            raise ClusterStartError(why) from None
         try:
             js = client.jetstream()
             event_log = await EventLog.open(
@@ -199,7 +210,10 @@ class ClusterNode:
         host, _, advertised = self.config.advertise.rpartition(":")
         if advertised == "0":
             self.directory.address = f"{host}:{port}"
-        await self.directory.register(len(self.channels))
+        try:
+            await self.directory.register(len(self.channels))
+        except NodeIdTaken as taken:
+            raise ClusterStartError(str(taken)) from None
         self.directory.start(lambda: len(self.channels))
 
     def owner_of(self, agent_id: str) -> str | None:
