@@ -107,3 +107,10 @@ def test_a_second_process_with_a_nodes_id_does_not_start(
     finally:
         second.stop()
         first.stop()
+
+
+async def test_a_node_needs_a_state_directory_for_its_read_model() -> None:
+    cluster = ClusterConfig(("nats://127.0.0.1:4222",), "a", "127.0.0.1:0")
+    daemon = Daemon(Config(cluster=cluster), clock=FakeClock())
+    with pytest.raises(ValueError, match="a cluster node needs a state directory"):
+        await daemon.start()
