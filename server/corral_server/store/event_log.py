@@ -44,6 +44,7 @@ from corral_server.records.memory import (
 from corral_server.records.store import LogEntry, LogSpan
 from corral_server.store.commits import settle_all
 from corral_server.store.database import Database
+from corral_server.store.event_spans import load_tail, span_rows, store_spans, trim_spans
 from corral_server.store.log_spans import read_spans
 from corral_server.store.meta import EVENT_LOG_INCARNATION
 from corral_server.store.pending import PendingWrites
@@ -56,11 +57,13 @@ _EVENT = itemgetter(2)  # a LogEntry's event
 
 
 class _Retained(NamedTuple):
-    """What the committed log holds: revisions earliest .. head and their events' bytes."""
+    """What the committed log holds: revisions earliest .. head and their events' bytes; and
+    the events of the head's span while it is incomplete (store/event_spans.py)."""
 
     earliest: int
     head: int
     bytes: int
+    tail: tuple[LogEntry, ...] = ()
 
 
 class _Limits(NamedTuple):
@@ -171,11 +174,12 @@ def _load(conn: sqlite3.Connection) -> _Retained:
         low = conn.execute("SELECT min(revision) FROM events").fetchone()[0]
         high = conn.execute("SELECT max(revision) FROM events").fetchone()[0]
         size = conn.execute("SELECT value FROM meta WHERE key = ?", (EVENT_LOG_BYTES,)).fetchone()
+        if high is None:
+            return _Retained(1, 0, 0)
+        tail = load_tail(conn, int(high))
     finally:
         conn.execute("COMMIT")
-    if high is None:
-        return _Retained(1, 0, 0)
-    return _Retained(int(low), int(high), int(size[0]) if size else 0)
+    return _Retained(int(low), int(high), int(size[0]) if size else 0, tail)
 
 
 def _append(
@@ -184,6 +188,8 @@ def _append(
     """In the writer thread: insert the batch, trim the oldest past the limits, store the
     size. Returns what the log retains once this commits."""
     conn.executemany("INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)", entries)
+    spans, tail = span_rows(before.tail, entries)
+    store_spans(conn, spans)
     head = entries[-1].revision
     size = before.bytes + sum(map(len, map(_EVENT, entries)))  # in C: the GIL is shared
     keep_from = before.earliest  # the oldest revision kept
@@ -202,12 +208,13 @@ def _append(
         cursor.close()
         if keep_from > before.earliest:
             conn.execute("DELETE FROM events WHERE revision < ?", (keep_from,))
+            trim_spans(conn, keep_from)
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)"
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         (EVENT_LOG_BYTES, str(size)),
     )
-    return _Retained(keep_from, head, size)
+    return _Retained(keep_from, head, size, tail)
 
 
 def _read(

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 
 from corral_server.records.store import LogEntry, LogSpan, spans_of
+from corral_server.store.event_spans import STORED_SPAN_EVENTS
 
 _RANGE = "FROM events WHERE revision BETWEEN ? AND ?"
 
@@ -48,6 +49,10 @@ _SPANS = (
     " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, '') AS BLOB)"
 )
 _AGENTS = "json_group_array(agent_id)"
+_STORED = (
+    "SELECT first, agent, agents, frames FROM event_spans WHERE first BETWEEN ? AND ?"
+    " ORDER BY first"
+)
 
 Fallback = Callable[[sqlite3.Connection, int, int, int], list[LogEntry]]
 """(conn, after, limit, max_bytes) -> the entries a per-row read returns."""
@@ -83,7 +88,7 @@ def read_spans(
         low = max(after, earliest - 1)
         wanted = ranges(low, limit, span_events)
         cap = max(1, max_bytes // span_events)
-        taken, rest = _joined(_select(conn, _SPANS, wanted, cap), max_bytes)
+        taken, rest = _joined(_rows(conn, wanted, cap), max_bytes)
         spans = _named(conn, taken)
         if rest is not None:
             budget = max_bytes - sum(len(span.frames) for span in spans)
@@ -99,16 +104,43 @@ def read_spans(
     return spans
 
 
-_Joined = tuple[int, int, bytes, str, str]
+_Row = tuple[int, int, int, str | None, str | None, bytes | None, str | None]
+"""A span as read: first revision, count, bytes, least and greatest agent id, frames joined
+(without any event over the cap), and each event's agent as JSON when stored so (else None)."""
+_Joined = tuple[int, int, bytes, str | None, str | None, str | None]
 
 
-def _joined(rows: sqlite3.Cursor, max_bytes: int) -> tuple[list[_Joined], int | None]:
+def _rows(conn: sqlite3.Connection, wanted: list[tuple[int, int]], cap: int) -> Iterator[_Row]:
+    """The spans of `wanted` in order, each from `event_spans` where it is stored whole (one
+    row: store/event_spans.py), else joined from `events`; both fetched as they are used."""
+    whole = [first for first, last in wanted if last - first + 1 == STORED_SPAN_EVENTS]
+    bounds = (whole[0], whole[-1]) if whole else (0, -1)
+    found = conn.execute("SELECT first FROM event_spans WHERE first BETWEEN ? AND ?", bounds)
+    stored = {first for (first,) in found}.intersection(whole)
+    joined = _select(conn, _SPANS, [span for span in wanted if span[0] not in stored], cap)
+    spans = conn.execute(_STORED, bounds)
+    try:
+        for first, _ in wanted:
+            if first not in stored:
+                yield (*next(joined), None)
+                continue
+            row = next(spans)
+            while row[0] != first:  # a stored span this read does not want
+                row = next(spans)
+            _, agent, agents, frames = row
+            yield first, STORED_SPAN_EVENTS, len(frames), agent, agent, frames, agents
+    finally:
+        joined.close()
+        spans.close()
+
+
+def _joined(rows: Iterator[_Row], max_bytes: int) -> tuple[list[_Joined], int | None]:
     """The spans that fit `max_bytes`, fetched one at a time, and the first revision to read
     entry by entry (None: none)."""
     taken: list[_Joined] = []
     budget = max_bytes
     rest = None
-    for first, count, size, low, high, frames in rows:
+    for first, count, size, low, high, frames, agents in rows:
         if not count:
             break  # past the head
         if len(frames or b"") != size:  # an event over the cap was left out of the join
@@ -119,18 +151,29 @@ def _joined(rows: sqlite3.Cursor, max_bytes: int) -> tuple[list[_Joined], int | 
             if not taken:  # only with a budget under `span_events` bytes
                 rest = first
             break
-        taken.append((first, count, frames, low, high))
-    rows.close()
+        assert frames is not None  # a span with events (size checked above)
+        taken.append((first, count, frames, low, high, agents))
     return taken, rest
 
 
 def _named(conn: sqlite3.Connection, taken: list[_Joined]) -> list[LogSpan]:
     """The spans, with the agent of each event where they have several."""
-    mixed = [(first, first + count - 1) for first, count, _, low, high in taken if low != high]
+    mixed = [
+        (first, first + count - 1)
+        for first, count, _, low, high, stored in taken
+        if stored is None and low != high
+    ]
     agents = iter(_select(conn, _AGENTS, mixed).fetchall() if mixed else ())
     spans: list[LogSpan] = []
-    for first, count, frames, low, high in taken:
-        each = low if low == high else tuple(json.loads(next(agents)[0]))
+    for first, count, frames, low, high, stored in taken:
+        each: str | tuple[str, ...]
+        if stored is not None:
+            each = tuple(json.loads(stored))
+        elif low == high:
+            assert low is not None
+            each = low
+        else:
+            each = tuple(json.loads(next(agents)[0]))
         spans.append(LogSpan(first, count, frames, each))
     return spans
 
