@@ -49,9 +49,13 @@ _SPANS = (
     " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, '') AS BLOB)"
 )
 _AGENTS = "json_group_array(agent_id)"
+# The stored spans of a read in ONE row (one step): the reader thread takes the GIL back
+# after every step, and while the loop is sending, each take can wait out the loop's switch
+# interval (5 ms): a step per span cost a read of 2,048 events 20-200 ms of waiting.
 _STORED = (
-    "SELECT first, agent, agents, frames FROM event_spans WHERE first BETWEEN ? AND ?"
-    " ORDER BY first"
+    "SELECT json_group_array(first), json_group_array(agent), json_group_array(json(agents)),"
+    " json_group_array(length(frames)), CAST(group_concat(frames, '') AS BLOB)"
+    " FROM event_spans WHERE first BETWEEN ? AND ?"
 )
 
 Fallback = Callable[[sqlite3.Connection, int, int, int], list[LogEntry]]
@@ -104,34 +108,51 @@ def read_spans(
     return spans
 
 
-_Row = tuple[int, int, int, str | None, str | None, bytes | None, str | None]
+_Row = tuple[int, int, int, str | None, str | None, bytes | None, list[str] | None]
 """A span as read: first revision, count, bytes, least and greatest agent id, frames joined
-(without any event over the cap), and each event's agent as JSON when stored so (else None)."""
-_Joined = tuple[int, int, bytes, str | None, str | None, str | None]
+(without any event over the cap), and each event's agent when stored so (else None)."""
+_Joined = tuple[int, int, bytes, str | None, str | None, list[str] | None]
 
 
 def _rows(conn: sqlite3.Connection, wanted: list[tuple[int, int]], cap: int) -> Iterator[_Row]:
-    """The spans of `wanted` in order, each from `event_spans` where it is stored whole (one
-    row: store/event_spans.py), else joined from `events`; both fetched as they are used."""
-    whole = [first for first, last in wanted if last - first + 1 == STORED_SPAN_EVENTS]
-    bounds = (whole[0], whole[-1]) if whole else (0, -1)
-    found = conn.execute("SELECT first FROM event_spans WHERE first BETWEEN ? AND ?", bounds)
-    stored = {first for (first,) in found}.intersection(whole)
-    joined = _select(conn, _SPANS, [span for span in wanted if span[0] not in stored], cap)
-    spans = conn.execute(_STORED, bounds)
+    """The spans of `wanted` in order, each from `event_spans` where it is stored whole
+    (store/event_spans.py), else joined from `events` (fetched as they are used)."""
+    stored = _stored(conn, wanted)
+    missing = [span for span in wanted if span[0] not in stored]
+    joined = _select(conn, _SPANS, missing, cap) if missing else None
     try:
         for first, _ in wanted:
-            if first not in stored:
-                yield (*next(joined), None)
-                continue
-            row = next(spans)
-            while row[0] != first:  # a stored span this read does not want
-                row = next(spans)
-            _, agent, agents, frames = row
-            yield first, STORED_SPAN_EVENTS, len(frames), agent, agent, frames, agents
+            row = stored.get(first)
+            if row is None:
+                assert joined is not None
+                row = (*next(joined), None)
+            yield row
     finally:
-        joined.close()
-        spans.close()
+        if joined is not None:
+            joined.close()
+
+
+def _stored(conn: sqlite3.Connection, wanted: list[tuple[int, int]]) -> dict[int, _Row]:
+    """The stored spans among `wanted`'s whole ranges, by first revision."""
+    whole = [first for first, last in wanted if last - first + 1 == STORED_SPAN_EVENTS]
+    if not whole:
+        return {}
+    firsts, one, each, lengths, frames = conn.execute(_STORED, (whole[0], whole[-1])).fetchone()
+    found: dict[int, _Row] = {}
+    at = 0
+    columns = (json.loads(firsts), json.loads(one), json.loads(each), json.loads(lengths))
+    for first, agent, agents, length in zip(*columns, strict=True):
+        found[first] = (
+            first,
+            STORED_SPAN_EVENTS,
+            length,
+            agent,
+            agent,
+            frames[at : at + length],
+            agents,
+        )
+        at += length
+    return found
 
 
 def _joined(rows: Iterator[_Row], max_bytes: int) -> tuple[list[_Joined], int | None]:
@@ -168,7 +189,7 @@ def _named(conn: sqlite3.Connection, taken: list[_Joined]) -> list[LogSpan]:
     for first, count, frames, low, high, stored in taken:
         each: str | tuple[str, ...]
         if stored is not None:
-            each = tuple(json.loads(stored))
+            each = tuple(stored)
         elif low == high:
             assert low is not None
             each = low
