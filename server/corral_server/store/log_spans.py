@@ -1,26 +1,20 @@
 """The event log read as spans (records/store.py `LogSpan`): the reader thread's half of
 `SqliteEventLog.read_spans`, for subscribers catching up from the log.
 
-Why spans: the log stores each event as its frame, so a run of events is sent as the join of
-their stored bytes. Read a row at a time, the sqlite3 module builds four Python objects per
-row and takes the GIL back after every row's step, while the event loop needs it to send:
-replaying from the log then ran at a third of the ring's rate. Here SQLite joins each
-span's frames itself (`group_concat` over a rowid range, inside one step, without the
-GIL), so a chunk of 2,048 events costs a few dozen rows of Python work.
+The log stores its events as runs, frames joined (store/event_runs.py), aligned as spans
+are: after a burst a span is one run, read as it was written. A read is one transaction of
+three statements, each answered in ONE row (so one step: the reader thread takes the GIL back
+after every step, and while the loop sends, each take can wait out the loop's switch interval
+of 5 ms; a step per row cost a read of 2,048 events 20-200 ms of waiting):
 
-One read is one transaction (one snapshot) of one or two statements over the same ranges:
-  spans   per span: first revision, count, bytes, least and greatest agent id, and its
-          frames joined; fetched span by span, and no further once past `max_bytes`
-  agents  per span of more than one agent: its agent ids, in revision order (JSON)
-An event over `max_bytes / span_events` is left out of its span's join (so no span's join
-exceeds `max_bytes`, even for rows of up to 2 MiB each); a span that lost one to it, and
-all that follows in this read, is read entry by entry instead (`fallback`): large events,
-whose per-row cost is small beside their size.
+  earliest  the first retained revision
+  runs      per run that holds a wanted event: first, events, agent(s), frame ends, bytes
+  frames    the frames of the runs the byte budget takes, joined (group_concat over a rowid
+            range scan is in rowid order, `first` being the INTEGER PRIMARY KEY; the
+            text-to-blob cast keeps the bytes of a UTF-8 database as they are)
 
-The order within a span relies on SQLite aggregating a rowid range scan in rowid order
-(`revision` is the table's INTEGER PRIMARY KEY): the only plan for these statements.
-The text-to-blob cast keeps the bytes as they are in a UTF-8 database (schema.py creates
-it so).
+Then the runs are cut into spans where a span boundary, the read's start and end, or its
+byte budget falls inside one; a span of several runs (small commits) joins their pieces.
 
 Must not: run on the event loop, or write.
 """
@@ -29,180 +23,127 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
-from functools import cache
+from bisect import bisect_right
 
-from corral_server.records.store import LogEntry, LogSpan, spans_of
-from corral_server.store.event_spans import STORED_SPAN_EVENTS
+from corral_server.records.store import LogSpan
+from corral_server.store.event_runs import RUN_EVENTS
 
-_RANGE = "FROM events WHERE revision BETWEEN ? AND ?"
-
-
-@cache
-def _statement(columns: str, spans: int) -> str:
-    """One SELECT of `columns` per span range, in order."""
-    return " UNION ALL ".join([f"SELECT {columns} {_RANGE}"] * spans)
-
-
-_SPANS = (
-    "min(revision), count(*), sum(length(event)), min(agent_id), max(agent_id),"
-    " CAST(group_concat(CASE WHEN length(event) <= ? THEN event END, '') AS BLOB)"
+_RUNS = (
+    "SELECT json_group_array(json_array(first, events, agent, json(agents), json(ends),"
+    " length(frames))) FROM event_runs WHERE first BETWEEN ? AND ?"
 )
-_AGENTS = "json_group_array(agent_id)"
-# The stored spans of a read in ONE row (one step): the reader thread takes the GIL back
-# after every step, and while the loop is sending, each take can wait out the loop's switch
-# interval (5 ms): a step per span cost a read of 2,048 events 20-200 ms of waiting.
-_STORED = (
-    "SELECT json_group_array(first), json_group_array(agent), json_group_array(json(agents)),"
-    " json_group_array(length(frames)), CAST(group_concat(frames, '') AS BLOB)"
-    " FROM event_spans WHERE first BETWEEN ? AND ?"
+_FRAMES = (
+    "SELECT CAST(group_concat(frames, '') AS BLOB) FROM event_runs WHERE first BETWEEN ? AND ?"
 )
 
-Fallback = Callable[[sqlite3.Connection, int, int, int], list[LogEntry]]
-"""(conn, after, limit, max_bytes) -> the entries a per-row read returns."""
+_Run = tuple[int, int, str | None, list[str] | None, list[int] | None, int]
+"""A run as listed: first, events, its one agent, each event's agent, frame ends, bytes."""
 
 
-def ranges(low: int, limit: int, span_events: int) -> list[tuple[int, int]]:
-    """The revision ranges of the spans after `low`, `limit` revisions in all, cut where
-    `first - 1` is a multiple of `span_events`."""
-    out: list[tuple[int, int]] = []
-    first, last = low + 1, low + limit
-    while first <= last:
-        end = min(last, first + span_events - 1 - (first - 1) % span_events)
-        out.append((first, end))
-        first = end + 1
-    return out
-
-
-def read_spans(
-    conn: sqlite3.Connection,
-    after: int,
-    limits: tuple[int, int, int],
-    fallback: Fallback,
-) -> list[LogSpan]:
+def read_spans(conn: sqlite3.Connection, after: int, limits: tuple[int, int, int]) -> list[LogSpan]:
     """In the reader thread: the retained events after `after` (from the earliest retained
     one when `after` is older) as spans; `limits` are (events, bytes, events per span): at
     most that many events and bytes in all (one event at least)."""
     limit, max_bytes, span_events = limits
     conn.execute("BEGIN")
     try:
-        earliest = conn.execute("SELECT min(revision) FROM events").fetchone()[0]
+        earliest = conn.execute("SELECT min(first) FROM event_runs").fetchone()[0]
         if earliest is None:
             return []
         low = max(after, earliest - 1)
-        wanted = ranges(low, limit, span_events)
-        cap = max(1, max_bytes // span_events)
-        taken, rest = _joined(_rows(conn, wanted, cap), max_bytes)
-        spans = _named(conn, taken)
-        if rest is not None:
-            budget = max_bytes - sum(len(span.frames) for span in spans)
-            if not spans or budget > 0:
-                first = rest - 1
-                left = budget if spans else max_bytes
-                entries = fallback(conn, first, low + limit - first, left)
-                if spans and entries and len(entries[0].event) > budget:
-                    entries = []  # one event at least only when nothing else was read
-                spans += spans_of(entries, span_events)
+        bounds = (low - low % RUN_EVENTS + 1, low + limit)  # a run never crosses a boundary
+        listed: list[_Run] = json.loads(conn.execute(_RUNS, bounds).fetchone()[0])
+        runs = _within(listed, low, max_bytes)
+        if not runs:
+            return []
+        frames = conn.execute(_FRAMES, (bounds[0], runs[-1][0])).fetchone()[0]
     finally:
         conn.execute("COMMIT")
-    return spans
+    return _Spans(span_events).cut(runs, frames, low, low + limit, max_bytes)
 
 
-_Row = tuple[int, int, int, str | None, str | None, bytes | None, list[str] | None]
-"""A span as read: first revision, count, bytes, least and greatest agent id, frames joined
-(without any event over the cap), and each event's agent when stored so (else None)."""
-_Joined = tuple[int, int, bytes, str | None, str | None, list[str] | None]
-
-
-def _rows(conn: sqlite3.Connection, wanted: list[tuple[int, int]], cap: int) -> Iterator[_Row]:
-    """The spans of `wanted` in order, each from `event_spans` where it is stored whole
-    (store/event_spans.py), else joined from `events` (fetched as they are used)."""
-    stored = _stored(conn, wanted)
-    missing = [span for span in wanted if span[0] not in stored]
-    joined = _select(conn, _SPANS, missing, cap) if missing else None
-    try:
-        for first, _ in wanted:
-            row = stored.get(first)
-            if row is None:
-                assert joined is not None
-                row = (*next(joined), None)
-            yield row
-    finally:
-        if joined is not None:
-            joined.close()
-
-
-def _stored(conn: sqlite3.Connection, wanted: list[tuple[int, int]]) -> dict[int, _Row]:
-    """The stored spans among `wanted`'s whole ranges, by first revision."""
-    whole = [first for first, last in wanted if last - first + 1 == STORED_SPAN_EVENTS]
-    if not whole:
-        return {}
-    firsts, one, each, lengths, frames = conn.execute(_STORED, (whole[0], whole[-1])).fetchone()
-    found: dict[int, _Row] = {}
-    at = 0
-    columns = (json.loads(firsts), json.loads(one), json.loads(each), json.loads(lengths))
-    for first, agent, agents, length in zip(*columns, strict=True):
-        found[first] = (
-            first,
-            STORED_SPAN_EVENTS,
-            length,
-            agent,
-            agent,
-            frames[at : at + length],
-            agents,
-        )
-        at += length
-    return found
-
-
-def _joined(rows: Iterator[_Row], max_bytes: int) -> tuple[list[_Joined], int | None]:
-    """The spans that fit `max_bytes`, fetched one at a time, and the first revision to read
-    entry by entry (None: none)."""
-    taken: list[_Joined] = []
+def _within(runs: list[_Run], low: int, max_bytes: int) -> list[_Run]:
+    """The runs up to the one the byte budget ends in (counting only events after `low`)."""
     budget = max_bytes
-    rest = None
-    for first, count, size, low, high, frames, agents in rows:
-        if not count:
-            break  # past the head
-        if len(frames or b"") != size:  # an event over the cap was left out of the join
-            rest = first
-            break
+    for index, (first, count, _, _, ends, size) in enumerate(runs):
+        if first + count - 1 <= low:
+            continue
+        skipped = low - first + 1
+        if skipped > 0:
+            assert ends is not None  # a run of one event is never cut into
+            size -= ends[skipped - 1]
         budget -= size
         if budget < 0:
-            if not taken:  # only with a budget under `span_events` bytes
-                rest = first
-            break
-        assert frames is not None  # a span with events (size checked above)
-        taken.append((first, count, frames, low, high, agents))
-    return taken, rest
+            return runs[: index + 1]
+    return runs
 
 
-def _named(conn: sqlite3.Connection, taken: list[_Joined]) -> list[LogSpan]:
-    """The spans, with the agent of each event where they have several."""
-    mixed = [
-        (first, first + count - 1)
-        for first, count, _, low, high, stored in taken
-        if stored is None and low != high
-    ]
-    agents = iter(_select(conn, _AGENTS, mixed).fetchall() if mixed else ())
-    spans: list[LogSpan] = []
-    for first, count, frames, low, high, stored in taken:
+class _Spans:
+    """Spans built piece by piece: a piece is the events of one run within one span."""
+
+    def __init__(self, span_events: int) -> None:
+        self._size = span_events
+        self._spans: list[LogSpan] = []
+        self._first = 0  # the span being built: its first revision (0: none)
+        self._parts: list[bytes] = []
+        self._agents: list[tuple[int, str | list[str]]] = []  # per piece: events, agent(s)
+
+    def cut(
+        self, runs: list[_Run], frames: bytes, low: int, high: int, max_bytes: int
+    ) -> list[LogSpan]:
+        """The events low + 1 .. high of `runs` (whose frames are `frames`, joined) as
+        spans, within `max_bytes` (one event at least)."""
+        budget = max_bytes
+        base = 0  # where the run's frames start in `frames`
+        for first, count, agent, agents, ends, size in runs:
+            at = [0, *(ends or [size])]
+            index, stop = max(0, low + 1 - first), min(count, high - first + 1)
+            while index < stop:
+                revision = first + index
+                end = min(stop, index + self._size - (revision - 1) % self._size)
+                fit = bisect_right(at, at[index] + budget, index + 1, end + 1) - 1
+                if fit == index:
+                    if self._spans or self._first:
+                        return self._done()
+                    fit = index + 1  # one event at least, whatever its size
+                piece = frames[base + at[index] : base + at[fit]]
+                budget -= len(piece)
+                who = agent if agent is not None else (agents or [])[index:fit]
+                self._add(revision, fit - index, piece, who)
+                if fit < end:
+                    return self._done()
+                index = fit
+            base += size
+        return self._done()
+
+    def _add(self, revision: int, count: int, piece: bytes, agents: str | list[str]) -> None:
+        if self._first and (revision - 1) // self._size != (self._first - 1) // self._size:
+            self._flush()
+        if not self._first:
+            self._first = revision
+        self._parts.append(piece)
+        self._agents.append((count, agents))
+
+    def _flush(self) -> None:
+        parts, agents = self._parts, self._agents
+        frames = parts[0] if len(parts) == 1 else b"".join(parts)
+        one = agents[0][1]
         each: str | tuple[str, ...]
-        if stored is not None:
-            each = tuple(stored)
-        elif low == high:
-            assert low is not None
-            each = low
+        if isinstance(one, str) and all(who == one for _, who in agents):
+            each = one
         else:
-            each = tuple(json.loads(next(agents)[0]))
-        spans.append(LogSpan(first, count, frames, each))
-    return spans
+            names = tuple(
+                name
+                for count, who in agents
+                for name in ([who] * count if isinstance(who, str) else who)
+            )
+            each = names[0] if names.count(names[0]) == len(names) else names
+        count = sum(n for n, _ in agents)
+        self._spans.append(LogSpan(self._first, count, frames, each))
+        self._first = 0
+        self._parts, self._agents = [], []
 
-
-def _select(
-    conn: sqlite3.Connection, columns: str, spans: list[tuple[int, int]], *head: int
-) -> sqlite3.Cursor:
-    """One SELECT of `columns` per span, in order (`head`: the parameters before each
-    span's bounds)."""
-    bounds = [value for span in spans for value in (*head, *span)]
-    return conn.execute(_statement(columns, len(spans)), bounds)
+    def _done(self) -> list[LogSpan]:
+        if self._first:
+            self._flush()
+        return self._spans
