@@ -220,3 +220,15 @@ async def test_a_log_of_one_row_per_event_becomes_runs(tmp_path: Path) -> None:
         assert len(await _runs(database)) == len(runs) + 1 + 1
     finally:
         await database.close()
+
+
+async def test_a_read_of_more_runs_than_one_statement_takes(tmp_path: Path) -> None:
+    entries = _entries(1, 600, agents=2)
+    database = await Database.open(tmp_path, synchronous="NORMAL")
+    try:
+        log = await SqliteEventLog.open(database)
+        await _write(log, entries, [1] * 600)  # a run per commit
+        assert len(await _runs(database)) == 600
+        assert await log.read_spans(3, 2_048, BIG, N) == spans_of(entries[3:], N)
+    finally:
+        await database.close()
