@@ -121,27 +121,58 @@ CREATE TABLE IF NOT EXISTS event_runs (
 """
 
 
+# One aligned range of `events` as a run, in SQLite: the window's order is the rows' order
+# into the aggregates (revision order), so the frames, agents and ends line up.
+_RANGE_AS_RUN = """
+INSERT INTO event_runs (first, events, agent, agents, ends, frames)
+SELECT first, n, CASE WHEN low = high THEN low END, CASE WHEN low <> high THEN agents END,
+    CASE WHEN n > 1 THEN ends END, frames
+FROM (
+    SELECT min(revision) AS first, count(*) AS n, min(agent_id) AS low, max(agent_id) AS high,
+        json_group_array(agent_id) AS agents, json_group_array(e) AS ends,
+        CAST(group_concat(event, '') AS BLOB) AS frames
+    FROM (
+        SELECT revision, agent_id, event, sum(length(event)) OVER (ORDER BY revision) AS e
+        FROM events WHERE revision BETWEEN ? AND ?
+    )
+)
+WHERE n > 0
+"""
+
+
 def events_as_runs(conn: sqlite3.Connection) -> None:
-    """The migration: the log's rows of one event each become runs, in commit-sized pieces
-    (the old table kept no commits: runs are cut where RUN_EVENTS or RUN_MAX_BYTES cut
-    them). Re-runnable: a database already migrated has no `events` table."""
+    """The migration: the log's rows of one event each become runs, one per aligned range of
+    RUN_EVENTS (the old table kept no commits), each made by SQLite; a range over
+    RUN_MAX_BYTES is cut in Python. Re-runnable: a database already migrated has no `events`
+    table."""
     conn.execute(CREATE_TABLE)
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone() is None:
         return
-    rows = conn.execute("SELECT revision, agent_id, event FROM events ORDER BY revision")
-    pending: list[LogEntry] = []
-    for batch in iter(lambda: rows.fetchmany(4096), []):
-        pending += (LogEntry(*row) for row in batch)
-        whole = _whole_runs(pending)
-        conn.executemany(INSERT, runs_of(pending[:whole]))
-        del pending[:whole]
-    if pending:
-        conn.executemany(INSERT, runs_of(pending))
+    low, high = conn.execute("SELECT min(revision), max(revision) FROM events").fetchone()
+    if high is not None:
+        big = {
+            start
+            for (start,) in conn.execute(
+                f"SELECT min(revision) FROM events GROUP BY (revision - 1) / {RUN_EVENTS}"
+                f" HAVING sum(length(event)) > {RUN_MAX_BYTES}"
+            )
+        }
+        ranges = _ranges(low, high)
+        conn.executemany(_RANGE_AS_RUN, [r for r in ranges if r[0] not in big])
+        for start, end in ranges:
+            if start in big:
+                rows = conn.execute(
+                    "SELECT revision, agent_id, event FROM events WHERE revision BETWEEN ? AND ?",
+                    (start, end),
+                )
+                conn.executemany(INSERT, runs_of([LogEntry(*row) for row in rows]))
     conn.execute("DROP TABLE events")
 
 
-def _whole_runs(entries: list[LogEntry]) -> int:
-    """How many of `entries` end on a run boundary (the rest wait for the next batch)."""
-    if not entries:
-        return 0
-    return max(0, len(entries) - entries[-1].revision % RUN_EVENTS)
+def _ranges(low: int, high: int) -> list[tuple[int, int]]:
+    """The aligned ranges of RUN_EVENTS revisions from `low`'s to `high`'s (the first from
+    `low` itself)."""
+    aligned = low - (low - 1) % RUN_EVENTS
+    return [
+        (max(low, start), start + RUN_EVENTS - 1) for start in range(aligned, high + 1, RUN_EVENTS)
+    ]

@@ -202,13 +202,17 @@ def _version_10_database_with_events(state: Path, entries: list[LogEntry]) -> No
 async def test_a_log_of_one_row_per_event_becomes_runs(tmp_path: Path) -> None:
     old = _entries(N - 3, 5000, agents=2)  # retention had trimmed its start
     old[N : 2 * N] = [e._replace(agent_id="solo") for e in old[N : 2 * N]]
+    big = b"x" * (RUN_MAX_BYTES // 2)  # a range over a run's bytes is cut as a commit is
+    old[3 * N : 3 * N + 3] = [e._replace(event=big) for e in old[3 * N : 3 * N + 3]]
     state = tmp_path / "state"
     _version_10_database_with_events(state, old)
     database = await Database.open(state)
     try:
         assert (database.opened_version, SCHEMA_VERSION) == (10, 11)
         runs = await _runs(database)
-        assert runs[0][:2] == (N - 3, 4) and all(r[1] == N for r in runs[1:-1])
+        assert runs[0][:2] == (N - 3, 4)
+        cut = [r[:2] for r in runs if r[1] != N]
+        assert cut[1:4] == [(3 * N + 1, 61), (4 * N - 2, 2), (4 * N, 1)]
         log = await SqliteEventLog.open(database)
         assert (log.earliest_revision, log.head_revision) == (N - 3, N + 4996)
         assert await log.read(0, 10_000, 10 * BIG) == old
@@ -217,7 +221,7 @@ async def test_a_log_of_one_row_per_event_becomes_runs(tmp_path: Path) -> None:
         assert await log.read_spans(N, 10_000, 10 * BIG, N) == spans_of([*old, *new][4:], N)
         # Run again (a version set back by hand), it changes nothing.
         await database.write(events_as_runs)
-        assert len(await _runs(database)) == len(runs) + 1 + 1
+        assert len(await _runs(database)) == len(runs) + 2  # the new events cross a boundary
     finally:
         await database.close()
 
