@@ -147,14 +147,18 @@ class AgentChannel:
         return appended.sequence
 
     async def _renew(self) -> None:
+        """Every third of the lease; a renewal that fails to reach NATS is tried again at the
+        next (each append checks the lease is still valid), one the leases refuse ends it."""
         parts = self._parts
-        try:
-            while self.broken is None and self.lease is not None:
-                await parts.clock.sleep(parts.leases.duration_ms / 3000)
+        while self.broken is None and self.lease is not None:
+            await parts.clock.sleep(parts.leases.duration_ms / 3000)
+            try:
                 self.lease = await parts.leases.renew(self.lease)
-        except Refused as refused:
-            self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
-            self._tasks[0].cancel()
+            except Refused as refused:
+                self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
+                self._tasks[0].cancel()
+            except Exception as error:
+                log.warning("agent %s: its lease was not renewed: %r", self.agent_id, error)
 
     def _break(self, reason: AgentOwnedElsewhere, quiet: bool = False) -> None:
         if self.broken is not None:

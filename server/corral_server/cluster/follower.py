@@ -94,7 +94,7 @@ class Follower:
                 try:
                     msg = await consumer.next_msg(timeout=QUIET_S)
                 except nats.errors.TimeoutError:
-                    if self._waiters:
+                    if any(sequence > self.read_to for sequence, _, _ in self._waiters):
                         break  # a write waits for what the consumer did not bring
                     continue
                 batch = batch_of_message(msg, self._log.prefix)
