@@ -347,3 +347,32 @@ async def test_an_owner_killed_and_restarted_waits_out_its_old_lease_then_writes
             rows = await timeline_of(on_a, agent_id)
             assert b"once it expired" in rows[-1]
             await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")
+
+
+async def test_a_long_queued_prompt_is_whole_on_every_node(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """The stream carries a queued prompt's whole content (a record stores a long one's summary
+    only, its content in a table of its own)."""
+    long = "queued " + "x" * 5_000
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            await on_a.turns.SendPrompt(prompt_request(agent.id, "/sleep 60000"))
+            queue = turn_pb.IF_RUNNING_QUEUE
+            await on_a.turns.SendPrompt(
+                prompt_request(agent.id, long, client_message_id="cm-long", if_running=queue)
+            )
+            request = turn_pb.GetQueuedPromptRequest(agent_id=agent.id, client_message_id="cm-long")
+            on_owner = await on_a.turns.GetQueuedPrompt(request)
+            assert on_owner.prompt.content[0].text == long
+            await until(lambda: _queued_on(on_b, request), "the queued prompt on b")
+            assert await on_b.turns.GetQueuedPrompt(request) == on_owner
+
+
+async def _queued_on(stubs: Stubs, request: turn_pb.GetQueuedPromptRequest) -> bool:
+    try:
+        await stubs.turns.GetQueuedPrompt(request)
+    except grpc.aio.AioRpcError:
+        return False
+    return True

@@ -140,7 +140,9 @@ class ClusterRecords:
 
     def put(self, agent: Agent) -> asyncio.Future[None]:
         return _sent(
-            self._channel(agent.id, False).send([entries.record_entry(encode_agent(agent))])
+            self._channel(agent.id, False).send(
+                [entries.record_entry(encode_agent(agent, whole=True))]
+            )
         )
 
     def delete(self, agent_id: str) -> asyncio.Future[None]:
@@ -192,7 +194,7 @@ class ClusterPublisher:
     def publish(self, event: ev.Event) -> int:
         sent: list[bytes] = []
         if isinstance(event, ev.AgentUpserted):  # the record travels with its first upsert
-            sent.append(entries.record_entry(encode_agent(event.agent)))
+            sent.append(entries.record_entry(encode_agent(event.agent, whole=True)))
         sent.append(entries.event_entry(self._hub.prepare(event)[1]))
         self._send(event.agent_id, sent)
         return 0
