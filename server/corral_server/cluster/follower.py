@@ -49,6 +49,7 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self._unconfirmed = 0
         self.failure: BaseException | None = None
+        self.on_failed: Callable[[], None] | None = None  # told once, when it stops
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -145,7 +146,10 @@ class Follower:
                 future.set_result(None)
 
     def _fail(self, failure: BaseException) -> None:
+        first = self.failure is None
         self.failure = failure
+        if first and self.on_failed is not None:
+            self.on_failed()
         for _, _, future in self._waiters:
             if not future.done():
                 future.set_exception(failure)

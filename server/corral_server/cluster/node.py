@@ -82,7 +82,16 @@ class ClusterNode:
             "reconnected" if connected else "disconnected",
         )
         if self.on_connection is not None:
-            await self.on_connection(connected)
+            await self.on_connection(self.serving)
+
+    @property
+    def serving(self) -> bool:
+        """Connected to NATS, and the read model still follows the stream."""
+        return self.connected and (self.follower is None or self.follower.failure is None)
+
+    def _stopped_following(self) -> None:
+        if self.on_connection is not None:  # the read model is stale from now on
+            self._tasks.append(asyncio.ensure_future(self.on_connection(False)))
 
     @classmethod
     async def connect(cls, config: ClusterConfig, clock: Clock) -> ClusterNode:
@@ -161,6 +170,7 @@ class ClusterNode:
         self.agents.claims.update(followed.owners)
         applier = Applier(timeline, records, hub, position, codec, self.agents)
         self.follower = Follower(self.log, applier.apply, followed.sequence)
+        self.follower.on_failed = self._stopped_following
         self._parts = ChannelParts(
             self.log, self.leases, self._clock, self.follower.applied, self.client.max_payload
         )
