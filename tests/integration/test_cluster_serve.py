@@ -4,6 +4,7 @@ start with one clear line and exit code 2, before anything is created."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import grpc
@@ -99,14 +100,13 @@ def test_a_second_process_with_a_nodes_id_does_not_start(
         leases_bucket="twins_leases",
         nodes_bucket="twins_nodes",
     )
-    first = DaemonThread(Config(state_dir=tmp_path / "first", cluster=cluster)).start()
-    second = DaemonThread(Config(state_dir=tmp_path / "second", cluster=cluster))
-    try:
+    with contextlib.ExitStack() as stopped:
+        first = DaemonThread(Config(state_dir=tmp_path / "first", cluster=cluster)).start()
+        stopped.callback(first.stop)
+        second = DaemonThread(Config(state_dir=tmp_path / "second", cluster=cluster))
+        stopped.callback(second.stop)  # its thread runs, though its start failed
         with pytest.raises(ClusterStartError, match="node id twin"):
             second.start()
-    finally:
-        second.stop()
-        first.stop()
 
 
 async def test_a_node_needs_a_state_directory_for_its_read_model() -> None:
