@@ -248,6 +248,7 @@ class Daemon:
         anything serves. Raises StoreError (a newer schema, an unusable directory) with a clear
         message."""
         self.database = database = await open_database(self.config, state_dir, self.daemon_tag)
+        node = None
         try:
             node = await cluster_node(self.config, self.clock)  # a cluster node: its stream
             stores = await open_stores(database, self.config, node.incarnation if node else None)
@@ -267,6 +268,8 @@ class Daemon:
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:
+            if node is not None:
+                await node.stop()
             await database.close()
             self.database = None
             raise

@@ -65,6 +65,7 @@ class ClusterNode:
         self._parts: ChannelParts | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._restored: list[str] = []
+        self._stopped = False
         self._watcher: KeyValue.KeyWatcher | None = None
         self.timeline: ClusterTimeline | None = None
         self.records: ClusterRecords | None = None
@@ -247,7 +248,11 @@ class ClusterNode:
             log.exception("the watch of the cluster's leases stopped")
 
     async def stop(self) -> None:
-        """Leave the directory, give up the leases, stop following, close the connection."""
+        """Leave the directory, give up the leases, stop following, close the connection
+        (once: a second call does nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         with contextlib.suppress(Exception):
             await self.directory.leave()
         await asyncio.gather(*(channel.close() for channel in self.channels.values()))
