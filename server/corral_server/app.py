@@ -40,11 +40,11 @@ from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Defaults
 from corral_server.manager.usage import UsageBook
-from corral_server.mcp.grant import WithMcpServers
 from corral_server.mcp.waiters import RunWaiters
-from corral_server.providers import reaping, registry
+from corral_server.provider_set import build_providers
+from corral_server.providers import reaping
 from corral_server.providers.base import McpServer, Provider
-from corral_server.providers.scripted_provider import ScriptedProvider
+from corral_server.providers.config import ProviderEntry
 from corral_server.reclaim import Reclaimer
 from corral_server.records.memory import InMemoryRunStore
 from corral_server.records.store import EventLog, RunStore
@@ -73,8 +73,6 @@ from corral_server.workspace.turn_trees import TurnTrees, WatchedPublisher
 from corral_server.workspace.worktrees import worktrees_for
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from corral_server.cluster.node import ClusterNode
     from corral_server.mcp.server import McpEndpoint
     from corral_server.web.endpoint import WebEndpoint
@@ -82,27 +80,6 @@ if TYPE_CHECKING:
 __all__ = ["SERVICE_NAMES", "Config", "Daemon"]
 
 log = logging.getLogger(__name__)
-
-
-def build_providers(
-    config: Config,
-    clock: Clock,
-    spawn: Callable[[str, str], Awaitable[tuple[str, str]]],
-    mcp_servers: Callable[[str], tuple[McpServer, ...]],
-) -> dict[str, Provider]:
-    """The providers by name: the configured ones, the scripted one's `/spawn` going to
-    `spawn`, the test-injected ones over them, and with MCP on every real agent's sessions
-    offered `mcp_servers` (mcp/grant.py)."""
-    providers = registry.build(config.providers, clock)
-    for provider in providers.values():
-        if isinstance(provider, ScriptedProvider):
-            provider.spawner = spawn
-    providers.update(config.extra_providers)
-    if config.mcp_listen:
-        for name, provider in providers.items():
-            if not isinstance(provider, ScriptedProvider):
-                providers[name] = WithMcpServers(provider, mcp_servers)
-    return providers
 
 
 class Daemon:
@@ -115,9 +92,7 @@ class Daemon:
         # Without a state directory the event log lives in the hub's memory (a new incarnation
         # each start); `start` replaces the hub with one on the durable log otherwise.
         self.hub = self._hub(None)
-        self._providers = build_providers(
-            config, self.clock, self._spawn_for_script, self._mcp_servers
-        )
+        self._providers = self._build_providers(config.providers)
         self.timeline: TimelineStore = InMemoryTimelineStore(
             retain_rows=config.timeline_retain_rows
         )
@@ -134,16 +109,7 @@ class Daemon:
         self.subagents = self._registry(InMemoryRunStore())
         # `--config` reloaded on SIGHUP and when the file changes (config_reload.py).
         self.config_reload = reloader_for(
-            config,
-            self.clock,
-            lambda entries: build_providers(
-                replace(config, providers=entries),
-                self.clock,
-                self._spawn_for_script,
-                self._mcp_servers,
-            ),
-            self._providers,
-            lambda: self.manager,
+            config, self.clock, self._build_providers, self._providers, lambda: self.manager
         )
         self.edges = edges.Edges()  # web, MCP, metrics: started once gRPC serves
         self.web_port = self.metrics_port = 0  # their bound ports (0: not served)
@@ -178,6 +144,10 @@ class Daemon:
         )
 
     # --- the parts and their wiring --------------------------------------------------------
+
+    def _build_providers(self, entries: tuple[ProviderEntry, ...]) -> dict[str, Provider]:
+        config = replace(self.config, providers=entries)
+        return build_providers(config, self.clock, self._spawn_for_script, self._mcp_servers)
 
     def _hub(self, event_log: EventLog | None) -> EventHub:
         config = self.config

@@ -40,7 +40,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"manager"}),  # the single writer of every agent
     frozenset({"subagents", "schedules"}),  # run trees, schedules: on the manager's methods
     frozenset({"rpc", "web", "mcp", "metrics", "metrics_http", "asgi_server"}),  # the edges
-    frozenset({"config", "config_reload", "durable", "edges", "drain"}),  # the daemon's parts
+    # the daemon's parts
+    frozenset({"config", "config_reload", "durable", "edges", "drain", "provider_set"}),
     frozenset({"app"}),  # the daemon assembled and wired
     frozenset({"daemon", "serve_flags", "state_lock", "startup_line"}),  # `corral serve`
 )
