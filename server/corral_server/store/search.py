@@ -32,7 +32,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
-from itertools import compress
+from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
@@ -92,18 +92,19 @@ def entries(timeline_id: int, first: int, rows: Sequence[NewRow]) -> list[tuple[
     the one-attribute kinds (a burst of assistant rows: the hot path) by C iterators."""
     base = timeline_id * _SPAN + first
     items = list(map(_ITEM, rows))
-    if not set(map(type, items)) <= PLAIN_KINDS:
+    types = set(map(type, items))
+    if not types <= PLAIN_KINDS:
         return _entries_each(base, items, rows)
     texts = list(map(_TEXT, items))
     if max(map(len, texts)) > MAX_INDEXED_CHARS:
         texts = [text[:MAX_INDEXED_CHARS] for text in texts]
-    found = zip(
-        range(base, base + len(items)),
-        texts,
-        map(ITEM_KINDS.__getitem__, map(type, items)),
-        map(_TIMESTAMP, rows),
-        strict=True,
+    kinds = (
+        repeat(ITEM_KINDS[types.pop()])
+        if len(types) == 1
+        else map(ITEM_KINDS.__getitem__, map(type, items))
     )
+    # `kinds` may repeat without end: the range and the texts bound the zip.
+    found = zip(range(base, base + len(items)), texts, kinds, map(_TIMESTAMP, rows), strict=False)
     return list(found) if all(texts) else list(compress(found, texts))
 
 
