@@ -90,6 +90,8 @@ def entries(timeline_id: int, first: int, rows: Sequence[NewRow]) -> list[tuple[
     """The index rows of `rows`, appended from seq `first` on (those with no text have none).
     Taken from the rows as the caller handed them (no row objects built for it); a batch of
     the one-attribute kinds (a burst of assistant rows: the hot path) by C iterators."""
+    if not rows:
+        return []
     base = timeline_id * _SPAN + first
     items = list(map(_ITEM, rows))
     types = set(map(type, items))
