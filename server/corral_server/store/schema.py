@@ -81,6 +81,11 @@ where its frame ends; a run never crosses a multiple of 64. So a subscriber catc
 log reads one row per 64 events after a burst, not one per event, and a commit writes a row per
 64 events. The migration turns `events` (one row per event) into runs and drops it.
 Re-runnable.
+
+Version 12 adds the cluster's read model position (docs/cluster.md#read-model): `cluster_followed`
+(the stream's incarnation -> the last stream sequence this node applied, written in the same
+transaction as what it applied) and `cluster_owners` (agent -> the node of its last claim in the
+stream). A single daemon leaves both empty.
 """
 
 from __future__ import annotations
@@ -258,6 +263,20 @@ def _v10_schedule_record(record: str | bytes) -> str | bytes:
         return record
 
 
+# The cluster's read model (cluster/follower.py): how far this node applied the stream
+# (its incarnation and sequence), and the node of each agent's last claim in it.
+_V12_CLUSTER = """
+CREATE TABLE IF NOT EXISTS cluster_followed (
+    stream TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_owners (
+    agent_id TEXT PRIMARY KEY,
+    node TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -270,6 +289,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V9_TURN_USAGE,
     _v10_schedules_in_storage_format,
     events_as_runs,
+    _V12_CLUSTER,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
