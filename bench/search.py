@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench import writer
 from corral_server.domain.timeline import AssistantMessage
@@ -131,18 +131,36 @@ async def query_latency(rows: int) -> dict[str, Any]:
     return out
 
 
-async def writer_cost(rows: int, rounds: int = 3) -> tuple[float, float, list[float]]:
-    """(rows/s with the index, rows/s without, each round's ratio): the best of `rounds`
-    each, alternated."""
+class WriterCost(NamedTuple):
+    """Rows/s with the index and without (the best of the rounds each), each round's ratio,
+    and the process's CPU seconds per round with and without (load inflates CPU time far
+    less than wall time: on a shared machine the CPU ratio is the steadier figure)."""
+
+    indexed: float
+    bare: float
+    rounds: list[float]
+    cpu_indexed: list[float]
+    cpu_bare: list[float]
+
+
+async def writer_cost(rows: int, rounds: int = 3) -> WriterCost:
+    """The index on and off, alternated, `rounds` times each."""
+    cost = WriterCost(0.0, 0.0, [], [], [])
     with_index: list[float] = []
     without: list[float] = []
     for _ in range(rounds):
-        with_index.append(await writer.measure(rows, durable=True, search_index=True))
-        without.append(await writer.measure(rows, durable=True, search_index=False))
-    return max(with_index), max(without), [a / b for a, b in zip(with_index, without, strict=True)]
+        for on, rates, cpu in (
+            (True, with_index, cost.cpu_indexed),
+            (False, without, cost.cpu_bare),
+        ):
+            started = time.process_time()
+            rates.append(await writer.measure(rows, durable=True, search_index=on))
+            cpu.append(time.process_time() - started)
+    rounds_ratio = [a / b for a, b in zip(with_index, without, strict=True)]
+    return cost._replace(indexed=max(with_index), bare=max(without), rounds=rounds_ratio)
 
 
-def report(latency: dict[str, Any], cost: tuple[float, float, list[float]]) -> str:
+def report(latency: dict[str, Any], cost: WriterCost) -> str:
     lines = (
         []
         if not latency
@@ -157,13 +175,14 @@ def report(latency: dict[str, Any], cost: tuple[float, float, list[float]]) -> s
             p50, p99, hits = value
             per_query = hits / QUERIES_PER_KIND
             lines.append(f"  {name:<22} {p50:7.1f} ms {p99:7.1f} ms   ({per_query:.0f} hits/query)")
-    indexed, bare, rounds = cost
-    if not bare:
+    if not cost.bare:
         return "\n".join(lines)
+    cpu = statistics.median(cost.cpu_bare) / statistics.median(cost.cpu_indexed)
     lines.append(
-        f"P1' durable with the search index: {indexed:,.0f} rows/s, without: {bare:,.0f} rows/s,"
-        f" {indexed / bare:.2f}x (goal >= 0.85x); each round: "
-        + ", ".join(f"{r:.2f}x" for r in rounds)
+        f"P1' durable with the search index: {cost.indexed:,.0f} rows/s, without:"
+        f" {cost.bare:,.0f} rows/s, {cost.indexed / cost.bare:.2f}x (goal >= 0.85x); each round: "
+        + ", ".join(f"{r:.2f}x" for r in cost.rounds)
+        + f"; CPU per row without / with (medians): {cpu:.2f}x"
     )
     return "\n".join(lines)
 
@@ -171,7 +190,8 @@ def report(latency: dict[str, Any], cost: tuple[float, float, list[float]]) -> s
 async def main(quick: bool, what: str) -> None:
     """`what`: "query" or "writer" for one half only, else both."""
     latency = await query_latency(100_000 if quick else 1_000_000) if what != "writer" else {}
-    cost = await writer_cost(50_000 if quick else 200_000) if what != "query" else (0.0, 0.0, [])
+    skipped = WriterCost(0.0, 0.0, [], [], [])
+    cost = await writer_cost(50_000 if quick else 200_000) if what != "query" else skipped
     print(report(latency, cost))
 
 

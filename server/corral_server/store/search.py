@@ -32,14 +32,22 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
-from corral_server.domain.timeline import Cursor, TimelineItem, TimelineRow
+from corral_server.domain.timeline import Cursor, TimelineItem
 from corral_server.errors import InvalidArgument
 from corral_server.store.database import Database
 from corral_server.store.search_snippets import Snippets, clip
-from corral_server.store.search_text import ITEM_KINDS, kind_of, text_of
+from corral_server.store.search_text import (
+    ITEM_KINDS,
+    MAX_INDEXED_CHARS,
+    PLAIN_KINDS,
+    kind_of,
+    text_of,
+)
+from corral_server.timeline.store import NewRow
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,8 @@ _SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 
 
 _INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
 _DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
+_ITEM, _TIMESTAMP = itemgetter(0), itemgetter(1)  # NewRow's
+_TEXT = attrgetter("text")
 
 
 class SearchHit(NamedTuple):
@@ -76,15 +86,38 @@ class SearchQuery(NamedTuple):
 # --- the writer thread's half (called inside the timeline store's transaction) -----------
 
 
-def entries(timeline_id: int, rows: Sequence[TimelineRow]) -> list[tuple[Any, ...]]:
-    """The index rows of freshly appended `rows` (those with no text have none)."""
-    base = timeline_id * _SPAN
+def entries(timeline_id: int, first: int, rows: Sequence[NewRow]) -> list[tuple[Any, ...]]:
+    """The index rows of `rows`, appended from seq `first` on (those with no text have none).
+    Taken from the rows as the caller handed them (no row objects built for it); a batch of
+    the one-attribute kinds (a burst of assistant rows: the hot path) by C iterators."""
+    if not rows:
+        return []
+    base = timeline_id * _SPAN + first
+    items = list(map(_ITEM, rows))
+    types = set(map(type, items))
+    if not types <= PLAIN_KINDS:
+        return _entries_each(base, items, rows)
+    texts = list(map(_TEXT, items))
+    if max(map(len, texts)) > MAX_INDEXED_CHARS:
+        texts = [text[:MAX_INDEXED_CHARS] for text in texts]
+    kinds = (
+        repeat(ITEM_KINDS[types.pop()])
+        if len(types) == 1
+        else map(ITEM_KINDS.__getitem__, map(type, items))
+    )
+    # `kinds` may repeat without end: the range and the texts bound the zip.
+    found = zip(range(base, base + len(items)), texts, kinds, map(_TIMESTAMP, rows), strict=False)
+    return list(found) if all(texts) else list(compress(found, texts))
+
+
+def _entries_each(
+    base: int, items: list[TimelineItem], rows: Sequence[NewRow]
+) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     append = out.append
-    for row in rows:
-        item = row.item
+    for offset, (item, row) in enumerate(zip(items, rows, strict=True)):
         if text := text_of(item):
-            append((base + row.seq, text, ITEM_KINDS[type(item)], row.timestamp_ms))
+            append((base + offset, text, ITEM_KINDS[type(item)], row.timestamp_ms))
     return out
 
 

@@ -33,14 +33,14 @@ def kind_of(item: TimelineItem) -> str:
     return ITEM_KINDS[type(item)]
 
 
-# The kinds whose text is one attribute: the hot path (a burst of assistant rows) takes it
+# The kinds whose text is one `text` attribute: the hot path (a burst of assistant rows) takes it
 # without the match below.
-_PLAIN = frozenset({tl.UserMessage, tl.AssistantMessage, tl.Reasoning, tl.SubagentNotice})
+PLAIN_KINDS = frozenset({tl.UserMessage, tl.AssistantMessage, tl.Reasoning, tl.SubagentNotice})
 
 
 def text_of(item: TimelineItem) -> str:
     """The searchable text of `item` ('' for none), at most MAX_INDEXED_CHARS."""
-    if type(item) in _PLAIN:
+    if type(item) in PLAIN_KINDS:
         return item.text[:MAX_INDEXED_CHARS]  # type: ignore[union-attr]
     match item:
         case tl.UserMessage() | tl.AssistantMessage() | tl.Reasoning():

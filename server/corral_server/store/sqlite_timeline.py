@@ -147,7 +147,7 @@ class SqliteTimelineStore:
     ) -> asyncio.Future[Any]:
         """Queue `rows` (`items`: their encoded items, or None to encode them here). The
         writer's hot path: the rows' parameters are built by C iterators, and row objects
-        only when the caller wants them back or the search index reads them."""
+        only when the caller wants them back (the search index reads the rows as given)."""
         before = self._reserved_head(agent_id)
         if not rows:
             return _done([] if rows_back else None)
@@ -170,7 +170,7 @@ class SqliteTimelineStore:
         )
         outputs = _outputs(tid, seq, rows) if ToolCall in set(map(type, map(_ITEM, rows))) else []
         stored: list[TimelineRow] | None = None
-        if rows_back or self._search_index:
+        if rows_back:
             stored = [
                 TimelineRow(seq + i, timestamp_ms, item, turn_id, provider_message_id)
                 for i, (item, timestamp_ms, turn_id, provider_message_id, _) in enumerate(rows)
@@ -179,7 +179,7 @@ class SqliteTimelineStore:
         if self._retain_rows is not None:
             first = max(first, seq + count - self._retain_rows)
         after = Head(tid, before.epoch, seq + count, first)
-        payload = (tuples, outputs, stored)
+        payload = (tuples, outputs, list(rows) if self._search_index else None)
         return self._queue(
             Kind.APPEND, agent_id, before, after, payload, stored if rows_back else None
         )

@@ -49,7 +49,7 @@ class Op(NamedTuple):
     agent_id: str
     before: Head | None
     after: Head | None
-    # APPEND: (row tuples, OutputWrites, the TimelineRows when the index is on); SET_PROVIDER_
+    # APPEND: (row tuples, OutputWrites, the NewRows when the index is on); SET_PROVIDER_
     # MESSAGE_ID: (seq, id)
     payload: Any
     result: Any  # what the future resolves to
@@ -81,7 +81,9 @@ def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
             outputs.extend(op.payload[1])
             assert op.before is not None and op.after is not None
             if index:
-                texts.extend(search.entries(op.after.timeline_id, op.payload[2]))
+                texts.extend(
+                    search.entries(op.after.timeline_id, op.before.next_seq, op.payload[2])
+                )
             earliest = heads[op.agent_id][0] if op.agent_id in heads else op.before
             heads[op.agent_id] = (earliest, op.after)
             continue

@@ -8,10 +8,18 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from corral_server.domain.timeline import AssistantMessage, Todo
+from corral_server.domain.timeline import (
+    AssistantMessage,
+    Reasoning,
+    Todo,
+    ToolCall,
+    ToolCallStatus,
+    UserMessage,
+)
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.database import DB_FILE, Database
-from corral_server.store.search import Backfill, SearchIndex, SearchQuery
+from corral_server.store.search import Backfill, SearchIndex, SearchQuery, entries
+from corral_server.store.search_text import MAX_INDEXED_CHARS
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 
@@ -73,3 +81,26 @@ async def test_opening_with_the_index_off_moves_the_cursor_before_its_appends(
     await SqliteTimelineStore.open(database, ITEM_CODEC)
     assert backfill_cursor(tmp_path) == "0 0"  # an older, lower cursor stays
     await database.close()
+
+
+def test_entries_of_a_plain_batch_match_those_taken_row_by_row() -> None:
+    """The hot path (a batch of one-attribute kinds, by C iterators) and the general one give
+    the same entries: rowids from the batch's first seq, empty texts left out, long ones cut."""
+    long = "x" * (MAX_INDEXED_CHARS + 10)
+    plain = [
+        NewRow(AssistantMessage("one"), 10),
+        NewRow(UserMessage(""), 11),  # no text: no entry
+        NewRow(Reasoning(long), 12),
+    ]
+    mixed = [
+        *plain,
+        NewRow(ToolCall("c1", "grep", ToolCallStatus.COMPLETED, {"pattern": "one"}, "ok"), 13),
+    ]
+    base = (7 << 32) + 5
+    expected = [
+        (base, "one", "assistant_message", 10),
+        (base + 2, long[:MAX_INDEXED_CHARS], "reasoning", 12),
+    ]
+    assert entries(7, 5, plain) == expected
+    tool = (base + 3, 'grep\n{"pattern":"one"}\nok', "tool_call", 13)
+    assert entries(7, 5, mixed) == [*expected, tool]
