@@ -3,7 +3,7 @@ retained size in `meta`.
 
 Appends are numbered by the caller (the hub) from `next_revision`, checked contiguous, and
 queued on the loop; everything queued while the previous commit is in flight goes to the
-database as one job (store/commits.py): one executemany, the retention trim and the size in
+database as one job (store/commits.py): one packed insert, the retention trim and the size in
 one transaction, one fsync. An append's future resolves only after that commit: the hub
 publishes after (durable first). A failed commit fails its appends and every append queued
 behind them (numbered after them), and `next_revision` returns to `head_revision + 1`: no
@@ -46,6 +46,7 @@ from corral_server.store.commits import settle_all
 from corral_server.store.database import Database
 from corral_server.store.log_spans import read_spans
 from corral_server.store.meta import EVENT_LOG_INCARNATION
+from corral_server.store.packed_rows import insert_events
 from corral_server.store.pending import PendingWrites
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def _append(
 ) -> _Retained:
     """In the writer thread: insert the batch, trim the oldest past the limits, store the
     size. Returns what the log retains once this commits."""
-    conn.executemany("INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)", entries)
+    insert_events(conn, entries)  # one statement (store/packed_rows.py)
     head = entries[-1].revision
     size = before.bytes + sum(map(len, map(_EVENT, entries)))  # in C: the GIL is shared
     keep_from = before.earliest  # the oldest revision kept
