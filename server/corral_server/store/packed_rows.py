@@ -121,7 +121,11 @@ def _insert_turn(
 def insert_events(conn: sqlite3.Connection, entries: Sequence[LogEntry]) -> None:
     """Insert the log entries, contiguous revisions (the log checks each append's): one
     statement per run of one agent's."""
-    revision = entries[0][0] if entries else 0
+    if not entries:
+        return
+    revision = entries[0][0]
+    if entries[-1][0] - revision != len(entries) - 1:  # the statement numbers them itself
+        raise ValueError(f"log entries {revision}..{entries[-1][0]} are not contiguous")
     for agent_id, run in groupby(entries, _AGENT):
         frames = list(map(_EVENT, run))
         blob = b"".join(frames)

@@ -86,3 +86,9 @@ def test_events_of_several_agents_keep_their_revisions_and_bytes(
         "SELECT revision, agent_id, event, typeof(event) FROM events ORDER BY revision"
     ).fetchall()
     assert stored == [(*entry, "blob") for entry in entries]
+
+
+def test_events_with_a_gap_are_refused_rather_than_renumbered(conn: sqlite3.Connection) -> None:
+    with pytest.raises(ValueError, match="not contiguous"):
+        insert_events(conn, [LogEntry(1, "a", b"x"), LogEntry(3, "a", b"y")])
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
