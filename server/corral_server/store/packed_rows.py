@@ -15,7 +15,8 @@ blob the same way), and the only per-row text, the provider message ids, as one 
 of strings (whose elements drive the select). A run shares its timeline, its turn (rows are
 cut into runs where it changes) or, for events, its agent.
 
-Two cases go by `executemany` instead, as before: a message id holding a NUL (SQLite's JSON
+Two cases (and an SQLite older than 3.38, whose JSON may be missing) go by `executemany`
+instead, as before: a message id holding a NUL (SQLite's JSON
 reads the escaped "\\u0000" as the string's end) and a run whose bytes are all empty (`substr`
 of an empty blob is NULL).
 
@@ -36,6 +37,9 @@ from corral_server.timeline.store import NewRow
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _NUL = "\\u0000"  # how the encoder writes a NUL character
+# JSON is built into SQLite from 3.38 (window functions from 3.25); an older library inserts
+# by `executemany`, as before.
+PACKED = sqlite3.sqlite_version_info >= (3, 38, 0)
 
 _TIMESTAMP, _TURN_ID, _PROVIDER_MESSAGE_ID = itemgetter(1), itemgetter(2), itemgetter(3)
 _AGENT, _EVENT = itemgetter(1), itemgetter(2)  # a LogEntry's
@@ -101,7 +105,7 @@ def _insert_turn(
     count = len(rows)
     message_ids = _encode(list(map(_PROVIDER_MESSAGE_ID, rows)))
     blob = b"".join(items)
-    if _NUL in message_ids or not blob:
+    if _NUL in message_ids or not blob or not PACKED:
         tuples = zip(
             repeat(timeline_id, count),
             range(seq, seq + count),
@@ -129,7 +133,7 @@ def insert_events(conn: sqlite3.Connection, entries: Sequence[LogEntry]) -> None
     for agent_id, run in groupby(entries, _AGENT):
         frames = list(map(_EVENT, run))
         blob = b"".join(frames)
-        if blob:
+        if blob and PACKED:
             offsets = _encode(list(accumulate(map(len, frames), initial=0)))
             conn.execute(_INSERT_EVENTS, (revision, agent_id, offsets, blob))
         else:

@@ -10,6 +10,7 @@ import pytest
 
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.records.store import LogEntry
+from corral_server.store import packed_rows
 from corral_server.store.packed_rows import RowBatch, insert_events, insert_rows
 from corral_server.store.schema import migrate
 from corral_server.timeline.store import NewRow
@@ -21,8 +22,15 @@ _ROW_COLUMNS = (
 )
 
 
+@pytest.fixture(params=[True, False], ids=["packed", "executemany"])
+def packed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every test runs packed and by the fallback (an SQLite without JSON): the same rows."""
+    monkeypatch.setattr(packed_rows, "PACKED", request.param)
+    return bool(request.param)
+
+
 @pytest.fixture
-def conn(tmp_path: Path) -> sqlite3.Connection:
+def conn(packed: bool, tmp_path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(tmp_path / "db", isolation_level=None)
     migrate(connection, tmp_path / "db")
     return connection
