@@ -33,7 +33,7 @@ async def main(retain_events: int, state_dir: Path | None = None, web: bool = Fa
     )
     daemon = Daemon(config)
     port = await daemon.start()
-    gc_tuning.tune()  # as `corral serve` does
+    gc_tuning.settle()  # as `corral serve` does
     print(port, flush=True)
     if web:
         print(daemon.web_port, flush=True)

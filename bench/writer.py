@@ -64,7 +64,7 @@ async def _burst(
         daemon = Daemon(config)
         if durable:
             await daemon.start()
-        gc_tuning.tune()  # as `corral serve` does
+        gc_tuning.settle()  # as `corral serve` does
         manager = daemon.manager
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
         last: list[int] = []

@@ -27,7 +27,6 @@ from corral_server.config_reload import reloader_for
 from corral_server.domain.events import Event, SubagentRunUpdated
 from corral_server.drain import Drain
 from corral_server.durable import DurableStores, open_database, open_search, open_stores
-from corral_server.errors import CorralError
 from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Defaults
@@ -44,6 +43,7 @@ from corral_server.rpc import server as grpc_server
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.connections import ConnectionBook
 from corral_server.rpc.convert import encode_event
+from corral_server.rpc.forwarding import ForwardCalls, Forwarder, forwarding_servicers
 from corral_server.rpc.server import SERVICE_NAMES
 from corral_server.rpc.services import build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
@@ -134,14 +134,11 @@ class Daemon:
             self._providers,
             lambda: self.manager,
         )
-        self.mcp: McpEndpoint | None = None
-        self.web: WebEndpoint | None = None
-        self.web_port = 0
+        self.edges = edges.Edges()  # web, MCP, metrics: started once gRPC serves
+        self.web_port = self.metrics_port = 0  # their bound ports (0: not served)
         # The SQLite database, opened by `start` when the config names a state directory.
         self.database: Database | None = None
         self.search: SearchIndex | None = None  # the full-text index, with a state directory
-        self._metrics: edges.MetricsServer | None = None
-        self.metrics_port = 0
         # Read at construction, so a bad token or certificate file stops the start-up with
         # TokenFileError / TlsFileError before anything binds.
         self.tokens = TokenFile(config.auth_token_file) if config.auth_token_file else None
@@ -159,6 +156,9 @@ class Daemon:
         )
         self.streams = StreamBook(limits, self.clock)
         self.port = 0
+        # Calls that change another node's agent go there (rpc/forwarding.py); set before
+        # `start` to forward with a cluster's own look-ups.
+        self.forwarder = Forwarder(config.forwarding) if config.forwarding else None
         self._drain = Drain(
             self.clock,
             not_serving=self._health.enter_graceful_shutdown,
@@ -211,14 +211,6 @@ class Daemon:
 
     def _mcp_servers(self, agent_id: str) -> tuple[McpServer, ...]:
         return () if self.mcp is None else (self.mcp.server_for(agent_id),)
-
-    def _uses_mcp(self, agent_id: str) -> bool:
-        """An agent's MCP token opens the tools while the agent is open (never once closed
-        or archived)."""
-        try:
-            return not self.manager.get(agent_id).is_closed
-        except CorralError:
-            return False
 
     def hub_publish(self, event: Event) -> int:
         return self.hub.publish(event)  # the current hub: `start` may replace it
@@ -299,6 +291,7 @@ class Daemon:
             max_request_bytes=config.max_request_bytes,
             max_streams_per_connection=config.max_streams_per_connection,
             max_connections=config.max_connections,
+            forward=ForwardCalls(self.forwarder) if self.forwarder is not None else None,
         )
         grpc_server.add_services(server, servicers, self._health, config.reflection)
         self._server = await grpc_server.listen_on(server, config.listen, self._credentials)
@@ -307,38 +300,29 @@ class Daemon:
             log.warning("%s", self._server.warning)
 
     async def _serve_edges(self, servicers: dict[str, Any]) -> None:
-        config = self.config
-        if config.web_listen:
-            self.web = edges.web_endpoint(
-                config, config.web_listen, servicers, self.tokens, self.rpc_errors
-            )
-            self.web_port = self.web.start()
-        if config.mcp_listen:
-            self.mcp = await edges.start_mcp(
-                config.mcp_listen, self.subagents, self.manager, self.run_waiters, self._uses_mcp
-            )
+        config, tokens, errors = self.config, self.tokens, self.rpc_errors
+        if self.forwarder is not None:  # the web edge calls the servicers directly
+            servicers = forwarding_servicers(servicers, self.forwarder)
+        self.web_port = self.edges.start_web(config, servicers, tokens, errors)
+        await self.edges.start_mcp(config, self.subagents, self.manager, self.run_waiters)
+        if self.mcp is not None:
             self.manager.hooks.on_closed = self.mcp.agent_closed  # its sessions end with the agent
-        if config.metrics_listen:
-            self._metrics = edges.start_metrics(
-                config.metrics_listen,
-                self.manager,
-                self.hub,
-                self.database,
-                self.tokens if config.metrics_token else None,
-                self.rpc_errors,
-                needs_tokens=config.metrics_token,
-                reloads=self.config_reload.counts if self.config_reload is not None else None,
-            )
-            self.metrics_port = self._metrics.port
+        reloads = self.config_reload.counts if self.config_reload is not None else None
+        self.metrics_port = self.edges.start_metrics(
+            config, self.manager, self.hub, self.database, tokens, errors, reloads
+        )
+
+    @property
+    def web(self) -> WebEndpoint | None:
+        return self.edges.web
+
+    @property
+    def mcp(self) -> McpEndpoint | None:
+        return self.edges.mcp
 
     def server_info(self) -> ServerInfo:
         """What GetServerInfo answers: asked at each call (the state and the head move)."""
-        features = replace(
-            access_features(self.config),
-            web_url=self.web.url if self.web is not None else "",
-            mcp=self.mcp is not None,
-            metrics_url=self._metrics.url if self._metrics is not None else "",
-        )
+        features = self.edges.features(access_features(self.config))
         return ServerInfo(
             version=corral_version(),
             state=ServingState.DRAINING if self._drain.started else ServingState.SERVING,
@@ -387,8 +371,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         try:
-            if self.mcp is not None:
-                await asyncio.wait_for(self.mcp.stop(), grace_s)
+            await self.edges.stop_mcp(grace_s)
             await asyncio.wait_for(self.subagents.stop(), grace_s)  # no announce mid-shutdown
             await asyncio.wait_for(self.manager.shutdown(), grace_s)
             # Firings and tree captures under way finish (each git call has its deadline).
@@ -396,24 +379,18 @@ class Daemon:
             await asyncio.wait_for(self.turn_trees.settled(), grace_s)
         except TimeoutError:
             log.warning("agents did not shut down within the %.1fs grace", grace_s)
-        if self.web is not None:  # its streams ended with the hub's (step 4)
-            left = max(0.1, deadline - loop.time())
-            try:
-                await asyncio.wait_for(self.web.stop(left * 0.9), left)
-            except TimeoutError:
-                log.warning("the web port did not stop within the %.1fs grace", grace_s)
-            self.web = None
+        await self.edges.stop_web(deadline - loop.time(), grace_s)
         if self._server is not None:  # and with unix:PATH, its socket removed
             await self._server.stop(max(0.0, deadline - loop.time()))
             self._server = None
+        if self.forwarder is not None:
+            await self.forwarder.relay.close()
         if self.search is not None:
             await self.search.backfill.stop()
         if self.database is not None:
             await self.database.close()  # commits what is still queued
             self.database = None
-        if self._metrics is not None:
-            self._metrics.stop()
-            self._metrics = None
+        self.edges.stop_metrics()
 
     async def wait(self) -> None:
         if self._server is not None:

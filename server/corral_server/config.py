@@ -16,6 +16,7 @@ from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
 from corral_server.providers.base import Provider
 from corral_server.providers.config import ProviderEntry
+from corral_server.rpc.forward_relay import Forwarding
 from corral_server.rpc.streams import StreamLimits
 from corral_server.rpc.tls import TlsFiles
 from corral_server.server_info import (
@@ -114,6 +115,10 @@ class Config:
     # worktrees/, or beside each repository without a state directory) and the git to run.
     worktrees_dir: Path | None = None
     git_program: str = "git"
+    # Where other nodes' agents live, for forwarding the calls that change them
+    # (rpc/forwarding.py); None: a single daemon, nothing forwarded. Tests inject one; a
+    # cluster node's daemon sets its own from the cluster at start.
+    forwarding: Forwarding | None = None
 
 
 def limits_of(config: Config) -> ServerLimits:

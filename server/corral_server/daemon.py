@@ -7,7 +7,9 @@ the state directory cannot be created or read (2), another daemon holds it (1), 
 address comes without a token file (2), metrics off loopback come without one (2), a unix:PATH
 socket's directory could let another user replace it (2), a token, certificate or key file is
 unreadable or empty (2), or the --config providers file cannot be used (2). SIGHUP reloads the
-token file and the providers file (config_reload.py).
+token file and the providers file (config_reload.py). SIGTERM or SIGINT (Ctrl-C) stops it at any
+point: while it starts (one line, exit 0, what it opened closed), while it waits as a standby, or
+while it serves (the drain).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from corral_server import gc_tuning, logs, reclaim, startup_line
 from corral_server.app import SERVICE_NAMES, Config, Daemon
@@ -49,6 +52,7 @@ from corral_server.store.errors import StoreError
 __all__ = ["build_parser", "is_loopback", "main", "reflection_on", "serve"]
 
 log = logging.getLogger("corral")
+T = TypeVar("T")
 
 # How often a standby tries the state directory's lock (the takeover's added latency).
 STANDBY_POLL_S = 0.05
@@ -61,6 +65,7 @@ def default_state_dir() -> Path:
 
 async def serve(args: argparse.Namespace) -> int:
     process_tree.become_subreaper()  # orphans of agents come back to us, not to init
+    stop = _stop_on_signals()
     state_dir: Path = args.state_dir or default_state_dir()
     providers = _checked(args)
     if isinstance(providers, int):
@@ -68,15 +73,16 @@ async def serve(args: argparse.Namespace) -> int:
     made = not _exists(state_dir)  # so a refused start can leave nothing behind
     # What a standby describes itself by too (a daemon that waited gets the port it bound).
     config = build_config(args, state_dir, providers)
-    held = await _hold_state_dir(args, state_dir, config)
+    held = await _hold_state_dir(args, state_dir, config, stop)
     if isinstance(held, int):
         return held
     lock, config = held
-    started = await _start(config, lock, state_dir, made)
+    gc_tuning.tune()  # before the stored agents are restored
+    started = await _start(config, lock, state_dir, made, stop)
     if isinstance(started, int):
         return started
     daemon, port = started
-    await _serve_until_signalled(args, config, daemon, port)
+    await _serve_until_signalled(args, config, daemon, port, stop)
     lock.close()
     log.info("stopped")
     return 0
@@ -111,8 +117,44 @@ def _checked(args: argparse.Namespace) -> tuple[ProviderEntry, ...] | int:
     return providers
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGTERM and SIGINT set, from the start on: without it a Ctrl-C before the
+    daemon serves would cancel the start-up wherever it was and end in a traceback."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None when `stop` was set first (then `work` is cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):  # it is being abandoned
+        await task
+    return None
+
+
+async def _close_quietly(daemon: Daemon) -> None:
+    """Close what a start-up that did not finish opened (the store), without a drain's lines."""
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(daemon.drain(0.0, delay_s=0.0), 10.0)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 async def _hold_state_dir(
-    args: argparse.Namespace, state_dir: Path, config: Config
+    args: argparse.Namespace, state_dir: Path, config: Config, stop: asyncio.Event
 ) -> tuple[IO[str], Config] | int:
     """The state directory's lock and the config to run with (a standby waits for the lock
     first, and keeps the address it bound), or the exit code."""
@@ -126,7 +168,7 @@ async def _hold_state_dir(
             log.error("%s", exc)
             return 1
     try:
-        waited = await _wait_as_standby(state_dir, config)
+        waited = await _wait_as_standby(state_dir, config, stop)
     except (OSError, TokenFileError, TlsFileError) as exc:  # OSError: its address
         log.error("cannot start: %s", exc)
         return 2
@@ -137,9 +179,10 @@ async def _hold_state_dir(
 
 
 async def _start(
-    config: Config, lock: IO[str], state_dir: Path, made: bool
+    config: Config, lock: IO[str], state_dir: Path, made: bool, stop: asyncio.Event
 ) -> tuple[Daemon, int] | int:
-    """The daemon, serving, and its port; or the exit code (the lock released)."""
+    """The daemon, serving, and its port; or the exit code (the lock released). A signal
+    before it serves ends the start-up where it is: 0, with one line."""
     try:
         daemon = Daemon(config)
     except (TokenFileError, TlsFileError, ValueError) as exc:  # ValueError: a bad bound
@@ -148,32 +191,32 @@ async def _start(
         _unmake(state_dir, made)
         return 2
     try:
-        return daemon, await daemon.start()
+        port = await _unless_stopped(daemon.start(), stop)
     except StoreError as exc:
         log.error("cannot start: %s", exc.message)
         lock.close()
         return 1
     except OSError as exc:  # the port was taken after the check above
         log.error("cannot start: %s (is another corral daemon running?)", exc)
-        logging.disable(logging.CRITICAL)  # the store opened: close it, without a drain's lines
-        try:
-            await daemon.drain(0.0, delay_s=0.0)
-        finally:
-            logging.disable(logging.NOTSET)
+        await _close_quietly(daemon)  # the store opened
         lock.close()
         return 2
+    if port is None or stop.is_set():
+        log.info("stopped by a signal during start-up")
+        await _close_quietly(daemon)
+        lock.close()
+        return 0
+    return daemon, port
 
 
 async def _serve_until_signalled(
-    args: argparse.Namespace, config: Config, daemon: Daemon, port: int
+    args: argparse.Namespace, config: Config, daemon: Daemon, port: int, stop: asyncio.Event
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then drain (a second signal ends the drain's delay)."""
-    gc_tuning.tune()
+    """Serve until SIGTERM or SIGINT (`stop`), then drain (a second signal ends the drain's
+    delay)."""
+    gc_tuning.settle()
     reclaim.tune_allocator()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     # Before the start-up line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.on_sighup)
     mcp_url = daemon.mcp.url if daemon.mcp is not None else ""
@@ -206,7 +249,9 @@ def _bound(listen: str, port: int) -> str:
     return listen if unix_path(listen) is not None else f"{listen.rsplit(':', 1)[0]}:{port}"
 
 
-async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], str] | None:
+async def _wait_as_standby(
+    state_dir: Path, config: Config, stop: asyncio.Event
+) -> tuple[IO[str], str] | None:
     """Serve as a hot standby on `--listen` until the state directory's lock is free: then
     the lock and the address the daemon takes over (the same port, even for port 0). None
     when a signal stopped the wait. It answers health, reflection (if on) and GetServerInfo,
@@ -223,10 +268,6 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
         reflection=config.reflection,
     )
     port = waiting.port
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)  # before the line: a signal may follow it at once
     print(startup_line.standby(info, _bound(config.listen, port), state_dir), flush=True)
     try:
         while not stop.is_set():
@@ -241,8 +282,6 @@ async def _wait_as_standby(state_dir: Path, config: Config) -> tuple[IO[str], st
         return None
     finally:
         await waiting.stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 def main(argv: list[str] | None = None, prog: str = "corral serve") -> int:

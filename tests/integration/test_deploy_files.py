@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,11 @@ def test_containerfile_serves_with_a_token_file_and_checks_grpc_health() -> None
     assert instruction(text, "STOPSIGNAL") == "SIGTERM"
     health = instruction(text, "HEALTHCHECK")
     assert "healthcheck.py" in health and "127.0.0.1:50051" in health
+
+
+def test_containerfile_runs_the_newest_supported_python() -> None:
+    """The image's Python is the newest `requires-python` allows (the suite runs on it too)."""
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
+    (below,) = re.findall(r"<\s*3\.(\d+)", project["requires-python"])
+    newest = f"3.{int(below) - 1}"
+    assert instruction((DEPLOY / "Containerfile").read_text(), "FROM") == f"python:{newest}-slim"

@@ -42,6 +42,7 @@ command = ["no-such-agent", "--acp"]
 
 [providers.demo]
 kind = "scripted"
+steer = true
 """
 
 
@@ -107,6 +108,13 @@ def test_list_providers_gives_scripted_the_builtins_then_the_files_entries(
         "missing",
         "demo",
     ]
+
+
+def test_list_providers_says_which_providers_take_steered_prompts(stubs: SyncStubs) -> None:
+    steers = {name: provider.can_steer for name, provider in listed(stubs).items()}
+    # codex steers (turn/steer) whether or not it is installed; a scripted entry with
+    # `steer = true` does, the built-in scripted does not, nor do ACP agents or Claude Code.
+    assert {name for name, steer in steers.items() if steer} == {"codex", "demo"}
 
 
 def test_a_config_defined_acp_provider_is_listed_available(stubs: SyncStubs) -> None:
@@ -205,11 +213,13 @@ def test_corral_providers_shows_availability_and_the_reason(
 ) -> None:
     assert main(["--addr", served.address, "providers"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "AVAILABLE", "MODES", "MODELS"]
+    assert lines[0].split() == ["NAME", "KIND", "AVAILABLE", "MODES", "MODELS", "STEER"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["missing"] == ["missing", "acp", "no:", "no-such-agent", "not", "found", "-", "-"]
-    assert rows["my-acp"] == ["my-acp", "acp", "yes", "-", "-"]
-    assert rows["demo"][2:] == ["yes", "default,plan", "scripted-1"]
+    missing = ["missing", "acp", "no:", "no-such-agent", "not", "found", "-", "-", "no"]
+    assert rows["missing"] == missing
+    assert rows["my-acp"] == ["my-acp", "acp", "yes", "-", "-", "no"]
+    assert rows["demo"][2:] == ["yes", "default,plan", "scripted-1", "yes"]
+    assert rows["codex"][-1] == "yes"
 
 
 def test_corral_providers_json_gives_one_object_per_provider(

@@ -1,5 +1,6 @@
 """Read-only tokens through the wire: a token marked `read` in the token file may list, get,
-fetch, subscribe, search, export and send heartbeats, and every other method answers
+fetch (tool outputs too), subscribe, search, export, see changes and schedules and send
+heartbeats, and every other method answers
 PERMISSION_DENIED / READ_ONLY_TOKEN before its request is read, on gRPC and on the web port
 alike, changing nothing; GetServerInfo tells a client its role; a bare token stays `full`; a
 reload that makes a token read-only ends its open calls; the CLI with a read token watches but
@@ -18,10 +19,14 @@ import pytest
 
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import schedule_service_pb2 as schedule_pb
+from corral.v1 import schedule_service_pb2_grpc as schedule_grpc
 from corral.v1 import server_service_pb2 as server_pb
 from corral.v1 import server_service_pb2_grpc as server_grpc
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
+from corral.v1 import workspace_service_pb2 as workspace_pb
+from corral.v1 import workspace_service_pb2_grpc as workspace_grpc
 from corral_cli.main import main
 from corral_server.app import SERVICE_NAMES, Config
 from corral_server.rpc.roles import READ_METHODS
@@ -121,6 +126,32 @@ async def test_a_read_token_reads_everything_and_changes_nothing(
         )
     after = await stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id), metadata=read)
     assert after == before
+
+
+async def test_a_read_token_pages_tool_outputs_lists_schedules_and_sees_changes(
+    both: tuple[Stubs, str], secured: DaemonThread
+) -> None:
+    """What the dashboard reads for a watcher: a tool output's pages, the schedules and the
+    working tree's changes are reads, not refused (each answers as it would a full token)."""
+    stubs, agent_id = both
+    answers = {}
+    for token in (FULL, READER):
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            request = tl_pb.FetchToolOutputRequest(agent_id=agent_id, blob_id="no-such-output")
+            await stubs.timeline.FetchToolOutput(request, metadata=bearer(token))
+        async with grpc.aio.insecure_channel(secured.address) as channel:
+            schedules = schedule_grpc.ScheduleServiceStub(channel)
+            listed = await schedules.ListSchedules(
+                schedule_pb.ListSchedulesRequest(agent_id=agent_id), metadata=bearer(token)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as changes:  # its cwd is no git tree
+                await workspace_grpc.WorkspaceServiceStub(channel).GetChanges(
+                    workspace_pb.GetChangesRequest(agent_id=agent_id), metadata=bearer(token)
+                )
+        answers[token] = (missing.value.code(), list(listed.schedules), changes.value.code())
+    assert answers[READER] == answers[FULL]
+    assert answers[READER][0] is grpc.StatusCode.NOT_FOUND
+    assert grpc.StatusCode.PERMISSION_DENIED not in answers[READER]
 
 
 def raw_call(channel: grpc.Channel, path: str, streaming: bool, token: str) -> grpc.StatusCode:

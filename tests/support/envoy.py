@@ -24,6 +24,16 @@ def envoy_binary() -> Path:
     return path
 
 
+def validate(config: Path) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate` on `config`: Envoy's own check, without running it."""
+    return subprocess.run(
+        [str(envoy_binary()), "--mode", "validate", "-c", str(config), "--log-level", "error"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
 def poll(probe: Callable[[], str | None], what: str, timeout: float = TIMEOUT) -> str:
     """Envoy works on the wall clock (its own process): ask until `probe` answers."""
     deadline = time.monotonic() + timeout
@@ -45,13 +55,20 @@ class Envoy:
     admin: str  # http://127.0.0.1:PORT
     listener: str  # 127.0.0.1:PORT, where clients connect
 
-    def health_flags(self, port: int) -> str | None:
+    def health_flags(self, port: int, cluster: str = "corral") -> str | None:
         """`healthy` or `/failed_active_hc` for the backend on `port` (None: not listed)."""
-        prefix = f"corral::127.0.0.1:{port}::health_flags::"
+        prefix = f"{cluster}::127.0.0.1:{port}::health_flags::"
         for line in admin_get(self.admin, "/clusters").splitlines():
             if line.startswith(prefix):
                 return line[len(prefix) :]
         return None
+
+    def listening(self, name: str) -> str:
+        """HOST:PORT of the listener `name`."""
+        for line in admin_get(self.admin, "/listeners").splitlines():
+            if line.startswith(name + "::"):
+                return line.split("::")[-1]
+        raise AssertionError(f"Envoy has no listener {name}")
 
     async def until_health(self, port: int, flags: str) -> None:
         """Wait until Envoy's health check shows the backend on `port` as `flags`."""
@@ -81,6 +98,14 @@ def running_envoy(
     ):
         assert old in text, old
         text = text.replace(old, new)
+    with envoy_running(tmp_path, text) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def envoy_running(tmp_path: Path, text: str) -> Iterator[Envoy]:
+    """Envoy on the configuration `text` (its admin on port 0); yields once it listens.
+    Envoy's error log goes to tmp_path/envoy.log."""
     config = tmp_path / "envoy.yaml"
     config.write_text(text)
     admin_file = tmp_path / "envoy-admin-address"

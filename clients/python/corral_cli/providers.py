@@ -1,5 +1,6 @@
 """`corral providers`: ListProviders as a table (or `--json` lines): each provider's name,
-kind, whether it can run (and why not), its modes and models.
+kind, whether it can run (and why not), its modes and models, and whether it takes steered
+prompts into a running turn.
 
 Must not: print failures of the RPC itself (main.py does, in one place).
 """
@@ -30,7 +31,7 @@ def providers(client: Client, console: Console, args: argparse.Namespace) -> int
 
 
 def provider_table(providers: Sequence[agent_pb.Provider]) -> list[str]:
-    header = ("NAME", "KIND", "AVAILABLE", "MODES", "MODELS")
+    header = ("NAME", "KIND", "AVAILABLE", "MODES", "MODELS", "STEER")
     rows = [
         (
             p.name,
@@ -38,6 +39,7 @@ def provider_table(providers: Sequence[agent_pb.Provider]) -> list[str]:
             "yes" if p.available else f"no: {one_line(p.unavailable_reason) or 'unavailable'}",
             ",".join(m.id for m in p.modes) or "-",
             ",".join(m.id for m in p.models) or "-",
+            "yes" if p.can_steer else "no",
         )
         for p in providers
     ]

@@ -72,6 +72,17 @@ def held(agent: str, holder: Holder) -> LeaseHeld:
     return LeaseHeld(agent, detail, holder.node, holder.expires_ms)
 
 
+async def open_bucket(js: JetStreamContext, bucket: str, replicas: int, age_s: float) -> KeyValue:
+    """The KV bucket, made when missing with `replicas` and values aging out after `age_s` of
+    the servers' time, and waited for until it has a leader."""
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        kv = await js.create_key_value(bucket=bucket, replicas=replicas, ttl=age_s)
+        await led(js, f"KV_{bucket}")
+        return kv
+
+
 @dataclass(frozen=True)
 class Leases:
     """The leases as node `node` takes and keeps them."""
@@ -95,12 +106,7 @@ class Leases:
     ) -> Leases:
         """The bucket, made when missing. Its values age out after three lease durations of
         the servers' time: only leases nobody renewed for that long, long expired."""
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            ttl_s = 3 * (duration_ms + skew_ms) / 1000
-            kv = await js.create_key_value(bucket=bucket, replicas=replicas, ttl=ttl_s)
-            await led(js, f"KV_{bucket}")
+        kv = await open_bucket(js, bucket, replicas, 3 * (duration_ms + skew_ms) / 1000)
         return cls(kv, node, clock, duration_ms, skew_ms)
 
     def valid(self, lease: Lease) -> bool:

@@ -32,7 +32,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from corral_server import errors
 from corral_server.domain import events as ev
@@ -79,6 +79,16 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+class _Parts(NamedTuple):
+    sessions: SessionKeeper
+    prompts: Prompts
+    permissions: PermissionDesk
+    ending: Ending
+    history: HistoryKeeper
+    inbox: ProviderInbox
+    live: LiveDesk
+
+
 class AgentActor:
     def __init__(self, agent: Agent, deps: ActorDeps) -> None:
         self._agent_id = agent.id
@@ -96,29 +106,34 @@ class AgentActor:
         self._jobs = JobQueue(
             f"agent-actor:{agent.id}",
             refusal=lambda: errors.AgentClosed(self._agent_id),
-            on_error=lambda exc, awaited: self._ending.job_failed(exc, awaited),
+            on_error=lambda exc, awaited: self._parts.ending.job_failed(exc, awaited),
         )
         self._core = ActorCore(deps, self._state, self._jobs, self._turns, writer)
-        self._wire_parts(self._core)
+        # The parts that act (below) are built at the agent's first change, not here: most
+        # restored agents stay idle, and building them was a third of start-up with 10,000.
+        self._built: _Parts | None = None
 
-    def _wire_parts(self, core: ActorCore) -> None:
+    @property
+    def _parts(self) -> _Parts:
+        parts = self._built
+        if parts is None:
+            parts = self._built = self._wire_parts(self._core)
+        return parts
+
+    def _wire_parts(self, core: ActorCore) -> _Parts:
         # The provider session, opened, resumed, lost and closed (actor_session.py).
-        self._sessions = SessionKeeper(core, on_event=self._on_provider_event, finish=self._finish)
+        sessions = SessionKeeper(core, on_event=self._on_provider_event, finish=self._finish)
         # Starting turns, the prompt queue, steer, REPLACE's handoff (actor_prompts.py).
-        self._prompts = Prompts(core, sessions=self._sessions, echoes=self._echoes)
+        prompts = Prompts(core, sessions=sessions, echoes=self._echoes)
         # Pending permissions, answers and follow-ups (actor_permissions.py).
-        self._permissions = PermissionDesk(
-            core, sessions=self._sessions, control=self, finish=self._finish
-        )
+        permissions = PermissionDesk(core, sessions=sessions, control=self, finish=self._finish)
         # Interrupts, close, archive, shutdown, kill; failed jobs (actor_ending.py).
-        self._ending = Ending(
-            core, sessions=self._sessions, permissions=self._permissions, finish=self._finish
-        )
+        ending = Ending(core, sessions=sessions, permissions=permissions, finish=self._finish)
         # History replay, imports, echoes, rewind, reload, restart (actor_history.py).
-        self._history = HistoryKeeper(
+        history = HistoryKeeper(
             core,
             new_writer=self._install_writer,
-            sessions=self._sessions,
+            sessions=sessions,
             echoes=self._echoes,
             register=self.register,
             finish=self._finish,
@@ -127,14 +142,15 @@ class AgentActor:
         # and one queued job drains them in order, in one batch.
         events = ProviderEvents(
             core,
-            prompts=self._prompts,
-            history=self._history,
-            permissions=self._permissions,
+            prompts=prompts,
+            history=history,
+            permissions=permissions,
             finish=self._finish,
         )
-        self._inbox = ProviderInbox(events, self._jobs.post)
+        inbox = ProviderInbox(events, self._jobs.post)
         # Live model and mode changes, and restarts for a changed provider (actor_live.py).
-        self._live = LiveDesk(core, sessions=self._sessions, drain=self._inbox.drain_now)
+        live = LiveDesk(core, sessions=sessions, drain=inbox.drain_now)
+        return _Parts(sessions, prompts, permissions, ending, history, inbox, live)
 
     def _new_writer(self, epoch: str, next_seq: int) -> TimelineWriter:
         deps = self._deps
@@ -187,11 +203,11 @@ class AgentActor:
 
     async def register(self, model: str, mode: str) -> Agent:
         """Open the agent's first provider session, then go idle (actor_session.py)."""
-        return await self._sessions.register(model, mode)
+        return await self._parts.sessions.register(model, mode)
 
     def _on_provider_event(self, event: ProviderEvent) -> None:
         if not self._jobs.stopped:
-            self._inbox.add(event)
+            self._parts.inbox.add(event)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -205,10 +221,10 @@ class AgentActor:
 
     async def update_live(self, change: AgentUpdate) -> Agent:
         """UpdateAgent, a model or mode change going to the provider first (actor_live.py)."""
-        return await self._live.update(change)
+        return await self._parts.live.update(change)
 
     async def restart_with(self, provider: Provider) -> bool:
-        return await self._live.restart_with(provider)
+        return await self._parts.live.restart_with(provider)
 
     @property
     def provider(self) -> Provider:
@@ -217,7 +233,7 @@ class AgentActor:
 
     @property
     def restart_pending(self) -> bool:
-        return self._live.pending is not None
+        return self._parts.live.pending is not None
 
     def clear_attention(self) -> Agent:
         return self._state.clear_attention()
@@ -227,69 +243,71 @@ class AgentActor:
 
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission (actor_permissions.py), on the queue."""
-        return await self._permissions.respond(request_id, response)
+        return await self._parts.permissions.respond(request_id, response)
 
     async def prime(self, items: Sequence[ProviderItem], provider_session_id: str) -> Agent:
-        return await self._history.prime(items, provider_session_id)
+        return await self._parts.history.prime(items, provider_session_id)
 
     async def end_interrupted_turn(self) -> None:
-        await self._history.end_interrupted_turn()
+        await self._parts.history.end_interrupted_turn()
 
     async def reload(self, rehydrate: bool) -> Agent:
-        return await self._history.reload(rehydrate)
+        return await self._parts.history.reload(rehydrate)
 
     async def rewind(self, message_id: str) -> Agent:
-        return await self._history.rewind(message_id)
+        return await self._parts.history.rewind(message_id)
 
     # --- stopping (actor_ending.py) --------------------------------------------------------
 
     async def interrupt(self, turn_id: str) -> InterruptResult:
-        return await self._ending.interrupt(turn_id)
+        return await self._parts.ending.interrupt(turn_id)
 
     async def stop_turn(self, active: ActiveTurn) -> CancelOutcome:
-        return await self._ending.stop_turn(active)
+        return await self._parts.ending.stop_turn(active)
 
     async def close(self) -> Agent:
-        return await self._ending.close()
+        return await self._parts.ending.close()
 
     async def archive(self) -> Agent:
-        return await self._ending.archive()
+        return await self._parts.ending.archive()
 
     def archive_closed(self) -> Agent:
-        return self._ending.archive_closed()
+        return self._parts.ending.archive_closed()
 
     async def shutdown(self) -> None:
-        await self._ending.shutdown()
+        await self._parts.ending.shutdown()
 
     def retire(self) -> None:
-        self._ending.retire()
+        self._parts.ending.retire()
 
     def kill(self) -> None:
-        self._ending.kill()
+        self._parts.ending.kill()
 
     async def stopped(self) -> None:
-        await self._ending.stopped()
+        await self._parts.ending.stopped()
 
     # --- prompts (actor_prompts.py) --------------------------------------------------------
 
     async def start_turn(
         self, prompt: Prompt, client_message_id: str, if_running: IfRunning, queued_by: QueuedBy
     ) -> StartedTurn:
-        return await self._prompts.start_turn(prompt, client_message_id, if_running, queued_by)
+        return await self._parts.prompts.start_turn(
+            prompt, client_message_id, if_running, queued_by
+        )
 
     def remove_queued(self, client_message_id: str) -> Agent:
-        return self._prompts.remove_queued(client_message_id)
+        return self._parts.prompts.remove_queued(client_message_id)
 
     def open_handoff(self) -> str | None:
         return self._turns.open_handoff()
 
     async def close_handoff(self) -> None:
-        await self._prompts.close_handoff()
+        await self._parts.prompts.close_handoff()
 
     async def add_notice(
         self, notice: SubagentNotice, wake: Prompt | None, client_message_id: str
     ) -> None:
-        await self._prompts.add_notice(notice, wake, client_message_id)
+        await self._parts.prompts.add_notice(notice, wake, client_message_id)
 
     async def barrier(self) -> None:
         """Until every row handed to the timeline store so far is stored and published."""
@@ -315,7 +333,7 @@ class AgentActor:
         asked = {
             p.id for p in self._state.snapshot.pending_permissions if p.turn_id == active.turn_id
         }
-        self._permissions.resolve(asked, None)
+        self._parts.permissions.resolve(asked, None)
         self._turns.finish(active)
         self._turns.ended = end.ended
         if self._deps.counts is not None:
@@ -327,7 +345,7 @@ class AgentActor:
         self._writer.publish((publisher.prepare(terminal),))
         pending = self._state.snapshot.pending_permissions
         self._state.set(
-            self._sessions.with_session_id(replace(end.snapshot, pending_permissions=pending))
+            self._parts.sessions.with_session_id(replace(end.snapshot, pending_permissions=pending))
         )
         if end.attention is not None:
             self._writer.publish((publisher.prepare(self._state.attention(end.attention)),))
@@ -336,9 +354,9 @@ class AgentActor:
         if not successor and self._deps.settled is not None:
             self._deps.settled(self._state.snapshot, terminal)
         if not successor:
-            self._live.settled()
+            self._parts.live.settled()
         if successor and not self._turns.handoff:
-            self._prompts.after_turn()
+            self._parts.prompts.after_turn()
 
     async def _flushed(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> ev.TurnTerminal:
         """The turn's pending row stored: `terminal`, or a WRITER_FAILED failure if it could

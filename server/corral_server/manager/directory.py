@@ -7,7 +7,7 @@ Must not: change an agent (every change is a call onto its actor).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from corral_server import errors
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent
@@ -46,6 +46,17 @@ class AgentDirectory:
         if actor is None:
             raise errors.AgentNotFound(agent_id)
         return actor
+
+    def open_actors(self, agent_ids: Sequence[str]) -> list[AgentActor]:
+        """The actors of `agent_ids`, each checked (known, not closed) before any is
+        returned: a request that fails on one changes none."""
+        if not agent_ids:
+            raise errors.InvalidArgument.field("agent_ids", "name at least one agent")
+        actors = [self.actor(agent_id) for agent_id in agent_ids]
+        for actor in actors:
+            if actor.agent.is_closed:
+                raise errors.AgentClosed(actor.agent.id)
+        return actors
 
     def agents(self) -> list[Agent]:
         return [actor.agent for actor in self.actors.values()]

@@ -19,7 +19,9 @@ from corral_server.domain.agent import Agent
 from corral_server.jobs import done_with
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.creation import check_choice
+from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.specs import AgentUpdate, Defaults
+from corral_server.manager.validate import Limits, check_labels, check_title
 from corral_server.providers.base import Provider
 
 log = logging.getLogger(__name__)
@@ -44,9 +46,17 @@ class LiveOutcome:
     refused: list[str] = field(default_factory=list)  # "AGENT: the provider's reason"
 
 
-async def update(actor: AgentActor, change: AgentUpdate) -> Agent:
-    """UpdateAgent's model and mode checked against the agent's provider, then the change on
-    its queue (through the provider when it changes the model or mode)."""
+async def update(
+    actor: AgentActor, change: AgentUpdate, limits: Limits, directory: AgentDirectory
+) -> Agent:
+    """UpdateAgent: the title and labels checked (a parent label must name another agent and
+    close no cycle), the model and mode against the agent's provider, then the change on its
+    queue (through the provider when it changes the model or mode)."""
+    if change.title is not None:
+        check_title(change.title, limits)
+    if change.labels is not None:
+        check_labels(change.labels, limits)
+        directory.check_parent(change.labels, actor.agent.id)
     provider = actor.provider
     if change.mode is not None:
         check_choice(provider, "mode", change.mode)

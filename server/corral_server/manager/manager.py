@@ -2,10 +2,12 @@
 
 It checks a request, finds the agent's actor (directory.py), and calls it: it never changes
 an agent's state itself, every change is a call onto that agent's actor (actor.py), the
-agent's single writer. Beside it: creation.py (CreateAgent and its idempotency, ImportAgent),
-restore.py (start-up), waiting.py (WaitForIdle), reads.py (the timeline and activity reads).
-It owns close de-duplication, the drain (refuse new work, then shut every actor down: both in
-stopping.py) and the wiring every actor gets (`ActorDeps`).
+agent's single writer. It composes the parts beside it and hands each request to its part:
+directory.py (which agents exist, listing, the parent tree), creation.py (CreateAgent and its
+idempotency, ImportAgent, ImportAgentExport; fork.py builds ForkAgent on it), restore.py
+(start-up), waiting.py (WaitForIdle), reads.py (reads by agent id), live_config.py
+(UpdateAgent, a reloaded providers file) and stopping.py (cancels, archive, close, the drain).
+It owns the wiring every actor gets (`ActorDeps`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from corral_server.domain.content import Prompt
 from corral_server.domain.events import TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.jobs import done_with
-from corral_server.manager import live_config, permissions, reads, stopping
+from corral_server.manager import live_config, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches
@@ -37,13 +39,19 @@ from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.live_config import LiveOutcome, ProviderChange
 from corral_server.manager.presence import PresenceBook
+from corral_server.manager.reads import AgentReads
 from corral_server.manager.restore import restore
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Defaults, ListQuery, Timeouts
 from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
-from corral_server.manager.validate import Limits, check_id, check_labels, check_prompt, check_title
-from corral_server.manager.waiting import MAX_WAIT_S, check_wait, wait_for_idle
+from corral_server.manager.validate import (
+    Limits,
+    check_id,
+    check_optional_id,
+    check_prompt,
+)
+from corral_server.manager.waiting import MAX_WAIT_S, wait_for_idle
 from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider, ProviderInfo
 from corral_server.records.store import AgentRecords, CreateRequests, FinishedTurns, LoadedAgents
@@ -94,6 +102,7 @@ class AgentManager:
         self.call_times = CallTimes()
         self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
         self._agents = AgentDirectory(limits)
+        self._reads = AgentReads(self._agents, timeline, limits)
         # Refused by refuse_new_work (the drain).
         self._new_work = stopping.NewWork()
         self._creation = Creation(
@@ -114,8 +123,10 @@ class AgentManager:
             defaults=self.defaults,
             call_times=self.call_times,
         )
-        self._closes = stopping.Closes(self._told_closed)
-        self.hooks = ManagerHooks()  # app.py sets them
+        self.hooks = ManagerHooks()  # app.py sets them, field by field
+        self._stopping = stopping.Stopping(
+            self._agents, self._new_work, clock, timeouts.shutdown_s, self.hooks
+        )
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -137,26 +148,27 @@ class AgentManager:
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
-        self._actor(agent_id)
-        return await self._timeline.fetch(agent_id, direction, cursor, limit)
+        return await self._reads.fetch_timeline(agent_id, direction, cursor, limit)
 
     async def fetch_tool_output(
         self, agent_id: str, blob_id: str, offset: int, limit: int
     ) -> OutputChunk:
-        """One chunk of a tool output kept apart from its row (manager/tool_output.py)."""
-        self._actor(agent_id)
-        return await self._timeline.read_output(agent_id, blob_id, offset, limit)
+        return await self._reads.fetch_tool_output(agent_id, blob_id, offset, limit)
 
     async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
-        self._actor(agent_id)
-        return await reads.tool_output_id(self._timeline, agent_id, cursor)
+        return await self._reads.tool_output_id(agent_id, cursor)
 
     async def activity(
         self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int
     ) -> ActivityDigest:
         """A plain-text digest of rows start..end (reads.py)."""
-        self._actor(agent_id)
-        return await reads.activity(self._timeline, agent_id, start, end, max_chars)
+        return await self._reads.activity(agent_id, start, end, max_chars)
+
+    def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
+        return self._reads.queued_prompt(agent_id, client_message_id)
+
+    def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
+        return self._reads.pending_permission(agent_id, request_id)
 
     def providers_info(self) -> list[ProviderInfo]:
         return [p.info() for p in self._providers.values()]
@@ -192,13 +204,8 @@ class AgentManager:
     # --- updates -------------------------------------------------------------------------
 
     async def update(self, agent_id: str, change: AgentUpdate) -> Agent:
-        actor = self._actor(agent_id)
-        if change.title is not None:
-            check_title(change.title, self.limits)
-        if change.labels is not None:
-            check_labels(change.labels, self.limits)
-            self._agents.check_parent(change.labels, agent_id)
-        return await live_config.update(actor, change)
+        """UpdateAgent (live_config.py)."""
+        return await live_config.update(self._actor(agent_id), change, self.limits, self._agents)
 
     async def apply_providers(
         self, changes: Mapping[str, ProviderChange], removed: Sequence[str]
@@ -217,10 +224,7 @@ class AgentManager:
         self._check_open()
         actor = self._actor(agent_id)
         check_prompt(prompt, self.limits)
-        if len(client_message_id) > self.limits.max_id_chars:
-            raise errors.InvalidArgument.field(
-                "client_message_id", f"at most {self.limits.max_id_chars} chars"
-            )
+        check_optional_id("client_message_id", client_message_id, self.limits)
         if if_running is IfRunning.REPLACE and actor.active_turn is not None:
             await stopping.cancel_for_replace(actor, self._clock, self._timeouts)
         by = QueuedBy.CLIENT
@@ -264,19 +268,6 @@ class AgentManager:
         check_id("message_id", message_id, self.limits)
         return await actor.call(lambda: actor.rewind(message_id))
 
-    def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
-        """A queued prompt in full (listings show its summary)."""
-        check_id("client_message_id", client_message_id, self.limits)
-        for queued in self.get(agent_id).queued_prompts:
-            if queued.client_message_id == client_message_id:
-                return queued
-        raise errors.QueuedPromptNotFound(agent_id, client_message_id)
-
-    def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
-        """A pending permission request in full (listings clip its input)."""
-        check_id("request_id", request_id, self.limits)
-        return permissions.find(self.get(agent_id), request_id)
-
     async def remove_queued(self, agent_id: str, client_message_id: str) -> Agent:
         """Remove a queued prompt before it starts."""
         actor = self._actor(agent_id)
@@ -294,19 +285,11 @@ class AgentManager:
         """Until the agent stops running: IDLE, ERROR, PERMISSION (a pending permission), or
         TIMEOUT after `timeout_s` on the manager's clock (None: no limit)."""
         actor = self._actor(agent_id)
-        check_wait(timeout_s)
         return await wait_for_idle(actor, self._clock, timeout_s, self._new_work)
 
     async def clear_attention(self, agent_ids: Sequence[str]) -> list[Agent]:
         """Clear the "unread" mark of each agent (all ids are checked before any changes)."""
-        if not agent_ids:
-            raise errors.InvalidArgument.field("agent_ids", "name at least one agent")
-        # Check every id before changing anything: a request that fails changes nothing.
-        actors = [self._actor(agent_id) for agent_id in agent_ids]
-        for actor in actors:
-            if actor.agent.is_closed:
-                raise errors.AgentClosed(actor.agent.id)
-        return [await _clear_attention(actor) for actor in actors]
+        return [await _clear_attention(actor) for actor in self._agents.open_actors(agent_ids)]
 
     async def detach(self, agent_id: str) -> Agent:
         """No longer a child: drop the parent label, so cascades never reach it again."""
@@ -324,27 +307,12 @@ class AgentManager:
     # --- archive, close and shutdown ---------------------------------------------------------
 
     async def archive(self, agent_id: str) -> list[str]:
-        """Archive the agent and, by cascade, every descendant that still carries its parent
-        label (a detached child is no longer one): each is marked archived and closed, kept
-        whole, and hidden from ListAgents unless archived ones are asked for. Returns the ids
-        archived, the agent first, then breadth first."""
-        self._check_open()
-        self._actor(agent_id)
-        members = self._agents.with_descendants(agent_id)
-        if self.hooks.on_archive is not None:
-            await self.hooks.on_archive(members)
-        return await stopping.archive_each(
-            [self._agents.actors[m] for m in members], self._told_closed
-        )
+        """The agent and its descendants archived (stopping.py); their ids, breadth first."""
+        return await self._stopping.archive(agent_id)
 
     async def close(self, agent_id: str) -> Agent:
         """Concurrent closes of one agent share one outcome."""
-        return await self._closes.close(self._actor(agent_id))
-
-    def _told_closed(self, actor: AgentActor) -> None:
-        """Tell `hooks.on_closed` (read at the call: app.py sets it after construction)."""
-        if self.hooks.on_closed is not None and actor.agent.is_closed:
-            self.hooks.on_closed(actor.agent.id)
+        return await self._stopping.close(agent_id)
 
     def refuse_new_work(self) -> None:
         """The drain's first step: new turns and creates answer SHUTTING_DOWN from now on,
@@ -352,11 +320,8 @@ class AgentManager:
         self._new_work.refuse()
 
     async def shutdown(self) -> None:
-        """Refuse new work, then stop every actor through its queue (bounded by
-        `Timeouts.shutdown_s`; records kept)."""
-        self.refuse_new_work()
-        actors = list(self._agents.actors.values())
-        await stopping.shutdown_all(actors, self._clock, self._timeouts.shutdown_s)
+        """Refuse new work, then stop every actor (bounded by `Timeouts.shutdown_s`)."""
+        await self._stopping.shutdown()
 
     # --- helpers ----
 

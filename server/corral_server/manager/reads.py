@@ -1,21 +1,71 @@
-"""Reads of an agent's timeline that need more than one page call: GetActivity's digest, and
-the tool output a row keeps apart (FetchToolOutput by cursor).
+"""The manager's reads by agent id (`AgentReads`): timeline pages, tool outputs, GetActivity's
+digest, a queued prompt or a pending permission in full. Each finds the agent first (an
+unknown id is AGENT_NOT_FOUND even for a timeline that still exists), then reads its timeline
+or its snapshot. Beside them the reads that need more than one page call: the digest, and the
+tool output a row keeps apart (FetchToolOutput by cursor).
 
 Must not: change anything (a read never takes the agent's queue).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from corral_server import errors
-from corral_server.domain.timeline import Cursor, Direction, ToolCall
+from corral_server.domain.agent import PendingPermission, QueuedPrompt
+from corral_server.domain.timeline import Cursor, Direction, FetchResult, ToolCall
+from corral_server.manager import permissions
+from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.validate import Limits, check_id
 from corral_server.timeline.activity import (
     DEFAULT_ACTIVITY_MAX_CHARS,
     ActivityDigest,
     curate_activity,
 )
-from corral_server.timeline.store import TimelineStore
+from corral_server.timeline.store import OutputChunk, TimelineStore
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReads:
+    directory: AgentDirectory
+    timeline: TimelineStore
+    limits: Limits
+
+    async def fetch_timeline(
+        self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
+    ) -> FetchResult:
+        self.directory.actor(agent_id)
+        return await self.timeline.fetch(agent_id, direction, cursor, limit)
+
+    async def fetch_tool_output(
+        self, agent_id: str, blob_id: str, offset: int, limit: int
+    ) -> OutputChunk:
+        """One chunk of a tool output kept apart from its row (manager/tool_output.py)."""
+        self.directory.actor(agent_id)
+        return await self.timeline.read_output(agent_id, blob_id, offset, limit)
+
+    async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
+        self.directory.actor(agent_id)
+        return await tool_output_id(self.timeline, agent_id, cursor)
+
+    async def activity(
+        self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int
+    ) -> ActivityDigest:
+        self.directory.actor(agent_id)
+        return await activity(self.timeline, agent_id, start, end, max_chars)
+
+    def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
+        """A queued prompt in full (listings show its summary)."""
+        check_id("client_message_id", client_message_id, self.limits)
+        for queued in self.directory.actor(agent_id).agent.queued_prompts:
+            if queued.client_message_id == client_message_id:
+                return queued
+        raise errors.QueuedPromptNotFound(agent_id, client_message_id)
+
+    def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
+        """A pending permission request in full (listings clip its input)."""
+        check_id("request_id", request_id, self.limits)
+        return permissions.find(self.directory.actor(agent_id).agent, request_id)
 
 
 async def activity(

@@ -65,7 +65,10 @@ def _restored(
         log.error("agent %s: %s; skipped", agent.id, why)
         return None
     # provider_session_id stays: the first turn resumes that session (actor_session.py).
-    restored = replace(agent, epoch=head.epoch, next_seq=head.next_seq)
+    restored = agent
+    if (agent.epoch, agent.next_seq) != (head.epoch, head.next_seq):
+        # Only when they differ: `replace` costs ~25 us, a tenth of P3 with 10,000 agents.
+        restored = replace(agent, epoch=head.epoch, next_seq=head.next_seq)
     if isinstance(restored.lifecycle, Initializing):
         restored = replace(restored, lifecycle=Idle())  # its create never finished
     return restored

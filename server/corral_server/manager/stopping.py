@@ -1,6 +1,6 @@
 """Stopping turns and agents, for the manager: CancelTurn's outcomes, the cancels of REPLACE
-and of a reload, the archive cascade, close de-duplication, the refusal of new work and the
-bounded shutdown of every actor.
+and of a reload, the refusal of new work, and by agent id (`Stopping`) the archive cascade,
+close de-duplication and the bounded shutdown of every actor.
 
 Each step is a call onto the agent's actor (or, for the interrupt, a fenced call off its
 queue). Must not: change an agent's state itself.
@@ -9,7 +9,8 @@ queue). Must not: change an agent's state itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from corral_server import errors
 from corral_server.clock import Clock
@@ -17,6 +18,8 @@ from corral_server.domain.agent import Agent
 from corral_server.jobs import done_with
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.deadlines import within
+from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.turns import CancelOutcome
 
@@ -76,38 +79,50 @@ async def cancel_for_reload(actor: AgentActor, clock: Clock, timeouts: Timeouts)
         )
 
 
-async def archive_each(
-    actors: Sequence[AgentActor], told_closed: Callable[[AgentActor], None]
-) -> list[str]:
-    """Mark each agent archived and close it (kept whole), in order, telling `told_closed`
-    of each; their ids."""
-    archived: list[str] = []
-    for actor in actors:
-        if actor.agent.is_closed:
-            actor.archive_closed()
-        else:
-            try:
-                await actor.call(actor.archive)
-            except errors.AgentClosed:
-                actor.archive_closed()  # closed meanwhile
-        told_closed(actor)
-        archived.append(actor.agent.id)
-    return archived
+@dataclass(slots=True, eq=False)
+class Stopping:
+    """Archive, close and shutdown by agent id. Each agent an archive or a close leaves
+    closed is told to `hooks.on_closed` (read at each call: app.py sets it after
+    construction)."""
 
+    directory: AgentDirectory
+    new_work: NewWork
+    clock: Clock
+    shutdown_s: float
+    hooks: ManagerHooks
+    # One close of an agent at a time: concurrent ones await the same future.
+    _closing: dict[str, asyncio.Future[Agent]] = field(default_factory=dict, init=False)
 
-class Closes:
-    """Concurrent closes of one agent share one outcome."""
+    async def archive(self, agent_id: str) -> list[str]:
+        """Archive the agent and, by cascade, every descendant that still carries its parent
+        label (a detached child is no longer one): each is marked archived and closed, kept
+        whole, and hidden from ListAgents unless archived ones are asked for. Returns the ids
+        archived, the agent first, then breadth first."""
+        self.new_work.check()
+        self.directory.actor(agent_id)
+        members = self.directory.with_descendants(agent_id)
+        if self.hooks.on_archive is not None:
+            await self.hooks.on_archive(members)
+        archived: list[str] = []
+        for actor in [self.directory.actors[member] for member in members]:  # found up front
+            if actor.agent.is_closed:
+                actor.archive_closed()
+            else:
+                try:
+                    await actor.call(actor.archive)
+                except errors.AgentClosed:
+                    actor.archive_closed()  # closed meanwhile
+            self._told_closed(actor)
+            archived.append(actor.agent.id)
+        return archived
 
-    def __init__(self, told_closed: Callable[[AgentActor], None]) -> None:
-        self._pending: dict[str, asyncio.Future[Agent]] = {}
-        self._told_closed = told_closed
-
-    async def close(self, actor: AgentActor) -> Agent:
-        agent_id = actor.agent.id
-        pending = self._pending.get(agent_id)
+    async def close(self, agent_id: str) -> Agent:
+        """Concurrent closes of one agent share one outcome."""
+        actor = self.directory.actor(agent_id)
+        pending = self._closing.get(agent_id)
         if pending is None:
             pending = asyncio.ensure_future(self._close(actor))
-            self._pending[agent_id] = pending
+            self._closing[agent_id] = pending
         return await asyncio.shield(pending)
 
     async def _close(self, actor: AgentActor) -> Agent:
@@ -116,8 +131,19 @@ class Closes:
         except errors.AgentClosed:
             return actor.agent
         finally:
-            self._pending.pop(actor.agent.id, None)
+            self._closing.pop(actor.agent.id, None)
             self._told_closed(actor)
+
+    def _told_closed(self, actor: AgentActor) -> None:
+        if self.hooks.on_closed is not None and actor.agent.is_closed:
+            self.hooks.on_closed(actor.agent.id)
+
+    async def shutdown(self) -> None:
+        """Refuse new work, then stop every actor through its queue (bounded by
+        `shutdown_s`; records kept)."""
+        self.new_work.refuse()
+        actors = list(self.directory.actors.values())
+        await shutdown_all(actors, self.clock, self.shutdown_s)
 
 
 class NewWork:

@@ -111,5 +111,10 @@ def check_labels(labels: Mapping[str, str], limits: Limits) -> None:
 def check_id(field: str, value: str, limits: Limits) -> None:
     if not value:
         raise InvalidArgument.field(field, "required")
+    check_optional_id(field, value, limits)
+
+
+def check_optional_id(field: str, value: str, limits: Limits) -> None:
+    """An id the caller may leave empty (a prompt's client_message_id)."""
     if len(value) > limits.max_id_chars:
         raise InvalidArgument.field(field, f"at most {limits.max_id_chars} chars")

@@ -34,6 +34,7 @@ async def wait_for_idle(
 ) -> tuple[WaitStatus, Agent]:
     """IDLE, ERROR, PERMISSION (a pending permission), or TIMEOUT after `timeout_s` on
     `clock` (None: no limit); SHUTTING_DOWN once the drain begins."""
+    check_wait(timeout_s)
     deadline_ms = None if timeout_s is None else clock.now_ms() + timeout_s * 1000
     while True:
         agent = actor.agent

@@ -215,6 +215,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
                     for m in p.modes
                 ],
                 models=[svc_pb.ProviderModel(id=m.id, label=m.label) for m in p.models],
+                can_steer=p.can_steer,
             )
             for p in self._manager.providers_info()
         ]

@@ -1,7 +1,8 @@
 """What a token's role lets a call do. A `full` token may make every call; a `read` token only
-the calls that read: list, get, fetch, subscribe, search, export, and Heartbeat (a watcher's
-presence). Everything else (create, prompt, cancel, answer a permission, update, close,
-archive, import, spawn, wait) answers PERMISSION_DENIED / READ_ONLY_TOKEN, on gRPC and on the
+the calls that read: list, get, fetch (tool outputs too), subscribe, search, export, the
+working tree's changes, the schedules, and Heartbeat (a watcher's presence). Everything else
+(create, prompt, cancel, answer a permission, update, close, archive, import, spawn, wait)
+answers PERMISSION_DENIED / READ_ONLY_TOKEN, on gRPC and on the
 web port alike, before the request is decoded. Health needs no token; reflection only lists
 the schema and is a read.
 
@@ -26,10 +27,12 @@ READ_ONLY_TOKEN = "READ_ONLY_TOKEN"
 _READS = {
     "AgentService": ("GetAgent", "ListAgents", "ListProviders", "GetUsage", "ExportAgent"),
     "TurnService": ("GetQueuedPrompt", "GetPendingPermission"),
-    "TimelineService": ("FetchTimeline", "GetActivity", "SearchTimeline"),
+    "TimelineService": ("FetchTimeline", "GetActivity", "SearchTimeline", "FetchToolOutput"),
     "EventService": ("Subscribe", "Heartbeat"),
     "SubagentService": ("ListSubagentRuns",),
     "ServerService": ("GetServerInfo",),
+    "ScheduleService": ("ListSchedules",),
+    "WorkspaceService": ("GetChanges",),
 }
 READ_METHODS = frozenset(
     f"/corral.v1.{service}/{method}" for service, methods in _READS.items() for method in methods

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
@@ -48,6 +48,9 @@ from corral_server.rpc.error_counts import ErrorCounts
 from corral_server.rpc.errors import install_client_gone
 from corral_server.rpc.malformed import MalformedRequests
 
+if TYPE_CHECKING:
+    from corral_server.rpc.forwarding import ForwardCalls
+
 _SERVICE_FILES = {
     "AgentService": agent_svc_pb,
     "TurnService": turn_pb,
@@ -78,8 +81,10 @@ def build_server(
     max_request_bytes: int,
     max_streams_per_connection: int,
     max_connections: int,
+    forward: ForwardCalls | None = None,
 ) -> grpc.aio.Server:
-    """The daemon's server, not yet bound, with no services added."""
+    """The daemon's server, not yet bound, with no services added. With `forward`, calls
+    that change an agent another node owns go to that node (rpc/forwarding.py)."""
     install_client_gone()
     # The token check runs first: a refused call's body is never decoded.
     auth = [BearerTokens(tokens)] if tokens is not None else []
@@ -89,6 +94,9 @@ def build_server(
             *auth,
             ConnectionLimit(connections),
             MalformedRequests(reclaimer),
+            # Innermost: after the token check (the receiving node authenticates first), and
+            # it sees only requests that decoded.
+            *([forward] if forward is not None else []),
         ],
         options=[
             # A second daemon on the same port must fail to bind, not share the port.

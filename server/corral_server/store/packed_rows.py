@@ -1,6 +1,7 @@
-"""Many rows into SQLite in one statement: the hot inserts of a group commit (the timeline's
-rows, the event log's events), each run of rows packed into a few parameters and inserted by one
-`INSERT ... SELECT ... FROM json_each(?)` (docs/design.md#packed-inserts).
+"""Many rows into SQLite in one statement: the hot insert of a group commit, the timeline's
+rows, each run of rows packed into a few parameters and inserted by one
+`INSERT ... SELECT ... FROM json_each(?)` (docs/design.md#packed-inserts). (The event log
+writes one row per run of up to 64 events already: store/event_runs.py.)
 
 Why: the sqlite3 module binds an `executemany`'s parameters row by row holding the GIL and lets
 it go for each row's step, so the writer thread queues for the GIL once per row behind the
@@ -12,8 +13,8 @@ The packing is a few C calls per run, no Python code per row: the rows' bytes jo
 blob, their offsets (and timestamps) formatted as fixed-width decimals by one `%` each (SQLite
 reads field i of a blob in O(1) with `substr`, and slices each row's bytes out of the joined
 blob the same way), and the only per-row text, the provider message ids, as one JSON array
-of strings (whose elements drive the select). A run shares its timeline, its turn (rows are
-cut into runs where it changes) or, for events, its agent.
+of strings (whose elements drive the select). A run shares its timeline and its turn (rows
+are cut into runs where it changes).
 
 Two cases (and an SQLite older than 3.38, whose JSON may be missing) go by `executemany`
 instead, as before: a message id holding a NUL (SQLite's JSON
@@ -32,7 +33,6 @@ from itertools import accumulate, chain, groupby, repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from corral_server.records.store import LogEntry
 from corral_server.timeline.store import NewRow
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
@@ -42,7 +42,6 @@ _NUL = "\\u0000"  # how the encoder writes a NUL character
 PACKED = sqlite3.sqlite_version_info >= (3, 38, 0)
 
 _TIMESTAMP, _TURN_ID, _PROVIDER_MESSAGE_ID = itemgetter(1), itemgetter(2), itemgetter(3)
-_AGENT, _EVENT = itemgetter(1), itemgetter(2)  # a LogEntry's
 
 
 class RowBatch(NamedTuple):
@@ -71,13 +70,6 @@ _INSERT_ROW = (
     "INSERT INTO timeline_rows (timeline_id, seq, timestamp_ms, turn_id, provider_message_id,"
     " item) VALUES (?, ?, ?, ?, ?, ?)"
 )
-# Event i of a run: the bytes of ?4 from offset i to offset i + 1 of the JSON array ?3.
-_INSERT_EVENTS = (
-    "INSERT INTO events (revision, agent_id, event) SELECT ?1 + k, ?2, substr(?4, o + 1, n - o)"
-    " FROM (SELECT j.key AS k, j.value AS o, lead(j.value) OVER (ORDER BY j.key) AS n"
-    " FROM json_each(?3) AS j) WHERE n IS NOT NULL"
-)
-_INSERT_EVENT = "INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)"
 
 
 def insert_rows(conn: sqlite3.Connection, batches: Sequence[RowBatch]) -> None:
@@ -120,28 +112,6 @@ def _insert_turn(
     timestamps = (b"%020d" * count) % tuple(map(_TIMESTAMP, rows))
     offsets = (b"%010d" * (count + 1)) % tuple(accumulate(map(len, items), initial=0))
     conn.execute(_INSERT_ROWS, (timeline_id, seq, turn_id, timestamps, offsets, blob, message_ids))
-
-
-def insert_events(conn: sqlite3.Connection, entries: Sequence[LogEntry]) -> None:
-    """Insert the log entries, contiguous revisions (the log checks each append's): one
-    statement per run of one agent's."""
-    if not entries:
-        return
-    revision = entries[0][0]
-    if entries[-1][0] - revision != len(entries) - 1:  # the statement numbers them itself
-        raise ValueError(f"log entries {revision}..{entries[-1][0]} are not contiguous")
-    for agent_id, run in groupby(entries, _AGENT):
-        frames = list(map(_EVENT, run))
-        blob = b"".join(frames)
-        if blob and PACKED:
-            offsets = _encode(list(accumulate(map(len, frames), initial=0)))
-            conn.execute(_INSERT_EVENTS, (revision, agent_id, offsets, blob))
-        else:
-            conn.executemany(
-                _INSERT_EVENT,
-                zip(range(revision, revision + len(frames)), repeat(agent_id), frames),
-            )
-        revision += len(frames)
 
 
 def _turns(rows: list[NewRow]) -> list[tuple[str, int]]:

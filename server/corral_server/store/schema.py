@@ -74,6 +74,13 @@ Version 10 stores schedules in the storage format: every schedule's JSON text is
 corral.storage.v1.Schedule, in a `schedules` table rebuilt with `record` a BLOB. Re-runnable: a
 record already rewritten is kept as it is, and so is one whose JSON does not read (start-up
 refuses it, as it refused it before).
+
+Version 11 stores the event log as runs (`event_runs`, store/event_runs.py): up to 64
+consecutive events of one commit in one row, their frames joined, with each event's agent and
+where its frame ends; a run never crosses a multiple of 64. So a subscriber catching up from the
+log reads one row per 64 events after a burst, not one per event, and a commit writes a row per
+64 events. The migration turns `events` (one row per event) into runs and drops it.
+Re-runnable.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral_server.store.errors import SchemaTooNew, StoreUnavailable, why
+from corral_server.store.event_runs import events_as_runs
 from corral_server.store.format import run_json, runs, schedule_json, schedules
 
 _V1 = """
@@ -261,6 +269,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V8_TOOL_OUTPUTS,
     _V9_TURN_USAGE,
     _v10_schedules_in_storage_format,
+    events_as_runs,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

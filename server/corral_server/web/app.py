@@ -203,7 +203,12 @@ class WebApp:
             async with asyncio.timeout(self.body_timeout_s):
                 body = await read_body(receive, size, limit)
             request = decode_request(body, protocol, method)
-            context = WebContext(_metadata(headers), _peer(scope), deadline(headers, protocol))
+            context = WebContext(
+                _metadata(headers),
+                _peer(scope),
+                deadline(headers, protocol),
+                headers.get("authorization", ""),
+            )
         except ClientGone:
             return
         except TimeoutError:

@@ -70,9 +70,16 @@ class WebContext:
     """The part of grpc.aio.ServicerContext the corral servicers use, for one web call."""
 
     def __init__(
-        self, metadata: tuple[tuple[str, str], ...], peer: str, deadline: float | None
+        self,
+        metadata: tuple[tuple[str, str], ...],
+        peer: str,
+        deadline: float | None,
+        authorization: str = "",
     ) -> None:
         self._metadata = metadata
+        # Kept out of the metadata the servicers see; a call forwarded to its agent's owner
+        # carries it (rpc/forward_relay.py), since the owner checks the token again.
+        self.authorization = authorization
         self._peer = peer
         self._deadline = deadline  # time.monotonic() seconds, or None
         self._cancelled = False

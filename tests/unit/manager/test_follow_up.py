@@ -35,8 +35,8 @@ async def test_a_follow_up_waiting_on_the_interrupt_never_starts_once_the_agent_
     assert answered.pending_permissions == ()
     await until(lambda: "interrupt" in session.calls)  # the follow-up waits on it
     actor = world.manager._agents.actors[agent.id]
-    assert len(actor._permissions.follow_ups) == 1
+    assert len(actor._parts.permissions.follow_ups) == 1
     closed = await world.manager.close(agent.id)
     assert isinstance(closed.lifecycle, Closed)
-    await until(lambda: not actor._permissions.follow_ups)
+    await until(lambda: not actor._parts.permissions.follow_ups)
     assert session.calls.count("start_turn") == 1  # only the asking turn ever started

@@ -1,4 +1,4 @@
-"""The packed inserts (store/packed_rows.py) store exactly what one INSERT per row would: every
+"""The packed insert (store/packed_rows.py) stores exactly what one INSERT per row would: every
 column, its type, and the bytes, whatever the rows' text holds."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from corral_server.domain.timeline import AssistantMessage
-from corral_server.records.store import LogEntry
 from corral_server.store import packed_rows
-from corral_server.store.packed_rows import RowBatch, insert_events, insert_rows
+from corral_server.store.packed_rows import RowBatch, insert_rows
 from corral_server.store.schema import migrate
 from corral_server.timeline.store import NewRow
 
@@ -77,26 +76,3 @@ def test_batches_of_several_timelines_turns_and_gaps_keep_their_seqs(
     ]
     insert_rows(conn, batches)
     assert conn.execute(_ROW_COLUMNS).fetchall() == sorted(_expected(batches))
-
-
-def test_events_of_several_agents_keep_their_revisions_and_bytes(
-    conn: sqlite3.Connection,
-) -> None:
-    entries = [
-        LogEntry(5, "agent-a", b"\x00one"),
-        LogEntry(6, "agent-a", b"two"),
-        LogEntry(7, "", b"three\x00"),
-        LogEntry(8, "agent-b", b""),
-        LogEntry(9, "agent-a", b"five"),
-    ]
-    insert_events(conn, entries)
-    stored = conn.execute(
-        "SELECT revision, agent_id, event, typeof(event) FROM events ORDER BY revision"
-    ).fetchall()
-    assert stored == [(*entry, "blob") for entry in entries]
-
-
-def test_events_with_a_gap_are_refused_rather_than_renumbered(conn: sqlite3.Connection) -> None:
-    with pytest.raises(ValueError, match="not contiguous"):
-        insert_events(conn, [LogEntry(1, "a", b"x"), LogEntry(3, "a", b"y")])
-    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0

@@ -744,10 +744,15 @@ class Provider(_message.Message):
     UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
     MODES_FIELD_NUMBER: _builtins.int
     MODELS_FIELD_NUMBER: _builtins.int
+    CAN_STEER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     kind: _builtins.str
     available: _builtins.bool
     unavailable_reason: _builtins.str
+    can_steer: _builtins.bool
+    """The provider takes a STEER prompt into the running turn (STEERED); without it a STEER
+    prompt is queued (QUEUED) and runs as the next turn.
+    """
     @_builtins.property
     def modes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderMode]: ...
     @_builtins.property
@@ -761,10 +766,11 @@ class Provider(_message.Message):
         unavailable_reason: _builtins.str = ...,
         modes: _abc.Iterable[Global___ProviderMode] | None = ...,
         models: _abc.Iterable[Global___ProviderModel] | None = ...,
+        can_steer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "kind", b"kind", "models", b"models", "modes", b"modes", "name", b"name", "unavailable_reason", b"unavailable_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "can_steer", b"can_steer", "kind", b"kind", "models", b"models", "modes", b"modes", "name", b"name", "unavailable_reason", b"unavailable_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

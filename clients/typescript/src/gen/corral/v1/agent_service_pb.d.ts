@@ -618,6 +618,14 @@ export declare type Provider = Message<"corral.v1.Provider"> & {
    * @generated from field: repeated corral.v1.ProviderModel models = 6;
    */
   models: ProviderModel[];
+
+  /**
+   * The provider takes a STEER prompt into the running turn (STEERED); without it a STEER
+   * prompt is queued (QUEUED) and runs as the next turn.
+   *
+   * @generated from field: bool can_steer = 7;
+   */
+  canSteer: boolean;
 };
 
 /**
