@@ -17,7 +17,8 @@ pending at any time, so a flush is never more than one row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from corral_server.domain.timeline import MAX_ROW_BYTES, AssistantMessage, Reasoning, ToolCall
 from corral_server.manager.oversize import fit_item, text_pieces
@@ -31,12 +32,23 @@ from corral_server.timeline.store import NewRow
 WINDOW_MS = 60
 
 
-@dataclass(frozen=True, slots=True)
-class Offered:
-    """What the actor must do after offering a fragment."""
+class Offered(NamedTuple):
+    """What the actor must do after offering a fragment. (A NamedTuple: one per streamed
+    fragment; built with `_offered`, which skips its Python-level __new__.)"""
 
     ready: tuple[NewRow, ...]  # append these now, in order
     arm_timer: bool  # a row became pending: flush it after the window
+
+
+_new = tuple.__new__
+_NOTHING = Offered((), False)  # the usual answer to a fragment joined to the pending row
+_ARMED = Offered((), True)
+
+
+def _offered(ready: tuple[NewRow, ...], arm_timer: bool) -> Offered:
+    if not ready:
+        return _ARMED if arm_timer else _NOTHING
+    return _new(Offered, (ready, arm_timer))
 
 
 class Coalescer:
@@ -69,31 +81,7 @@ class Coalescer:
         item = event.item
         match item:
             case AssistantMessage() | Reasoning():
-                if not item.text:
-                    return Offered((), False)
-                text = item.text
-                size = len(text) if text.isascii() else text_bytes(text)
-                key: tuple[object, ...] = (type(item), event.turn_id, _message_key(event))
-                if self._pending is not None and key == self._key:
-                    if self._bytes + size <= self._room:
-                        self._parts.append(text)
-                        self._bytes += size
-                        return Offered((), False)
-                    return Offered(self._split(event, now_ms), True)
-                ready = self._take()
-                row = _new_row(event, now_ms)
-                self._pending, self._parts, self._key, self._bytes = row, [text], key, size
-                # A text row is its text, its message id and 12 bytes of tags and lengths,
-                # 6 more with an id (timeline/size.py, item_bytes). One whose id alone fills
-                # it still takes some text (64 bytes) per row.
-                room = self._max_row_bytes - 12
-                if type(item) is AssistantMessage and item.message_id:
-                    room -= 6 + text_bytes(item.message_id)
-                    room = room if room > 64 else 64
-                self._room = room
-                if size <= room:
-                    return Offered(ready, True)
-                return Offered((*ready, *self._split(None, now_ms)), True)
+                return self._text(event, item, now_ms)
             case ToolCall():
                 key = (ToolCall, event.turn_id, item.call_id)
                 same = self._pending is not None and key == self._key
@@ -102,11 +90,49 @@ class Coalescer:
                 row = self._fitted(event, first_ms)
                 if item.status.is_terminal:
                     self._pending, self._parts, self._key = None, [], ()
-                    return Offered((*ready, row), False)
+                    return _offered((*ready, row), False)
                 self._pending, self._parts, self._key = row, [], key
-                return Offered(ready, not same)
+                return _offered(ready, not same)
             case _:
-                return Offered((*self._take(), self._fitted(event, now_ms)), False)
+                return _offered((*self._take(), self._fitted(event, now_ms)), False)
+
+    def _text(
+        self, event: ProviderItem, item: AssistantMessage | Reasoning, now_ms: int
+    ) -> Offered:
+        """`offer` of a text fragment: the hot path (every streamed token), its steps inline."""
+        text = item.text
+        if not text:
+            return _NOTHING
+        size = len(text) if text.isascii() else text_bytes(text)
+        turn_id, message_key = event.turn_id, event.provider_message_id
+        if not message_key and isinstance(item, AssistantMessage):
+            message_key = item.message_id
+        key: tuple[object, ...] = (type(item), turn_id, message_key)
+        ready: tuple[NewRow, ...] = ()
+        pending = self._pending
+        if pending is not None:
+            if key == self._key:
+                if self._bytes + size <= self._room:
+                    self._parts.append(text)
+                    self._bytes += size
+                    return _NOTHING
+                return _offered(self._split(event, now_ms), True)
+            # A pending row of one part is ready as it is (`flush` without its calls).
+            ready = (pending,) if len(self._parts) == 1 else self._take()
+        row = _new(NewRow, (item, now_ms, turn_id, event.provider_message_id, None))
+        self._pending, self._parts, self._key, self._bytes = row, [text], key, size
+        # A text row is its text, its message id and 12 bytes of tags and lengths,
+        # 6 more with an id (timeline/size.py, item_bytes). One whose id alone fills
+        # it still takes some text (64 bytes) per row.
+        room = self._max_row_bytes - 12
+        if type(item) is AssistantMessage and (message_id := item.message_id):
+            id_size = len(message_id) if message_id.isascii() else text_bytes(message_id)
+            room -= 6 + id_size
+            room = room if room > 64 else 64
+        self._room = room
+        if size <= room:
+            return _offered(ready, True)
+        return _offered((*ready, *self._split(None, now_ms)), True)
 
     def _take(self) -> tuple[NewRow, ...]:
         row = self.flush()
@@ -133,15 +159,6 @@ class Coalescer:
         item, output = spill(row.item)  # a large tool output is kept apart, whole
         item = fit_item(item, self._max_row_bytes)
         return row if item is row.item else row._replace(item=item, output=output)
-
-
-def _message_key(event: ProviderItem) -> str:
-    item = event.item
-    if event.provider_message_id:
-        return event.provider_message_id
-    if isinstance(item, AssistantMessage):
-        return item.message_id
-    return ""
 
 
 def _new_row(event: ProviderItem, now_ms: int) -> NewRow:

@@ -59,6 +59,12 @@ def item_bytes(item: TimelineItem) -> bytes:
 
 _last_timestamp: tuple[int, bytes] = (-1, b"")
 
+# A three-byte varint (2**14 <= value < 2**21: the seqs of a long timeline) as two pieces from
+# tables, its low 14 bits (both bytes flagged "more follows") and its top 7: a batch's rows
+# take their seq from two lookups instead of a call each.
+_LOW14 = tuple(bytes((low & 0x7F | 0x80, low >> 7 | 0x80)) for low in range(1 << 14))
+_TOP7 = tuple(bytes((top,)) for top in range(1 << 7))
+
 
 def _timestamp_field(ms: int) -> bytes:
     """TimelineRow.timestamp = 2 -> Timestamp{seconds = 1, nanos = 2}; rows of a burst share
@@ -148,10 +154,17 @@ def row_appended_batch(
             last_timestamp, timestamp_field = timestamp_ms, _timestamp_field(timestamp_ms)
         n, pm = len(encoded), provider_message_id.encode()
         m = len(pm)
+        if seq < 16384:
+            seq_low, seq_top = small[seq], b""
+        elif seq < 2_097_152:
+            seq_low, seq_top = _LOW14[seq & 0x3FFF], _TOP7[seq >> 14]
+        else:
+            seq_low, seq_top = varint(seq), b""
         row = join(
             (
                 b"\x08",
-                small[seq] if seq < 16384 else varint(seq),
+                seq_low,
+                seq_top,
                 timestamp_field,
                 turn_field,
                 b"\x22",

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from functools import partial
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -44,6 +43,7 @@ from corral_server.errors import AgentNotFound
 from corral_server.store import search
 from corral_server.store.commits import GroupCommit, Job
 from corral_server.store.database import Database
+from corral_server.store.packed_rows import RowBatch
 from corral_server.store.timeline_tables import (
     Head,
     Kind,
@@ -146,8 +146,9 @@ class SqliteTimelineStore:
         rows_back: bool,
     ) -> asyncio.Future[Any]:
         """Queue `rows` (`items`: their encoded items, or None to encode them here). The
-        writer's hot path: the rows' parameters are built by C iterators, and row objects
-        only when the caller wants them back (the search index reads the rows as given)."""
+        writer's hot path: the rows go to the writer thread as they are, packed there into
+        one statement (store/packed_rows.py), and row objects are built only when the caller
+        wants them back (the search index reads the rows as given)."""
         before = self._reserved_head(agent_id)
         if not rows:
             return _done([] if rows_back else None)
@@ -157,17 +158,7 @@ class SqliteTimelineStore:
         elif len(items) != len(rows):
             raise ValueError(f"{len(items)} encoded items for {len(rows)} rows")
         seq, tid, count = before.next_seq, before.timeline_id, len(rows)
-        tuples = list(
-            zip(
-                repeat(tid, count),
-                range(seq, seq + count),
-                map(_TIMESTAMP, rows),
-                map(_TURN_ID, rows),
-                map(_PROVIDER_MESSAGE_ID, rows),
-                items,
-                strict=False,
-            )
-        )
+        batch = RowBatch(tid, seq, rows if type(rows) is tuple else list(rows), items)
         outputs = _outputs(tid, seq, rows) if ToolCall in set(map(type, map(_ITEM, rows))) else []
         stored: list[TimelineRow] | None = None
         if rows_back:
@@ -179,7 +170,7 @@ class SqliteTimelineStore:
         if self._retain_rows is not None:
             first = max(first, seq + count - self._retain_rows)
         after = Head(tid, before.epoch, seq + count, first)
-        payload = (tuples, outputs, list(rows) if self._search_index else None)
+        payload = (batch, outputs, list(rows) if self._search_index else None)
         return self._queue(
             Kind.APPEND, agent_id, before, after, payload, stored if rows_back else None
         )
@@ -330,7 +321,7 @@ class SqliteTimelineStore:
         return chunk
 
 
-_ITEM, _TIMESTAMP, _TURN_ID, _PROVIDER_MESSAGE_ID = (itemgetter(i) for i in range(4))  # NewRow's
+_ITEM = itemgetter(0)  # a NewRow's
 
 
 def _outputs(tid: int, seq: int, rows: Sequence[NewRow]) -> list[OutputWrite]:

@@ -1,7 +1,8 @@
 """The timeline tables (`timelines`, `timeline_rows`; store/schema.py), in the database's threads:
-the writer's half (the queued writes of one commit, in queue order, in its transaction) and the
-reader's (every head at open; one page, head and rows from one snapshot). sqlite_timeline.py
-owns the loop's half: the heads in memory and the queue.
+the writer's half (the queued writes of one commit, in queue order, in its transaction; the rows
+packed into one statement by store/packed_rows.py) and the reader's (every head at open; one
+page, head and rows from one snapshot). sqlite_timeline.py owns the loop's half: the heads in
+memory and the queue.
 
 Must not: run on the loop, or import protobuf or grpc (items arrive encoded, and are decoded
 by the injected codec).
@@ -19,6 +20,7 @@ from corral_server.domain.timeline import Cursor, Direction, FetchResult, Timeli
 from corral_server.errors import AgentNotFound
 from corral_server.store import search, tool_outputs
 from corral_server.store.errors import StoreError
+from corral_server.store.packed_rows import RowBatch, insert_rows
 from corral_server.timeline import pages
 from corral_server.timeline.size import row_bytes
 
@@ -49,8 +51,8 @@ class Op(NamedTuple):
     agent_id: str
     before: Head | None
     after: Head | None
-    # APPEND: (row tuples, OutputWrites, the NewRows when the index is on); SET_PROVIDER_
-    # MESSAGE_ID: (seq, id)
+    # APPEND: (its RowBatch, OutputWrites, the NewRows when the index is on);
+    # SET_PROVIDER_MESSAGE_ID: (seq, id)
     payload: Any
     result: Any  # what the future resolves to
     future: asyncio.Future[Any]
@@ -58,10 +60,6 @@ class Op(NamedTuple):
 
 # --- the writer thread's half ----------------------------------------------------------------
 
-_INSERT_ROW = (
-    "INSERT INTO timeline_rows (timeline_id, seq, timestamp_ms, turn_id, provider_message_id,"
-    " item) VALUES (?, ?, ?, ?, ?, ?)"
-)
 _UPDATE_HEAD = "UPDATE timelines SET next_seq = ?, first_seq = ? WHERE agent_id = ?"
 _TRIM_ROWS = "DELETE FROM timeline_rows WHERE timeline_id = ? AND seq < ?"
 _DELETE_ROWS = "DELETE FROM timeline_rows WHERE timeline_id = ?"
@@ -69,15 +67,15 @@ _DELETE_ROWS = "DELETE FROM timeline_rows WHERE timeline_id = ?"
 
 def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
     """Runs in the writer thread, inside its transaction. Consecutive appends (the hot path)
-    become one executemany of rows and one of heads; any other write flushes them first, so
-    the database sees every write in queue order."""
-    rows: list[tuple[Any, ...]] = []
+    become one packed insert of rows and one executemany of heads; any other write flushes
+    them first, so the database sees every write in queue order."""
+    rows: list[RowBatch] = []
     outputs: list[tool_outputs.OutputWrite] = []  # the appended rows' kept tool outputs
     texts: list[tuple[Any, ...]] = []  # the appended rows' full-text index entries
     heads: dict[str, tuple[Head, Head]] = {}  # agent -> (head before its first append, after)
     for op in ops:
         if op.kind is Kind.APPEND:
-            rows.extend(op.payload[0])
+            rows.append(op.payload[0])
             outputs.extend(op.payload[1])
             assert op.before is not None and op.after is not None
             if index:
@@ -97,13 +95,13 @@ def write(ops: list[Op], index: bool, conn: sqlite3.Connection) -> None:
 
 def _write_appends(
     conn: sqlite3.Connection,
-    rows: list[tuple[Any, ...]],
+    rows: list[RowBatch],
     texts: list[tuple[Any, ...]],
     heads: dict[str, tuple[Head, Head]],
 ) -> None:
     if not rows:
         return
-    conn.executemany(_INSERT_ROW, rows)
+    insert_rows(conn, rows)
     search.insert(conn, texts)  # same transaction: a committed row is findable
     conn.executemany(
         _UPDATE_HEAD, [(after.next_seq, after.first, agent) for agent, (_, after) in heads.items()]
