@@ -26,7 +26,14 @@ from corral_server.config import Config, access_features, limits_of
 from corral_server.config_reload import reloader_for
 from corral_server.domain.events import Event, SubagentRunUpdated
 from corral_server.drain import Drain
-from corral_server.durable import DurableStores, open_database, open_search, open_stores
+from corral_server.durable import (
+    DurableStores,
+    attach_node,
+    cluster_node,
+    open_database,
+    open_search,
+    open_stores,
+)
 from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import Defaults
@@ -66,6 +73,7 @@ from corral_server.workspace.worktrees import worktrees_for
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from corral_server.cluster.node import ClusterNode
     from corral_server.mcp.server import McpEndpoint
     from corral_server.web.endpoint import WebEndpoint
 
@@ -101,6 +109,7 @@ class Daemon:
         self.clock: Clock = clock or SystemClock()
         # Every agent process carries it (providers/reaping.py); tied to the state directory.
         self.daemon_tag = reaping.daemon_tag(config.state_dir)
+        self.cluster: ClusterNode | None = None  # with --cluster: this node (cluster/node.py)
         # Without a state directory the event log lives in the hub's memory (a new incarnation
         # each start); `start` replaces the hub with one on the durable log otherwise.
         self.hub = self._hub(None)
@@ -184,20 +193,23 @@ class Daemon:
 
     def _manager(self, timeline: TimelineStore, stores: DurableStores | None) -> AgentManager:
         config = self.config
+        node = self.cluster
+        publisher = node.publisher if node and node.publisher else self.hub
         return AgentManager(
             providers=self._providers,
             timeline=timeline,
-            publisher=WatchedPublisher(self.hub, self.turn_trees.observe),
+            publisher=WatchedPublisher(publisher, self.turn_trees.observe),
             clock=self.clock,
             limits=config.limits,
             timeouts=config.timeouts,
-            records=stores.records if stores else None,
+            records=(node.records if node else stores.records) if stores else None,
             requests=stores.requests if stores else None,
             finished=stores.finished if stores else None,
             daemon_tag=self.daemon_tag,
             worktrees=self.worktrees,
             usage=UsageBook(stores.usage) if stores else None,
             defaults={e.name: Defaults(e.model, e.mode) for e in config.providers},
+            remote=node.agents if node else None,
         )
 
     def _registry(self, store: RunStore) -> SubagentRegistry:
@@ -213,10 +225,12 @@ class Daemon:
         return () if self.mcp is None else (self.mcp.server_for(agent_id),)
 
     def hub_publish(self, event: Event) -> int:
-        return self.hub.publish(event)  # the current hub: `start` may replace it
+        # The current hub (`start` may replace it); a cluster node's events go to the stream.
+        publisher = self.cluster.publisher if self.cluster else None
+        return (publisher or self.hub).publish(event)
 
     def _run_changed(self, event: SubagentRunUpdated) -> None:
-        self.hub.publish(event)
+        self.hub_publish(event)
         self.run_waiters.notify(event)
 
     async def _spawn_for_script(self, agent_id: str, task: str) -> tuple[str, str]:
@@ -233,14 +247,20 @@ class Daemon:
         message."""
         self.database = database = await open_database(self.config, state_dir, self.daemon_tag)
         try:
-            stores = await open_stores(database, self.config)
+            node = await cluster_node(self.config, self.clock)  # a cluster node: its stream
+            stores = await open_stores(database, self.config, node.incarnation if node else None)
             self.timeline = stores.timeline
             self.hub = self._hub(stores.event_log)  # one journal with the timeline: joint commits
+            if node is not None:  # the read model caught up with the stream (docs/cluster.md)
+                self.cluster = await attach_node(node, database, stores, self.hub)
+                self.timeline = node.timeline or self.timeline
             self.manager = self._manager(self.timeline, stores)
             await self.manager.usage.open()  # the counters from the ledger
             self.subagents = self._registry(stores.runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
-            await self.manager.restore(stores.loaded)
+            await self.manager.restore(node.local(stores.loaded) if node else stores.loaded)
+            if node is not None:
+                node.adopt()  # the leases of the agents restored here
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:
@@ -254,6 +274,8 @@ class Daemon:
     async def start(self) -> int:
         """Open the store (with a state directory), bind and serve; returns the bound port.
         Raises OSError when the port is taken, StoreError when the store cannot open."""
+        if self.config.cluster is not None and self.config.state_dir is None:
+            raise ValueError("a cluster node needs a state directory: it holds its read model")
         if self.config.state_dir is not None and self.database is None:
             await self._open_store(self.config.state_dir)
         if not self.subagents.opened:
@@ -387,6 +409,8 @@ class Daemon:
             await self.forwarder.relay.close()
         if self.search is not None:
             await self.search.backfill.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()  # its leases given up, the follower stopped
         if self.database is not None:
             await self.database.close()  # commits what is still queued
             self.database = None

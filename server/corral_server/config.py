@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral_server.cluster.settings import ClusterConfig
 from corral_server.hub import RETAIN_BYTES, SUBSCRIBER_WRITES_PER_S
 from corral_server.manager.specs import Timeouts
 from corral_server.manager.validate import Limits
@@ -119,6 +120,9 @@ class Config:
     # (rpc/forwarding.py); None: a single daemon, nothing forwarded. Tests inject one; a
     # cluster node's daemon sets its own from the cluster at start.
     forwarding: Forwarding | None = None
+    # A cluster node (docs/cluster.md): its events go through the JetStream stream and its
+    # state directory holds the read model built from it; None: a single daemon.
+    cluster: ClusterConfig | None = None
 
 
 def limits_of(config: Config) -> ServerLimits:

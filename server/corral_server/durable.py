@@ -13,13 +13,17 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from corral_server.clock import Clock
 from corral_server.config import Config
+from corral_server.hub.event_hub import new_incarnation
 from corral_server.providers import reaping
 from corral_server.records.store import LoadedAgents
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import DB_FILE, Database
+from corral_server.store.errors import StoreUnavailable
 from corral_server.store.event_log import SqliteEventLog
 from corral_server.store.private import make_private
 from corral_server.store.requests import SqliteCreateRequests, SqliteFinishedTurns
@@ -27,6 +31,10 @@ from corral_server.store.search import Backfill, SearchIndex
 from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.store.subagent_runs import SqliteRunStore
 from corral_server.store.usage import SqliteUsageLedger
+
+if TYPE_CHECKING:
+    from corral_server.cluster.node import ClusterNode
+    from corral_server.hub import EventHub
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +64,10 @@ async def open_database(config: Config, state_dir: Path, daemon_tag: str) -> Dat
     return database
 
 
-async def open_stores(database: Database, config: Config) -> DurableStores:
+async def open_stores(
+    database: Database, config: Config, incarnation: str | None = None
+) -> DurableStores:
+    """`incarnation`: a cluster node's, the stream's (cluster/node.py), for a new log."""
     timeline = await SqliteTimelineStore.open(
         database,
         ITEM_CODEC,
@@ -69,6 +80,7 @@ async def open_stores(database: Database, config: Config) -> DurableStores:
         database,
         retain_events=config.log_retain_events,
         retain_bytes=config.log_retain_bytes,
+        mint=(lambda: incarnation) if incarnation else new_incarnation,
     )
     return DurableStores(
         timeline=timeline,
@@ -80,6 +92,36 @@ async def open_stores(database: Database, config: Config) -> DurableStores:
         runs=await SqliteRunStore.open(database),
         usage=SqliteUsageLedger(database),
     )
+
+
+async def cluster_node(config: Config, clock: Clock) -> ClusterNode | None:
+    """A cluster node's connection to its stream and leases (None: a single daemon). Imported
+    here, so a single daemon never loads the NATS client."""
+    if config.cluster is None:
+        return None
+    from corral_server.cluster.node import ClusterNode
+
+    return await ClusterNode.connect(config.cluster, clock)
+
+
+async def attach_node(
+    node: ClusterNode, database: Database, stores: DurableStores, hub: EventHub
+) -> ClusterNode:
+    """The node following its stream into these stores and this hub, caught up. Raises
+    StoreError when the state directory holds the read model of another stream."""
+    if stores.event_log.incarnation != node.incarnation:
+        await node.stop()
+        raise StoreUnavailable(
+            database.path,
+            f"it holds the events of {stores.event_log.incarnation}, not of the cluster's "
+            f"stream {node.incarnation}: a cluster node needs its own state directory",
+        )
+    try:
+        await node.attach(database, stores.timeline, stores.records, hub, ITEM_CODEC)
+    except BaseException:
+        await node.stop()
+        raise
+    return node
 
 
 async def open_search(database: Database, config: Config) -> SearchIndex:

@@ -33,7 +33,8 @@
     ├── Unimplemented            a capability a later release delivers    -> UNIMPLEMENTED
     ├── ProviderTimeout          a provider call missed its deadline      -> DEADLINE_EXCEEDED
     ├── ShuttingDown             the daemon is draining                   -> UNAVAILABLE
-    └── Standby                  a hot standby waiting for the state dir  -> UNAVAILABLE
+    ├── Standby                  a hot standby waiting for the state dir  -> UNAVAILABLE
+    └── AgentOwnedElsewhere      another cluster node owns the agent      -> UNAVAILABLE
 
 Each error has a stable `reason` (the ErrorInfo reason on the wire) and structured fields.
 """
@@ -323,6 +324,22 @@ class ShuttingDown(CorralError):
 
     def __init__(self) -> None:
         super().__init__("the daemon is shutting down; retry in a moment")
+
+
+class AgentOwnedElsewhere(CorralError):
+    """A change to an agent this cluster node does not own (docs/cluster.md#forwarding):
+    `node` names its owner ("" when none is known), where the call should go."""
+
+    reason = "AGENT_OWNED_ELSEWHERE"
+
+    def __init__(self, agent_id: str, node: str, why: str = "") -> None:
+        where = f"node {node!r}" if node else "another node"
+        super().__init__(
+            f"agent {agent_id!r} is owned by {where}{f': {why}' if why else ''}; "
+            "send changes to its owner",
+            metadata={"agent_id": agent_id, "node": node},
+        )
+        self.node = node
 
 
 class Standby(CorralError):

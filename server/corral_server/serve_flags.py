@@ -10,6 +10,13 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
+from corral_server.cluster.settings import (
+    ClusterConfig,
+    check_advertise,
+    check_node_id,
+    default_node_id,
+    parse_urls,
+)
 from corral_server.config import Config
 from corral_server.listen import is_local, is_loopback, socket_dir_problem, unix_path
 from corral_server.manager.validate import Limits
@@ -35,7 +42,47 @@ def build_parser(prog: str = "corral serve") -> argparse.ArgumentParser:
     _add_stream_bounds(p)
     _add_logging(p)
     _add_access(p)
+    _add_cluster(p)
     return p
+
+
+def _add_cluster(p: argparse.ArgumentParser) -> None:
+    cluster = p.add_argument_group("cluster (preview; docs/cluster.md)")
+    cluster.add_argument(
+        "--cluster",
+        default=None,
+        metavar="URLS",
+        help="run as a node of a corral cluster on these NATS JetStream servers "
+        "(nats://HOST:PORT, comma separated): events go through the cluster's stream",
+    )
+    cluster.add_argument(
+        "--node-id",
+        default=None,
+        help="this node's name in the cluster (letters, digits, '_', '-'; default: the host name)",
+    )
+    cluster.add_argument(
+        "--advertise",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address other nodes and balancers reach this node's gRPC port at "
+        "(default: --listen)",
+    )
+
+
+def cluster_config(args: argparse.Namespace) -> ClusterConfig | None:
+    """The cluster flags as a ClusterConfig (None without --cluster); ValueError says what is
+    wrong with them."""
+    if args.cluster is None:
+        if args.node_id is not None or args.advertise is not None:
+            raise ValueError("--node-id and --advertise go with --cluster")
+        return None
+    if unix_path(args.listen) is not None and args.advertise is None:
+        raise ValueError("a cluster node listening on a unix socket needs --advertise HOST:PORT")
+    return ClusterConfig(
+        urls=parse_urls(args.cluster),
+        node_id=check_node_id(args.node_id if args.node_id is not None else default_node_id()),
+        advertise=check_advertise(args.advertise or args.listen),
+    )
 
 
 def _add_basics(p: argparse.ArgumentParser) -> None:
@@ -264,6 +311,10 @@ def access_error(args: argparse.Namespace) -> str:
         return "--tls-cert and --tls-key go together"
     if args.tls_client_ca is not None and args.tls_cert is None:
         return "--tls-client-ca needs --tls-cert and --tls-key"
+    try:
+        cluster_config(args)
+    except ValueError as error:
+        return str(error)
     return ""
 
 
@@ -300,4 +351,5 @@ def build_config(
         web_listen=web_listen(args),
         web_allow_origins=tuple(args.web_allow_origin),
         search_index=args.search_index,
+        cluster=cluster_config(args),
     )

@@ -109,6 +109,10 @@ class Leases:
         kv = await open_bucket(js, bucket, replicas, 3 * (duration_ms + skew_ms) / 1000)
         return cls(kv, node, clock, duration_ms, skew_ms)
 
+    async def watch(self) -> KeyValue.KeyWatcher:
+        """Every lease as it is now, then each change (deleted ones with their operation)."""
+        return await self._kv.watchall()
+
     def valid(self, lease: Lease) -> bool:
         """Whether the holder may still write: before the expiry less the skew margin."""
         return self._clock.now_ms() < lease.expires_ms - self.skew_ms

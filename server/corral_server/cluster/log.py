@@ -144,6 +144,11 @@ class EventLog:
     def subject(self, agent: str) -> str:
         return subject(agent, self.prefix)
 
+    async def end(self) -> int:
+        """The stream's last sequence now (0 when it is empty)."""
+        info = await self._js.stream_info(self.name)
+        return info.state.last_seq or 0
+
     async def last_sequence(self, agent: str) -> int:
         """The stream sequence of the agent's last batch, 0 when it has none."""
         try:

@@ -8,6 +8,7 @@ Must not: change an agent (every change is a call onto its actor).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from corral_server import errors
 from corral_server.domain.agent import PARENT_AGENT_ID_LABEL, Agent
@@ -20,10 +21,22 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
 
+class RemoteAgentsView(Protocol):
+    """A cluster node's read model of the agents other nodes own (cluster/remote_agents.py):
+    listed and read here, changed only by their owner."""
+
+    def get(self, agent_id: str) -> Agent | None: ...
+
+    def owner(self, agent_id: str) -> str: ...
+
+    def agents(self) -> list[Agent]: ...
+
+
 class AgentDirectory:
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, remote: RemoteAgentsView | None = None) -> None:
         self._limits = limits
         self.actors: dict[str, AgentActor] = {}  # insertion order = creation order
+        self._remote = remote
 
     def add(self, actor: AgentActor) -> None:
         self.actors[actor.agent.id] = actor
@@ -44,6 +57,8 @@ class AgentDirectory:
             )
         actor = self.actors.get(agent_id)
         if actor is None:
+            if self._remote is not None and self._remote.get(agent_id) is not None:
+                raise errors.AgentOwnedElsewhere(agent_id, self._remote.owner(agent_id))
             raise errors.AgentNotFound(agent_id)
         return actor
 
@@ -58,11 +73,31 @@ class AgentDirectory:
                 raise errors.AgentClosed(actor.agent.id)
         return actors
 
+    def agent(self, agent_id: str) -> Agent:
+        """The agent's snapshot: its actor's here, or another node's from the read model."""
+        actor = self.actors.get(agent_id)
+        if actor is not None:
+            return actor.agent
+        remote = self._remote.get(agent_id) if self._remote is not None else None
+        return remote if remote is not None else self.actor(agent_id).agent
+
     def agents(self) -> list[Agent]:
+        if self._remote is not None:
+            return list(self._listing().values())
         return [actor.agent for actor in self.actors.values()]
+
+    def _listing(self) -> dict[str, Agent]:
+        """With other nodes' agents beside this one's: every agent by id, ordered by creation
+        time then id, the same order on every node."""
+        here = {agent_id: actor.agent for agent_id, actor in self.actors.items()}
+        others = [a for a in self._remote.agents() if a.id not in here] if self._remote else []
+        every = sorted([*here.values(), *others], key=lambda a: (a.created_at_ms, a.id))
+        return {agent.id: agent for agent in every}
 
     def snapshot(self, agent_ids: frozenset[str]) -> list[Agent]:
         """Every agent in scope (empty = all), for a fresh subscription."""
+        if agent_ids and self._remote is not None:
+            return [a for i, a in self._listing().items() if i in agent_ids]
         if agent_ids:
             return [a.agent for i, a in self.actors.items() if i in agent_ids]
         return self.agents()
@@ -75,15 +110,16 @@ class AgentDirectory:
         page_token = query.page_token
         if size > MAX_PAGE_SIZE:
             raise errors.InvalidArgument.field("page_size", f"at most {MAX_PAGE_SIZE}")
-        ids = list(self.actors)
+        listing = self._listing() if self._remote is not None else None
+        ids = list(self.actors if listing is None else listing)
         start = 0
         if page_token:
-            if page_token not in self.actors:
+            if page_token not in (self.actors if listing is None else listing):
                 raise errors.InvalidArgument.field("page_token", "unknown or expired page token")
             start = ids.index(page_token) + 1
         out: list[Agent] = []
         for agent_id in ids[start:]:
-            agent = self.actors[agent_id].agent
+            agent = self.actors[agent_id].agent if listing is None else listing[agent_id]
             if agent.archived_at_ms is not None and not query.include_archived:
                 continue
             if query.parent_agent_id and agent.parent_agent_id != query.parent_agent_id:

@@ -34,7 +34,7 @@ from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches
 from corral_server.manager.deadlines import CallTimes
-from corral_server.manager.directory import AgentDirectory
+from corral_server.manager.directory import AgentDirectory, RemoteAgentsView
 from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.live_config import LiveOutcome, ProviderChange
@@ -80,6 +80,7 @@ class AgentManager:
         worktrees: Worktrees | None = None,
         usage: UsageBook | None = None,
         defaults: Mapping[str, Defaults] | None = None,
+        remote: RemoteAgentsView | None = None,
     ) -> None:
         self._providers = dict(providers)
         # Each provider's model and mode for a CreateAgent naming none (a reload moves them).
@@ -101,7 +102,8 @@ class AgentManager:
         self.turn_counts = TurnCounts()
         self.call_times = CallTimes()
         self.usage = usage or UsageBook()  # completed turns' usage (GetUsage, the metrics)
-        self._agents = AgentDirectory(limits)
+        # `remote`: a cluster node's view of the agents other nodes own (cluster/).
+        self._agents = AgentDirectory(limits, remote)
         self._reads = AgentReads(self._agents, timeline, limits)
         # Refused by refuse_new_work (the drain).
         self._new_work = stopping.NewWork()
@@ -131,7 +133,7 @@ class AgentManager:
     # --- reads ---------------------------------------------------------------------------
 
     def get(self, agent_id: str) -> Agent:
-        return self._actor(agent_id).agent
+        return self._agents.agent(agent_id)
 
     def agents(self) -> list[Agent]:
         """Every agent's current snapshot (for the metrics endpoint)."""

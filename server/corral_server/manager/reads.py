@@ -34,24 +34,24 @@ class AgentReads:
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
-        self.directory.actor(agent_id)
+        self.directory.agent(agent_id)  # here, or another node's in the read model
         return await self.timeline.fetch(agent_id, direction, cursor, limit)
 
     async def fetch_tool_output(
         self, agent_id: str, blob_id: str, offset: int, limit: int
     ) -> OutputChunk:
         """One chunk of a tool output kept apart from its row (manager/tool_output.py)."""
-        self.directory.actor(agent_id)
+        self.directory.agent(agent_id)  # here, or another node's in the read model
         return await self.timeline.read_output(agent_id, blob_id, offset, limit)
 
     async def tool_output_id(self, agent_id: str, cursor: Cursor) -> str:
-        self.directory.actor(agent_id)
+        self.directory.agent(agent_id)  # here, or another node's in the read model
         return await tool_output_id(self.timeline, agent_id, cursor)
 
     async def activity(
         self, agent_id: str, start: Cursor | None, end: Cursor | None, max_chars: int
     ) -> ActivityDigest:
-        self.directory.actor(agent_id)
+        self.directory.agent(agent_id)  # here, or another node's in the read model
         return await activity(self.timeline, agent_id, start, end, max_chars)
 
     def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:

@@ -70,6 +70,7 @@ _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.ProviderTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
     (errors.Standby, grpc.StatusCode.UNAVAILABLE),
+    (errors.AgentOwnedElsewhere, grpc.StatusCode.UNAVAILABLE),
     # The durable store could not write (a full disk): nothing of the call was kept; retry.
     (StoreError, grpc.StatusCode.UNAVAILABLE),
 )

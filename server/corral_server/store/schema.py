@@ -74,6 +74,11 @@ Version 10 stores schedules in the storage format: every schedule's JSON text is
 corral.storage.v1.Schedule, in a `schedules` table rebuilt with `record` a BLOB. Re-runnable: a
 record already rewritten is kept as it is, and so is one whose JSON does not read (start-up
 refuses it, as it refused it before).
+
+Version 11 adds the cluster's read model position (docs/cluster.md#read-model): `cluster_followed`
+(the stream's incarnation -> the last stream sequence this node applied, written in the same
+transaction as what it applied) and `cluster_owners` (agent -> the node of its last claim in the
+stream). A single daemon leaves both empty.
 """
 
 from __future__ import annotations
@@ -250,6 +255,20 @@ def _v10_schedule_record(record: str | bytes) -> str | bytes:
         return record
 
 
+# The cluster's read model (cluster/follower.py): how far this node applied the stream
+# (its incarnation and sequence), and the node of each agent's last claim in it.
+_V11_CLUSTER = """
+CREATE TABLE IF NOT EXISTS cluster_followed (
+    stream TEXT PRIMARY KEY,
+    sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_owners (
+    agent_id TEXT PRIMARY KEY,
+    node TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1,
     _V2,
@@ -261,6 +280,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V8_TOOL_OUTPUTS,
     _V9_TURN_USAGE,
     _v10_schedules_in_storage_format,
+    _V11_CLUSTER,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -106,12 +106,19 @@ class SqliteTimelineStore:
 
     # --- writes: queued on the loop, committed together ----------------------------------
 
-    async def create(self, agent_id: str) -> TimelineHead:
-        """Create an empty timeline. Creating one that exists is a caller bug (ValueError)."""
+    async def create(self, agent_id: str, epoch: str | None = None) -> TimelineHead:
+        """Create an empty timeline (`epoch`: the one a cluster's stream names, else a new
+        one). Creating one that exists is a caller bug (ValueError)."""
+        return await self.create_nowait(agent_id, epoch)
+
+    def create_nowait(
+        self, agent_id: str, epoch: str | None = None
+    ) -> asyncio.Future[TimelineHead]:
+        """`create` queued at this call (a cluster's follower queues it beside the rows)."""
         if agent_id in self._reserved:
             raise ValueError(f"agent {agent_id!r} already has a timeline")
-        head = self._fresh_head()
-        head_out: TimelineHead = await self._queue(
+        head = self._fresh_head(epoch)
+        head_out: asyncio.Future[TimelineHead] = self._queue(
             Kind.CREATE, agent_id, None, head, None, TimelineHead(head.epoch, 1)
         )
         return head_out
@@ -177,10 +184,15 @@ class SqliteTimelineStore:
             Kind.APPEND, agent_id, before, after, payload, stored if rows_back else None
         )
 
-    async def rebase(self, agent_id: str) -> TimelineHead:
+    async def rebase(self, agent_id: str, epoch: str | None = None) -> TimelineHead:
+        return await self.rebase_nowait(agent_id, epoch)
+
+    def rebase_nowait(
+        self, agent_id: str, epoch: str | None = None
+    ) -> asyncio.Future[TimelineHead]:
         before = self._reserved_head(agent_id)
-        after = self._fresh_head()
-        head_out: TimelineHead = await self._queue(
+        after = self._fresh_head(epoch)
+        head_out: asyncio.Future[TimelineHead] = self._queue(
             Kind.REBASE, agent_id, before, after, None, TimelineHead(after.epoch, 1)
         )
         return head_out
@@ -189,22 +201,35 @@ class SqliteTimelineStore:
         self, agent_id: str, seq: int, provider_message_id: str
     ) -> None:
         """A seq outside the retained window is a no-op (dropped by retention or rebase)."""
+        await self.set_provider_message_id_nowait(agent_id, seq, provider_message_id)
+
+    def set_provider_message_id_nowait(
+        self, agent_id: str, seq: int, provider_message_id: str
+    ) -> asyncio.Future[None]:
         head = self._reserved_head(agent_id)
         if not head.first <= seq < head.next_seq:
-            return
+            return _done(None)
         payload = (seq, provider_message_id)
-        await self._queue(Kind.SET_PROVIDER_MESSAGE_ID, agent_id, head, head, payload, None)
+        done: asyncio.Future[None] = self._queue(
+            Kind.SET_PROVIDER_MESSAGE_ID, agent_id, head, head, payload, None
+        )
+        return done
 
     async def drop(self, agent_id: str) -> None:
         """Forget the timeline and delete its rows; dropping an unknown agent is a no-op."""
-        before = self._reserved.get(agent_id)
-        if before is not None:
-            await self._queue(Kind.DROP, agent_id, before, None, None, None)
+        await self.drop_nowait(agent_id)
 
-    def _fresh_head(self) -> Head:
+    def drop_nowait(self, agent_id: str) -> asyncio.Future[None]:
+        before = self._reserved.get(agent_id)
+        if before is None:
+            return _done(None)
+        done: asyncio.Future[None] = self._queue(Kind.DROP, agent_id, before, None, None, None)
+        return done
+
+    def _fresh_head(self, epoch: str | None = None) -> Head:
         tid = self._next_timeline_id
         self._next_timeline_id += 1
-        return Head(tid, self._epoch_factory(), 1, 1)
+        return Head(tid, epoch or self._epoch_factory(), 1, 1)
 
     def _reserved_head(self, agent_id: str) -> Head:
         """The head writes take their seqs from (AgentNotFound when there is none)."""
@@ -262,6 +287,15 @@ class SqliteTimelineStore:
                 op.future.set_exception(error)
 
     # --- reads ----------------------------------------------------------------------------
+
+    @property
+    def search_index(self) -> bool:
+        """Whether appends index their rows (then they read each row's item)."""
+        return self._search_index
+
+    def reserved_next_seq(self, agent_id: str) -> int:
+        """The seq the next row handed over gets (KeyError when the agent has no timeline)."""
+        return self._reserved[agent_id].next_seq
 
     def head(self, agent_id: str) -> TimelineHead:
         """The committed head (KeyError when the agent has no committed timeline)."""

@@ -1,0 +1,164 @@
+"""One owned agent's way into the stream: its lease, and its entries sent as batches.
+
+The owner's writes for an agent (rows, events, records: entries.py) gather here in call order
+while the previous batch is in flight, then go to the stream as ONE message (a group commit
+on the loop, as the SQLite store's): one append per round trip, however many rows. Each append
+is fenced (it names the sequence of the agent's last batch) and deduped (its id is the lease's
+tenure and that position, `log.batch_id`), docs/cluster.md#fencing.
+
+The lease is taken when the channel opens (a new agent, or one this node restores), the
+subject claimed (`EventLog.claim`), and the lease renewed every third of its duration on the
+clock. A refused append (`Fenced`), a lost lease or a lease another node holds breaks the
+channel at once: every write waiting fails with the reason, and nothing more is appended for
+the agent by this node.
+
+A write's future resolves once this node's own follower has applied its batch to the local
+read model (follower.py), so a read after a write sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral_server.clock import Clock
+from corral_server.cluster.leases import Lease, Leases
+from corral_server.cluster.log import EventLog, Refused, batch_id
+from corral_server.errors import AgentOwnedElsewhere
+
+log = logging.getLogger(__name__)
+
+# A batch's bytes at most: below NATS's default 1 MiB payload limit, with room for headers.
+MAX_BATCH_BYTES = 900_000
+
+
+@dataclass(frozen=True)
+class ChannelParts:
+    """What every channel of a node shares."""
+
+    log: EventLog
+    leases: Leases
+    clock: Clock
+    applied: Callable[[int], asyncio.Future[None]]  # resolves once the follower applied it
+
+
+class AgentChannel:
+    def __init__(self, agent_id: str, parts: ChannelParts) -> None:
+        self.agent_id = agent_id
+        self._parts = parts
+        self._entries: list[bytes] = []
+        self._futures: list[tuple[int, asyncio.Future[None]]] = []  # (entries before it, f)
+        self._wake = asyncio.Event()
+        self.broken: AgentOwnedElsewhere | None = None
+        self.lease: Lease | None = None
+        self._tasks = [asyncio.ensure_future(self._run())]
+
+    def send(self, entries: list[bytes], future: bool = True) -> asyncio.Future[None] | None:
+        """Queue `entries` for the next batch; their future, when asked for."""
+        done: asyncio.Future[None] | None = None
+        if future:
+            done = asyncio.get_running_loop().create_future()
+        if self.broken is not None:
+            if done is not None:
+                done.set_exception(self.broken)
+                done.exception()  # retrieved here: the caller may never await it
+            return done
+        self._entries.extend(entries)
+        if done is not None:
+            self._futures.append((len(self._entries), done))
+        self._wake.set()
+        return done
+
+    async def _run(self) -> None:
+        try:
+            expected = await self._take_over()
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._entries:
+                    expected = await self._append(expected)
+        except asyncio.CancelledError:
+            self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"))
+            raise
+        except Refused as refused:
+            self._break(AgentOwnedElsewhere(self.agent_id, _holder(refused), str(refused)))
+        except Exception as error:  # a stream that cannot be reached: stop writing
+            log.exception("agent %s: its writes to the stream stopped", self.agent_id)
+            self._break(AgentOwnedElsewhere(self.agent_id, "", f"the stream failed: {error}"))
+
+    async def _take_over(self) -> int:
+        parts = self._parts
+        self.lease = await parts.leases.acquire(self.agent_id)
+        self._tasks.append(asyncio.ensure_future(self._renew()))
+        return await parts.log.claim(self.agent_id, self.lease.owner)
+
+    async def _append(self, expected: int) -> int:
+        """Send what waits (up to MAX_BATCH_BYTES) as one batch; the new expected sequence."""
+        parts, lease = self._parts, self.lease
+        assert lease is not None
+        count, size = 0, 0
+        for entry in self._entries:
+            if count and size + len(entry) + 4 > MAX_BATCH_BYTES:
+                break
+            count, size = count + 1, size + len(entry) + 4
+        batch = self._entries[:count]
+        if not parts.leases.valid(lease):
+            raise Refused(self.agent_id, f"the lease of node {lease.node} expired")
+        msg_id = batch_id(self.agent_id, lease.owner, expected)
+        appended = await parts.log.append(self.agent_id, batch, expected, msg_id)
+        del self._entries[:count]
+        ready = [f for before, f in self._futures if before <= count]
+        self._futures = [(before - count, f) for before, f in self._futures if before > count]
+        if ready:
+            parts.applied(appended.sequence).add_done_callback(lambda a: _settle(ready, a))
+        return appended.sequence
+
+    async def _renew(self) -> None:
+        parts = self._parts
+        try:
+            while self.broken is None and self.lease is not None:
+                await parts.clock.sleep(parts.leases.duration_ms / 3000)
+                self.lease = await parts.leases.renew(self.lease)
+        except Refused as refused:
+            self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
+            self._tasks[0].cancel()
+
+    def _break(self, reason: AgentOwnedElsewhere) -> None:
+        if self.broken is not None:
+            return
+        self.broken = reason
+        log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
+        futures, self._futures, self._entries = self._futures, [], []
+        for _, future in futures:
+            if not future.done():
+                future.set_exception(reason)
+                future.exception()
+
+    async def close(self) -> None:
+        """Stop (the daemon stops): what waits fails, and the lease is given up."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        if self.lease is not None:
+            with contextlib.suppress(Exception):
+                await self._parts.leases.release(self.lease)
+
+
+def _holder(refused: Refused) -> str:
+    return str(getattr(refused, "node", ""))
+
+
+def _settle(futures: list[asyncio.Future[None]], applied: asyncio.Future[None]) -> None:
+    failure = applied.exception() if not applied.cancelled() else asyncio.CancelledError()
+    for future in futures:
+        if future.done():
+            continue
+        if failure is None:
+            future.set_result(None)
+        else:
+            future.set_exception(failure)

@@ -1,0 +1,184 @@
+"""A corral cluster node (docs/cluster.md): its connection to NATS, the stream and the leases,
+the follower that builds its read model, and the channels of the agents it owns.
+
+`connect` opens the stream and the leases' bucket; `attach` starts the follower on the node's
+local stores and hub and returns once the read model has caught up with the stream as it was
+at the call (the node serves only then). The daemon then builds its manager on `timeline`,
+`records` and `publisher`, restores `local(loaded)` and lists the others from `agents`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import nats
+import nats.aio.client
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from corral_server.clock import Clock
+from corral_server.cluster.apply import Applier
+from corral_server.cluster.channel import AgentChannel, ChannelParts
+from corral_server.cluster.follower import Follower
+from corral_server.cluster.leases import Leases
+from corral_server.cluster.leases import decode as decode_lease
+from corral_server.cluster.log import EventLog
+from corral_server.cluster.remote_agents import RemoteAgents
+from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
+from corral_server.cluster.settings import ClusterConfig
+from corral_server.hub import EventHub
+from corral_server.records.store import LoadedAgents
+from corral_server.store.agent_records import SqliteAgentRecords
+from corral_server.store.cluster_position import ClusterPosition
+from corral_server.store.database import Database
+from corral_server.store.sqlite_timeline import SqliteTimelineStore
+from corral_server.timeline.store import ItemCodec
+
+log = logging.getLogger(__name__)
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        clock: Clock,
+        client: nats.aio.client.Client,
+        event_log: EventLog,
+        leases: Leases,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._clock = clock
+        self.client = client
+        self.log = event_log
+        self.leases = leases
+        self.agents = RemoteAgents(config.node_id)
+        self.channels: dict[str, AgentChannel] = {}
+        self.follower: Follower | None = None
+        self._parts: ChannelParts | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._restored: list[str] = []
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self.timeline: ClusterTimeline | None = None
+        self.records: ClusterRecords | None = None
+        self.publisher: ClusterPublisher | None = None
+
+    @classmethod
+    async def connect(cls, config: ClusterConfig, clock: Clock) -> ClusterNode:
+        client = await nats.connect(
+            servers=list(config.urls),
+            connect_timeout=2,
+            reconnect_time_wait=0.1,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+            name=f"corral {config.node_id}",
+        )
+        try:
+            js = client.jetstream()
+            event_log = await EventLog.open(
+                js, config.stream, config.replicas, prefix=config.prefix
+            )
+            leases = await Leases.open(
+                js,
+                config.node_id,
+                clock,
+                config.leases_bucket,
+                config.replicas,
+                config.lease_ms,
+                config.skew_ms,
+            )
+        except BaseException:
+            await client.close()
+            raise
+        return cls(config, clock, client, event_log, leases)
+
+    @property
+    def incarnation(self) -> str:
+        return self.log.incarnation
+
+    async def attach(
+        self,
+        database: Database,
+        timeline: SqliteTimelineStore,
+        records: SqliteAgentRecords,
+        hub: EventHub,
+        codec: ItemCodec,
+    ) -> None:
+        """Follow the stream into these local stores and this hub, from where they stopped;
+        returns once caught up with the stream's end at the call."""
+        position = ClusterPosition(database, self.log.incarnation)
+        followed = await position.load()
+        self.agents.claims.update(followed.owners)
+        applier = Applier(timeline, records, hub, position, codec, self.agents)
+        self.follower = Follower(self.log, self.client, applier.apply, followed.sequence)
+        self._parts = ChannelParts(self.log, self.leases, self._clock, self.follower.applied)
+        self.timeline = ClusterTimeline(timeline, codec, self.channel)
+        self.records = ClusterRecords(records, self.channel)
+        self.publisher = ClusterPublisher(hub, self.channel)
+        self._watcher = await self.leases.watch()
+        self._tasks.append(asyncio.ensure_future(self._watch(self._watcher)))
+        await self.follower.start()
+        await self.follower.caught_up()
+
+    def local(self, loaded: LoadedAgents) -> LoadedAgents:
+        """The stored agents this node runs (its own by their last claim); the others are
+        kept in the read model of other nodes' agents."""
+        mine = []
+        for agent in loaded.agents:
+            if self.agents.claims.get(agent.id) == self.node_id:
+                mine.append(agent)
+                self.agents.local.add(agent.id)
+            else:
+                self.agents.put(agent)
+        self._restored = [agent.id for agent in mine]
+        return LoadedAgents(mine, loaded.bad)
+
+    def adopt(self) -> None:
+        """Take the leases of the agents restored here (each channel claims its subject)."""
+        for agent_id in self._restored:
+            self.channel(agent_id)
+
+    def channel(self, agent_id: str) -> AgentChannel:
+        """The agent's channel, opened (lease, claim) at its first write from this node."""
+        channel = self.channels.get(agent_id)
+        if channel is None:
+            assert self._parts is not None, "attach first"
+            channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts)
+            self.agents.local.add(agent_id)
+        return channel
+
+    def owner_of(self, agent_id: str) -> str | None:
+        """The node a change of the agent goes to; None: this one, or none is known."""
+        return self.agents.owner_of(agent_id)
+
+    async def _watch(self, watcher: KeyValue.KeyWatcher) -> None:
+        holders = self.agents.holders
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    continue
+                if entry.operation in (KV_DEL, KV_PURGE):
+                    holders.pop(entry.key, None)
+                    continue
+                with contextlib.suppress(ValueError, KeyError):
+                    holders[entry.key] = decode_lease(entry.value, entry.revision or 0).node
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the watch of the cluster's leases stopped")
+
+    async def stop(self) -> None:
+        """Give up the leases, stop following, close the connection."""
+        await asyncio.gather(*(channel.close() for channel in self.channels.values()))
+        if self.follower is not None:
+            await self.follower.stop()
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()  # type: ignore[no-untyped-call]
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        with contextlib.suppress(Exception):
+            await self.client.close()
