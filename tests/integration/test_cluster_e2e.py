@@ -1,0 +1,282 @@
+"""A whole cluster of real processes (tests/support/cluster_nodes.py): three NATS servers, three
+`corral serve --cluster` nodes and Envoy running deploy/cluster/envoy.yaml in front of them.
+Agents are created on different nodes and sent prompts (the scripted provider); Python clients
+subscribed from revision 0 through Envoy and to each node directly see, byte for byte, what a
+replay from revision 0 on another node gives; grpcurl through Envoy lists and pages the same.
+Then, each in its own cluster: the NATS server leading the stream is killed with SIGKILL while
+prompts keep coming (every acknowledged prompt stored once, no subscriber sees a gap or a
+duplicate), and a corral node is killed with SIGKILL (a subscriber that was on it resumes
+through Envoy on another node from its last revision, with no reset and no gap)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import timeline_service_pb2 as tl_pb
+from corral.v1 import turn_service_pb2 as turn_pb
+from tests.support.client import Stubs, create_request, prompt_request
+from tests.support.cluster_nodes import Cluster, running_cluster
+
+T = TypeVar("T")
+TIMEOUT = 60.0  # generous: the suite runs two of these on 2 cores beside everything else
+GRPCURL = Path(sys.executable).parent / "grpcurl"
+_message_ids = itertools.count()
+
+
+async def until(probe: Callable[[], Awaitable[T | None]], what: str) -> T:
+    """Ask `probe` (a coroutine function) until it answers something true, within TIMEOUT."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while not (answer := await probe()):
+        assert loop.time() < deadline, f"never: {what}"
+        await asyncio.sleep(0.02)
+    return answer
+
+
+@contextlib.asynccontextmanager
+async def stubs_at(address: str) -> AsyncIterator[Stubs]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        yield Stubs.of(channel)
+
+
+@dataclass
+class Subscriber:
+    """A Subscribe from revision 0 that keeps every event with a revision, serialized. With
+    `resume_at`, a stream that breaks is opened again there from the last revision seen and
+    the incarnation its `synced` named."""
+
+    name: str
+    address: str
+    resume_at: str | None = None
+    events: list[bytes] = field(default_factory=list)
+    revisions: list[int] = field(default_factory=list)
+    synced: list[event_pb.Synced] = field(default_factory=list)
+    resets: int = 0
+    breaks: list[tuple[int, str]] = field(default_factory=list)  # (last revision, status)
+    incarnation: str = ""
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def last(self) -> int:
+        return self.revisions[-1] if self.revisions else 0
+
+    def start(self) -> Subscriber:
+        self.task = asyncio.ensure_future(self._follow())
+        return self
+
+    async def _follow(self) -> None:
+        address = self.address
+        while True:
+            request = event_pb.SubscribeRequest(
+                resume_revision=self.last, resume_incarnation=self.incarnation
+            )
+            async with stubs_at(address) as stubs:
+                try:
+                    async for response in stubs.events.Subscribe(request):
+                        self._take(response.events)
+                    raise AssertionError(f"{self.name}: the stream ended")
+                except grpc.aio.AioRpcError as error:
+                    if self.resume_at is None:
+                        raise
+                    self.breaks.append((self.last, error.code().name))
+                    address = self.resume_at
+
+    def _take(self, events: Any) -> None:
+        for event in events:
+            if event.HasField("synced"):
+                self.synced.append(event.synced)
+                self.incarnation = event.synced.incarnation
+            if event.HasField("subscription_reset"):
+                self.resets += 1
+            if event.revision:
+                self.events.append(event.SerializeToString())
+                self.revisions.append(event.revision)
+
+    async def reached(self, revision: int) -> None:
+        async def probe() -> bool:
+            if self.task is not None and self.task.done():
+                self.task.result()  # its failure, raised here
+                raise AssertionError(f"{self.name} stopped")
+            return self.last >= revision
+
+        await until(probe, f"{self.name} at revision {revision}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def up_to(self, revision: int) -> list[bytes]:
+        return [e for e, r in zip(self.events, self.revisions, strict=True) if r <= revision]
+
+
+async def replay(address: str, until_revision: int) -> list[bytes]:
+    """A fresh subscription's events from revision 0 to `until_revision`, serialized."""
+    replayed = Subscriber(f"replay at {address}", address).start()
+    try:
+        await replayed.reached(until_revision)
+    finally:
+        await replayed.stop()
+    assert replayed.resets == 0 and replayed.revisions[0] == 1
+    return replayed.up_to(until_revision)
+
+
+async def head_of(address: str) -> tuple[str, int]:
+    """The incarnation and the head revision a fresh subscription's `synced` names."""
+    async with stubs_at(address) as stubs:
+        call = stubs.events.Subscribe(event_pb.SubscribeRequest())
+        try:
+            async for response in call:
+                for event in response.events:
+                    if event.HasField("synced"):
+                        return event.synced.incarnation, event.synced.revision
+        finally:
+            call.cancel()
+    raise AssertionError(f"{address}: no synced")
+
+
+async def settled_head(cluster: Cluster) -> int:
+    """The head once every node names the same one (each has applied the whole stream)."""
+
+    async def probe() -> int | None:
+        heads = {await head_of(node.address) for node in cluster.nodes if _alive(node)}
+        (_, head), *others = heads
+        return head if not others else None
+
+    return await until(probe, "every node at one head")
+
+
+def _alive(node: Any) -> bool:
+    return node.proc is not None and node.proc.poll() is None
+
+
+def no_gap(subscriber: Subscriber) -> None:
+    assert subscriber.resets == 0, f"{subscriber.name} was reset"
+    assert all(not synced.reset for synced in subscriber.synced), subscriber.name
+    count = len(subscriber.revisions)
+    assert subscriber.revisions == list(range(1, count + 1)), f"{subscriber.name}: gap/duplicate"
+
+
+async def create_on(address: str, tmp_path: Path, name: str) -> str:
+    async with stubs_at(address) as stubs:
+        agent = (await stubs.agents.CreateAgent(create_request(str(tmp_path), title=name))).agent
+        return agent.id
+
+
+async def prompt(address: str, agent_id: str, text: str, timeout: float = TIMEOUT) -> None:
+    """A SendPrompt to the agent's owner with a client message id of its own."""
+    async with stubs_at(address) as stubs:
+        request = prompt_request(agent_id, f"/reply {text}")
+        request.client_message_id = f"m{next(_message_ids)}"
+        await stubs.turns.SendPrompt(request, timeout=timeout)
+
+
+async def idle(address: str, agent_id: str) -> None:
+    async with stubs_at(address) as stubs:
+        request = turn_pb.WaitForIdleRequest(agent_id=agent_id)
+        request.timeout.FromSeconds(int(TIMEOUT))
+        reply = await stubs.turns.WaitForIdle(request, timeout=TIMEOUT + 5)
+        assert reply.status == turn_pb.WAIT_STATUS_IDLE, reply
+
+
+async def rows_of(address: str, agent_id: str) -> list[bytes]:
+    async with stubs_at(address) as stubs:
+        request = tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=1000)
+        page = await stubs.timeline.FetchTimeline(request)
+        return [row.SerializeToString() for row in page.rows]
+
+
+async def prompts_stored(address: str, agent_id: str) -> list[str]:
+    """The text of every user prompt in the agent's timeline, in order."""
+    async with stubs_at(address) as stubs:
+        request = tl_pb.FetchTimelineRequest(agent_id=agent_id, limit=1000)
+        page = await stubs.timeline.FetchTimeline(request)
+    texts = []
+    for row in page.rows:
+        if row.item.HasField("user_message"):
+            texts.append(row.item.user_message.text)
+    return texts
+
+
+def grpcurl(address: str, method: str, body: dict[str, Any]) -> str:
+    assert GRPCURL.is_file(), f"grpcurl is missing at {GRPCURL}: install the dev extras"
+    done = subprocess.run(
+        [str(GRPCURL), "-plaintext", "-d", json.dumps(body), address, method],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    with running_cluster(tmp_path) as running:
+        yield running
+
+
+def subscribers_on(cluster: Cluster, resume: bool = False) -> list[Subscriber]:
+    envoy = cluster.through_envoy
+    others = [Subscriber(node.name, node.address) for node in cluster.nodes]
+    return [Subscriber("envoy", envoy, envoy if resume else None), *others]
+
+
+async def test_agents_on_every_node_stream_the_same_events_everywhere(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    subscribers = [s.start() for s in subscribers_on(cluster)]
+    owners = {}
+    for node in cluster.nodes:
+        owners[await create_on(node.address, tmp_path, node.name)] = node.address
+    for round_ in range(3):
+        for agent_id, owner in owners.items():
+            await prompt(owner, agent_id, f"round {round_} for {agent_id}")
+    for agent_id, owner in owners.items():
+        await idle(owner, agent_id)
+    head = await settled_head(cluster)
+    incarnations = {(await head_of(node.address))[0] for node in cluster.nodes}
+    assert len(incarnations) == 1
+    for subscriber in subscribers:
+        await subscriber.reached(head)
+        await subscriber.stop()
+        no_gap(subscriber)
+    for index, subscriber in enumerate(subscribers):
+        other = cluster.nodes[index % len(cluster.nodes)]
+        if other.name == subscriber.name:
+            other = cluster.nodes[(index + 1) % len(cluster.nodes)]
+        assert subscriber.up_to(head) == await replay(other.address, head), subscriber.name
+
+    envoy = cluster.through_envoy
+    async with stubs_at(envoy) as through:
+        listed = await through.agents.ListAgents(agent_pb.ListAgentsRequest())
+        assert sorted(a.id for a in listed.agents) == sorted(owners)
+    for agent_id, owner in owners.items():
+        rows = await rows_of(owner, agent_id)
+        assert await rows_of(envoy, agent_id) == rows
+        assert len(await prompts_stored(owner, agent_id)) == 3
+
+    # grpcurl (server reflection through Envoy) sees what each node answers directly.
+    listing = json.loads(grpcurl(envoy, "corral.v1.AgentService/ListAgents", {}))
+    assert sorted(a["id"] for a in listing["agents"]) == sorted(owners)
+    for agent_id in owners:
+        body = {"agent_id": agent_id, "limit": 1000}
+        method = "corral.v1.TimelineService/FetchTimeline"
+        page = grpcurl(envoy, method, body)
+        for node in cluster.nodes:
+            assert grpcurl(node.address, method, body) == page, node.name
