@@ -178,12 +178,12 @@ async def create_on(address: str, tmp_path: Path, name: str) -> str:
         return agent.id
 
 
-async def prompt(address: str, agent_id: str, text: str, timeout: float = TIMEOUT) -> None:
+async def prompt(address: str, agent_id: str, text: str) -> None:
     """A SendPrompt to the agent's owner with a client message id of its own."""
     async with stubs_at(address) as stubs:
         request = prompt_request(agent_id, f"/reply {text}")
         request.client_message_id = f"m{next(_message_ids)}"
-        await stubs.turns.SendPrompt(request, timeout=timeout)
+        await stubs.turns.SendPrompt(request, timeout=TIMEOUT)
 
 
 async def idle(address: str, agent_id: str) -> None:

@@ -22,8 +22,9 @@ from typing import Any
 
 import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
+from corral_cli.health import health_stub
 from tests.support.envoy import Envoy, envoy_running
 from tests.support.envoy import poll as envoy_poll
 from tests.support.nats import NatsCluster, free_ports, poll, running_nats_cluster
@@ -38,8 +39,7 @@ def health_of(address: str) -> str | None:
     """The node's grpc.health.v1 status for "" (SERVING, NOT_SERVING), None: no answer."""
     try:
         with grpc.insecure_channel(address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
+            reply = health_stub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
     except grpc.RpcError:
         return None
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
@@ -208,6 +208,15 @@ def envoy_on_loopback(grpc_ports: list[int], web_ports: list[int]) -> str:
     return yaml.safe_dump(config)
 
 
+def stop_all(nodes: list[CorralNode]) -> None:
+    """SIGTERM to every node at once (each drains), then wait for each."""
+    for node in nodes:
+        if node.proc is not None and node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGTERM)
+    for node in nodes:
+        node.stop()
+
+
 def make_nodes(tmp_path: Path, nats: NatsCluster, names: tuple[str, ...]) -> list[CorralNode]:
     ports = free_ports(2 * len(names))
     nodes = []
@@ -239,7 +248,7 @@ def running_cluster(
     with contextlib.ExitStack() as stack:
         nats = stack.enter_context(running_nats_cluster(tmp_path / "nats"))
         nodes = make_nodes(tmp_path, nats, names)
-        stack.callback(lambda: [node.stop() for node in nodes])
+        stack.callback(stop_all, nodes)
         for node in nodes:
             node.spawn()
         for node in nodes:
