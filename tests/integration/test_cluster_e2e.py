@@ -280,3 +280,117 @@ async def test_agents_on_every_node_stream_the_same_events_everywhere(
         page = grpcurl(envoy, method, body)
         for node in cluster.nodes:
             assert grpcurl(node.address, method, body) == page, node.name
+
+
+@dataclass
+class Sender:
+    """Prompts to one agent's owner, one after another until told to stop; which were
+    acknowledged and which failed (those may or may not be stored)."""
+
+    agent_id: str
+    owner: str
+    acked: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        for number in itertools.count():
+            if self.stop.is_set():
+                return
+            text = f"prompt {number} to {self.agent_id}"
+            try:
+                await prompt(self.owner, self.agent_id, text)
+                self.acked.append(f"/reply {text}")
+            except grpc.aio.AioRpcError as error:
+                self.failed.append((f"/reply {text}", error.code().name))
+
+    async def stored_once(self) -> None:
+        """Every acknowledged prompt is in the timeline exactly once; nothing else is, but for
+        failed ones (at most once each)."""
+        stored = await prompts_stored(self.owner, self.agent_id)
+        assert len(stored) == len(set(stored)), "a prompt stored twice"
+        missing = [text for text in self.acked if text not in stored]
+        assert not missing, f"acknowledged, not stored: {missing}"
+        assert set(stored) <= set(self.acked) | {text for text, _ in self.failed}
+
+
+async def agents_on_every_node(cluster: Cluster, tmp_path: Path) -> dict[str, str]:
+    """An agent created on each node directly: its id and its owner's address."""
+    return {await create_on(n.address, tmp_path, n.name): n.address for n in cluster.nodes}
+
+
+async def everyone_agrees(cluster: Cluster, subscribers: list[Subscriber]) -> int:
+    """Once the nodes name one head: every subscriber reached it with no gap, no duplicate and
+    no reset, and its events equal a replay from revision 0 on a running node."""
+    head = await settled_head(cluster)
+    replayed = await replay(next(n for n in cluster.nodes if _alive(n)).address, head)
+    for subscriber in subscribers:
+        await subscriber.reached(head)
+        await subscriber.stop()
+        no_gap(subscriber)
+        assert subscriber.up_to(head) == replayed, subscriber.name
+    return head
+
+
+async def test_the_stream_leader_killed_mid_stream_loses_and_repeats_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    subscribers = [s.start() for s in subscribers_on(cluster)]
+    owners = await agents_on_every_node(cluster, tmp_path)
+    senders = [Sender(agent_id, owner) for agent_id, owner in owners.items()]
+    running = [asyncio.ensure_future(sender.run()) for sender in senders]
+
+    async def acked(at_least: int) -> bool:
+        return all(len(sender.acked) >= at_least for sender in senders)
+
+    await until(lambda: acked(3), "prompts acknowledged before the kill")
+    leader = cluster.stream_leader()
+    assert leader is not None
+    await asyncio.to_thread(cluster.kill_nats, leader)
+    before = [len(sender.acked) for sender in senders]
+    await until(lambda: acked(max(before) + 3), "prompts acknowledged after the kill")
+    assert cluster.stream_leader() not in (None, leader)
+    for sender in senders:
+        sender.stop.set()
+    await asyncio.gather(*running)
+    for agent_id, owner in owners.items():
+        await idle(owner, agent_id)
+    head = await everyone_agrees(cluster, subscribers)
+    for sender in senders:
+        await sender.stored_once()
+    acknowledged = sum(len(sender.acked) for sender in senders)
+    failed = sum(len(sender.failed) for sender in senders)
+    print(f"stream leader {leader} killed: {acknowledged} prompts acknowledged", end=" ")
+    print(f"({sum(before)} before the kill), {failed} failed, head revision {head}")
+
+
+async def test_a_subscriber_on_a_killed_node_resumes_through_envoy_on_another(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    envoy = cluster.through_envoy
+    victim = cluster.nodes[0]
+    on_victim = Subscriber("on the victim", victim.address, resume_at=envoy).start()
+    through = [Subscriber(f"envoy {i}", envoy, resume_at=envoy).start() for i in range(4)]
+    owners = await agents_on_every_node(cluster, tmp_path)
+    for agent_id, owner in owners.items():
+        await prompt(owner, agent_id, "before the kill")
+        await idle(owner, agent_id)
+    head = await settled_head(cluster)
+    for subscriber in (on_victim, *through):
+        await subscriber.reached(head)
+    victim_streams = cluster.active_requests(victim.name)
+    await asyncio.to_thread(victim.kill)
+    for agent_id, owner in owners.items():
+        if owner != victim.address:
+            await prompt(owner, agent_id, "after the kill")
+            await idle(owner, agent_id)
+    await until(lambda: _resumed(on_victim), "the victim's subscriber resumed")
+    await everyone_agrees(cluster, [on_victim, *through])
+    assert [last for last, _ in on_victim.breaks] == [head]
+    broken = [s for s in through if s.breaks]
+    assert len(broken) == victim_streams, (victim_streams, [s.breaks for s in through])
+    assert all(len(s.breaks) == 1 for s in broken)
+
+
+async def _resumed(subscriber: Subscriber) -> bool:
+    return bool(subscriber.breaks) and len(subscriber.synced) >= 2

@@ -25,7 +25,7 @@ import yaml
 from grpc_health.v1 import health_pb2
 
 from corral_cli.health import health_stub
-from tests.support.envoy import Envoy, envoy_running
+from tests.support.envoy import Envoy, admin_get, envoy_running
 from tests.support.envoy import poll as envoy_poll
 from tests.support.nats import NatsCluster, free_ports, poll, running_nats_cluster
 
@@ -159,6 +159,14 @@ class Cluster:
             for leader in _stream_leaders(url, stream):
                 return leader
         return None
+
+    def active_requests(self, name: str) -> int:
+        """The calls Envoy has open on node `name` now (its streams included)."""
+        prefix = f"corral::127.0.0.1:{self.node(name).port}::rq_active::"
+        for line in admin_get(self.envoy.admin, "/clusters").splitlines():
+            if line.startswith(prefix):
+                return int(line[len(prefix) :])
+        raise AssertionError(f"Envoy lists no node {name}")
 
     def until_in_rotation(self, name: str, flags: str = "healthy") -> None:
         """Until Envoy's health check shows node `name` as `flags` (or /failed_active_hc)."""
