@@ -193,11 +193,11 @@ def _stream_leaders(url: str, stream: str) -> list[str]:
     return leaders
 
 
-def envoy_on_loopback(grpc_ports: list[int], web_ports: list[int]) -> str:
-    """deploy/cluster/envoy.yaml with its admin and listeners on free loopback ports and its
-    three nodes (the file's corral-1..3, in order) on the given ports; everything else as
-    shipped."""
-    config: dict[str, Any] = yaml.safe_load(ENVOY_CONFIG.read_text())
+def envoy_on_loopback(grpc_ports: list[int], web_ports: list[int], text: str = "") -> str:
+    """deploy/cluster/envoy.yaml (or `text`, a changed copy of it) with its admin and
+    listeners on free loopback ports and its three nodes (the file's corral-1..3, in order) on
+    the given ports; everything else as shipped."""
+    config: dict[str, Any] = yaml.safe_load(text or ENVOY_CONFIG.read_text())
     config["admin"]["address"]["socket_address"]["port_value"] = 0
     for listener in config["static_resources"]["listeners"]:
         listener["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": 0}
