@@ -16,7 +16,7 @@ import pytest
 
 from corral.v1 import event_service_pb2 as event_pb
 from corral_server.app import Config
-from tests.support.client import Stubs
+from tests.support.client import Stubs, next_message
 from tests.support.cluster_nodes import ENVOY_CONFIG as CLUSTER
 from tests.support.cluster_nodes import envoy_on_loopback
 from tests.support.daemon import DaemonThread
@@ -49,7 +49,7 @@ async def quiet_for(listener: str, seconds: float) -> None:
     must still be open (no status) at the end."""
     async with grpc.aio.insecure_channel(listener) as channel:
         call = Stubs.of(channel).events.Subscribe(event_pb.SubscribeRequest())
-        while not any(e.HasField("synced") for e in (await call.read()).events):
+        while not any(e.HasField("synced") for e in (await next_message(call)).events):
             pass
         with pytest.raises(TimeoutError):  # nothing came, and the stream did not end
             await asyncio.wait_for(call.read(), seconds)
