@@ -394,3 +394,35 @@ async def test_a_subscriber_on_a_killed_node_resumes_through_envoy_on_another(
 
 async def _resumed(subscriber: Subscriber) -> bool:
     return bool(subscriber.breaks) and len(subscriber.synced) >= 2
+
+
+async def test_a_killed_node_started_again_catches_up_and_runs_its_agents_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A crashed node's process started again at once (as compose's `restart: on-failure`
+    does): it catches up from its stored position and takes its own agents back once their
+    leases (held by its dead process) expire, within a lease duration and the skew margin."""
+    victim = cluster.nodes[0]
+    agent_id = await create_on(victim.address, tmp_path, "on the victim")
+    await prompt(victim.address, agent_id, "before the kill")
+    await idle(victim.address, agent_id)
+    await asyncio.to_thread(victim.kill)
+    other = cluster.nodes[1].address
+    others_agent = await create_on(other, tmp_path, "while it is down")
+    await prompt(other, others_agent, "while the victim is down")
+    await idle(other, others_agent)
+    await asyncio.to_thread(victim.restart)
+    head = await settled_head(cluster)
+    assert await replay(victim.address, head) == await replay(other, head)
+
+    async def prompted_again() -> bool:
+        try:
+            await prompt(victim.address, agent_id, "after the restart")
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            return False
+        return True
+
+    await until(prompted_again, "the restarted node's agent taking a prompt")
+    await idle(victim.address, agent_id)
+    assert (await prompts_stored(victim.address, agent_id))[-1] == "/reply after the restart"
