@@ -97,8 +97,18 @@ async def bench_cluster(tmp: Path) -> AsyncIterator[tuple[list[Node], Envoy]]:
                 if node.proc.returncode is None:
                     node.proc.terminate()
             for node in nodes:
-                await node.proc.wait()
-                await node.channel.close()
+                await stopped(node)
+
+
+async def stopped(node: Node) -> None:
+    """The node's exit after its SIGTERM; killed, and said so, if it hangs in its stop."""
+    try:
+        await asyncio.wait_for(node.proc.wait(), 30)
+    except TimeoutError:
+        print(f"node {node.name} did not stop within 30 s of SIGTERM: killed", flush=True)
+        node.proc.kill()
+        await node.proc.wait()
+    await node.channel.close()
 
 
 def _made(path: Path) -> Path:
@@ -116,10 +126,19 @@ async def create(node: Node, provider: str, cwd: str) -> str:
 
 
 async def idle(node: Node, agent_id: str) -> None:
+    error = await ended(node, agent_id)
+    assert not error, f"agent {agent_id} on {node.name}: {error}"
+
+
+async def ended(node: Node, agent_id: str) -> str:
+    """Once the agent's turns ended: "" when it is idle, else its error."""
     request = turn_pb.WaitForIdleRequest(agent_id=agent_id)
     request.timeout.FromSeconds(600)
     reply = await node.stubs.turns.WaitForIdle(request)
-    assert reply.status == turn_pb.WAIT_STATUS_IDLE, reply
+    if reply.status == turn_pb.WAIT_STATUS_IDLE:
+        return ""
+    got = await node.stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))
+    return f"{got.agent.last_error.code}: {got.agent.last_error.message}"
 
 
 async def turn_end_seen(node: Node, agent_id: str, synced: asyncio.Event) -> float:
@@ -165,16 +184,17 @@ async def single_daemon(rows: int, state_dir: Path) -> float:
         await corral.stop()
 
 
-async def many_writers(nodes: list[Node], rows: int, cwd: str) -> float:
-    """C2: total rows/s of AGENTS_PER_NODE bursting agents on every node at once."""
+async def many_writers(nodes: list[Node], rows: int, cwd: str) -> tuple[float, list[str]]:
+    """C2: total rows/s of AGENTS_PER_NODE bursting agents on every node at once; the errors
+    of those that failed (then the rate is not a figure)."""
     owned = [(n, await create(n, "burst", cwd)) for n in nodes for _ in range(AGENTS_PER_NODE)]
     await asyncio.gather(*(idle(n, a) for n, a in owned))
     start = time.perf_counter()
     await asyncio.gather(
         *(n.stubs.turns.SendPrompt(prompt_of(a, f"rows {rows}")) for n, a in owned)
     )
-    await asyncio.gather(*(idle(n, a) for n, a in owned))
-    return rows * len(owned) / (time.perf_counter() - start)
+    errors = [e for e in await asyncio.gather(*(ended(n, a) for n, a in owned)) if e]
+    return rows * len(owned) / (time.perf_counter() - start), errors
 
 
 async def watch_others(node: Node, owners: dict[str, str], latencies: list[float]) -> None:
@@ -307,11 +327,13 @@ def load_average() -> str:
 
 
 async def measure(quick: bool) -> list[str]:
+    """Every figure's line, each printed as soon as it is measured (a later one may fail)."""
     one_rows, many_rows, turns = (20_000, 2_000, 6) if quick else (100_000, 10_000, 20)
     with tempfile.TemporaryDirectory(prefix="corral-bench-cluster-") as tmp:
         cwd = str(_made(Path(tmp) / "cwd"))
         async with bench_cluster(Path(tmp)) as (nodes, envoy):
-            lines = [f"Cluster (preview), 3 nodes on 3 NATS servers (R3); {load_average()}"]
+            lines = Lines()
+            lines.append(f"Cluster (preview), 3 nodes on 3 NATS servers (R3); {load_average()}")
             at_owner, at_other = await one_writer(nodes, one_rows, cwd)
             single = await single_daemon(one_rows, Path(tmp) / "single")
             lines.append(
@@ -320,9 +342,10 @@ async def measure(quick: bool) -> list[str]:
                 f"daemon, the same burst: {single:,.0f} rows/s (the cluster "
                 f"{at_owner / single:.2f}x it)"
             )
-            total = await many_writers(nodes, many_rows, cwd)
+            total, errors = await many_writers(nodes, many_rows, cwd)
+            failed = f"FAILED: {len(errors)} agents errored, first: {errors[0]}; " if errors else ""
             lines.append(
-                f"C2 {3 * AGENTS_PER_NODE} agents over 3 nodes, {many_rows:,} rows each: "
+                f"C2 {3 * AGENTS_PER_NODE} agents over 3 nodes, {many_rows:,} rows each: {failed}"
                 f"{total:,.0f} rows/s in all (goal >= 50,000); {load_average()}"
             )
             samples = await latency(nodes, turns, cwd)
@@ -341,9 +364,16 @@ async def measure(quick: bool) -> list[str]:
     return lines
 
 
-async def report(quick: bool) -> str:
-    return "\n".join(await measure(quick))
+class Lines(list[str]):
+    def append(self, line: str) -> None:
+        print(line, flush=True)
+        super().append(line)
+
+
+async def report(quick: bool) -> None:
+    """Prints the figures."""
+    await measure(quick)
 
 
 if __name__ == "__main__":
-    print(asyncio.run(report("--quick" in sys.argv)))
+    asyncio.run(report("--quick" in sys.argv))

@@ -81,7 +81,7 @@ async def main(quick: bool) -> None:
     loads = await asyncio.to_thread(dashboard.page_load_ms, 3 if quick else dashboard.LOADS)
     print(dashboard.report(dashboard.gzip_sizes(), loads))
     print()
-    print(await cluster.report(quick))
+    await cluster.report(quick)
 
 
 if __name__ == "__main__":
