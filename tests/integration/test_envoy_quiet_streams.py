@@ -20,7 +20,7 @@ from tests.support.client import Stubs, next_message
 from tests.support.cluster_nodes import ENVOY_CONFIG as CLUSTER
 from tests.support.cluster_nodes import envoy_on_loopback
 from tests.support.daemon import DaemonThread
-from tests.support.envoy import CONFIG, envoy_running
+from tests.support.envoy import CONFIG, envoy_running, running_envoy
 
 KEEPALIVE = "connection_keepalive: {interval: 10s, timeout: 5s}"
 QUIET_S = 9.0  # four pings two seconds apart: the last three strike under gRPC's defaults
@@ -29,19 +29,6 @@ QUIET_S = 9.0  # four pings two seconds apart: the last three strike under gRPC'
 def pinging_faster(text: str) -> str:
     assert KEEPALIVE in text, "the keepalive the test speeds up"
     return text.replace(KEEPALIVE, "connection_keepalive: {interval: 2s, timeout: 5s}")
-
-
-def single_daemon_config(port: int) -> str:
-    text = CONFIG.read_text()
-    for old, new in (
-        ("port_value: 9901", "port_value: 0"),
-        ("address: 0.0.0.0, port_value: 50050", "address: 127.0.0.1, port_value: 0"),
-        ("port_value: 50051", f"port_value: {port}"),
-        ("port_value: 50052", f"port_value: {port}"),
-    ):
-        assert old in text, old
-        text = text.replace(old, new)
-    return text
 
 
 async def quiet_for(listener: str, seconds: float) -> None:
@@ -63,11 +50,14 @@ async def test_a_quiet_subscribe_through_envoy_outlasts_its_pings(
     daemon = DaemonThread(Config()).start()
     try:
         if shipped == "deploy/envoy.yaml":
-            text = pinging_faster(single_daemon_config(daemon.port))
+            faster = tmp_path / "faster.yaml"
+            faster.write_text(pinging_faster(CONFIG.read_text()))
+            running = running_envoy(tmp_path, daemon.port, daemon.port, faster)
         else:
             ports = [daemon.port] * 3
             text = envoy_on_loopback(ports, ports, pinging_faster(CLUSTER.read_text()))
-        with envoy_running(tmp_path, text) as envoy:
+            running = envoy_running(tmp_path, text)
+        with running as envoy:
             await envoy.until_health(daemon.port, "healthy")  # then its listener takes calls
             listener = envoy.listening("corral_grpc")
             await quiet_for(listener, QUIET_S)
