@@ -19,126 +19,28 @@ Run: .venv/bin/python -m bench.cluster [--quick]
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from bench.cluster_procs import Node, bench_cluster, create, ended, idle, made, prompt_of
 from bench.latency import PROMPT, percentile
 from bench.p1 import Corral
 from corral.v1 import agent_service_pb2 as agent_pb
-from corral.v1 import content_pb2 as content_pb
 from corral.v1 import event_service_pb2 as event_pb
-from corral.v1 import turn_service_pb2 as turn_pb
 from tests.support.client import Stubs
-from tests.support.cluster_nodes import envoy_on_loopback
-from tests.support.envoy import Envoy, envoy_running
-from tests.support.nats import free_ports, running_nats_cluster
+from tests.support.envoy import Envoy
 
 AGENTS_PER_NODE = 10
 INTERVAL_S = 0.5  # C3's open loop: each agent prompted every half second
 TOOL_DONE = 3  # ToolCall.status COMPLETED
-
-
-@dataclass
-class Node:
-    name: str
-    proc: asyncio.subprocess.Process
-    address: str
-    channel: grpc.aio.Channel = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.channel = grpc.aio.insecure_channel(self.address)
-
-    @property
-    def stubs(self) -> Stubs:
-        return Stubs.of(self.channel)
-
-
-async def start_node(tmp: Path, name: str, port: int, urls: list[str]) -> Node:
-    with (tmp / f"{name}.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "bench.cluster_node", str(port), str(tmp / name)),
-            *(name, ",".join(urls)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-        )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 120)
-    assert line.strip() == str(port).encode(), f"node {name} did not start: {line!r}"
-    return Node(name, proc, f"127.0.0.1:{port}")
-
-
-@contextlib.asynccontextmanager
-async def bench_cluster(tmp: Path) -> AsyncIterator[tuple[list[Node], Envoy]]:
-    with running_nats_cluster(_made(tmp / "nats")) as nats:
-        ports = free_ports(3)
-        names = ("n1", "n2", "n3")
-        nodes = list(
-            await asyncio.gather(
-                *(start_node(tmp, n, p, nats.urls) for n, p in zip(names, ports, strict=True))
-            )
-        )
-        try:
-            with envoy_running(_made(tmp / "envoy"), envoy_on_loopback(ports, ports)) as envoy:
-                for port in ports:
-                    await envoy.until_health(port, "healthy")
-                yield nodes, envoy
-        finally:
-            for node in nodes:
-                if node.proc.returncode is None:
-                    node.proc.terminate()
-            for node in nodes:
-                await stopped(node)
-
-
-async def stopped(node: Node) -> None:
-    """The node's exit after its SIGTERM; killed, and said so, if it hangs in its stop."""
-    try:
-        await asyncio.wait_for(node.proc.wait(), 30)
-    except TimeoutError:
-        print(f"node {node.name} did not stop within 30 s of SIGTERM: killed", flush=True)
-        node.proc.kill()
-        await node.proc.wait()
-    await node.channel.close()
-
-
-def _made(path: Path) -> Path:
-    path.mkdir()
-    return path
-
-
-def prompt_of(agent_id: str, text: str) -> turn_pb.SendPromptRequest:
-    return turn_pb.SendPromptRequest(agent_id=agent_id, content=[content_pb.ContentPart(text=text)])
-
-
-async def create(node: Node, provider: str, cwd: str) -> str:
-    request = agent_pb.CreateAgentRequest(provider=provider, cwd=cwd)
-    return (await node.stubs.agents.CreateAgent(request)).agent.id
-
-
-async def idle(node: Node, agent_id: str) -> None:
-    error = await ended(node, agent_id)
-    assert not error, f"agent {agent_id} on {node.name}: {error}"
-
-
-async def ended(node: Node, agent_id: str) -> str:
-    """Once the agent's turns ended: "" when it is idle, else its error."""
-    request = turn_pb.WaitForIdleRequest(agent_id=agent_id)
-    request.timeout.FromSeconds(600)
-    reply = await node.stubs.turns.WaitForIdle(request)
-    if reply.status == turn_pb.WAIT_STATUS_IDLE:
-        return ""
-    got = await node.stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))
-    return f"{got.agent.last_error.code}: {got.agent.last_error.message}"
 
 
 async def turn_end_seen(node: Node, agent_id: str, synced: asyncio.Event) -> float:
@@ -326,41 +228,69 @@ def load_average() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
+@dataclass
+class Run:
+    nodes: list[Node]
+    envoy: Envoy
+    tmp: Path
+    cwd: str
+    quick: bool
+
+
+async def c1(run: Run) -> str:
+    rows = 20_000 if run.quick else 100_000
+    at_owner, at_other = await one_writer(run.nodes, rows, run.cwd)
+    single = await single_daemon(rows, run.tmp / "single")
+    return (
+        f"C1 one agent's writer, {rows:,} rows: {at_owner:,.0f} rows/s at its owner, "
+        f"{at_other:,.0f} rows/s streamed on another node (goal >= 20,000); one durable "
+        f"daemon, the same burst: {single:,.0f} rows/s (the cluster {at_owner / single:.2f}x it)"
+    )
+
+
+async def c2(run: Run) -> str:
+    rows = 2_000 if run.quick else 10_000
+    total, errors = await many_writers(run.nodes, rows, run.cwd)
+    failed = f"FAILED: {len(errors)} agents errored, first: {errors[0]}; " if errors else ""
+    return (
+        f"C2 {3 * AGENTS_PER_NODE} agents over 3 nodes, {rows:,} rows each: {failed}"
+        f"{total:,.0f} rows/s in all (goal >= 50,000); {load_average()}"
+    )
+
+
+async def c3(run: Run) -> str:
+    samples = await latency(run.nodes, 6 if run.quick else 20, run.cwd)
+    return (
+        f"C3 provider event -> subscriber on another node ({len(samples):,} rows, "
+        f"{3 * AGENTS_PER_NODE} agents every {INTERVAL_S} s): p50 "
+        f"{percentile(samples, 0.5):.1f} ms, p99 {percentile(samples, 0.99):.1f} ms "
+        f"(goal p99 < 50 ms)"
+    )
+
+
+async def c4(run: Run) -> str:
+    switched, resets, gaps = await switch_over(run.nodes, run.envoy, run.cwd)
+    return (
+        f"C4 switch-over after a node SIGKILL, {len(switched)} subscribers on it: median "
+        f"{statistics.median(switched):.2f} s, max {max(switched):.2f} s (goal < 2 s); "
+        f"{resets} resets, {gaps} gaps; {load_average()}"
+    )
+
+
 async def measure(quick: bool) -> list[str]:
-    """Every figure's line, each printed as soon as it is measured (a later one may fail)."""
-    one_rows, many_rows, turns = (20_000, 2_000, 6) if quick else (100_000, 10_000, 20)
+    """Every figure's line, each printed as soon as it is measured; a figure that fails says
+    so and the next one still runs (C4 kills a node: it comes last)."""
     with tempfile.TemporaryDirectory(prefix="corral-bench-cluster-") as tmp:
-        cwd = str(_made(Path(tmp) / "cwd"))
+        cwd = str(made(Path(tmp) / "cwd"))
         async with bench_cluster(Path(tmp)) as (nodes, envoy):
+            run = Run(nodes, envoy, Path(tmp), cwd, quick)
             lines = Lines()
             lines.append(f"Cluster (preview), 3 nodes on 3 NATS servers (R3); {load_average()}")
-            at_owner, at_other = await one_writer(nodes, one_rows, cwd)
-            single = await single_daemon(one_rows, Path(tmp) / "single")
-            lines.append(
-                f"C1 one agent's writer, {one_rows:,} rows: {at_owner:,.0f} rows/s at its owner, "
-                f"{at_other:,.0f} rows/s streamed on another node (goal >= 20,000); one durable "
-                f"daemon, the same burst: {single:,.0f} rows/s (the cluster "
-                f"{at_owner / single:.2f}x it)"
-            )
-            total, errors = await many_writers(nodes, many_rows, cwd)
-            failed = f"FAILED: {len(errors)} agents errored, first: {errors[0]}; " if errors else ""
-            lines.append(
-                f"C2 {3 * AGENTS_PER_NODE} agents over 3 nodes, {many_rows:,} rows each: {failed}"
-                f"{total:,.0f} rows/s in all (goal >= 50,000); {load_average()}"
-            )
-            samples = await latency(nodes, turns, cwd)
-            lines.append(
-                f"C3 provider event -> subscriber on another node ({len(samples):,} rows, "
-                f"{3 * AGENTS_PER_NODE} agents every {INTERVAL_S} s): p50 "
-                f"{percentile(samples, 0.5):.1f} ms, p99 {percentile(samples, 0.99):.1f} ms "
-                f"(goal p99 < 50 ms)"
-            )
-            switched, resets, gaps = await switch_over(nodes, envoy, cwd)
-            lines.append(
-                f"C4 switch-over after a node SIGKILL, {len(switched)} subscribers on it: median "
-                f"{statistics.median(switched):.2f} s, max {max(switched):.2f} s (goal < 2 s); "
-                f"{resets} resets, {gaps} gaps; {load_average()}"
-            )
+            for figure in (c1, c2, c3, c4):
+                try:
+                    lines.append(await figure(run))
+                except (AssertionError, grpc.aio.AioRpcError, TimeoutError) as error:
+                    lines.append(f"{figure.__name__.upper()} FAILED: {error!r:.400}")
     return lines
 
 
