@@ -426,3 +426,37 @@ async def test_a_killed_node_started_again_catches_up_and_runs_its_agents_again(
     await until(prompted_again, "the restarted node's agent taking a prompt")
     await idle(victim.address, agent_id)
     assert (await prompts_stored(victim.address, agent_id))[-1] == "/reply after the restart"
+
+
+async def test_a_resume_on_a_node_behind_the_revision_waits_for_it_instead_of_a_reset(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A client that saw revision R on one node and resumes on another that has not applied R
+    yet (it lags behind the stream) gets R+1 on once that node has it, not a reset: in a
+    cluster a head behind the client's revision is a lag, not another event log."""
+    ahead, behind = cluster.nodes[0], cluster.nodes[1]
+    watcher = Subscriber("on the node ahead", ahead.address).start()
+    agent_id = await create_on(ahead.address, tmp_path, "ahead")
+    await idle(ahead.address, agent_id)
+    behind.pause()
+    try:
+        await prompt(ahead.address, agent_id, "while the other node is paused")
+        await idle(ahead.address, agent_id)
+        _, head = await head_of(ahead.address)
+        await watcher.reached(head)
+        resumed = Subscriber("resumed behind", behind.address)
+        resumed.revisions, resumed.incarnation = [head], watcher.incarnation
+        resumed.start()
+        await asyncio.sleep(0)  # the call is on its way before the node runs again
+    finally:
+        behind.resume()
+    await prompt(ahead.address, agent_id, "after")
+    await idle(ahead.address, agent_id)
+    final = await settled_head(cluster)
+    await resumed.reached(final)
+    await watcher.reached(final)
+    for subscriber in (watcher, resumed):
+        await subscriber.stop()
+    assert resumed.resets == 0 and not any(s.reset for s in resumed.synced), "reset"
+    assert resumed.revisions == list(range(head, final + 1))
+    assert resumed.events == watcher.up_to(final)[head:]

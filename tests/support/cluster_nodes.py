@@ -104,6 +104,15 @@ class CorralNode:
         """SIGKILL: no drain, no lease given up, nothing flushed."""
         self.stop(signal.SIGKILL)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but runs nothing (a node far behind)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def restart(self) -> None:
         self.spawn()
         self.serving()
