@@ -26,8 +26,11 @@ from pathlib import Path
 from bench.burst import TEXT
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.hub.ring import frame_with_revision
+from corral_server.records.store import LogEntry
 from corral_server.rpc.wire import row_appended_batch
 from corral_server.store.database import _CACHE_KIB, DB_FILE
+from corral_server.store.event_runs import INSERT as _INSERT_RUN
+from corral_server.store.event_runs import runs_of
 from corral_server.store.full_disk import PRAGMAS
 from corral_server.store.schema import migrate
 from corral_server.timeline.store import NewRow
@@ -39,7 +42,6 @@ _INSERT_ROW = (
     "INSERT INTO timeline_rows (timeline_id, seq, timestamp_ms, turn_id, provider_message_id,"
     " item) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_INSERT_EVENT = "INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)"
 _UPDATE_HEAD = "UPDATE timelines SET next_seq = ?, first_seq = ? WHERE agent_id = ?"
 _LOG_BYTES = (
     "INSERT INTO meta (key, value) VALUES ('event_log_bytes', ?)"
@@ -87,6 +89,12 @@ def bare_rows_per_s(rows: int, rows_per_commit: int) -> float:
     """P1'': rows/s of the bare writer (see the module doc). Blocking: run it in a thread."""
     stored, events = _encoded(rows)
     batch = max(1, rows_per_commit)
+    # The log's rows as the store makes them (runs of events: store/event_runs.py), made
+    # beforehand like every other row here.
+    runs = [
+        runs_of([LogEntry(*event) for event in events[start : start + batch]])
+        for start in range(0, rows, batch)
+    ]
     with tempfile.TemporaryDirectory(prefix="corral-anchor-") as scratch:
         conn = _connect(Path(scratch))
         try:
@@ -96,7 +104,7 @@ def bare_rows_per_s(rows: int, rows_per_commit: int) -> float:
                 stop = min(rows, start + batch)
                 conn.execute("BEGIN")
                 conn.executemany(_INSERT_ROW, stored[start:stop])
-                conn.executemany(_INSERT_EVENT, events[start:stop])
+                conn.executemany(_INSERT_RUN, runs[start // batch])
                 conn.execute(_UPDATE_HEAD, (stop + 1, 1, AGENT))
                 size += sum(len(event[2]) for event in events[start:stop])
                 conn.execute(_LOG_BYTES, (str(size),))
@@ -119,7 +127,7 @@ def fsync_ms(samples: int = 200) -> dict[str, float]:
                 started = time.perf_counter()
                 conn.execute("BEGIN")
                 conn.execute(_INSERT_ROW, stored[i])
-                conn.execute(_INSERT_EVENT, events[i])
+                conn.execute(_INSERT_RUN, (i + 1, 1, AGENT, None, None, events[i][2]))
                 conn.execute(_UPDATE_HEAD, (i + 2, 1, AGENT))
                 conn.execute(_LOG_BYTES, (str(i),))
                 conn.execute("COMMIT")

@@ -15,10 +15,11 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health
 
 from corral_server import edges
 from corral_server.clock import Clock, SystemClock
@@ -30,6 +31,7 @@ from corral_server.durable import (
     DurableStores,
     attach_node,
     cluster_node,
+    forwarding_of,
     open_database,
     open_search,
     open_stores,
@@ -246,6 +248,7 @@ class Daemon:
         anything serves. Raises StoreError (a newer schema, an unusable directory) with a clear
         message."""
         self.database = database = await open_database(self.config, state_dir, self.daemon_tag)
+        node = None
         try:
             node = await cluster_node(self.config, self.clock)  # a cluster node: its stream
             stores = await open_stores(database, self.config, node.incarnation if node else None)
@@ -254,6 +257,7 @@ class Daemon:
             if node is not None:  # the read model caught up with the stream (docs/cluster.md)
                 self.cluster = await attach_node(node, database, stores, self.hub)
                 self.timeline = node.timeline or self.timeline
+                self.forwarder = self.forwarder or Forwarder(forwarding_of(node))
             self.manager = self._manager(self.timeline, stores)
             await self.manager.usage.open()  # the counters from the ledger
             self.subagents = self._registry(stores.runs)
@@ -264,6 +268,8 @@ class Daemon:
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:
+            if node is not None:
+                await node.stop()
             await database.close()
             self.database = None
             raise
@@ -294,9 +300,12 @@ class Daemon:
             scheduler=self.scheduler,
         )
         await self._serve_grpc(servicers)
+        if self.cluster is not None:
+            await self.cluster.join(self.port)  # in the node directory, at its address
         await self._serve_edges(servicers)
-        for name in ("", *SERVICE_NAMES):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await grpc_server.set_serving(self._health, True)
+        if self.cluster is not None:  # NOT_SERVING while cut off from NATS
+            self.cluster.on_connection = partial(grpc_server.set_serving, self._health)
         self.scheduler.start()  # after serving: a missed firing runs once now
         if self.config_reload is not None:
             await self.config_reload.start()

@@ -116,13 +116,13 @@ class Config:
     # worktrees/, or beside each repository without a state directory) and the git to run.
     worktrees_dir: Path | None = None
     git_program: str = "git"
+    # A cluster node (docs/cluster.md): its events go through the JetStream stream and its
+    # state directory holds the read model built from it; None: a single daemon.
+    cluster: ClusterConfig | None = None
     # Where other nodes' agents live, for forwarding the calls that change them
     # (rpc/forwarding.py); None: a single daemon, nothing forwarded. Tests inject one; a
     # cluster node's daemon sets its own from the cluster at start.
     forwarding: Forwarding | None = None
-    # A cluster node (docs/cluster.md): its events go through the JetStream stream and its
-    # state directory holds the read model built from it; None: a single daemon.
-    cluster: ClusterConfig | None = None
 
 
 def limits_of(config: Config) -> ServerLimits:

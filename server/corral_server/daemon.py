@@ -29,6 +29,7 @@ from typing import IO, Any, TypeVar
 from corral_server import gc_tuning, logs, reclaim, startup_line
 from corral_server.app import SERVICE_NAMES, Config, Daemon
 from corral_server.clock import SystemClock
+from corral_server.cluster.settings import ClusterStartError
 from corral_server.config import standby_info
 from corral_server.listen import is_local, is_loopback, port_taken, unix_path
 from corral_server.providers import process_tree, registry
@@ -194,6 +195,11 @@ async def _start(
         port = await _unless_stopped(daemon.start(), stop)
     except StoreError as exc:
         log.error("cannot start: %s", exc.message)
+        lock.close()
+        return 1
+    except ClusterStartError as exc:  # no NATS server answered; the node id is taken
+        log.error("cannot start: %s", exc)
+        await _close_quietly(daemon)
         lock.close()
         return 1
     except OSError as exc:  # the port was taken after the check above

@@ -20,6 +20,7 @@ from corral_server.config import Config
 from corral_server.hub.event_hub import new_incarnation
 from corral_server.providers import reaping
 from corral_server.records.store import LoadedAgents
+from corral_server.rpc.forward_relay import Forwarding
 from corral_server.rpc.item_codec import ITEM_CODEC
 from corral_server.store.agent_records import SqliteAgentRecords
 from corral_server.store.database import DB_FILE, Database
@@ -122,6 +123,13 @@ async def attach_node(
         await node.stop()
         raise
     return node
+
+
+def forwarding_of(node: ClusterNode) -> Forwarding:
+    """How a cluster node forwards the calls that change other nodes' agents: to the lease
+    holder (`owner_of`) at the address the node directory has for it."""
+    directory = node.directory
+    return Forwarding(node.node_id, node.owner_of, directory.address_of, place=directory.place)
 
 
 async def open_search(database: Database, config: Config) -> SearchIndex:

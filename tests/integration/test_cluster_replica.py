@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -22,9 +24,13 @@ from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.app import Config
+from corral_server.clock import FakeClock
 from corral_server.cluster.leases import encode
 from corral_server.cluster.log import EventLog
 from corral_server.cluster.settings import ClusterConfig
+from corral_server.errors import AgentOwnedElsewhere
+from corral_server.manager.specs import AgentUpdate
+from corral_server.rpc.forward_relay import Forwarding
 from tests.support.client import Stubs, create_request, error_details, next_message, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.nats import NatsCluster, connect
@@ -39,10 +45,11 @@ def settings(nats_cluster: NatsCluster, number: int, node: str) -> ClusterConfig
     return ClusterConfig(
         urls=tuple(nats_cluster.urls),
         node_id=node,
-        advertise="127.0.0.1:1",
+        advertise="127.0.0.1:0",  # the port each node binds
         stream=f"NODES{number}",
         prefix=f"nodes{number}.events.",
         leases_bucket=f"nodes{number}_leases",
+        nodes_bucket=f"nodes{number}_nodes",
     )
 
 
@@ -57,8 +64,9 @@ class Nodes:
         cluster = settings(self.nats, self.number, node)
         return Config(state_dir=self.tmp_path / node, cluster=cluster)
 
-    def start(self, node: str) -> DaemonThread:
-        thread = self.running[node] = DaemonThread(self.config(node)).start()
+    def start(self, node: str, **config: Any) -> DaemonThread:
+        thread = DaemonThread(replace(self.config(node), **config)).start()
+        self.running[node] = thread
         return thread
 
     def stop(self, node: str) -> None:
@@ -142,48 +150,76 @@ async def test_every_node_streams_the_owners_events_with_the_same_revisions(
         a, b, c = (nodes.running[name] for name in "abc")
         async with stubs_of(a) as on_a, stubs_of(b) as on_b, stubs_of(c) as on_c:
             agent_id = await a_turn(on_a, str(tmp_path))
-            incarnation, head = await head_of(on_a)
+            listed_a = await on_a.agents.ListAgents(agent_pb.ListAgentsRequest())
+            for other in (on_b, on_c):  # the idle agent, as its owner lists it
+                await until(partial(_listed, other, listed_a), "the same listing")
+            incarnation, head = await until(lambda: _one_head(on_a, on_b, on_c), "one head")
             assert head > 3
             seen_by_a = await replay(on_a, head)
             assert len(seen_by_a) == head
             for other in (on_b, on_c):
                 assert await replay(other, head) == seen_by_a
-                assert (await head_of(other))[0] == incarnation
-            rows = await timeline_of(on_a, agent_id)
-            assert len(rows) >= 2
-            assert await until(lambda: _equal(timeline_of(on_b, agent_id), rows), "b's rows")
-            listed_a = await on_a.agents.ListAgents(agent_pb.ListAgentsRequest())
-            listed_b = await on_b.agents.ListAgents(agent_pb.ListAgentsRequest())
-            assert [x.id for x in listed_b.agents] == [agent_id]
-            assert listed_b.agents[0].lifecycle == listed_a.agents[0].lifecycle
+                assert await head_of(other) == (incarnation, head)
+                rows = await timeline_of(on_a, agent_id)
+                assert len(rows) >= 2
+                assert await timeline_of(other, agent_id) == rows
             got = await on_c.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))
-            assert got.agent.title == listed_a.agents[0].title
+            assert got.agent == listed_a.agents[0]
 
 
-async def _equal(rows: Awaitable[list[bytes]], expected: list[bytes]) -> bool:
-    return await rows == expected
+async def _one_head(*nodes: Stubs) -> tuple[str, int] | None:
+    """The incarnation and head every node names, once they name the same."""
+    heads = {await head_of(stubs) for stubs in nodes}
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def _listed(stubs: Stubs, expected: agent_pb.ListAgentsResponse) -> bool:
+    return await stubs.agents.ListAgents(agent_pb.ListAgentsRequest()) == expected
+
+
+async def test_a_change_sent_to_a_node_that_does_not_own_the_agent_reaches_its_owner(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            request = agent_pb.GetAgentRequest(agent_id=agent.id)
+            await until(lambda: _idle(on_b, request), "the agent idle on b")
+            await on_b.turns.SendPrompt(prompt_request(agent.id, "/reply sent to b"))
+            await on_b.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
+            rows = await timeline_of(on_a, agent.id)
+            assert b"sent to b" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent.id, rows), "b's rows")
 
 
 async def test_a_change_on_a_node_that_does_not_own_the_agent_is_refused_with_its_owner(
     tmp_path: Path, nats_cluster: NatsCluster
 ) -> None:
-    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
-        a, b = nodes.running["a"], nodes.running["b"]
-        async with stubs_of(a) as on_a, stubs_of(b) as on_b:
+    """What forwarding relies on: the node itself refuses a change of another node's agent,
+    naming the owner, and appends nothing. Through the wire the call is then forwarded there
+    once, and a node that cannot reach the owner answers OWNER_UNREACHABLE."""
+    with cluster_of(tmp_path, nats_cluster, ("a",)) as nodes:
+        b = nodes.start("b", forwarding=Forwarding("b", lambda agent_id: None, lambda n: None))
+        assert b.daemon is not None and b.daemon.cluster is not None
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(b) as on_b:
             agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
             await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent.id))
             request = agent_pb.GetAgentRequest(agent_id=agent.id)
             await until(lambda: _idle(on_b, request), "the agent idle on b")
-            _, head = await head_of(on_b)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            with pytest.raises(AgentOwnedElsewhere) as refused:
+                b.run(b.daemon.manager.update(agent.id, AgentUpdate(title="no")))
+            assert (refused.value.reason, refused.value.metadata["node"]) == (
+                "AGENT_OWNED_ELSEWHERE",
+                "a",
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as unreachable:
                 await on_b.turns.SendPrompt(prompt_request(agent.id, "/reply no"))
-            details = error_details(refused.value)
+            details = error_details(unreachable.value)
             assert (details.code, details.reason) == (
                 grpc.StatusCode.UNAVAILABLE,
-                "AGENT_OWNED_ELSEWHERE",
+                "OWNER_UNREACHABLE",
             )
-            assert "'a'" in details.message
-            assert b.daemon is not None and b.daemon.cluster is not None
             assert b.daemon.cluster.owner_of(agent.id) == "a"
             assert (await head_of(on_b))[1] == head  # nothing was appended
             assert (await head_of(on_a))[1] == head
@@ -247,3 +283,96 @@ async def test_a_node_whose_lease_was_taken_appends_nothing_more(
 async def _errored(stubs: Stubs, agent_id: str) -> agent_pb2.Agent | None:
     agent = (await stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))).agent
     return agent if agent.lifecycle.HasField("errored") else None
+
+
+async def test_an_owner_restarted_takes_its_agents_back_and_goes_on_writing(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+        nodes.stop("a")  # a clean stop gives its leases up
+        a = nodes.start("a")
+        assert a.daemon is not None and a.daemon.cluster is not None
+        async with stubs_of(a) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply after the restart"))
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            assert a.daemon.cluster.owner_of(agent_id) is None  # a owns it again
+            b = nodes.running["b"]
+            assert b.daemon is not None and b.daemon.cluster is not None
+            assert await until(lambda: _owner(b, agent_id, "a"), "b sees a as the owner")
+            rows = await timeline_of(on_a, agent_id)
+            assert b"after the restart" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            assert await replay(on_b, head) == await replay(on_a, head)
+
+
+async def _owner(node: DaemonThread, agent_id: str, owner: str) -> bool:
+    assert node.daemon is not None and node.daemon.cluster is not None
+    return node.daemon.cluster.owner_of(agent_id) == owner
+
+
+async def _same_rows(stubs: Stubs, agent_id: str, rows: list[bytes]) -> bool:
+    return await timeline_of(stubs, agent_id) == rows
+
+
+async def test_an_owner_killed_and_restarted_waits_out_its_old_lease_then_writes(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """A node killed holding leases comes back before they expire: it may not take them (only
+    an expired lease may be), so its agents' writes wait until they expire, then go on."""
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+        nodes.stop("a")
+        cluster = settings(nats_cluster, nodes.number, "a")
+        client = await connect(nats_cluster)
+        try:  # the lease as the killed node left it: held by a, for a whole duration still
+            kv = await client.jetstream().key_value(cluster.leases_bucket)
+            await kv.put(agent_id, encode("a", FakeClock().now_ms() + cluster.lease_ms))
+        finally:
+            await client.close()
+        a = nodes.start("a")
+        async with stubs_of(a) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            _, head = await until(lambda: _one_head(on_a, on_b), "one head")
+            sent = asyncio.ensure_future(
+                on_a.turns.SendPrompt(prompt_request(agent_id, "/reply once it expired"))
+            )
+            await asyncio.to_thread(a.clock.wait_for_timer, cluster.lease_ms + cluster.skew_ms)
+            assert (await head_of(on_b))[1] == head  # nothing appended while it is held
+            await a.advance_async(cluster.lease_ms + cluster.skew_ms)
+            await sent
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            rows = await timeline_of(on_a, agent_id)
+            assert b"once it expired" in rows[-1]
+            await until(lambda: _same_rows(on_b, agent_id, rows), "b's rows")
+
+
+async def test_a_long_queued_prompt_is_whole_on_every_node(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """The stream carries a queued prompt's whole content (a record stores a long one's summary
+    only, its content in a table of its own)."""
+    long = "queued " + "x" * 5_000
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a, stubs_of(nodes.running["b"]) as on_b:
+            agent = (await on_a.agents.CreateAgent(create_request(str(tmp_path)))).agent
+            await on_a.turns.SendPrompt(prompt_request(agent.id, "/sleep 60000"))
+            queue = turn_pb.IF_RUNNING_QUEUE
+            await on_a.turns.SendPrompt(
+                prompt_request(agent.id, long, client_message_id="cm-long", if_running=queue)
+            )
+            request = turn_pb.GetQueuedPromptRequest(agent_id=agent.id, client_message_id="cm-long")
+            on_owner = await on_a.turns.GetQueuedPrompt(request)
+            assert on_owner.prompt.content[0].text == long
+            await until(lambda: _queued_on(on_b, request), "the queued prompt on b")
+            assert await on_b.turns.GetQueuedPrompt(request) == on_owner
+
+
+async def _queued_on(stubs: Stubs, request: turn_pb.GetQueuedPromptRequest) -> bool:
+    try:
+        await stubs.turns.GetQueuedPrompt(request)
+    except grpc.aio.AioRpcError:
+        return False
+    return True

@@ -69,7 +69,7 @@ async def test_a_renewal_that_timed_out_is_tried_again_and_the_writes_go_on() ->
     clock = FakeClock()
     bucket = FlakyBucket(timeouts=1)
     leases = Leases(cast(KeyValue, bucket), "n1", clock, LEASE_MS, 1_000)
-    parts = ChannelParts(cast(EventLog, Stream()), leases, clock, applied)
+    parts = ChannelParts(cast(EventLog, Stream()), leases, clock, applied, 1 << 20)
     channel = AgentChannel("agent", parts)
     try:
         for _ in range(100):  # the lease taken and the subject claimed, on the loop

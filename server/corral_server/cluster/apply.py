@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral_server.cluster import entries
 from corral_server.cluster.log import Batch
 from corral_server.cluster.remote_agents import RemoteAgents
+from corral_server.domain.agent import Agent
 from corral_server.domain.timeline import AssistantMessage
 from corral_server.hub import EventHub, Prepared
 from corral_server.store.agent_records import SqliteAgentRecords
@@ -48,6 +49,8 @@ class Applier:
     codec: ItemCodec
     agents: RemoteAgents
     _first_seq: int = 0  # the seq the owner gave the first of the rows gathered
+    # The agents' records (None: deleted) the batch changed, listed once it is committed.
+    _listed: list[tuple[str, Agent | None]] = field(default_factory=list)
 
     def apply(self, batch: Batch) -> asyncio.Future[None]:
         agent = batch.agent
@@ -69,7 +72,11 @@ class Applier:
         self._rows(agent, rows, items)
         if events:
             self.hub.commit_many(events)
-        return self.position.put(batch.sequence, owners)
+        done = self.position.put(batch.sequence, owners)
+        if self._listed:  # listed once committed, as the hub publishes the batch's events
+            listed, self._listed = self._listed, []
+            done.add_done_callback(lambda f: None if f.exception() else _list(self.agents, listed))
+        return done
 
     def _row(self, entry: bytes, rows: list[NewRow], items: list[bytes]) -> None:
         row = entries.read_row(entry)
@@ -105,10 +112,10 @@ class Applier:
         if kind == b"A":
             record = decode_agent(entry[1:])
             self.records.put(record)
-            self.agents.put(record)
+            self._listed.append((agent, record))
         elif kind == entries.DELETED:
             self.records.delete(agent)
-            self.agents.remove(agent)
+            self._listed.append((agent, None))
         elif kind == b"T":
             self.timeline.create_nowait(agent, entry[1:].decode())
         elif kind == b"B":
@@ -120,3 +127,11 @@ class Applier:
             self.timeline.set_provider_message_id_nowait(agent, seq, message_id)
         else:
             log.error("agent %s: an entry of unknown kind %r in the stream, skipped", agent, kind)
+
+
+def _list(agents: RemoteAgents, changes: list[tuple[str, Agent | None]]) -> None:
+    for agent_id, record in changes:
+        if record is None:
+            agents.remove(agent_id)
+        else:
+            agents.put(record)

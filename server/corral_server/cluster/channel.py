@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral_server.clock import Clock
-from corral_server.cluster.leases import Lease, Leases
+from corral_server.cluster.leases import Lease, LeaseHeld, Leases
 from corral_server.cluster.log import EventLog, Refused, batch_id
 from corral_server.errors import AgentOwnedElsewhere
 
 log = logging.getLogger(__name__)
 
-# A batch's bytes at most: below NATS's default 1 MiB payload limit, with room for headers.
-MAX_BATCH_BYTES = 900_000
+# What a batch leaves free of the servers' largest message, for the headers (ids are short).
+HEADROOM = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class ChannelParts:
     leases: Leases
     clock: Clock
     applied: Callable[[int], asyncio.Future[None]]  # resolves once the follower applied it
+    max_payload: int  # the servers' largest message (1 MiB by default; deploy/ sets 8 MB)
 
 
 class AgentChannel:
@@ -52,6 +53,8 @@ class AgentChannel:
         self._entries: list[bytes] = []
         self._futures: list[tuple[int, asyncio.Future[None]]] = []  # (entries before it, f)
         self._wake = asyncio.Event()
+        self._sent = asyncio.Event()  # set while nothing waits to be appended
+        self._sent.set()
         self.broken: AgentOwnedElsewhere | None = None
         self.lease: Lease | None = None
         self._tasks = [asyncio.ensure_future(self._run())]
@@ -70,6 +73,7 @@ class AgentChannel:
         if done is not None:
             self._futures.append((len(self._entries), done))
         self._wake.set()
+        self._sent.clear()
         return done
 
     async def _run(self) -> None:
@@ -80,8 +84,9 @@ class AgentChannel:
                 self._wake.clear()
                 while self._entries:
                     expected = await self._append(expected)
+                self._sent.set()
         except asyncio.CancelledError:
-            self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"))
+            self._break(AgentOwnedElsewhere(self.agent_id, "", "this node stopped"), quiet=True)
             raise
         except Refused as refused:
             self._break(AgentOwnedElsewhere(self.agent_id, _holder(refused), str(refused)))
@@ -91,19 +96,44 @@ class AgentChannel:
 
     async def _take_over(self) -> int:
         parts = self._parts
-        self.lease = await parts.leases.acquire(self.agent_id)
+        self.lease = await self._acquire()
         self._tasks.append(asyncio.ensure_future(self._renew()))
         return await parts.log.claim(self.agent_id, self.lease.owner)
 
+    async def _acquire(self) -> Lease:
+        """The agent's lease. One this very node still holds is a tenure it lost track of (it
+        was killed and restarted within the lease): it waits that one out rather than take
+        it, since only an expired lease may be taken; the agent's writes wait meanwhile."""
+        leases, clock = self._parts.leases, self._parts.clock
+        while True:
+            try:
+                return await leases.acquire(self.agent_id)
+            except LeaseHeld as held:
+                if held.node != leases.node:
+                    raise
+                left_ms = held.expires_ms + leases.skew_ms - clock.now_ms()
+                log.info(
+                    "agent %s: waiting %d ms for this node's old lease", self.agent_id, left_ms
+                )
+                await clock.sleep(max(left_ms, 1) / 1000)
+
     async def _append(self, expected: int) -> int:
-        """Send what waits (up to MAX_BATCH_BYTES) as one batch; the new expected sequence."""
+        """Send what waits (as much as one message holds) as one batch; the new expected
+        sequence."""
         parts, lease = self._parts, self.lease
         assert lease is not None
+        bound = parts.max_payload - HEADROOM
         count, size = 0, 0
         for entry in self._entries:
-            if count and size + len(entry) + 4 > MAX_BATCH_BYTES:
+            if size + len(entry) + 4 > bound:
                 break
             count, size = count + 1, size + len(entry) + 4
+        if not count:
+            raise Refused(
+                self.agent_id,
+                f"an entry of {len(self._entries[0])} bytes does not fit the NATS servers' "
+                f"max_payload of {parts.max_payload} bytes (run them with max_payload: 8MB)",
+            )
         batch = self._entries[:count]
         if not parts.leases.valid(lease):
             raise Refused(self.agent_id, f"the lease of node {lease.node} expired")
@@ -117,28 +147,37 @@ class AgentChannel:
         return appended.sequence
 
     async def _renew(self) -> None:
+        """Every third of the lease; a renewal that fails to reach NATS is tried again at the
+        next (each append checks the lease is still valid), one the leases refuse ends it."""
         parts = self._parts
-        try:
-            while self.broken is None and self.lease is not None:
-                await parts.clock.sleep(parts.leases.duration_ms / 3000)
+        while self.broken is None and self.lease is not None:
+            await parts.clock.sleep(parts.leases.duration_ms / 3000)
+            try:
                 self.lease = await parts.leases.renew(self.lease)
-        except Refused as refused:
-            self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
-            self._tasks[0].cancel()
+            except Refused as refused:
+                self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
+                self._tasks[0].cancel()
+            except Exception as error:
+                log.warning("agent %s: its lease was not renewed: %r", self.agent_id, error)
 
-    def _break(self, reason: AgentOwnedElsewhere) -> None:
+    def _break(self, reason: AgentOwnedElsewhere, quiet: bool = False) -> None:
         if self.broken is not None:
             return
         self.broken = reason
-        log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
+        if not quiet:  # a stop is no news; a lost agent is
+            log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
         futures, self._futures, self._entries = self._futures, [], []
         for _, future in futures:
             if not future.done():
                 future.set_exception(reason)
                 future.exception()
 
-    async def close(self) -> None:
-        """Stop (the daemon stops): what waits fails, and the lease is given up."""
+    async def close(self, grace_s: float = 2.0) -> None:
+        """Stop (the daemon stops): what waits is appended first (within `grace_s`), and the
+        lease is given up."""
+        if self.broken is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sent.wait(), grace_s)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

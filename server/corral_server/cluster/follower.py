@@ -2,11 +2,12 @@
 hands each batch to the read model (apply.py), so that every node, the owner included, builds
 the same read model and its hub numbers the same events with the same revisions.
 
-It reads with `EventLog.read` (from the stream's leader, so never behind an acknowledged
-append, and working as soon as appends do after a failover), woken by a plain subscription to
-the stream's subjects (every append is a message there too); a wake that came before the
-stream stored its message is caught by a short re-read. `applied(sequence)` is a future that
-resolves once the local read model committed that far: the owner's writes wait for it.
+It reads through an ordered push consumer of the stream from the next sequence it needs (many
+batches per round trip, each delivered once it is stored). A gap in what the consumer delivers,
+a consumer that goes quiet while a write waits, or one that cannot be made (no meta leader in
+an election) falls back to `EventLog.read`: the stream leader's own copy, message by message,
+which works as soon as appends do. `applied(sequence)` is a future that resolves once the
+local read model committed that far: the owner's writes wait for it.
 
 Must not: compute anything of its own into the read model (every value comes from the entry).
 """
@@ -21,43 +22,36 @@ import logging
 from collections.abc import Callable
 from functools import partial
 
-import nats.aio.client
-from nats.aio.msg import Msg
+import nats.errors
 
-from corral_server.cluster.log import Batch, EventLog
+from corral_server.cluster.log import Batch, EventLog, batch_of_message
 
 log = logging.getLogger(__name__)
 
-READ_BATCHES = 256  # batches read per round
-IN_FLIGHT = 64  # a round of this many batches waits for its local commit before the next
-REREAD_S = 0.2  # a wake-up may come before the stream stored its message: read again after
+READ_BATCHES = 256  # batches read from the leader per round
+IN_FLIGHT = 64  # batches applied, then the follower waits for their local commit
+QUIET_S = 0.25  # a consumer this quiet while a write waits: read from the stream leader
 
 
 class Follower:
     def __init__(
         self,
         event_log: EventLog,
-        client: nats.aio.client.Client,
         apply: Callable[[Batch], asyncio.Future[None]],
         position: int,
     ) -> None:
         self._log = event_log
-        self._client = client
         self._apply = apply
         self.read_to = position  # handed to the read model
         self.committed = position  # committed in the local database
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._subscription: object | None = None
+        self._unconfirmed = 0
         self.failure: BaseException | None = None
+        self.on_failed: Callable[[], None] | None = None  # told once, when it stops
 
     async def start(self) -> None:
-        async def woken(_: Msg) -> None:
-            self._wake.set()
-
-        self._subscription = await self._client.subscribe(self._log.prefix + ">", cb=woken)
         self._task = asyncio.ensure_future(self._run())
 
     def applied(self, sequence: int) -> asyncio.Future[None]:
@@ -69,7 +63,6 @@ class Follower:
             future.set_result(None)
         else:
             heapq.heappush(self._waiters, (sequence, next(self._order), future))
-            self._wake.set()
         return future
 
     async def caught_up(self) -> None:
@@ -79,21 +72,61 @@ class Follower:
     async def _run(self) -> None:
         try:
             while True:
-                self._wake.clear()
-                batches = await self._log.read(self.read_to + 1, READ_BATCHES)
-                last: asyncio.Future[None] | None = None
-                for batch in batches:
-                    last = self._hand(batch)
-                if last is not None and len(batches) >= IN_FLIGHT:
-                    await last  # the local database keeps up before more is read
-                if len(batches) < READ_BATCHES:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), REREAD_S)
+                await self._follow()
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # the read model can no longer follow: say so, stop
             log.exception("the cluster follower stopped at sequence %d", self.committed)
             self._fail(error)
+
+    async def _follow(self) -> None:
+        """Through a consumer from the next sequence, until it fails or goes quiet while a
+        write waits: then what the stream holds is read from its leader, and again."""
+        consumer = None
+        try:
+            consumer = await self._log.consumer(self.read_to + 1)
+        except Exception as error:  # e.g. no meta leader yet: read from the stream leader
+            log.debug("no consumer of the stream (%s): reading from its leader", error)
+            await self._read_leader(None)
+            await asyncio.sleep(QUIET_S)
+            return
+        try:
+            while consumer is not None:
+                try:
+                    msg = await consumer.next_msg(timeout=QUIET_S)
+                except nats.errors.TimeoutError:
+                    if any(sequence > self.read_to for sequence, _, _ in self._waiters):
+                        break  # a write waits for what the consumer did not bring
+                    continue
+                batch = batch_of_message(msg, self._log.prefix)
+                if batch.sequence <= self.read_to:
+                    continue  # delivered again after the consumer was remade
+                if batch.sequence > self.read_to + 1:
+                    await self._read_leader(batch.sequence - 1)
+                await self._hand_bounded(batch)
+            await self._read_leader(None)
+        finally:
+            if consumer is not None:
+                with contextlib.suppress(Exception):
+                    await consumer.unsubscribe()
+
+    async def _read_leader(self, last: int | None) -> None:
+        """What the stream holds after the position (up to `last`), from its leader."""
+        while last is None or self.read_to < last:
+            batches = await self._log.read(self.read_to + 1, READ_BATCHES)
+            for batch in batches:
+                if last is not None and batch.sequence > last:
+                    return
+                await self._hand_bounded(batch)
+            if len(batches) < READ_BATCHES:
+                return
+
+    async def _hand_bounded(self, batch: Batch) -> None:
+        done = self._hand(batch)
+        self._unconfirmed += 1
+        if self._unconfirmed >= IN_FLIGHT:
+            self._unconfirmed = 0
+            await done  # the local database keeps up before more is taken
 
     def _hand(self, batch: Batch) -> asyncio.Future[None]:
         done = self._apply(batch)
@@ -113,7 +146,10 @@ class Follower:
                 future.set_result(None)
 
     def _fail(self, failure: BaseException) -> None:
+        first = self.failure is None
         self.failure = failure
+        if first and self.on_failed is not None:
+            self.on_failed()
         for _, _, future in self._waiters:
             if not future.done():
                 future.set_exception(failure)
@@ -124,7 +160,3 @@ class Follower:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
-        unsubscribe = getattr(self._subscription, "unsubscribe", None)
-        if unsubscribe is not None:
-            with contextlib.suppress(Exception):
-                await unsubscribe()

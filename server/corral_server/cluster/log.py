@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 SUBJECT_PREFIX = "corral.events."  # tests give each of their streams its own
@@ -240,6 +241,17 @@ class EventLog:
             return msg.seq
         return None
 
+    async def consumer(self, start: int) -> JetStreamContext.PushSubscription:
+        """An ordered push consumer of every agent's batches from stream sequence `start`
+        (`next_msg` gives each; `batch_of_message` reads it). Making one needs the meta
+        leader; it remakes itself past a gap or a lost connection."""
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start, 1)
+        )
+        return await self._js.subscribe(
+            self.prefix + ">", stream=self.name, ordered_consumer=True, config=config
+        )
+
     async def read(self, start: int, limit: int = 1000) -> list[Batch]:
         """Up to `limit` batches from stream sequence `start` on, in stream order, as far as
         the stream reaches now. Each comes from the stream leader (never a replica that may lag
@@ -274,6 +286,16 @@ async def led(js: JetStreamContext, name: str, wait_s: float = 10.0) -> api.Stre
         if loop.time() >= deadline:
             raise TimeoutError(f"stream {name} has no leader after {wait_s} s")
         await asyncio.sleep(RETRY_PAUSE_S)
+
+
+def batch_of_message(msg: Msg, prefix: str) -> Batch:
+    """A batch as a consumer delivers it."""
+    return Batch(
+        sequence=msg.metadata.sequence.stream,
+        agent=msg.subject.removeprefix(prefix),
+        events=decode(msg.data),
+        owner=(msg.headers or {}).get(OWNER_HEADER),
+    )
 
 
 def batch_of(msg: api.RawStreamMsg, prefix: str) -> Batch:

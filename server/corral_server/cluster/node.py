@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import nats
 import nats.aio.client
+import nats.errors
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from corral_server.clock import Clock
@@ -24,9 +26,11 @@ from corral_server.cluster.follower import Follower
 from corral_server.cluster.leases import Leases
 from corral_server.cluster.leases import decode as decode_lease
 from corral_server.cluster.log import EventLog
+from corral_server.cluster.nodes import NodeDirectory, NodeIdTaken, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
-from corral_server.cluster.settings import ClusterConfig
+from corral_server.cluster.settings import ClusterConfig, ClusterStartError
+from corral_server.errors import AgentOwnedElsewhere
 from corral_server.hub import EventHub
 from corral_server.records.store import LoadedAgents
 from corral_server.store.agent_records import SqliteAgentRecords
@@ -46,6 +50,7 @@ class ClusterNode:
         client: nats.aio.client.Client,
         event_log: EventLog,
         leases: Leases,
+        directory: NodeDirectory,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -53,20 +58,61 @@ class ClusterNode:
         self.client = client
         self.log = event_log
         self.leases = leases
+        self.directory = directory
         self.agents = RemoteAgents(config.node_id)
         self.channels: dict[str, AgentChannel] = {}
         self.follower: Follower | None = None
         self._parts: ChannelParts | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._restored: list[str] = []
+        self._stopped = False
         self._watcher: KeyValue.KeyWatcher | None = None
         self.timeline: ClusterTimeline | None = None
         self.records: ClusterRecords | None = None
         self.publisher: ClusterPublisher | None = None
+        # Told when the connection to NATS is lost and when it is back (the daemon's health).
+        self.on_connection: Callable[[bool], Awaitable[None]] | None = None
+        self.connected = True
+
+    async def _connection(self, connected: bool) -> None:
+        self.connected = connected
+        log.log(
+            logging.INFO if connected else logging.WARNING,
+            "node %s: NATS %s",
+            self.node_id,
+            "reconnected" if connected else "disconnected",
+        )
+        if self.on_connection is not None:
+            await self.on_connection(self.serving)
+
+    @property
+    def serving(self) -> bool:
+        """Connected to NATS, and the read model still follows the stream."""
+        return self.connected and (self.follower is None or self.follower.failure is None)
+
+    def _stopped_following(self) -> None:
+        if self.on_connection is not None:  # the read model is stale from now on
+            self._tasks.append(asyncio.ensure_future(self.on_connection(False)))
 
     @classmethod
     async def connect(cls, config: ClusterConfig, clock: Clock) -> ClusterNode:
-        client = await nats.connect(
+        nodes: list[ClusterNode] = []  # the callbacks' node, once made
+
+        async def disconnected() -> None:
+            if nodes:
+                await nodes[0]._connection(False)
+
+        async def reconnected() -> None:
+            if nodes:
+                await nodes[0]._connection(True)
+
+        async def failed(error: Exception) -> None:  # the client retries; said once a try
+            log.debug("node %s: NATS: %r", config.node_id, error)
+
+        connecting = nats.connect(
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=failed,
             servers=list(config.urls),
             connect_timeout=2,
             reconnect_time_wait=0.1,
@@ -74,6 +120,12 @@ class ClusterNode:
             allow_reconnect=True,
             name=f"corral {config.node_id}",
         )
+        try:
+            client = await asyncio.wait_for(connecting, config.connect_s)
+        except (TimeoutError, OSError, nats.errors.Error) as error:
+            urls = ", ".join(config.urls)
+            why = f"no NATS server of {urls} answered within {config.connect_s:g} s ({error!r})"
+            raise ClusterStartError(why) from None
         try:
             js = client.jetstream()
             event_log = await EventLog.open(
@@ -88,10 +140,17 @@ class ClusterNode:
                 config.lease_ms,
                 config.skew_ms,
             )
+            settings = Settings(
+                config.nodes_bucket, config.replicas, config.lease_ms, config.skew_ms
+            )
+            directory = await NodeDirectory.open(
+                js, config.node_id, config.advertise, clock, settings
+            )
         except BaseException:
             await client.close()
             raise
-        return cls(config, clock, client, event_log, leases)
+        nodes.append(cls(config, clock, client, event_log, leases, directory))
+        return nodes[0]
 
     @property
     def incarnation(self) -> str:
@@ -111,8 +170,11 @@ class ClusterNode:
         followed = await position.load()
         self.agents.claims.update(followed.owners)
         applier = Applier(timeline, records, hub, position, codec, self.agents)
-        self.follower = Follower(self.log, self.client, applier.apply, followed.sequence)
-        self._parts = ChannelParts(self.log, self.leases, self._clock, self.follower.applied)
+        self.follower = Follower(self.log, applier.apply, followed.sequence)
+        self.follower.on_failed = self._stopped_following
+        self._parts = ChannelParts(
+            self.log, self.leases, self._clock, self.follower.applied, self.client.max_payload
+        )
         self.timeline = ClusterTimeline(timeline, codec, self.channel)
         self.records = ClusterRecords(records, self.channel)
         self.publisher = ClusterPublisher(hub, self.channel)
@@ -137,16 +199,33 @@ class ClusterNode:
     def adopt(self) -> None:
         """Take the leases of the agents restored here (each channel claims its subject)."""
         for agent_id in self._restored:
-            self.channel(agent_id)
+            self.channel(agent_id, new=True)
 
-    def channel(self, agent_id: str) -> AgentChannel:
-        """The agent's channel, opened (lease, claim) at its first write from this node."""
+    def channel(self, agent_id: str, new: bool = False) -> AgentChannel:
+        """The channel of an agent this node owns. `new`: open it (lease, claim) for an agent
+        made here; otherwise an agent without one is another node's: AgentOwnedElsewhere."""
         channel = self.channels.get(agent_id)
-        if channel is None:
-            assert self._parts is not None, "attach first"
-            channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts)
-            self.agents.local.add(agent_id)
+        if channel is not None:
+            return channel
+        if not new:
+            raise AgentOwnedElsewhere(agent_id, self.agents.owner(agent_id))
+        assert self._parts is not None, "attach first"
+        channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts)
+        self.agents.local.add(agent_id)
         return channel
+
+    async def join(self, port: int) -> None:
+        """Enter the node directory at the advertised address (port 0 there: `port`, the one
+        bound), refreshed with the count of agents this node owns. NodeIdTaken when another
+        live process has this node id."""
+        host, _, advertised = self.config.advertise.rpartition(":")
+        if advertised == "0":
+            self.directory.address = f"{host}:{port}"
+        try:
+            await self.directory.register(len(self.channels))
+        except NodeIdTaken as taken:
+            raise ClusterStartError(str(taken)) from None
+        self.directory.start(lambda: len(self.channels))
 
     def owner_of(self, agent_id: str) -> str | None:
         """The node a change of the agent goes to; None: this one, or none is known."""
@@ -169,7 +248,13 @@ class ClusterNode:
             log.exception("the watch of the cluster's leases stopped")
 
     async def stop(self) -> None:
-        """Give up the leases, stop following, close the connection."""
+        """Leave the directory, give up the leases, stop following, close the connection
+        (once: a second call does nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with contextlib.suppress(Exception):
+            await self.directory.leave()
         await asyncio.gather(*(channel.close() for channel in self.channels.values()))
         if self.follower is not None:
             await self.follower.stop()

@@ -27,7 +27,7 @@ from corral_server.domain.timeline import (
     TimelineHead,
     TimelineRow,
 )
-from corral_server.errors import AgentNotFound
+from corral_server.errors import AgentNotFound, AgentOwnedElsewhere
 from corral_server.hub import EventHub, Prepared
 from corral_server.records.store import LoadedAgents
 from corral_server.store.agent_records import SqliteAgentRecords
@@ -37,7 +37,9 @@ from corral_server.timeline.store import ItemCodec, NewRow, OutputChunk, new_epo
 
 log = logging.getLogger(__name__)
 
-ChannelOf = Callable[[str], AgentChannel]
+# The channel of an agent this node owns; with True, opened for an agent made here. Raises
+# AgentOwnedElsewhere for another node's agent.
+ChannelOf = Callable[[str, bool], AgentChannel]
 
 
 def _sent(future: asyncio.Future[None] | None) -> asyncio.Future[None]:
@@ -54,7 +56,7 @@ class ClusterTimeline:
 
     async def create(self, agent_id: str) -> TimelineHead:
         epoch = new_epoch()
-        await _sent(self._channel(agent_id).send([entries.epoch_entry(b"T", epoch)]))
+        await _sent(self._channel(agent_id, True).send([entries.epoch_entry(b"T", epoch)]))
         self._next[agent_id] = 1
         return TimelineHead(epoch, 1)
 
@@ -90,7 +92,7 @@ class ClusterTimeline:
             for i, (row, item) in enumerate(zip(rows, items, strict=True))
         ]
         self._next[agent_id] = first + len(rows)
-        return _sent(self._channel(agent_id).send(sent))
+        return _sent(self._channel(agent_id, False).send(sent))
 
     def _next_seq(self, agent_id: str) -> int:
         seq = self._next.get(agent_id)
@@ -102,11 +104,7 @@ class ClusterTimeline:
             raise AgentNotFound(agent_id) from None
 
     async def fetch(
-        self,
-        agent_id: str,
-        direction: Direction,
-        cursor: Cursor | None,
-        limit: int | None,
+        self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
         return await self._inner.fetch(agent_id, direction, cursor, limit)
 
@@ -115,7 +113,7 @@ class ClusterTimeline:
 
     async def rebase(self, agent_id: str) -> TimelineHead:
         epoch = new_epoch()
-        await _sent(self._channel(agent_id).send([entries.epoch_entry(b"B", epoch)]))
+        await _sent(self._channel(agent_id, False).send([entries.epoch_entry(b"B", epoch)]))
         self._next[agent_id] = 1
         return TimelineHead(epoch, 1)
 
@@ -123,10 +121,10 @@ class ClusterTimeline:
         self, agent_id: str, seq: int, provider_message_id: str
     ) -> None:
         entry = entries.message_id_entry(seq, provider_message_id)
-        await _sent(self._channel(agent_id).send([entry]))
+        await _sent(self._channel(agent_id, False).send([entry]))
 
     async def drop(self, agent_id: str) -> None:
-        await _sent(self._channel(agent_id).send([entries.DROPPED]))
+        await _sent(self._channel(agent_id, False).send([entries.DROPPED]))
         self._next.pop(agent_id, None)
 
     async def read_output(
@@ -141,10 +139,14 @@ class ClusterRecords:
         self._channel = channel
 
     def put(self, agent: Agent) -> asyncio.Future[None]:
-        return _sent(self._channel(agent.id).send([entries.record_entry(encode_agent(agent))]))
+        return _sent(
+            self._channel(agent.id, False).send(
+                [entries.record_entry(encode_agent(agent, whole=True))]
+            )
+        )
 
     def delete(self, agent_id: str) -> asyncio.Future[None]:
-        return _sent(self._channel(agent_id).send([entries.DELETED]))
+        return _sent(self._channel(agent_id, False).send([entries.DELETED]))
 
     async def load_headers(self) -> LoadedAgents:
         return await self._inner.load_headers()
@@ -192,13 +194,17 @@ class ClusterPublisher:
     def publish(self, event: ev.Event) -> int:
         sent: list[bytes] = []
         if isinstance(event, ev.AgentUpserted):  # the record travels with its first upsert
-            sent.append(entries.record_entry(encode_agent(event.agent)))
+            sent.append(entries.record_entry(encode_agent(event.agent, whole=True)))
         sent.append(entries.event_entry(self._hub.prepare(event)[1]))
         self._send(event.agent_id, sent)
         return 0
 
     def _send(self, agent_id: str, sent: list[bytes]) -> None:
-        if not agent_id:
-            log.warning("an event of no agent is not sent to the cluster's stream")
+        """An event of an agent this node does not own (a sub-agent run of another node's
+        requester, an event of no agent) is not this node's to append: dropped, and said."""
+        try:
+            channel = self._channel(agent_id, False)
+        except AgentOwnedElsewhere:
+            log.warning("an event of agent %r is not this node's to append: dropped", agent_id)
             return
-        self._channel(agent_id).send(sent, future=False)
+        channel.send(sent, future=False)

@@ -24,9 +24,15 @@ class ClusterConfig:
     stream: str = "CORRAL_EVENTS"
     prefix: str = "corral.events."
     leases_bucket: str = "corral_leases"
+    nodes_bucket: str = "corral_nodes"  # the node directory (nodes.py)
     replicas: int = 3
     lease_ms: int = 10_000
     skew_ms: int = 1_000
+    connect_s: float = 10.0  # to reach a NATS server at start-up, before giving up
+
+
+class ClusterStartError(Exception):
+    """A node cannot start: no NATS server answered, or its node id is another process's."""
 
 
 def parse_urls(text: str) -> tuple[str, ...]:

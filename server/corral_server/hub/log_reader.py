@@ -29,6 +29,8 @@ CACHED_CHUNKS = 16
 # while the loop sends this one, with one more in hand for when a read runs slow.
 READ_AHEAD_CHUNKS = 2
 # Events per span: a batch of 512 events joins 8 spans; a cut inside one splits at most 64.
+# The SQLite log stores runs of as many, aligned the same way, so after a burst a span is one
+# stored row (tests/unit/store/test_event_runs.py keeps the two equal).
 SPAN_EVENTS = 64
 
 

@@ -62,6 +62,14 @@ class AgentDirectory:
             raise errors.AgentNotFound(agent_id)
         return actor
 
+    def agent(self, agent_id: str) -> Agent:
+        """The agent's snapshot: its actor's here, or another node's from the read model."""
+        actor = self.actors.get(agent_id)
+        if actor is not None:
+            return actor.agent
+        remote = self._remote.get(agent_id) if self._remote is not None else None
+        return remote if remote is not None else self.actor(agent_id).agent
+
     def open_actors(self, agent_ids: Sequence[str]) -> list[AgentActor]:
         """The actors of `agent_ids`, each checked (known, not closed) before any is
         returned: a request that fails on one changes none."""
@@ -72,14 +80,6 @@ class AgentDirectory:
             if actor.agent.is_closed:
                 raise errors.AgentClosed(actor.agent.id)
         return actors
-
-    def agent(self, agent_id: str) -> Agent:
-        """The agent's snapshot: its actor's here, or another node's from the read model."""
-        actor = self.actors.get(agent_id)
-        if actor is not None:
-            return actor.agent
-        remote = self._remote.get(agent_id) if self._remote is not None else None
-        return remote if remote is not None else self.actor(agent_id).agent
 
     def agents(self) -> list[Agent]:
         if self._remote is not None:

@@ -57,7 +57,7 @@ class AgentReads:
     def queued_prompt(self, agent_id: str, client_message_id: str) -> QueuedPrompt:
         """A queued prompt in full (listings show its summary)."""
         check_id("client_message_id", client_message_id, self.limits)
-        for queued in self.directory.actor(agent_id).agent.queued_prompts:
+        for queued in self.directory.agent(agent_id).queued_prompts:
             if queued.client_message_id == client_message_id:
                 return queued
         raise errors.QueuedPromptNotFound(agent_id, client_message_id)
@@ -65,7 +65,7 @@ class AgentReads:
     def pending_permission(self, agent_id: str, request_id: str) -> PendingPermission:
         """A pending permission request in full (listings clip its input)."""
         check_id("request_id", request_id, self.limits)
-        return permissions.find(self.directory.actor(agent_id).agent, request_id)
+        return permissions.find(self.directory.agent(agent_id), request_id)
 
 
 async def activity(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from corral.v1 import agent_service_pb2 as agent_svc_pb
@@ -70,6 +70,18 @@ def service_descriptor(name: str) -> Any:
 
 # The full names of the corral.v1 services, for health and reflection.
 SERVICE_NAMES = tuple(service_descriptor(name).full_name for name in _SERVICE_FILES)
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    """The server's health ("") and every corral service's: SERVING or NOT_SERVING (after
+    the drain's `enter_graceful_shutdown` the servicer ignores it)."""
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, status)
 
 
 def build_server(

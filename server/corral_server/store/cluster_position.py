@@ -1,4 +1,4 @@
-"""How far a cluster node's read model followed the stream (schema v11): the last stream
+"""How far a cluster node's read model followed the stream (schema v12): the last stream
 sequence applied, and the node of each agent's last claim, in the tables `cluster_followed` and
 `cluster_owners` (docs/cluster.md#read-model).
 

@@ -1,10 +1,11 @@
-"""The SQLite event log: `EventLog` (records/store.py) in the `events` table, its incarnation and
+"""The SQLite event log: `EventLog` (records/store.py) in the `event_runs` table (each commit's
+events as runs of up to 64 with their frames joined: store/event_runs.py), its incarnation and
 retained size in `meta`.
 
 Appends are numbered by the caller (the hub) from `next_revision`, checked contiguous, and
 queued on the loop; everything queued while the previous commit is in flight goes to the
-database as one job (store/commits.py): one executemany, the retention trim and the size in
-one transaction, one fsync. An append's future resolves only after that commit: the hub
+database as one job (store/commits.py): one executemany of its runs, the retention trim and
+the size in one transaction, one fsync. An append's future resolves only after that commit: the hub
 publishes after (durable first). A failed commit fails its appends and every append queued
 behind them (numbered after them), and `next_revision` returns to `head_revision + 1`: no
 gap, no revision that a subscriber saw and the log lost.
@@ -14,8 +15,9 @@ bytes) that reads and retention use, advanced by each commit's callback; and `ne
 which counts queued appends too.
 
 Retention runs in the writer thread after each batch's inserts: the oldest entries go while
-more than `retain_events` are kept or their events weigh more than `retain_bytes`; the newest
-entry always stays, so the table is never empty once written and its max is the head. The
+more than `retain_events` are kept or their events weigh more than `retain_bytes` (whole runs,
+and the run it ends inside rewritten from its first kept event); the newest entry always
+stays, so the table is never empty once written and its last run ends at the head. The
 retained bytes live in `meta` (key `event_log_bytes`), written in the same transaction, so
 opening reads no event (start-up does not grow with the log).
 
@@ -31,7 +33,6 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
-from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from corral_server.records.memory import (
@@ -44,6 +45,7 @@ from corral_server.records.memory import (
 from corral_server.records.store import LogEntry, LogSpan
 from corral_server.store.commits import settle_all
 from corral_server.store.database import Database
+from corral_server.store.event_runs import RUN_EVENTS, cut_runs, entries_of, lengths_of, store_runs
 from corral_server.store.log_spans import read_spans
 from corral_server.store.meta import EVENT_LOG_INCARNATION
 from corral_server.store.pending import PendingWrites
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
     from corral_server.records.store import EventLog
 
 EVENT_LOG_BYTES = "event_log_bytes"
-_EVENT = itemgetter(2)  # a LogEntry's event
 
 
 class _Retained(NamedTuple):
@@ -168,14 +169,15 @@ def _load(conn: sqlite3.Connection) -> _Retained:
     try:
         # Two queries: SQLite answers a lone min() or max() from the index, both at once by
         # a scan (measured: 0.23 s at 1 M events).
-        low = conn.execute("SELECT min(revision) FROM events").fetchone()[0]
-        high = conn.execute("SELECT max(revision) FROM events").fetchone()[0]
+        low = conn.execute("SELECT min(first) FROM event_runs").fetchone()[0]
+        last = conn.execute("SELECT max(first) FROM event_runs").fetchone()[0]
         size = conn.execute("SELECT value FROM meta WHERE key = ?", (EVENT_LOG_BYTES,)).fetchone()
+        if last is None:
+            return _Retained(1, 0, 0)
+        count = conn.execute("SELECT events FROM event_runs WHERE first = ?", (last,)).fetchone()
     finally:
         conn.execute("COMMIT")
-    if high is None:
-        return _Retained(1, 0, 0)
-    return _Retained(int(low), int(high), int(size[0]) if size else 0)
+    return _Retained(int(low), int(last) + int(count[0]) - 1, int(size[0]) if size else 0)
 
 
 def _append(
@@ -183,25 +185,15 @@ def _append(
 ) -> _Retained:
     """In the writer thread: insert the batch, trim the oldest past the limits, store the
     size. Returns what the log retains once this commits."""
-    conn.executemany("INSERT INTO events (revision, agent_id, event) VALUES (?, ?, ?)", entries)
+    store_runs(conn, entries)
     head = entries[-1].revision
-    size = before.bytes + sum(map(len, map(_EVENT, entries)))  # in C: the GIL is shared
+    size = before.bytes + sum(len(entry.event) for entry in entries)
     keep_from = before.earliest  # the oldest revision kept
     by_count = before.earliest if limits.events is None else head - limits.events + 1
     if by_count > keep_from or (limits.bytes is not None and size > limits.bytes):
-        cursor = conn.execute(
-            "SELECT revision, length(event) FROM events WHERE revision >= ? ORDER BY revision",
-            (keep_from,),
-        )
-        for revision, length in cursor:
-            over = limits.bytes is not None and size > limits.bytes
-            if revision == head or not (revision < by_count or over):
-                break
-            size -= length
-            keep_from = revision + 1
-        cursor.close()
+        keep_from, size = _kept(conn, (keep_from, head, size), by_count, limits.bytes)
         if keep_from > before.earliest:
-            conn.execute("DELETE FROM events WHERE revision < ?", (keep_from,))
+            cut_runs(conn, keep_from)
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)"
         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -210,34 +202,63 @@ def _append(
     return _Retained(keep_from, head, size)
 
 
+def _kept(
+    conn: sqlite3.Connection, log: tuple[int, int, int], by_count: int, max_bytes: int | None
+) -> tuple[int, int]:
+    """In the writer thread: the first revision retention keeps, and the bytes kept, for a log
+    of (earliest, head, bytes) whose events before `by_count` go, and the oldest while over
+    `max_bytes` (the head stays)."""
+    keep_from, head, size = log
+    runs = conn.execute(
+        "SELECT first, events, ends, length(frames) FROM event_runs WHERE first >= ?"
+        " ORDER BY first",
+        (keep_from,),
+    )
+    for first, count, ends, length in runs:
+        last = first + count - 1
+        if last < by_count and last != head:  # all of it goes
+            size -= length
+            keep_from = last + 1
+            continue
+        for revision, event_bytes in enumerate(lengths_of(count, ends, length), first):
+            over = max_bytes is not None and size > max_bytes
+            if revision == head or not (revision < by_count or over):
+                runs.close()
+                return keep_from, size
+            size -= event_bytes
+            keep_from = revision + 1
+    return keep_from, size
+
+
 def _read(
     after_revision: int, limit: int, max_bytes: int, conn: sqlite3.Connection
 ) -> list[LogEntry]:
-    """In the reader thread: committed entries after `after_revision`, cut to the budget.
-    Fetched whole (rows built in C), then cut: the catch-up path reads thousands at a time."""
-    rows = conn.execute(
-        "SELECT revision, agent_id, event FROM events WHERE revision > ? ORDER BY revision LIMIT ?",
-        (after_revision, limit),
-    ).fetchall()
+    """In the reader thread: committed entries after `after_revision`, cut to the budget (one
+    entry at least)."""
+    runs = conn.execute(
+        "SELECT first, events, agent, agents, ends, frames FROM event_runs WHERE first > ?"
+        " ORDER BY first",
+        (after_revision - RUN_EVENTS,),
+    )
+    entries: list[LogEntry] = []
     budget = max_bytes
-    for index, row in enumerate(rows):
-        budget -= len(row[2])
-        if budget < 0 and index:
-            del rows[index:]
-            break
-    new = tuple.__new__  # LogEntry's own __new__ is a Python function: ~2x slower per row
-    return [new(LogEntry, row) for row in rows]
+    for run in runs:
+        for entry in entries_of(run):
+            if entry.revision <= after_revision:
+                continue
+            budget -= len(entry.event)
+            if len(entries) == limit or (budget < 0 and entries):
+                runs.close()
+                return entries
+            entries.append(entry)
+    return entries
 
 
 def _read_spans(
     after_revision: int, limit: int, max_bytes: int, span_events: int, conn: sqlite3.Connection
 ) -> list[LogSpan]:
-    """In the reader thread: spans joined by SQLite (store/log_spans.py)."""
-    return read_spans(conn, after_revision, (limit, max_bytes, span_events), _read_rows)
-
-
-def _read_rows(conn: sqlite3.Connection, after: int, limit: int, max_bytes: int) -> list[LogEntry]:
-    return _read(after, limit, max_bytes, conn)
+    """In the reader thread: spans from the stored runs (store/log_spans.py)."""
+    return read_spans(conn, after_revision, (limit, max_bytes, span_events))
 
 
 if TYPE_CHECKING:

@@ -75,7 +75,14 @@ corral.storage.v1.Schedule, in a `schedules` table rebuilt with `record` a BLOB.
 record already rewritten is kept as it is, and so is one whose JSON does not read (start-up
 refuses it, as it refused it before).
 
-Version 11 adds the cluster's read model position (docs/cluster.md#read-model): `cluster_followed`
+Version 11 stores the event log as runs (`event_runs`, store/event_runs.py): up to 64
+consecutive events of one commit in one row, their frames joined, with each event's agent and
+where its frame ends; a run never crosses a multiple of 64. So a subscriber catching up from the
+log reads one row per 64 events after a burst, not one per event, and a commit writes a row per
+64 events. The migration turns `events` (one row per event) into runs and drops it.
+Re-runnable.
+
+Version 12 adds the cluster's read model position (docs/cluster.md#read-model): `cluster_followed`
 (the stream's incarnation -> the last stream sequence this node applied, written in the same
 transaction as what it applied) and `cluster_owners` (agent -> the node of its last claim in the
 stream). A single daemon leaves both empty.
@@ -89,6 +96,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral_server.store.errors import SchemaTooNew, StoreUnavailable, why
+from corral_server.store.event_runs import events_as_runs
 from corral_server.store.format import run_json, runs, schedule_json, schedules
 
 _V1 = """
@@ -257,7 +265,7 @@ def _v10_schedule_record(record: str | bytes) -> str | bytes:
 
 # The cluster's read model (cluster/follower.py): how far this node applied the stream
 # (its incarnation and sequence), and the node of each agent's last claim in it.
-_V11_CLUSTER = """
+_V12_CLUSTER = """
 CREATE TABLE IF NOT EXISTS cluster_followed (
     stream TEXT PRIMARY KEY,
     sequence INTEGER NOT NULL
@@ -280,7 +288,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     _V8_TOOL_OUTPUTS,
     _V9_TURN_USAGE,
     _v10_schedules_in_storage_format,
-    _V11_CLUSTER,
+    events_as_runs,
+    _V12_CLUSTER,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

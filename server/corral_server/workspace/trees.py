@@ -13,6 +13,7 @@ Must not: change the repository's index, HEAD, branches or working files.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ class Trees:
     git: Git = field(default_factory=Git)
 
     async def top_level(self, cwd: str) -> Path:
+        if not await asyncio.to_thread(may_be_in_repository, cwd):
+            raise NotARepository(cwd)
         result = await self.git.run(cwd, "rev-parse", "--show-toplevel")
         if result.returncode != 0 or not result.text.strip():
             raise NotARepository(cwd)
@@ -111,6 +114,22 @@ async def base_of(git: Git, workspace: Workspace | None, top: Path) -> str:
         return workspace.base_commit
     result = await git.run(top, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     return result.text.strip() if result.returncode == 0 else EMPTY_TREE
+
+
+def may_be_in_repository(cwd: str) -> bool:
+    """False only where git could find no repository from `cwd`: no `.git` (a directory, or
+    the file of a linked worktree or submodule) in it or above it, by its real path or the
+    path as given, and no GIT_DIR in the environment. A daemon's first turns look for every
+    agent's repository at once; a git process each, for agents in none, held up the turns'
+    acknowledgements for hundreds of milliseconds (BENCHMARKS.md, P5). Anything git could
+    still find (a bare repository, a `.git` that names another place) goes to git."""
+    if "GIT_DIR" in os.environ or not os.path.isdir(cwd):
+        return True  # git decides, and says what is wrong
+    for start in {Path(os.path.abspath(cwd)), Path(os.path.realpath(cwd))}:
+        for directory in (start, *start.parents):
+            if os.path.lexists(directory / ".git") or os.path.isfile(directory / "HEAD"):
+                return True
+    return False
 
 
 def _copy_if_there(index: Path, copy: Path) -> None:

@@ -12,7 +12,7 @@ turn starts and ends there and, for each agent:
    can be counted as before it).
 
 An agent whose cwd is in no git repository gets no capture and no event, and is not looked
-at again while this daemon runs (one git call per such agent, not one per turn).
+at again while this daemon runs (a look at its directories, no git process: trees.py).
 
 Must not: delay an event (observing is a dictionary update and a task at most), or hold more
 than two tree ids per agent.

@@ -23,7 +23,7 @@ TABLES = {
     "agents",
     "timelines",
     "timeline_rows",
-    "events",
+    "event_runs",
     "create_requests",
     "finished_turns",
 }
@@ -247,7 +247,7 @@ async def test_log_reads_run_side_by_side_and_apart_from_page_reads(db: Database
 
     def log_read(conn: sqlite3.Connection) -> str:
         both.wait()  # raises BrokenBarrierError unless the other log read runs meanwhile
-        return str(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        return str(conn.execute("SELECT count(*) FROM event_runs").fetchone()[0])
 
     paging = asyncio.ensure_future(db.read(page))
     await asyncio.to_thread(page_entered.wait, 10)

@@ -101,7 +101,11 @@ async def test_a_queue_rolled_back_by_a_failed_commit_is_written_again(tmp_path:
         log = await SqliteEventLog.open(database)
         await log.append(1, "a", b"one")
         # A stray row where revision 2 goes fails the transaction the queue is written in.
-        await database.write(lambda conn: conn.execute("INSERT INTO events VALUES (2, 'x', x'00')"))
+        await database.write(
+            lambda conn: conn.execute(
+                "INSERT INTO event_runs VALUES (2, 1, 'x', NULL, NULL, x'00')"
+            )
+        )
         put, append = records.put(agent), log.append(2, "a", b"two")
         for future in (put, append):
             with pytest.raises(StoreWriteFailed):

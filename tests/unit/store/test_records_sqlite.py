@@ -175,7 +175,11 @@ async def test_a_failed_commit_fails_the_appends_queued_behind_and_leaves_no_gap
         log = await SqliteEventLog.open(database)
         await log.append(1, "a", b"one")
         # A stray row where revision 2 goes makes the next commit fail.
-        await database.write(lambda conn: conn.execute("INSERT INTO events VALUES (2, 'x', x'00')"))
+        await database.write(
+            lambda conn: conn.execute(
+                "INSERT INTO event_runs VALUES (2, 1, 'x', NULL, NULL, x'00')"
+            )
+        )
         gate = await _hold_the_writer(database)
         failing = log.append(2, "a", b"two")
         await asyncio.sleep(0)  # its job is submitted; the next appends queue behind it
@@ -185,7 +189,7 @@ async def test_a_failed_commit_fails_the_appends_queued_behind_and_leaves_no_gap
             with pytest.raises(StoreWriteFailed):
                 await future
         assert (log.head_revision, log.next_revision) == (1, 2)
-        await database.write(lambda conn: conn.execute("DELETE FROM events WHERE revision = 2"))
+        await database.write(lambda conn: conn.execute("DELETE FROM event_runs WHERE first = 2"))
         await log.append(2, "a", b"two again")
         assert [e.event for e in await log.read(0, 10, 1 << 20)] == [b"one", b"two again"]
     finally:
@@ -203,7 +207,9 @@ async def test_retention_in_bytes_goes_on_exactly_after_a_reopen(state: Path) ->
         assert (log.earliest_revision, log.head_revision) == (1, 8)
         await asyncio.gather(*(log.append(n, "a", b"y" * 100) for n in range(9, 13)))
         assert (log.earliest_revision, log.head_revision) == (3, 12)  # 10 x 100 bytes kept
-        count = await database.read(lambda c: c.execute("SELECT count(*) FROM events").fetchone())
+        count = await database.read(
+            lambda c: c.execute("SELECT sum(events) FROM event_runs").fetchone()
+        )
         assert count == (10,)
     finally:
         await database.close()

@@ -40,7 +40,9 @@ _TITLE_SOURCE = {source.value: source for source in da.TitleSource}
 _SAME = ("id", "provider", "cwd", "model", "mode", "title", "provider_session_id")
 
 
-def encode_agent(agent: da.Agent) -> bytes:
+def encode_agent(agent: da.Agent, whole: bool = False) -> bytes:
+    """The agent's record. Its long queued prompts are summaries whose content the store keeps
+    in its own table; `whole`: with their content too (a cluster's stream carries it all)."""
     record = pb.Agent(
         **{name: getattr(agent, name) for name in _SAME},
         labels=dict(agent.labels),
@@ -62,7 +64,7 @@ def encode_agent(agent: da.Agent) -> bytes:
     if attention.at_ms:
         record.attention.at.CopyFrom(timestamp(attention.at_ms))
     record.pending_permissions.extend(map(_permission_record, agent.pending_permissions))
-    record.queued_prompts.extend(map(_queued_record, agent.queued_prompts))
+    record.queued_prompts.extend(_queued_record(q, whole) for q in agent.queued_prompts)
     return record.SerializeToString()
 
 
@@ -176,7 +178,7 @@ def _permission(stored: pb.PendingPermission) -> da.PendingPermission:
     )
 
 
-def _queued_record(q: da.QueuedPrompt) -> pb.QueuedPrompt:
+def _queued_record(q: da.QueuedPrompt, whole: bool = False) -> pb.QueuedPrompt:
     s = q.summary
     record = pb.QueuedPrompt(
         client_message_id=q.client_message_id,
@@ -188,20 +190,21 @@ def _queued_record(q: da.QueuedPrompt) -> pb.QueuedPrompt:
         clipped=s.clipped,
         queued_by=q.queued_by.value,
     )
-    if not s.clipped:  # the prompt is its preview: no row of its own in queued_prompts
+    if whole or not s.clipped:  # a short prompt is its preview: no row in queued_prompts
         record.content.extend(map(_part_record, q.content))
     return record
 
 
 def _queued(stored: pb.QueuedPrompt) -> da.QueuedPrompt:
-    """The summary, and the content when the record holds it: a short prompt, or any prompt
-    of a record from before queued prompts had a table (its summary fields all unset).
-    Otherwise the content is () until the store joins it from its table."""
+    """The summary, and the content when the record holds it: a short prompt, any prompt of a
+    record from before queued prompts had a table (its summary fields all unset), or a whole
+    record (`encode_agent(whole=True)`). Otherwise the content is () until the store joins it
+    from its table."""
     old = stored.chars == 0 and not stored.clipped
     summary = PromptSummary(
         stored.text_bytes, stored.chars, stored.image_count, stored.preview, stored.clipped
     )
-    content = _prompt(stored.content) if old or not stored.clipped else ()
+    content = _prompt(stored.content) if old or not stored.clipped or stored.content else ()
     return da.QueuedPrompt(
         stored.client_message_id,
         content,
