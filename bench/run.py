@@ -12,6 +12,8 @@
   search  a query over 1 M rows (p50 / p99); P1' durable with the index against without it
   web  events/s through Connect streaming to 1 and 10 Node subscribers against gRPC Subscribe
   page the dashboard: gzip size; a 10,000-row agent page in headless Chromium
+  cluster  three nodes on three NATS servers: one writer's and 30 writers' rows/s, event to
+       another node's subscriber p50/p99, a subscriber's switch-over after a node SIGKILL
 
 Run: .venv/bin/python -m bench.run [--quick]
 """
@@ -23,6 +25,7 @@ import sys
 
 from bench import (
     anchor,
+    cluster,
     dashboard,
     fanout,
     latency,
@@ -77,6 +80,8 @@ async def main(quick: bool) -> None:
     print()
     loads = await asyncio.to_thread(dashboard.page_load_ms, 3 if quick else dashboard.LOADS)
     print(dashboard.report(dashboard.gzip_sizes(), loads))
+    print()
+    await cluster.report(quick)
 
 
 if __name__ == "__main__":

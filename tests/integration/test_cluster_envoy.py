@@ -29,12 +29,12 @@ from corral.v1 import agent_service_pb2
 from corral_server.app import Config
 from corral_server.rpc.roles import READ_METHODS
 from tests.support.client import Stubs, create_request
+from tests.support.cluster_nodes import envoy_on_loopback
 from tests.support.daemon import DaemonThread
 from tests.support.envoy import TIMEOUT, Envoy, envoy_running, poll, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "cluster" / "envoy.yaml"
-NODES = ("corral-1", "corral-2", "corral-3")
 HEALTH = "/grpc.health.v1.Health/"
 # Reads a read-only token may not make (they wait, or read what only full tokens see), which
 # are still the same on any node and safe to try twice.
@@ -140,26 +140,6 @@ def refusing_node() -> Iterator[tuple[int, RefusingNode, health.HealthServicer]]
         server.stop(grace=None)
 
 
-def on_loopback(config: dict[str, Any], grpc_ports: list[int], web_ports: list[int]) -> str:
-    """The file with its listeners and admin on free loopback ports and its three nodes on
-    the given ones (in the file's order), health checked on their gRPC ports."""
-    config["admin"]["address"]["socket_address"]["port_value"] = 0
-    for listener in config["static_resources"]["listeners"]:
-        listener["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": 0}
-    for cluster in config["static_resources"]["clusters"]:
-        (group,) = cluster["load_assignment"]["endpoints"]
-        ports = grpc_ports if cluster["name"] == "corral" else web_ports
-        for endpoint, name, port, grpc_port in zip(
-            group["lb_endpoints"], NODES, ports, grpc_ports, strict=True
-        ):
-            address = endpoint["endpoint"]["address"]["socket_address"]
-            assert address["address"] == name
-            address.update(address="127.0.0.1", port_value=port)
-            if "health_check_config" in endpoint["endpoint"]:
-                endpoint["endpoint"]["health_check_config"] = {"port_value": grpc_port}
-    return yaml.safe_dump(config)
-
-
 def until(envoy: Envoy, port: int, flags: str, cluster: str = "corral") -> None:
     poll(
         lambda: flags if envoy.health_flags(port, cluster) == flags else None,
@@ -187,7 +167,7 @@ def test_three_nodes_behind_the_cluster_envoy(daemon: DaemonThread, tmp_path: Pa
         refusing_port, refusing, refusing_health = stack.enter_context(refusing_node())
         grpc_ports = [daemon.port, refusing_port, gone_port]
         web_ports = [daemon.daemon.web_port, gone_port, gone_port]
-        text = on_loopback(yaml.safe_load(CONFIG.read_text()), grpc_ports, web_ports)
+        text = envoy_on_loopback(grpc_ports, web_ports)
         envoy = stack.enter_context(envoy_running(tmp_path, text))
         until(envoy, daemon.port, "healthy")
         until(envoy, refusing_port, "healthy")
