@@ -124,6 +124,12 @@ def build_server(
             # connection and what its streams hold go away with it.
             ("grpc.keepalive_time_ms", 60_000),
             ("grpc.keepalive_timeout_ms", 20_000),
+            # A proxy in front (Envoy pings every upstream connection every 10 s) may ping a
+            # connection whose streams are quiet: under gRPC's default (one such ping per five
+            # minutes) the third ends the connection with GOAWAY "too many pings", and every
+            # call it carried with it. One a second, with or without calls, is allowed.
+            ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
+            ("grpc.keepalive_permit_without_calls", 1),
         ],
     )
 
