@@ -54,7 +54,7 @@ from corral_server.rpc.connections import ConnectionBook
 from corral_server.rpc.convert import encode_event
 from corral_server.rpc.forwarding import ForwardCalls, Forwarder, forwarding_servicers
 from corral_server.rpc.server import SERVICE_NAMES
-from corral_server.rpc.services import build_servicers
+from corral_server.rpc.services import CLUSTER_RESUME_WAIT_S, build_servicers
 from corral_server.rpc.streams import StreamBook, StreamLimits
 from corral_server.rpc.tls import server_credentials
 from corral_server.rpc.wire import row_appended_batch
@@ -232,9 +232,10 @@ class Daemon:
             await self.manager.usage.open()  # the counters from the ledger
             self.subagents = self._registry(stores.runs)
             await self.subagents.open()  # before the agents: interrupted children end runs
-            await self.manager.restore(node.local(stores.loaded) if node else stores.loaded)
-            if node is not None:
-                node.adopt()  # the leases of the agents restored here
+            loaded = node.local(stores.loaded) if node else stores.loaded
+            if node is not None:  # the leases first: restoring may write (an interrupted turn)
+                node.adopt()
+            await self.manager.restore(loaded)
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:
@@ -268,6 +269,7 @@ class Daemon:
             worktrees=self.worktrees,
             changes=Changes(self.turn_trees.trees, self.turn_trees),
             scheduler=self.scheduler,
+            resume_wait_s=CLUSTER_RESUME_WAIT_S if self.cluster is not None else 0.0,
         )
         await self._serve_grpc(servicers)
         if self.cluster is not None:

@@ -459,5 +459,7 @@ async def test_a_resume_on_a_node_behind_the_revision_waits_for_it_instead_of_a_
     for subscriber in (watcher, resumed):
         await subscriber.stop()
     assert resumed.resets == 0 and not any(s.reset for s in resumed.synced), "reset"
-    assert resumed.revisions == list(range(head, final + 1))
-    assert resumed.events == watcher.up_to(final)[head:]
+    # Later events (another test's agents settling on this cluster) may follow `final`.
+    count = final - head + 1
+    assert resumed.revisions[:count] == list(range(head, final + 1))
+    assert resumed.events[: count - 1] == watcher.up_to(final)[head:]

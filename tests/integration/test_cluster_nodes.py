@@ -169,6 +169,24 @@ async def test_a_second_process_with_one_node_id_is_refused_while_the_first_live
     await closed(first, second)
 
 
+async def test_a_node_restarted_at_its_own_address_takes_its_entry_back_at_once(
+    nats_client: nats.aio.client.Client,
+) -> None:
+    """A crashed node's process started again at once: its entry is still alive, but it is at
+    the address the new process has bound, so the process that wrote it is gone."""
+    clock, (crashed,) = await directories(nats_client, ("a",))
+    await crashed.register()
+    settings = Settings(crashed.bucket, 3, DURATION_MS, SKEW_MS)
+    restarted = await NodeDirectory.open(
+        nats_client.jetstream(), "a", crashed.address, clock, settings
+    )
+    taken = await restarted.register(agents=2)
+    assert (taken.address, taken.agents) == (crashed.address, 2)
+    with pytest.raises(NodeIdTaken):
+        await crashed.register()  # a process still running under the old entry stops
+    await closed(crashed, restarted)
+
+
 async def test_a_node_that_leaves_is_gone_from_every_copy(
     nats_client: nats.aio.client.Client,
 ) -> None:

@@ -220,7 +220,7 @@ async def test_the_event_logs_pending_events_and_failed_commits_are_counted(
         # A full disk, as far as the event log can tell: its next commit fails.
         sql(
             stored,
-            "CREATE TRIGGER full BEFORE INSERT ON events "
+            "CREATE TRIGGER full BEFORE INSERT ON event_runs "
             "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
         )
         update = svc_pb.UpdateAgentRequest(agent_id=agent_id, title="renamed")

@@ -13,8 +13,11 @@ sweeps leases abandoned long ago (an optimisation, never what decides ownership)
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -76,11 +79,34 @@ async def open_bucket(js: JetStreamContext, bucket: str, replicas: int, age_s: f
     """The KV bucket, made when missing with `replicas` and values aging out after `age_s` of
     the servers' time, and waited for until it has a leader."""
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
-        kv = await js.create_key_value(bucket=bucket, replicas=replicas, ttl=age_s)
-        await led(js, f"KV_{bucket}")
-        return kv
+        try:
+            kv = await js.create_key_value(bucket=bucket, replicas=replicas, ttl=age_s)
+        except nats.js.errors.BadRequestError:  # another node made it meanwhile
+            kv = await js.key_value(bucket)
+    # Made by this node or just before by another one: writes need its leader either way.
+    await led(js, f"KV_{bucket}")
+    return kv
+
+
+T = TypeVar("T")
+UNANSWERED_RETRY_S = 2.0
+
+
+async def unanswered_retried(op: Callable[[], Awaitable[T]]) -> T:
+    """`op()`, tried again for up to UNANSWERED_RETRY_S while no stream server answers it (a
+    leader being elected): such a request reached no stream, so trying again cannot write
+    twice. A timeout is not retried here (the write may have landed)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + UNANSWERED_RETRY_S
+    while True:
+        try:
+            return await op()
+        except nats.js.errors.NoStreamResponseError:
+            if loop.time() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -130,7 +156,7 @@ class Leases:
         expires_ms = self._clock.now_ms() + self.duration_ms
         value = encode(self.node, expires_ms)
         try:
-            revision = await self._kv.create(agent, value)
+            revision = await unanswered_retried(lambda: self._kv.create(agent, value))
         except nats.js.errors.KeyWrongLastSequenceError:
             revision = await self._take_expired(agent, value)
         return Lease(agent, self.node, revision, expires_ms, epoch=revision)
@@ -158,8 +184,9 @@ class Leases:
             raise LeaseLost(lease.agent, f"node {self.node}: the lease expired before the renewal")
         expires_ms = self._clock.now_ms() + self.duration_ms
         try:
-            revision = await self._kv.update(
-                lease.agent, encode(self.node, expires_ms), last=lease.revision
+            value = encode(self.node, expires_ms)
+            revision = await unanswered_retried(
+                lambda: self._kv.update(lease.agent, value, last=lease.revision)
             )
         except nats.js.errors.KeyWrongLastSequenceError:
             raise LeaseLost(lease.agent, f"node {self.node}: another node took the lease") from None

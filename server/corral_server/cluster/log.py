@@ -23,6 +23,7 @@ acknowledgement was lost is stored once. The pitfalls, handled here (docs/cluste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import struct
 from collections.abc import Sequence
@@ -134,10 +135,12 @@ class EventLog:
             duplicate_window=duplicate_window_s,
         )
         try:
-            info = await js.stream_info(name)
+            await js.stream_info(name)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(config)
-            info = await led(js, name)
+            # BadRequest: another node made it meanwhile.
+            with contextlib.suppress(nats.js.errors.BadRequestError):
+                await js.add_stream(config)
+        info = await led(js, name)  # made now or just before: appends need its leader
         if info.created is None:
             raise RuntimeError(f"stream {name}: the server reported no creation time")
         return cls(js, name, f"{name}@{info.created.isoformat()}", prefix)

@@ -127,29 +127,11 @@ class ClusterNode:
             why = f"no NATS server of {urls} answered within {config.connect_s:g} s ({error!r})"
             raise ClusterStartError(why) from None
         try:
-            js = client.jetstream()
-            event_log = await EventLog.open(
-                js, config.stream, config.replicas, prefix=config.prefix
-            )
-            leases = await Leases.open(
-                js,
-                config.node_id,
-                clock,
-                config.leases_bucket,
-                config.replicas,
-                config.lease_ms,
-                config.skew_ms,
-            )
-            settings = Settings(
-                config.nodes_bucket, config.replicas, config.lease_ms, config.skew_ms
-            )
-            directory = await NodeDirectory.open(
-                js, config.node_id, config.advertise, clock, settings
-            )
+            opened = await _opened(client, config, clock)
         except BaseException:
             await client.close()
             raise
-        nodes.append(cls(config, clock, client, event_log, leases, directory))
+        nodes.append(cls(config, clock, client, *opened))
         return nodes[0]
 
     @property
@@ -221,10 +203,19 @@ class ClusterNode:
         host, _, advertised = self.config.advertise.rpartition(":")
         if advertised == "0":
             self.directory.address = f"{host}:{port}"
-        try:
-            await self.directory.register(len(self.channels))
-        except NodeIdTaken as taken:
-            raise ClusterStartError(str(taken)) from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.connect_s
+        while True:
+            try:
+                await self.directory.register(len(self.channels))
+                break
+            except NodeIdTaken as taken:
+                raise ClusterStartError(str(taken)) from None
+            except _STARTING as error:  # the bucket's leader still being elected
+                if loop.time() >= deadline:
+                    why = f"the node directory did not answer: {error!r}"
+                    raise ClusterStartError(why) from None
+                await asyncio.sleep(0.2)
         self.directory.start(lambda: len(self.channels))
 
     def owner_of(self, agent_id: str) -> str | None:
@@ -267,3 +258,44 @@ class ClusterNode:
                 await task
         with contextlib.suppress(Exception):
             await self.client.close()
+
+
+# What a fresh NATS cluster answers while its streams and buckets elect their leaders.
+_STARTING = (TimeoutError, nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError)
+
+
+async def _opened(
+    client: nats.aio.client.Client, config: ClusterConfig, clock: Clock
+) -> tuple[EventLog, Leases, NodeDirectory]:
+    """The stream, the leases and the node directory, made when missing. Tried again while
+    the cluster is still electing leaders (several nodes starting together on a fresh
+    cluster), for `connect_s`; then ClusterStartError."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.connect_s
+    while True:
+        try:
+            return await _open_parts(client, config, clock)
+        except (*_STARTING, nats.js.errors.NoStreamResponseError) as error:
+            if loop.time() >= deadline:
+                why = f"the NATS cluster did not answer within {config.connect_s:g} s ({error!r})"
+                raise ClusterStartError(why) from None
+            await asyncio.sleep(0.2)
+
+
+async def _open_parts(
+    client: nats.aio.client.Client, config: ClusterConfig, clock: Clock
+) -> tuple[EventLog, Leases, NodeDirectory]:
+    js = client.jetstream()
+    event_log = await EventLog.open(js, config.stream, config.replicas, prefix=config.prefix)
+    leases = await Leases.open(
+        js,
+        config.node_id,
+        clock,
+        config.leases_bucket,
+        config.replicas,
+        config.lease_ms,
+        config.skew_ms,
+    )
+    settings = Settings(config.nodes_bucket, config.replicas, config.lease_ms, config.skew_ms)
+    directory = await NodeDirectory.open(js, config.node_id, config.advertise, clock, settings)
+    return event_log, leases, directory

@@ -226,14 +226,17 @@ class NodeDirectory:
 
     async def _claim(self, value: bytes) -> int:
         """The first write of this process: a new key, or over an entry that is this id's
-        own earlier run (expired, or left by a clean stop)."""
+        own earlier run (expired, left by a clean stop, or at this node's own address)."""
         try:
             return await self._kv.create(self.node, value)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         current = await self._kv.get(self.node)
         held = decode(self.node, current.value, current.revision or 0)
-        if self._clock.now_ms() < held.expires_ms + self.skew_ms:
+        # An entry at this very address is this node's own crashed run: this process has
+        # bound the address, so the one that registered it is gone (a restart at once).
+        alive = self._clock.now_ms() < held.expires_ms + self.skew_ms
+        if alive and held.address != self.address:
             raise NodeIdTaken(
                 f"node id {self.node} is registered by another process at {held.address} "
                 f"until {held.expires_ms}"

@@ -27,6 +27,7 @@ Every Synced and StreamEnding carries the incarnation.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable, Sequence
 from itertools import repeat
@@ -144,10 +145,39 @@ class EventHub:
         self._dispatch = self._fanout.dispatch
         # Set by end_all: no new subscriptions.
         self._ending_reason: str | None = None
+        # (revision, future) of `head_reached`; while any waits, every dispatch checks them.
+        self._head_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def head_revision(self) -> int:
         return self._ring.head
+
+    def head_reached(self, revision: int) -> asyncio.Future[None]:
+        """Resolves once the head is at `revision` or past it (a cluster node that has not
+        yet applied what a client saw elsewhere, docs/cluster.md#read-model). Costs nothing
+        per event while nobody waits."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._ring.head >= revision:
+            future.set_result(None)
+            return future
+        self._head_waiters.append((revision, future))
+        self._dispatch = self._dispatch_and_wake
+        return future
+
+    def _dispatch_and_wake(self, entries: list[Entry]) -> None:
+        self._fanout.dispatch(entries)
+        head = self._ring.head
+        waiting = []
+        for revision, future in self._head_waiters:
+            if future.done():
+                continue  # its caller stopped waiting
+            if head >= revision:
+                future.set_result(None)
+            else:
+                waiting.append((revision, future))
+        self._head_waiters = waiting
+        if not waiting:
+            self._dispatch = self._fanout.dispatch
 
     @property
     def earliest_resumable_revision(self) -> int:

@@ -15,6 +15,8 @@ Must not: hold protobuf messages per event, or keep a subscription open after it
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable
 
 import grpc
@@ -67,8 +69,12 @@ class EventServicer:
         clock: Clock | None = None,
         streams: StreamBook | None = None,
         fetch_timeline: AgentFetch | None = None,
+        resume_wait_s: float = 0.0,
     ) -> None:
         self._hub = hub
+        # A cluster node: how long a resume ahead of this node's head waits for the node to
+        # apply it (it is a lag there, not another log) before the reset a daemon answers.
+        self._resume_wait_s = resume_wait_s
         # Reads stored rows for projected streams (None: PROJECTED is UNIMPLEMENTED).
         self._fetch_timeline = fetch_timeline
         self._streams = streams or StreamBook(clock=clock)
@@ -117,6 +123,8 @@ class EventServicer:
         resume = request.resume_revision if request.HasField("resume_revision") else None
         projected = self._projected(request.view)
         hub = self._hub
+        if resume is not None and resume > hub.head_revision:
+            await self._caught_up(resume, request.resume_incarnation)
         subscription: Subscription | None = None
         reason = f"the client did not read for {self._streams.limits.stall_s:g} s"
 
@@ -146,6 +154,14 @@ class EventServicer:
                     subscription.batch_bytes = stream.written(hub.batch_bytes)
         finally:
             stream.close()
+
+    async def _caught_up(self, resume: int, incarnation: str) -> None:
+        """Wait (a cluster node only, and at most `resume_wait_s`) for the head to reach a
+        resume point of this log that is ahead of it."""
+        hub = self._hub
+        if self._resume_wait_s > 0 and incarnation in ("", hub.incarnation):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hub.head_reached(resume), self._resume_wait_s)
 
     def _projected(self, view: int) -> ProjectedStream | None:
         if view not in timeline_pb.TimelineView.values():

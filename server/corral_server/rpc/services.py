@@ -26,6 +26,9 @@ from corral_server.subagents.registry import SubagentRegistry
 from corral_server.workspace.changes import Changes
 from corral_server.workspace.worktrees import Worktrees
 
+# A cluster node behind a client's resume point waits this long to apply it, then resets.
+CLUSTER_RESUME_WAIT_S = 5.0
+
 
 def build_servicers(
     *,
@@ -39,6 +42,7 @@ def build_servicers(
     worktrees: Worktrees,
     changes: Changes,
     scheduler: Scheduler,
+    resume_wait_s: float = 0.0,
 ) -> dict[str, Any]:
     return {
         "AgentService": AgentService(manager, worktrees),
@@ -56,6 +60,7 @@ def build_servicers(
             clock=clock,
             streams=streams,
             fetch_timeline=manager.fetch_timeline,
+            resume_wait_s=resume_wait_s,
         ),
     }
 
