@@ -24,12 +24,23 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import nats.errors
+import nats.js.errors
+
 from corral_server.clock import Clock
 from corral_server.cluster.leases import Lease, LeaseHeld, Leases
-from corral_server.cluster.log import EventLog, Refused, batch_id
+from corral_server.cluster.log import Appended, EventLog, Refused, batch_id
 from corral_server.errors import AgentOwnedElsewhere
 
 log = logging.getLogger(__name__)
+
+# What the stream answers while it has no leader: nothing was stored, or the same id dedupes.
+UNANSWERED = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
 
 # What a batch leaves free of the servers' largest message, for the headers (ids are short).
 HEADROOM = 16 << 10
@@ -138,13 +149,27 @@ class AgentChannel:
         if not parts.leases.valid(lease):
             raise Refused(self.agent_id, f"the lease of node {lease.node} expired")
         msg_id = batch_id(self.agent_id, lease.owner, expected)
-        appended = await parts.log.append(self.agent_id, batch, expected, msg_id)
+        appended = await self._appended(batch, expected, msg_id)
         del self._entries[:count]
         ready = [f for before, f in self._futures if before <= count]
         self._futures = [(before - count, f) for before, f in self._futures if before > count]
         if ready:
             parts.applied(appended.sequence).add_done_callback(lambda a: _settle(ready, a))
         return appended.sequence
+
+    async def _appended(self, batch: list[bytes], expected: int, msg_id: str) -> Appended:
+        """The batch appended: tried again with the same message id (stored once, however
+        many tries reached the stream) while the stream does not answer (an election that
+        outlasts the log's own retries) and the lease is still valid; then Refused."""
+        parts, lease = self._parts, self.lease
+        assert lease is not None
+        while True:
+            try:
+                return await parts.log.append(self.agent_id, batch, expected, msg_id)
+            except UNANSWERED as error:
+                if not parts.leases.valid(self.lease or lease):
+                    raise Refused(self.agent_id, f"the stream did not answer: {error!r}") from None
+                log.warning("agent %s: the stream did not answer; trying again", self.agent_id)
 
     async def _renew(self) -> None:
         """Every third of the lease; a renewal that fails to reach NATS is tried again at the
