@@ -4,6 +4,7 @@ column, its type, and the bytes, whatever the rows' text holds."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,13 @@ def packed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> b
 
 
 @pytest.fixture
-def conn(packed: bool, tmp_path: Path) -> sqlite3.Connection:
+def conn(packed: bool, tmp_path: Path) -> Iterator[sqlite3.Connection]:
     connection = sqlite3.connect(tmp_path / "db", isolation_level=None)
-    migrate(connection, tmp_path / "db")
-    return connection
+    try:
+        migrate(connection, tmp_path / "db")
+        yield connection
+    finally:
+        connection.close()  # Python 3.13 warns of an unclosed database
 
 
 def _row(timestamp_ms: int, turn_id: str, provider_message_id: str) -> NewRow:
