@@ -9,6 +9,7 @@ files' 10 s becomes 2 s here to show it in seconds rather than half a minute."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import grpc
@@ -21,9 +22,20 @@ from tests.support.cluster_nodes import ENVOY_CONFIG as CLUSTER
 from tests.support.cluster_nodes import envoy_on_loopback
 from tests.support.daemon import DaemonThread
 from tests.support.envoy import CONFIG, envoy_running, running_envoy
+from tests.support.nats import poll
 
 KEEPALIVE = "connection_keepalive: {interval: 10s, timeout: 5s}"
 QUIET_S = 9.0  # four pings two seconds apart: the last three strike under gRPC's defaults
+
+
+def accepting(address: str) -> bool | None:
+    """Whether Envoy's listener takes connections yet (it is listed before it is warm)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return None
+    return True
 
 
 def pinging_faster(text: str) -> str:
@@ -60,6 +72,7 @@ async def test_a_quiet_subscribe_through_envoy_outlasts_its_pings(
         with running as envoy:
             await envoy.until_health(daemon.port, "healthy")  # then its listener takes calls
             listener = envoy.listening("corral_grpc")
+            await asyncio.to_thread(poll, lambda: accepting(listener), f"{listener} accepting")
             await quiet_for(listener, QUIET_S)
     finally:
         daemon.stop()
