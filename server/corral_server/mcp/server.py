@@ -65,6 +65,13 @@ def build_server(tools: SubagentTools) -> MCPServer:
     server: MCPServer = MCPServer(
         SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=False
     )
+    _add_run_tools(server, tools)
+    _add_control_tools(server, tools)
+    return server
+
+
+def _add_run_tools(server: MCPServer, tools: SubagentTools) -> None:
+    """The tools that start runs and read them: spawn, list, wait."""
 
     @server.tool()
     async def spawn_subagent(
@@ -99,6 +106,10 @@ def build_server(tools: SubagentTools) -> MCPServer:
         `timeout_s` the run as it is (state "running")."""
         return await _answer(tools.wait(_caller(ctx), run_id, timeout_s))
 
+
+def _add_control_tools(server: MCPServer, tools: SubagentTools) -> None:
+    """The tools that act on a running run: steer, kill, answer its permission requests."""
+
     @server.tool()
     async def steer_subagent(run_id: str, message: str, ctx: Context) -> dict[str, Any]:
         """Interrupt the run and restart its sub-agent on `message`; returns the new run."""
@@ -125,8 +136,6 @@ def build_server(tools: SubagentTools) -> MCPServer:
         return await _answer(
             tools.answer_permission(_caller(ctx), agent_id, request_id, allow, message)
         )
-
-    return server
 
 
 def _caller(ctx: Context) -> str:

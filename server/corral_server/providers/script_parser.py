@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 from corral_server.domain.timeline import JsonValue
@@ -146,65 +147,64 @@ def _parse_lines(
     return Script(text=_strip_blank_lines(text_lines), steps=tuple(steps))
 
 
+# Directives that take no argument: the step each stands for.
+_BARE: dict[str, Callable[[], Step]] = {
+    "/settings": Settings,
+    "/refuse-interrupt": RefuseInterrupt,
+    "/echo": Echo,
+    "/recall": Recall,
+    "/hang-interrupt": HangInterrupt,
+    "/terminal-without-id": TerminalWithoutId,
+    "/duplicate-terminal": DuplicateTerminal,
+}
+
+# Directives whose argument is one required text: the step, and what the text is (for the
+# error when it is missing).
+_TEXT: dict[str, tuple[Callable[[str], Step], str]] = {
+    "/reply": (Reply, "the reply text"),
+    "/reply+": (lambda text: Reply(text, continues=True), "the reply text"),
+    "/tool-end": (lambda name: Tool(name, phase="end"), "the tool name"),
+    "/think": (Think, "the reasoning text"),
+    "/title": (Title, "the title"),
+    "/fail": (Fail, "the error message"),
+    "/permission": (Permission, "a permission name"),
+    "/spawn": (Spawn, "the sub-agent's task"),
+}
+
+
 def _parse_directive(line: str) -> Step:
     match = _DIRECTIVE.fullmatch(line)
     # The pattern matches every line that starts with "/", so this only guards the type.
     assert match is not None
     name, argument = "/" + match.group(1), (match.group(2) or "").strip()
+    if (bare := _BARE.get(name)) is not None:
+        _no_argument(name, argument)
+        return bare()
+    if (text := _TEXT.get(name)) is not None:
+        step, what = text
+        return step(_required(name, argument, what))
+    return _parse_with_argument(name, argument)
+
+
+def _parse_with_argument(name: str, argument: str) -> Step:
+    """The directives whose argument has a grammar of its own."""
     match name:
-        case "/reply":
-            return Reply(_required(name, argument, "the reply text"))
-        case "/reply+":
-            return Reply(_required(name, argument, "the reply text"), continues=True)
         case "/tool-start":
             return replace(_parse_tool(argument), phase="start")
-        case "/tool-end":
-            return Tool(_required(name, argument, "the tool name"), phase="end")
-        case "/think":
-            return Think(_required(name, argument, "the reasoning text"))
-        case "/title":
-            return Title(_required(name, argument, "the title"))
-        case "/settings":
-            _no_argument(name, argument)
-            return Settings()
         case "/tool":
             return _parse_tool(argument)
         case "/tool-output":
             return _parse_tool_output(argument)
         case "/sleep":
             return Sleep(_parse_ms(argument))
-        case "/fail":
-            return Fail(_required(name, argument, "the error message"))
-        case "/refuse-interrupt":
-            _no_argument(name, argument)
-            return RefuseInterrupt()
-        case "/permission":
-            return Permission(_required(name, argument, "a permission name"))
-        case "/spawn":
-            return Spawn(_required(name, argument, "the sub-agent's task"))
         case "/history":
             return History(_parse_count(argument, name, MAX_HISTORY_ITEMS, "items"))
         case "/follow-up":
             return FollowUp(_parse_follow_up(argument))
-        case "/echo":
-            _no_argument(name, argument)
-            return Echo()
-        case "/recall":
-            _no_argument(name, argument)
-            return Recall()
         case "/permissions":
             count, _, size = argument.partition(" ")
             input_bytes = _parse_size(size.strip(), name) if size.strip() else 0
             return Permissions(_parse_count(count, name, MAX_PERMISSIONS, "requests"), input_bytes)
-        case "/hang-interrupt":
-            _no_argument(name, argument)
-            return HangInterrupt()
-        case "/terminal-without-id":
-            _no_argument(name, argument)
-            return TerminalWithoutId()
-        case "/duplicate-terminal":
-            _no_argument(name, argument)
-            return DuplicateTerminal()
         case "/replay-turn":
             if _TURN_ID.fullmatch(argument) is None:
                 raise _BadLine(f"/replay-turn needs one turn id (1-128 characters): {argument!r}")

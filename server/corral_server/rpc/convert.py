@@ -246,7 +246,53 @@ def permission_resolved_pb(e: de.PermissionResolved) -> turn_pb.PermissionResolv
     )
 
 
+# The event kinds, grouped as the functions below translate them.
+_AgentEvent = de.AgentUpserted | de.AgentRemoved | de.RowAppended | de.RowUpdated | de.TimelineReset
+_TurnEvent = (
+    de.TurnStarted
+    | de.TurnCompleted
+    | de.TurnFailed
+    | de.TurnCanceled
+    | de.PermissionRequested
+    | de.PermissionResolved
+)
+_FleetEvent = de.AttentionRequired | de.SubagentRunUpdated | de.ChangesUpdated | de.ScheduleFired
+
+
 def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.Event:
+    match event:
+        case (
+            de.AgentUpserted()
+            | de.AgentRemoved()
+            | de.RowAppended()
+            | de.RowUpdated()
+            | de.TimelineReset()
+        ):
+            return _agent_event_pb(revision, event)
+        case (
+            de.TurnStarted()
+            | de.TurnCompleted()
+            | de.TurnFailed()
+            | de.TurnCanceled()
+            | de.PermissionRequested()
+            | de.PermissionResolved()
+        ):
+            return _turn_event_pb(revision, event)
+        case (
+            de.AttentionRequired()
+            | de.SubagentRunUpdated()
+            | de.ChangesUpdated()
+            | de.ScheduleFired()
+        ):
+            return _fleet_event_pb(revision, event)
+        case de.Synced() | de.SubscriptionReset() | de.StreamEnding():
+            return _control_pb(revision, event)
+        case _:
+            assert_never(event)
+
+
+def _agent_event_pb(revision: int, event: _AgentEvent) -> event_pb.Event:
+    """An agent's snapshot or removal, and its timeline's changes."""
     E = event_pb.Event
     match event:
         case de.AgentUpserted(agent=agent):
@@ -271,6 +317,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
         case de.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason):
             reset = event_pb.TimelineReset(agent_id=agent_id, epoch=epoch, reason=reason)
             return E(revision=revision, timeline_reset=reset)
+        case _:
+            assert_never(event)
+
+
+def _turn_event_pb(revision: int, event: _TurnEvent) -> event_pb.Event:
+    """A turn's lifecycle and its permission requests."""
+    E = event_pb.Event
+    match event:
         case de.TurnStarted():
             return E(revision=revision, turn_started=turn_started_pb(event))
         case de.TurnCompleted():
@@ -286,6 +340,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
             return E(revision=revision, permission_requested=requested)
         case de.PermissionResolved():
             return E(revision=revision, permission_resolved=permission_resolved_pb(event))
+        case _:
+            assert_never(event)
+
+
+def _fleet_event_pb(revision: int, event: _FleetEvent) -> event_pb.Event:
+    """Attention, sub-agent runs, a turn's changes and schedules."""
+    E = event_pb.Event
+    match event:
         case de.AttentionRequired(agent_id=agent_id, reason=reason, notification=plan):
             attention = event_pb.AttentionRequired(
                 agent_id=agent_id,
@@ -316,6 +378,14 @@ def event_to_pb(revision: int, event: de.Event | de.StreamControl) -> event_pb.E
                 schedule_id=schedule_id, agent_id=run.agent_id, run=schedule_run_to_pb(run)
             )
             return E(revision=revision, schedule_fired=fired)
+        case _:
+            assert_never(event)
+
+
+def _control_pb(revision: int, event: de.StreamControl) -> event_pb.Event:
+    """A message about the subscription itself."""
+    E = event_pb.Event
+    match event:
         case de.Synced(revision=synced_at, reset=reset, incarnation=incarnation):
             synced = event_pb.Synced(revision=synced_at, reset=reset, incarnation=incarnation)
             return E(revision=revision, synced=synced)
