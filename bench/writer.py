@@ -69,7 +69,7 @@ async def _burst(
         agent, _ = await manager.create(CreateSpec(provider="burst", cwd=cwd))
         last: list[int] = []
         subs = [
-            daemon.hub.subscribe(frozenset([agent.id]), None, manager.snapshot)
+            daemon.hub.subscribe(frozenset([agent.id]), None, manager.directory.snapshot)
             for _ in range(subscribers)
         ]
         readers = [asyncio.ensure_future(_drain(s, last)) for s in subs]

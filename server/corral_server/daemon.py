@@ -226,7 +226,7 @@ async def _serve_until_signalled(
     # Before the start-up line, so whoever waits for it may signal at once.
     loop.add_signal_handler(signal.SIGHUP, daemon.on_sighup)
     mcp_url = daemon.mcp.url if daemon.mcp is not None else ""
-    agents = len(daemon.manager.agents())
+    agents = len(daemon.manager.directory.agents())
     line = startup_line.serving(
         daemon.server_info(), _bound(config.listen, port), config.state_dir, agents, mcp_url
     )

@@ -89,7 +89,7 @@ class DaemonCollector(Collector):
         self._rpc_errors: Counter[str] = Counter() if rpc_errors is None else rpc_errors
 
     async def _read(self) -> _Reading:
-        agents = self._manager.agents()
+        agents = self._manager.directory.agents()
         counts = self._manager.turn_counts
         head = self._hub.head_revision
         writer = self._hub.log_writer

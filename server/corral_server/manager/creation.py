@@ -14,16 +14,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral_server import errors
-from corral_server.clock import Clock
 from corral_server.domain.agent import Agent, AgentId, Initializing, QueuedBy, TitleSource
 from corral_server.domain.events import AgentRemoved, AgentUpserted
 from corral_server.domain.workspace import Workspace
 from corral_server.manager.actor import AgentActor
-from corral_server.manager.actor_deps import ActorDeps
-from corral_server.manager.deadlines import CallTimes, deadline
+from corral_server.manager.actor_deps import ActorWiring
+from corral_server.manager.deadlines import deadline
 from corral_server.manager.directory import AgentDirectory
 from corral_server.manager.importing import check_import
-from corral_server.manager.specs import CreateSpec, Defaults, Timeouts
+from corral_server.manager.specs import CreateSpec, Defaults
 from corral_server.manager.turns import IfRunning
 from corral_server.manager.validate import (
     Limits,
@@ -33,10 +32,9 @@ from corral_server.manager.validate import (
     check_prompt,
     check_title,
 )
-from corral_server.manager.writer import Publisher
 from corral_server.providers.base import Provider
-from corral_server.records.store import AgentRecords, CreateRequests
-from corral_server.timeline.store import NewRow, TimelineStore
+from corral_server.records.store import CreateRequests
+from corral_server.timeline.store import NewRow
 from corral_server.workspace.worktrees import Worktrees
 
 # What ImportAgentExport hands over: an export's rows, in batches, as they are read.
@@ -51,24 +49,17 @@ MAX_REMEMBERED_CREATES = 10_000
 class Creation:
     providers: Mapping[str, Provider]
     directory: AgentDirectory
-    timeline: TimelineStore
-    publisher: Publisher
-    clock: Clock
+    # The manager's: the stores, hub and clock every actor gets (`deps(provider)`).
+    wiring: ActorWiring
     limits: Limits
-    timeouts: Timeouts
-    deps: Callable[[Provider], ActorDeps]
     check_open: Callable[[], None]
     new_id: Callable[[], str] = lambda: uuid.uuid4().hex
-    records: AgentRecords | None = None
     # CreateAgent request ids kept durably (None: only the in-memory window below).
     requests: CreateRequests | None = None
-    daemon_tag: str = ""
     # Makes the git worktree a create asks for (workspace/worktrees.py).
     worktrees: Worktrees = field(default_factory=Worktrees)
     # Each provider's model and mode for a create that names none (manager.py's, live).
     defaults: Mapping[str, Defaults] = field(default_factory=dict)
-    # How long provider calls took (the manager's: an import's read is one).
-    call_times: CallTimes = field(default_factory=CallTimes)
     _creates: dict[str, tuple[CreateSpec, asyncio.Future[tuple[Agent, str]]]] = field(
         default_factory=dict
     )
@@ -100,7 +91,7 @@ class Creation:
             if spec.request_id and self.requests is not None:
                 # Durable: a retry after a restart finds this agent (no window).
                 agent_id = result[0].id
-                now = self.clock.now_ms()
+                now = self.wiring.clock.now_ms()
                 await self.requests.remember(spec.request_id, spec.fingerprint(), agent_id, now)
         except Exception as exc:
             self._creates.pop(spec.request_id, None)  # a failed create may be retried
@@ -166,10 +157,10 @@ class Creation:
         the timeline `agent_id` already holds (an import's rows)."""
         if agent_id is None:
             agent_id = AgentId(self.new_id())
-            head = await self.timeline.create(agent_id)
+            head = await self.wiring.timeline.create(agent_id)
         else:
-            head = self.timeline.head(agent_id)
-        now = self.clock.now_ms()
+            head = self.wiring.timeline.head(agent_id)
+        now = self.wiring.clock.now_ms()
         agent = Agent(
             id=agent_id,
             provider=provider_name,
@@ -184,9 +175,9 @@ class Creation:
             title_source=TitleSource.USER if title else TitleSource.NONE,
             workspace=workspace,
         )
-        actor = AgentActor(agent, self.deps(provider))
+        actor = AgentActor(agent, self.wiring.deps(provider))
         self.directory.add(actor)
-        self.publisher.publish(AgentUpserted(agent))
+        self.wiring.publisher.publish(AgentUpserted(agent))
         return actor
 
     async def _create(self, spec: CreateSpec, provider: Provider) -> tuple[Agent, str]:
@@ -228,9 +219,9 @@ class Creation:
         provider, importer = check_import(
             self.providers, provider_name, provider_session_id, cwd, self.limits
         )
-        read = importer.import_history(provider_session_id, cwd, self.daemon_tag)
-        timeout_s = self.timeouts.create_session_s
-        items = await deadline(self.clock, timeout_s, read, "import", self.call_times)
+        read = importer.import_history(provider_session_id, cwd, self.wiring.daemon_tag)
+        timeout_s = self.wiring.timeouts.create_session_s
+        items = await deadline(self.wiring.clock, timeout_s, read, "import", self.wiring.call_times)
         if not items:
             raise errors.FailedPrecondition(
                 f"provider session {provider_session_id!r} holds no conversation to import",
@@ -253,13 +244,13 @@ class Creation:
         self.check_open()
         provider = self._validate(spec)
         agent_id = AgentId(self.new_id())
-        await self.timeline.create(agent_id)
+        await self.wiring.timeline.create(agent_id)
         try:
             async for batch in batches:
-                await self.timeline.append(agent_id, batch)
+                await self.wiring.timeline.append(agent_id, batch)
             self.check_open()
         except BaseException:
-            await self.timeline.drop(agent_id)
+            await self.wiring.timeline.drop(agent_id)
             raise
         actor = await self._new_actor(
             provider, spec.provider, spec.cwd, spec.title, dict(spec.labels), agent_id=agent_id
@@ -276,12 +267,12 @@ class Creation:
         agent_id = actor.agent.id
         self.directory.remove(agent_id)
         await actor.shutdown()  # closes the session if one was opened; stops the task
-        await self.timeline.drop(agent_id)
-        if self.records is not None:
-            await self.records.delete(agent_id)
+        await self.wiring.timeline.drop(agent_id)
+        if self.wiring.records is not None:
+            await self.wiring.records.delete(agent_id)
         if actor.agent.workspace is not None:
             await self.worktrees.undo(actor.agent.workspace)
-        self.publisher.publish(AgentRemoved(agent_id))
+        self.wiring.publisher.publish(AgentRemoved(agent_id))
 
     def names(self) -> tuple[str, ...]:
         return tuple(sorted(self.providers))

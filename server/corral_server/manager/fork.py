@@ -80,14 +80,14 @@ async def fork_agent(creation: Creation, spec: ForkSpec) -> Fork:
         await actor.call(actor.barrier)
     source = actor.agent  # after its rows settled: the provider session id they belong to
     fork_id = AgentId(creation.new_id())
-    await creation.timeline.create(fork_id)
+    await creation.wiring.timeline.create(fork_id)
     try:
-        cut = await copy_until_cut(creation.timeline, source.id, fork_id, spec.at)
+        cut = await copy_until_cut(creation.wiring.timeline, source.id, fork_id, spec.at)
         session_id, how = await _session_at_cut(creation, provider, source, fork_id, cut, spec)
         creation.check_open()
         agent = _fork_snapshot(creation, source, fork_id, cut, spec, session_id)
     except BaseException:
-        await creation.timeline.drop(fork_id)
+        await creation.wiring.timeline.drop(fork_id)
         raise
     return Fork(await _announce(creation, provider, agent), cut.copied, how)
 
@@ -119,16 +119,16 @@ async def _session_at_cut(
         point = _native_point(source, cut, spec)
         if point is None:  # nothing before the cut
             return "", ForkSession.NEW
-        call = forker.fork_session(point, source.cwd, creation.daemon_tag)
-        timeout_s = creation.timeouts.create_session_s
-        times = creation.call_times
-        made = await deadline(creation.clock, timeout_s, call, "fork_session", times)
+        call = forker.fork_session(point, source.cwd, creation.wiring.daemon_tag)
+        timeout_s = creation.wiring.timeouts.create_session_s
+        times = creation.wiring.call_times
+        made = await deadline(creation.wiring.clock, timeout_s, call, "fork_session", times)
         return made, ForkSession.PROVIDER
     if cut.copied == 0:
         return "", ForkSession.NEW
-    digest = await activity(creation.timeline, fork_id, None, None, ATTACHMENT_CHARS)
+    digest = await activity(creation.wiring.timeline, fork_id, None, None, ATTACHMENT_CHARS)
     config = SessionConfig(
-        fork_id, source.cwd, source.model, source.mode, daemon_tag=creation.daemon_tag
+        fork_id, source.cwd, source.model, source.mode, daemon_tag=creation.wiring.daemon_tag
     )
     prompt = attachment(digest)
     session_id = await primed_session(provider, config, prompt, creation)
@@ -161,8 +161,8 @@ def _fork_snapshot(
     """The fork as it is announced: idle, the source's provider, cwd, model and mode, its own
     title and labels (none of the source's: a fork is not a child of the source's parent), no
     workspace of its own (the source's worktree stays the source's), zero usage."""
-    head = creation.timeline.head(fork_id)
-    now = creation.clock.now_ms()
+    head = creation.wiring.timeline.head(fork_id)
+    now = creation.wiring.clock.now_ms()
     labels = {**spec.labels, FORKED_FROM_LABEL: f"{source.id}@{cut.epoch}:{cut.seq}"}
     return Agent(
         id=fork_id,
@@ -185,14 +185,14 @@ def _fork_snapshot(
 async def _announce(creation: Creation, provider: Provider, agent: Agent) -> Agent:
     """Step 4: listed, then stored and published by the actor's one setter (an update that
     changes nothing else), so the record and the event come from the fork's single writer."""
-    actor = AgentActor(agent, creation.deps(provider))
+    actor = AgentActor(agent, creation.wiring.deps(provider))
     creation.directory.add(actor)
     try:
         return await actor.call(lambda: done_with(actor.update(AgentUpdate())))
     except BaseException:
         creation.directory.remove(agent.id)
         await actor.shutdown()
-        await creation.timeline.drop(agent.id)
-        if creation.records is not None:
-            await creation.records.delete(agent.id)
+        await creation.wiring.timeline.drop(agent.id)
+        if creation.wiring.records is not None:
+            await creation.wiring.records.delete(agent.id)
         raise

@@ -79,7 +79,8 @@ async def primed_session(
         if isinstance(event, (ProviderPermissionRequested, *_ENDINGS)):
             heard.put_nowait(event)
 
-    clock, timeouts, times = creation.clock, creation.timeouts, creation.call_times
+    wiring = creation.wiring
+    clock, timeouts, times = wiring.clock, wiring.timeouts, wiring.call_times
     create = provider.create_session(config, sink)
     session = await deadline(clock, timeouts.create_session_s, create, "create_session", times)
     try:

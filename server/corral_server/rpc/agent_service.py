@@ -105,7 +105,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
             include_archived=request.include_archived,
             parent_agent_id=request.parent_agent_id,
         )
-        agents, token = self._manager.list_agents(query)
+        agents, token = self._manager.directory.page(query)
         page: list[agent_pb.Agent] = []
         size = 0
         for agent in agents:
@@ -163,7 +163,7 @@ class AgentService(svc_grpc.AgentServiceServicer):
         limits = self._manager.limits
         for field in ("provider", "provider_session_id"):
             bounds.check_string(getattr(request, field), limits.max_id_chars, field)
-        agent = await self._manager.import_agent(
+        agent = await self._manager.creation.import_agent(
             request.provider, request.provider_session_id, request.cwd
         )
         return svc_pb.ImportAgentResponse(agent=convert.agent_to_pb(agent))

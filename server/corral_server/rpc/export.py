@@ -36,7 +36,7 @@ async def export_agent(
     if request.format not in (*_FORMATS, svc_pb.EXPORT_FORMAT_MARKDOWN):
         raise errors.InvalidArgument.field("format", f"unknown format {request.format}")
     agent = manager.get(request.agent_id)
-    tail = await manager.fetch_timeline(agent.id, Direction.TAIL, None, 1)
+    tail = await manager.reads.fetch_timeline(agent.id, Direction.TAIL, None, 1)
     window, epoch = tail.window, tail.epoch
     count = window.max_seq - window.min_seq + 1 if window.max_seq else 0
     if request.format in _FORMATS:
@@ -75,7 +75,7 @@ async def _pages(
     seq = window.min_seq - 1
     while seq < window.max_seq:
         cursor = Cursor(epoch, seq)
-        page = await manager.fetch_timeline(agent.id, Direction.AFTER, cursor, PAGE_ROWS)
+        page = await manager.reads.fetch_timeline(agent.id, Direction.AFTER, cursor, PAGE_ROWS)
         rows = tuple(r for r in page.rows if r.seq <= window.max_seq)
         if page.reset or page.epoch != epoch or not rows or rows[0].seq != seq + 1:
             raise errors.TimelineReset(agent.id)

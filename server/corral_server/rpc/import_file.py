@@ -84,7 +84,7 @@ async def _import(
     spec = _spec(header.agent, upload)
     count = _Count()
     try:
-        agent = await manager.import_rows(spec, _batches(lines, header.rows, count))
+        agent = await manager.creation.import_rows(spec, _batches(lines, header.rows, count))
     except errors.InvalidArgument as exc:
         if isinstance(exc, errors.BadImportFile) or count.started:
             raise

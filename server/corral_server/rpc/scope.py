@@ -52,7 +52,7 @@ def agents_in_scope(
     wanted_providers = frozenset(providers)
     return frozenset(
         agent.id
-        for agent in manager.agents()
+        for agent in manager.directory.agents()
         if (include_archived or agent.archived_at_ms is None)
         and (not wanted_ids or agent.id in wanted_ids)
         and (not wanted_providers or agent.provider in wanted_providers)

@@ -54,12 +54,12 @@ def build_servicers(
         "ScheduleService": ScheduleService(scheduler, manager, clock),
         "EventService": EventServicer(
             hub,
-            manager.snapshot,
+            manager.directory.snapshot,
             max_id_chars=manager.limits.max_id_chars,
             presence=manager.presence,
             clock=clock,
             streams=streams,
-            fetch_timeline=manager.fetch_timeline,
+            fetch_timeline=manager.reads.fetch_timeline,
             resume_wait_s=resume_wait_s,
         ),
     }

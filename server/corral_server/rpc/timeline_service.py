@@ -96,10 +96,12 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
             agent_id = request.agent_id
 
             def fetch(d: Direction, c: Cursor | None, n: int | None) -> Awaitable[FetchResult]:
-                return self._manager.fetch_timeline(agent_id, d, c, n)
+                return self._manager.reads.fetch_timeline(agent_id, d, c, n)
 
             return page_to_pb(await fetch_projected(fetch, direction, cursor, limit))
-        result = await self._manager.fetch_timeline(request.agent_id, direction, cursor, limit)
+        result = await self._manager.reads.fetch_timeline(
+            request.agent_id, direction, cursor, limit
+        )
         return receipt_to_pb(result)
 
     @unary
@@ -117,7 +119,7 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
             else None
         )
         end = convert.cursor_from_pb(request.end_cursor) if request.HasField("end_cursor") else None
-        digest = await self._manager.activity(request.agent_id, start, end, max_chars)
+        digest = await self._manager.reads.activity(request.agent_id, start, end, max_chars)
         msg = tl_pb.GetActivityResponse(text=digest.text, truncated=digest.truncated)
         epoch = self._manager.get(request.agent_id).epoch
         if digest.first_seq:
@@ -136,7 +138,7 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
         elif not blob_id:
             raise errors.InvalidArgument.field("blob_id", "required (or a cursor)")
         limit = min(request.limit or DEFAULT_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK)
-        chunk = await self._manager.fetch_tool_output(
+        chunk = await self._manager.reads.fetch_tool_output(
             request.agent_id, blob_id, request.offset, limit
         )
         return tl_pb.FetchToolOutputResponse(
@@ -150,7 +152,7 @@ class TimelineService(tl_grpc.TimelineServiceServicer):
         if request.cursor.seq < 1:
             raise errors.InvalidArgument.field("cursor.seq", "a row's seq is at least 1")
         cursor = convert.cursor_from_pb(request.cursor)
-        return await self._manager.tool_output_id(request.agent_id, cursor)
+        return await self._manager.reads.tool_output_id(request.agent_id, cursor)
 
     @unary
     async def SearchTimeline(

@@ -91,7 +91,7 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def GetQueuedPrompt(
         self, request: turn_pb.GetQueuedPromptRequest, context: Ctx
     ) -> turn_pb.GetQueuedPromptResponse:
-        queued = self._manager.queued_prompt(request.agent_id, request.client_message_id)
+        queued = self._manager.reads.queued_prompt(request.agent_id, request.client_message_id)
         return turn_pb.GetQueuedPromptResponse(
             prompt=convert.queued_prompt_to_pb(queued, whole=True)
         )
@@ -100,7 +100,7 @@ class TurnService(turn_grpc.TurnServiceServicer):
     async def GetPendingPermission(
         self, request: turn_pb.GetPendingPermissionRequest, context: Ctx
     ) -> turn_pb.GetPendingPermissionResponse:
-        permission = self._manager.pending_permission(request.agent_id, request.request_id)
+        permission = self._manager.reads.pending_permission(request.agent_id, request.request_id)
         return turn_pb.GetPendingPermissionResponse(permission=convert.permission_to_pb(permission))
 
     @streaming
@@ -117,7 +117,7 @@ class TurnService(turn_grpc.TurnServiceServicer):
         stream = self._streams.open(lambda: None)
         try:
             subscription = hub.subscribe(
-                frozenset((request.agent_id,)), hub.head_revision, self._manager.snapshot
+                frozenset((request.agent_id,)), hub.head_revision, self._manager.directory.snapshot
             )
             subscription.batch_bytes = stream.credit
             async with subscription:

@@ -109,7 +109,7 @@ async def find_notice(manager: AgentManager, agent_id: str, since: Delivering, r
     """Whether the agent's timeline holds a notice of `run_id` at or after `since`."""
     cursor: Cursor | None = Cursor(since.epoch, max(0, since.from_seq - 1))
     for _ in range(_SEARCH_PAGES):
-        page = await manager.fetch_timeline(agent_id, Direction.AFTER, cursor, None)
+        page = await manager.reads.fetch_timeline(agent_id, Direction.AFTER, cursor, None)
         if any(
             isinstance(row.item, SubagentNotice) and row.item.run_id == run_id for row in page.rows
         ):

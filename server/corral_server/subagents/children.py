@@ -25,7 +25,7 @@ async def last_reply(manager: AgentManager, agent_id: str, turn_id: str = "") ->
     """The agent's last assistant row (of `turn_id` when given), or ""."""
     try:
         await manager.rows_settled(agent_id)
-        page = await manager.fetch_timeline(agent_id, Direction.TAIL, None, _RESULT_ROWS)
+        page = await manager.reads.fetch_timeline(agent_id, Direction.TAIL, None, _RESULT_ROWS)
     except errors.CorralError:
         return ""
     for row in reversed(page.rows):

@@ -84,11 +84,11 @@ class World:
         async def nothing() -> None:
             return None
 
-        await self.manager._agents.actors[agent_id].call(nothing)
+        await self.manager.directory.actors[agent_id].call(nothing)
         return self.manager.get(agent_id)
 
     async def rows(self, agent_id: str) -> list[TimelineRow]:
-        page = await self.manager.fetch_timeline(agent_id, Direction.TAIL, None, 0)
+        page = await self.manager.reads.fetch_timeline(agent_id, Direction.TAIL, None, 0)
         return list(page.rows)
 
     async def items(self, agent_id: str) -> list[TimelineItem]:

@@ -79,7 +79,7 @@ async def test_an_interrupt_for_a_turn_that_already_ended_never_reaches_the_prov
     world: World,
 ) -> None:
     agent, session = await world.started()
-    actor = world.manager._agents.actors[agent.id]
+    actor = world.manager.directory.actors[agent.id]
     session.emit(ProviderTurnCompleted("turn-1"))
     await world.drained(agent.id)
     await world.manager.send_prompt(agent.id, PROMPT, "cm-2", IfRunning.REJECT)
@@ -173,7 +173,7 @@ async def test_a_create_whose_session_never_opens_fails_with_provider_timeout_an
     await world.clock.advance(CREATE_MS)
     with pytest.raises(ProviderTimeout):
         await creating
-    agents, _ = world.manager.list_agents(ListQuery(include_archived=True))
+    agents, _ = world.manager.directory.page(ListQuery(include_archived=True))
     assert agents == []
 
 
@@ -395,7 +395,7 @@ async def test_finished_turns_stay_bounded_in_memory_and_the_durable_set_stops_a
         for n in range(1, RECENT_FINISHED + 6):
             session.emit(ProviderTurnStarted(f"auto-{n}"), ProviderTurnCompleted(f"auto-{n}"))
         await world.drained(agent.id)
-        actor = world.manager._agents.actors[agent.id]
+        actor = world.manager.directory.actors[agent.id]
         assert len(actor._turns.recent_finished) == RECENT_FINISHED
         assert "auto-1" not in actor._turns.recent_finished and await finished.contains(
             agent.id, "auto-1"

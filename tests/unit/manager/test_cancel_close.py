@@ -239,7 +239,7 @@ async def test_a_create_retried_with_the_same_request_id_returns_the_same_agent(
     again = await world.create(request_id="req-1", title="t")
     assert again.id == first.id
     assert len(world.provider.sessions) == 1
-    assert [a.id for a in world.manager.snapshot(frozenset())] == [first.id]
+    assert [a.id for a in world.manager.directory.snapshot(frozenset())] == [first.id]
 
 
 async def test_concurrent_creates_with_the_same_request_id_open_one_session(

@@ -37,7 +37,7 @@ async def test_a_create_whose_session_fails_leaves_no_agent_behind(world: World)
     world.provider.create_error = RuntimeError("cli not found")
     with pytest.raises(RuntimeError):
         await world.create()
-    assert world.manager.snapshot(frozenset()) == []
+    assert world.manager.directory.snapshot(frozenset()) == []
     [removed] = world.publisher.of_type(AgentRemoved)
     assert removed.agent_id
 
@@ -49,5 +49,5 @@ async def test_a_create_retried_after_its_initial_prompt_failed_makes_no_second_
     for _ in range(2):
         with pytest.raises(RuntimeError):
             await world.manager.create(world.spec(request_id="req-1", initial_prompt=PROMPT))
-    assert world.manager.snapshot(frozenset()) == []
+    assert world.manager.directory.snapshot(frozenset()) == []
     assert all(s.closed for s in world.provider.sessions)

@@ -34,7 +34,7 @@ async def test_a_follow_up_waiting_on_the_interrupt_never_starts_once_the_agent_
     )
     assert answered.pending_permissions == ()
     await until(lambda: "interrupt" in session.calls)  # the follow-up waits on it
-    actor = world.manager._agents.actors[agent.id]
+    actor = world.manager.directory.actors[agent.id]
     assert len(actor._parts.permissions.follow_ups) == 1
     closed = await world.manager.close(agent.id)
     assert isinstance(closed.lifecycle, Closed)

@@ -51,7 +51,9 @@ async def test_a_rehydrating_reload_mints_a_new_epoch_and_old_cursors_go_stale(
     assert world.publisher.of_type(TimelineReset) == [
         TimelineReset(agent_id, reloaded.epoch, "reloaded from the provider's history")
     ]
-    page = await world.manager.fetch_timeline(agent_id, Direction.AFTER, Cursor(old_epoch, 1), None)
+    page = await world.manager.reads.fetch_timeline(
+        agent_id, Direction.AFTER, Cursor(old_epoch, 1), None
+    )
     assert page.stale_cursor and page.reset and page.epoch == reloaded.epoch
 
 

@@ -42,6 +42,11 @@ class Timeline:
     def get(self, agent_id: str) -> Agent:
         return AGENT
 
+    @property
+    def reads(self) -> Timeline:
+        """The manager's reads part (manager.reads): this fake answers them itself."""
+        return self
+
     async def fetch_timeline(
         self, agent_id: str, direction: Direction, cursor: Cursor | None, limit: int | None
     ) -> FetchResult:
