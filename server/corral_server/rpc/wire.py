@@ -124,30 +124,22 @@ def row_appended_batch(
     every item once for both: the hub streams the first, the store keeps the second (the same
     bytes, inside the first).
 
-    One loop with the fields written inline and joined once per level: this is the durable
-    writer's largest per-row cost, and a call per field cost more than the bytes."""
+    Two loops (the items, then the events around them) with the fields written inline and
+    joined once per level: this is the durable writer's largest per-row cost, and a call per
+    field cost more than the bytes."""
+    items = _encoded_items(rows)
     prefix = _appended_prefix(agent_id, epoch)
     prefix_size = len(prefix) + 1  # and the row's tag
     small, join = _SMALL, b"".join
     bodies: list[bytes] = []
-    items: list[bytes] = []
-    keep_body, keep_item = bodies.append, items.append
+    keep_body = bodies.append
     # The rows of a turn share their turn id, and a burst's rows their millisecond.
     last_turn, turn_field = "", b""
     last_timestamp, timestamp_field = -1, b""
     seq = first_seq
-    for item, timestamp_ms, turn_id, provider_message_id, _ in rows:
-        encoded = b""
-        if type(item) is AssistantMessage and item.text and item.message_id:
-            text, message_id = item.text.encode(), item.message_id.encode()
-            n, m = len(text), len(message_id)
-            if n < 16384 and m < 16384:
-                inner = join((b"\x0a", small[n], text, b"\x12", small[m], message_id))
-                n = len(inner)
-                encoded = b"\x12" + (small[n] if n < 16384 else varint(n)) + inner
-        if not encoded:
-            encoded = item_bytes(item)
-        keep_item(encoded)
+    for (_, timestamp_ms, turn_id, provider_message_id, _), encoded in zip(
+        rows, items, strict=True
+    ):
         if turn_id != last_turn:
             last_turn, turn_field = turn_id, _str_field(b"\x1a", turn_id)
         if timestamp_ms != last_timestamp:
@@ -181,3 +173,22 @@ def row_appended_batch(
         )
         seq += 1
     return bodies, items
+
+
+def _encoded_items(rows: Sequence[NewRow]) -> list[bytes]:
+    """Each row's `item_bytes`, an assistant message with text and id (most rows) inline."""
+    small, join = _SMALL, b"".join
+    items: list[bytes] = []
+    keep_item = items.append
+    for row in rows:
+        item = row[0]
+        if type(item) is AssistantMessage and item.text and item.message_id:
+            text, message_id = item.text.encode(), item.message_id.encode()
+            n, m = len(text), len(message_id)
+            if n < 16384 and m < 16384:
+                inner = join((b"\x0a", small[n], text, b"\x12", small[m], message_id))
+                n = len(inner)
+                keep_item(b"\x12" + (small[n] if n < 16384 else varint(n)) + inner)
+                continue
+        keep_item(item_bytes(item))
+    return items
