@@ -124,14 +124,9 @@ class Daemon:
         self._server: grpc_server.Listening | None = None
         # What streaming calls and client connections may hold (rpc/streams.py, connections.py).
         self.connections = ConnectionBook(config.max_connections)
+        self.streams = _stream_book(config, self.clock)
         # This daemon's calls answered with an error, by status code (both edges; metrics).
         self.rpc_errors: Counter[str] = Counter()
-        limits = StreamLimits(
-            max_streams=config.max_streams,
-            total_bytes=config.streams_total_bytes,
-            stall_s=config.stream_stall_s,
-        )
-        self.streams = StreamBook(limits, self.clock)
         self.port = 0
         # Calls that change another node's agent go there (rpc/forwarding.py); set before
         # `start` to forward with a cluster's own look-ups.
@@ -400,3 +395,12 @@ class Daemon:
     async def wait(self) -> None:
         if self._server is not None:
             await self._server.server.wait_for_termination()
+
+
+def _stream_book(config: Config, clock: Clock) -> StreamBook:
+    limits = StreamLimits(
+        max_streams=config.max_streams,
+        total_bytes=config.streams_total_bytes,
+        stall_s=config.stream_stall_s,
+    )
+    return StreamBook(limits, clock)
