@@ -351,7 +351,7 @@ class AgentActor:
             self._writer.publish((publisher.prepare(self._state.attention(end.attention)),))
         if not active.settled.done():
             active.settled.set_result(terminal)
-        if not successor and self._deps.settled is not None:
+        if not successor:
             self._deps.settled(self._state.snapshot, terminal)
         if not successor:
             self._parts.live.settled()

@@ -32,13 +32,16 @@ from corral_server.manager import live_config, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorWiring
 from corral_server.manager.creation import Creation
+from corral_server.manager.deadlines import CallTimes
 from corral_server.manager.directory import AgentDirectory, RemoteAgentsView
 from corral_server.manager.fork import Fork, ForkSpec, fork_agent
 from corral_server.manager.hooks import ManagerHooks
 from corral_server.manager.live_config import LiveOutcome, ProviderChange
+from corral_server.manager.presence import PresenceBook
 from corral_server.manager.reads import AgentReads
 from corral_server.manager.restore import restore
 from corral_server.manager.specs import AgentUpdate, CreateSpec, Defaults, Timeouts
+from corral_server.manager.turn_end import TurnCounts
 from corral_server.manager.turns import CancelOutcome, IfRunning, StartedTurn, WaitStatus
 from corral_server.manager.usage import UsageBook
 from corral_server.manager.validate import (
@@ -83,24 +86,25 @@ class AgentManager:
         self.limits = limits
         self._new_work = stopping.NewWork()  # refused by refuse_new_work (the drain)
         self.hooks = ManagerHooks()  # app.py sets them, field by field
+        # The books the metrics endpoint, Heartbeat and GetUsage read (actor_deps.py).
+        self.presence, self.turn_counts = PresenceBook(), TurnCounts()
+        self.call_times, self.usage = CallTimes(), usage or UsageBook()
         self._wiring = ActorWiring(
             timeline=timeline,
             publisher=publisher,
             clock=clock,
-            timeouts=timeouts,
             is_shutting_down=self._new_work.is_refused,
-            hooks=self.hooks,
+            timeouts=timeouts,
             records=records,
             finished=finished,
+            presence=self.presence,
+            counts=self.turn_counts,
+            hooks=self.hooks,
+            usage=self.usage,
             daemon_tag=daemon_tag,
-            usage=usage or UsageBook(),
+            call_times=self.call_times,
         )
-        # The books the metrics endpoint, Heartbeat and GetUsage read (actor_deps.py).
-        self.presence, self.turn_counts = self._wiring.presence, self._wiring.counts
-        self.call_times, self.usage = self._wiring.call_times, self._wiring.usage
-        # The parts, reached directly by the callers they serve: the directory of agents
-        # (`remote`: a cluster node's view of the agents other nodes own), reads by agent id,
-        # creation (CreateAgent's idempotency, the imports).
+        # The parts callers reach directly (`remote`: the agents other cluster nodes own).
         self.directory = AgentDirectory(limits, remote)
         self.reads = AgentReads(self.directory, timeline, limits)
         self.creation = Creation(
