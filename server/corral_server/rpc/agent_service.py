@@ -9,14 +9,15 @@ from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
 from corral_server import errors
 from corral_server.manager.manager import AgentManager
-from corral_server.manager.specs import AgentUpdate, CreateSpec, ListQuery
+from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.rpc import bounds, convert
+from corral_server.rpc.create_codec import spec_from_pb
 from corral_server.rpc.errors import Ctx, streaming, unary
 from corral_server.rpc.export import export_agent
 from corral_server.rpc.fork import fork_agent
 from corral_server.rpc.import_file import import_agent_export
 from corral_server.rpc.usage import get_usage
-from corral_server.rpc.workspace_codec import release_to_pb, worktree_request_from_pb
+from corral_server.rpc.workspace_codec import release_to_pb
 from corral_server.workspace.worktrees import Worktrees
 
 _UPDATABLE = ("title", "labels", "mode", "model")
@@ -43,17 +44,8 @@ class AgentService(svc_grpc.AgentServiceServicer):
         for field in ("provider", "model", "mode", "request_id"):
             bounds.check_string(getattr(request, field), limits.max_id_chars, field)
         bounds.check_string(request.title, limits.max_title_chars, "title")
-        spec = CreateSpec(
-            provider=request.provider,
-            cwd=request.cwd,
-            model=request.model,
-            mode=request.mode,
-            title=request.title,
-            labels=dict(request.labels),
-            initial_prompt=convert.prompt_from_pb(list(request.initial_prompt)),
-            request_id=request.request_id,
-            worktree=worktree_request_from_pb(request),
-        )
+        prompt = convert.prompt_from_pb(list(request.initial_prompt))
+        spec = spec_from_pb(request, prompt, request.request_id)
         agent, turn_id = await self._manager.create(spec)
         return svc_pb.CreateAgentResponse(agent=convert.agent_to_pb(agent), turn_id=turn_id)
 

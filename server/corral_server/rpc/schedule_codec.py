@@ -10,8 +10,8 @@ from corral_server import errors
 from corral_server.domain.schedules import Schedule, ScheduleOutcome, ScheduleRun, Timing
 from corral_server.manager.specs import CreateSpec
 from corral_server.manager.turns import IfRunning
+from corral_server.rpc.create_codec import spec_from_pb, spec_to_pb
 from corral_server.rpc.items import timestamp
-from corral_server.rpc.workspace_codec import worktree_request_from_pb
 from corral_server.schedules.validate import ScheduleRequest
 
 # IF_RUNNING_<NAME> for each IfRunning; unset is REJECT, as SendPrompt takes it.
@@ -54,30 +54,8 @@ def request_from_pb(msg: sched_svc_pb.CreateScheduleRequest) -> ScheduleRequest:
 def _spec_from_pb(msg: agent_svc_pb.CreateAgentRequest) -> CreateSpec:
     if msg.initial_prompt:
         raise errors.InvalidArgument.field("create.initial_prompt", "must be empty: use prompt")
-    return CreateSpec(
-        provider=msg.provider,
-        cwd=msg.cwd,
-        model=msg.model,
-        mode=msg.mode,
-        title=msg.title,
-        labels=dict(msg.labels),
-        worktree=worktree_request_from_pb(msg),
-    )
-
-
-def _spec_to_pb(spec: CreateSpec) -> agent_svc_pb.CreateAgentRequest:
-    msg = agent_svc_pb.CreateAgentRequest(
-        provider=spec.provider,
-        cwd=spec.cwd,
-        model=spec.model,
-        mode=spec.mode,
-        title=spec.title,
-        labels=dict(spec.labels),
-    )
-    if spec.worktree is not None:
-        msg.worktree.branch = spec.worktree.branch
-        msg.worktree.base = spec.worktree.base
-    return msg
+    # Each run is a new agent: the create's request id is not kept (it would return the first).
+    return spec_from_pb(msg)
 
 
 def run_to_pb(run: ScheduleRun) -> sched_pb.ScheduleRun:
@@ -106,7 +84,7 @@ def schedule_to_pb(schedule: Schedule) -> sched_pb.Schedule:
         run_count=schedule.run_count,
     )
     if schedule.create is not None:
-        msg.create.CopyFrom(_spec_to_pb(schedule.create))
+        msg.create.CopyFrom(spec_to_pb(schedule.create))
     if schedule.timing.interval_ms:
         msg.interval.FromMilliseconds(schedule.timing.interval_ms)
     if schedule.next_run_ms is not None:
