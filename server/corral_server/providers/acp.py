@@ -274,17 +274,11 @@ class AcpSession(CommandSession[_Run]):
             actions=tuple(PermissionAction(o.option_id, o.name, o.kind) for o in asked.options),
             turn_id=run.turn_id,
         )
-        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = answer
+        answer = run.ask(request_id)
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
-        try:
-            response = await answer
-        except asyncio.CancelledError:
-            if answer.cancelled():
-                return cancelled  # the turn ended or was interrupted
-            raise
-        finally:
-            run.asking.pop(request_id, None)
+        response = await run.answer(request_id, answer)
+        if response is None:
+            return cancelled  # the turn ended or was interrupted
         option = _chosen_option(asked.options, response)
         if option is None:
             return cancelled

@@ -15,7 +15,6 @@ event after `close()` returns, and reports exactly one terminal event per turn i
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import itertools
 import logging
@@ -29,7 +28,6 @@ from corral_server.domain.agent import (
     PendingPermission,
     PermissionAction,
     PermissionBehavior,
-    PermissionResponse,
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart, prompt_text
 from corral_server.errors import FailedPrecondition
@@ -345,19 +343,15 @@ class ClaudeCodeSession(CommandSession[_Run]):
             actions=(ALLOW_ACTION, DENY_ACTION),
             turn_id=run.turn_id,
         )
-        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = answer
+        answer = run.ask(request_id)
         run.claude_ids[request_id] = claude_request_id
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
         try:
-            response = await answer
-        except asyncio.CancelledError:
-            if answer.cancelled():
-                return None
-            raise
+            response = await run.answer(request_id, answer)
         finally:
-            run.asking.pop(request_id, None)
             run.claude_ids.pop(request_id, None)
+        if response is None:
+            return None
         if response.behavior is PermissionBehavior.ALLOW:
             if (running := self._items.running(call_id)) is not None:
                 self._emit(running)

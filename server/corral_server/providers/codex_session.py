@@ -363,8 +363,7 @@ class CodexSession(CommandSession[Run]):
         item_id = params.get("itemId")
         call = self._items.tool_call(item_id) if isinstance(item_id, str) else None
         permission = approvals.permission(request_id, run.turn_id, method, params, call, decisions)
-        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
-        run.asking[request_id] = answer
+        answer = run.ask(request_id)
         if key is not None:
             run.by_rpc_id[key] = request_id
         self._emit(ProviderPermissionRequested(run.turn_id, permission))
@@ -379,16 +378,11 @@ class CodexSession(CommandSession[Run]):
         decisions: Sequence[JsonValue],
     ) -> JsonValue:
         try:
-            response = await answer
-        except asyncio.CancelledError:
-            if answer.cancelled():
-                return {
-                    "decision": "cancel"
-                }  # the turn ended, was interrupted, or codex settled it
-            raise
+            response = await run.answer(request_id, answer)
         finally:
-            run.asking.pop(request_id, None)
             run.by_rpc_id.pop(key, None)
+        if response is None:  # the turn ended, was interrupted, or codex settled it
+            return {"decision": "cancel"}
         return {"decision": approvals.decision(decisions, response)}
 
 

@@ -94,6 +94,27 @@ class Run:
     # Permissions the turn waits on, by corral request id: set by the answer.
     asking: dict[str, asyncio.Future[PermissionResponse]] = field(default_factory=dict)
 
+    def ask(self, request_id: str) -> asyncio.Future[PermissionResponse]:
+        """A permission the turn now waits on: the future the answer sets (`respond`), listed
+        before the adapter emits the request, so an answer can never come too early."""
+        answer: asyncio.Future[PermissionResponse] = asyncio.get_running_loop().create_future()
+        self.asking[request_id] = answer
+        return answer
+
+    async def answer(
+        self, request_id: str, answer: asyncio.Future[PermissionResponse]
+    ) -> PermissionResponse | None:
+        """What `ask`'s request was answered; None if it ended unanswered (the turn ended or
+        was interrupted: `stop_asking`). No longer listed after, however it ends."""
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            if answer.cancelled():
+                return None
+            raise
+        finally:
+            self.asking.pop(request_id, None)
+
     def stop_asking(self) -> None:
         """Every permission the turn waits on ends unanswered."""
         for answer in self.asking.values():
