@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 # The page size of a FetchTimeline that sets no limit (docs/design.md#cursors).
 DEFAULT_PAGE_LIMIT = 200

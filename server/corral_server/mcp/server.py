@@ -38,9 +38,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_server import errors
 from corral_server.asgi_server import AsgiServer
+from corral_server.domain.timeline import JsonObject
 from corral_server.mcp.sessions import AgentRequests
 from corral_server.mcp.tokens import AgentTokens
-from corral_server.mcp.tools import Json, SubagentTools
+from corral_server.mcp.tools import SubagentTools
 from corral_server.providers.base import McpServer
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def _caller(ctx: Context) -> str:
     return user.access_token.client_id
 
 
-async def _answer(call: Awaitable[Json]) -> dict[str, Any]:
+async def _answer(call: Awaitable[JsonObject]) -> dict[str, Any]:
     try:
         return dict(await call)
     except errors.CorralError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from corral_server import errors
 from corral_server.domain.agent import PermissionBehavior, PermissionResponse
 from corral_server.domain.subagents import SubagentRun
+from corral_server.domain.timeline import JsonObject, JsonValue
 from corral_server.manager.manager import MAX_WAIT_S, AgentManager
 from corral_server.mcp.waiters import RunWaiters
 from corral_server.subagents import queries as q
@@ -27,8 +28,6 @@ from corral_server.subagents.steer import check_message
 
 # A permission answer's message: the same bound as RespondToPermission's on the wire.
 MAX_PERMISSION_MESSAGE_CHARS = 16_384
-
-Json = dict[str, object]
 
 
 class OutsideTree(errors.NotFound):
@@ -72,7 +71,7 @@ class SubagentTools:
 
     async def spawn(
         self, caller: str, task: str, label: str = "", provider: str = "", wake: bool = False
-    ) -> Json:
+    ) -> JsonObject:
         """A new child of the caller on `task` (the registry's limits apply)."""
         max_id = self._manager.limits.max_id_chars
         if len(provider) > max_id:
@@ -86,7 +85,7 @@ class SubagentTools:
         )
         return self._view(await self._registry.spawn(request))
 
-    async def list_runs(self, caller: str, active_only: bool = False) -> Json:
+    async def list_runs(self, caller: str, active_only: bool = False) -> JsonObject:
         """Every run below the caller, breadth first, with its descendant counts."""
         below = q.descendant_runs(self._registry.index(), caller)
         runs = [r for r in below if not (active_only and r.ended)]
@@ -96,7 +95,7 @@ class SubagentTools:
             "pending_descendants": sum(r.pending for r in below),
         }
 
-    async def wait(self, caller: str, run_id: str, timeout_s: float) -> Json:
+    async def wait(self, caller: str, run_id: str, timeout_s: float) -> JsonObject:
         """The run once it ended (with its result), or as it is after `timeout_s`."""
         if not 0 <= timeout_s <= MAX_WAIT_S:
             raise errors.InvalidArgument.field("timeout_s", f"from 0 to {MAX_WAIT_S:.0f}")
@@ -104,20 +103,21 @@ class SubagentTools:
         run = await self._waiters.until_ended(run_id, timeout_s, self._registry.get)
         return self._view(run)
 
-    async def steer(self, caller: str, run_id: str, message: str) -> Json:
+    async def steer(self, caller: str, run_id: str, message: str) -> JsonObject:
         """The run replaced by a new run of its child on `message` (docs/design.md#subagents)."""
         check_message(message)
         self.own_run(caller, run_id)
         return self._view(await self._registry.steer(run_id, message, controller=caller))
 
-    async def kill(self, caller: str, run_id: str, cascade: bool) -> Json:
+    async def kill(self, caller: str, run_id: str, cascade: bool) -> JsonObject:
         """The run (with `cascade` every run below it) ended as KILLED."""
         self.own_run(caller, run_id)
-        return {"killed_run_ids": await self._registry.kill(run_id, cascade)}
+        killed: list[JsonValue] = [*await self._registry.kill(run_id, cascade)]
+        return {"killed_run_ids": killed}
 
     async def answer_permission(
         self, caller: str, agent_id: str, request_id: str, allow: bool, message: str = ""
-    ) -> Json:
+    ) -> JsonObject:
         """Answer a pending permission of an agent below the caller."""
         self.own_agent(caller, agent_id)
         if len(message) > MAX_PERMISSION_MESSAGE_CHARS:
@@ -134,8 +134,8 @@ class SubagentTools:
 
     # --- views ------------------------------------------------------------------------------
 
-    def _view(self, run: SubagentRun) -> Json:
-        view: Json = {
+    def _view(self, run: SubagentRun) -> JsonObject:
+        view: JsonObject = {
             "run_id": run.run_id,
             "child_agent_id": run.child_agent_id,
             "requester_agent_id": run.requester_agent_id,
@@ -153,7 +153,7 @@ class SubagentTools:
         }
         return view
 
-    def _asking(self, agent_id: str) -> list[Json]:
+    def _asking(self, agent_id: str) -> list[JsonValue]:
         """The child's pending permissions (what answer_subagent_permission answers)."""
         if not agent_id:
             return []

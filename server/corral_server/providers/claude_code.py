@@ -30,6 +30,7 @@ from corral_server.domain.agent import (
     PermissionBehavior,
 )
 from corral_server.domain.content import ImagePart, Prompt, TextPart, prompt_text
+from corral_server.domain.timeline import JsonObject
 from corral_server.errors import FailedPrecondition
 from corral_server.providers import claude_code_history
 from corral_server.providers import claude_code_items as items
@@ -61,7 +62,6 @@ from corral_server.providers.claude_code_wire import FRAMING, ClaudeControl, set
 from corral_server.providers.command import CommandProvider, CommandSession, Run
 from corral_server.providers.connection import (
     ConnectionLost,
-    JsonObject,
     LineConnection,
     RequestFailed,
 )

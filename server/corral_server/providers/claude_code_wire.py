@@ -18,12 +18,11 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from corral_server.domain.timeline import JsonValue
+from corral_server.domain.timeline import JsonObject, JsonValue
 from corral_server.providers.claude_code_messages import ControlResponseLine
 from corral_server.providers.connection import (
     ConnectionLost,
     Framing,
-    JsonObject,
     LineConnection,
     MessageReader,
     RequestFailed,

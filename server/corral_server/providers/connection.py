@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from corral_server.clock import Clock, SystemClock
-from corral_server.domain.timeline import JsonValue
+from corral_server.domain.timeline import JsonObject, JsonValue
 from corral_server.providers.child import MAX_LINE_BYTES, AgentProcess, LineTooLong
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ EXIT_WAIT_S = 2.0
 EXITED = "AGENT_EXITED"
 PROTOCOL_ERROR = "AGENT_PROTOCOL_ERROR"
 
-JsonObject: TypeAlias = dict[str, JsonValue]
 RequestKey: TypeAlias = int | str
 MessageReader: TypeAlias = Callable[[JsonObject], None]
 

@@ -19,10 +19,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeAlias
 
-from corral_server.domain.timeline import JsonValue
+from corral_server.domain.timeline import JsonObject, JsonValue
 from corral_server.providers.connection import (
     ConnectionLost,
-    JsonObject,
     LineConnection,
     RequestFailed,
 )
