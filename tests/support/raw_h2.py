@@ -12,6 +12,7 @@ import collections
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h2.config
@@ -93,28 +94,24 @@ class NeverReadingClient:
             self.conn.acknowledge_received_data(length, stream_id)
         self.pending_grant.clear()
         self.sock.sendall(self.conn.data_to_send())
-        deadline = time.monotonic() + until_s
-        self.sock.settimeout(0.2)
-        while time.monotonic() < deadline and not all(self.results[s].ended for s in wanted):
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            for event in self.conn.receive_data(chunk):
-                self._on(event)
-            self.sock.sendall(self.conn.data_to_send())
+        self._pump(until_s, lambda: all(self.results[s].ended for s in wanted), grant=True)
         return self.results
 
     def receive_without_reading(self, stream_id: int, size: int, until_s: float) -> bytes:
         """Take in what the daemon sends without granting window (the client still reads
         nothing, for flow control) until `stream_id` carried `size` bytes or `until_s` passed;
         those bytes. With `size` 65,535 (the default window) the daemon can send no more."""
+        result = self.results[stream_id]
+        # What it sends back is settings and ping acks only.
+        self._pump(until_s, lambda: len(result.data) >= size or result.ended, grant=False)
+        return bytes(result.data)
+
+    def _pump(self, until_s: float, done: Callable[[], bool], *, grant: bool) -> None:
+        """Receive and answer (granting window for what arrives, with `grant`) until `done()`,
+        the daemon closes the connection, or `until_s` seconds have passed."""
         deadline = time.monotonic() + until_s
         self.sock.settimeout(0.2)
-        result = self.results[stream_id]
-        while time.monotonic() < deadline and len(result.data) < size and not result.ended:
+        while time.monotonic() < deadline and not done():
             try:
                 chunk = self.sock.recv(1 << 20)
             except TimeoutError:
@@ -122,9 +119,8 @@ class NeverReadingClient:
             if not chunk:
                 break
             for event in self.conn.receive_data(chunk):
-                self._on(event, grant=False)
-            self.sock.sendall(self.conn.data_to_send())  # settings and ping acks only
-        return bytes(result.data)
+                self._on(event, grant=grant)
+            self.sock.sendall(self.conn.data_to_send())
 
     def _on(self, event: h2.events.Event, grant: bool = True) -> None:
         if isinstance(event, h2.events.DataReceived):

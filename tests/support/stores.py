@@ -43,7 +43,13 @@ def counting_epochs() -> Callable[[], str]:
     return lambda: f"epoch-{next(counter)}"
 
 
-class Stores:
+class _Databases:
+    """The databases a store maker of one kind opened: each in a directory of its own below
+    `directory`, closed together by `close()`. NORMAL: the semantics of FULL without an fsync
+    per commit (tests/unit/store: FULL)."""
+
+    _prefix = "database"
+
     def __init__(self, kind: str, directory: Path) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown store kind {kind!r}")
@@ -52,20 +58,27 @@ class Stores:
         self._names = itertools.count(1)
         self._databases: list[Database] = []
 
-    async def make(self, **options: Any) -> TimelineStore:
-        """A new, empty store; `options` are the stores' shared keyword arguments."""
-        if self.kind == "memory":
-            return InMemoryTimelineStore(**options)
-        # NORMAL: the semantics of FULL without an fsync per commit (tests/unit/store: FULL).
-        directory = self._directory / f"store-{next(self._names)}"
-        database = await Database.open(directory, synchronous="NORMAL")
+    async def open_database(self, directory: Path | None = None) -> Database:
+        """A database in `directory` (default: a new one), closed by `close()`."""
+        where = directory or self._directory / f"{self._prefix}-{next(self._names)}"
+        database = await Database.open(where, synchronous="NORMAL")
         self._databases.append(database)
-        return await SqliteTimelineStore.open(database, ITEM_CODEC, **options)
+        return database
 
     async def close(self) -> None:
         databases, self._databases = self._databases, []
         for database in databases:
             await database.close()
+
+
+class Stores(_Databases):
+    _prefix = "store"
+
+    async def make(self, **options: Any) -> TimelineStore:
+        """A new, empty store; `options` are the stores' shared keyword arguments."""
+        if self.kind == "memory":
+            return InMemoryTimelineStore(**options)
+        return await SqliteTimelineStore.open(await self.open_database(), ITEM_CODEC, **options)
 
 
 class AgentCodec:
@@ -91,26 +104,12 @@ def sample_agent(agent_id: str, **changes: Any) -> Agent:
     return replace(agent, **changes)
 
 
-class Records:
+class Records(_Databases):
     """The records of records/store.py, of one kind ("memory" or "sqlite"): each `make_*`
     gives a new, empty one (SQLite: on a database of its own); `close()` closes every database
     opened. SQLite-only tests reopen a directory with `open_database`."""
 
-    def __init__(self, kind: str, directory: Path) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown store kind {kind!r}")
-        self.kind = kind
-        self._directory = directory
-        self._names = itertools.count(1)
-        self._databases: list[Database] = []
-
-    async def open_database(self, directory: Path | None = None) -> Database:
-        """A database in `directory` (default: a new one), closed by `close()`. NORMAL: the
-        semantics of FULL without an fsync per commit."""
-        where = directory or self._directory / f"records-{next(self._names)}"
-        database = await Database.open(where, synchronous="NORMAL")
-        self._databases.append(database)
-        return database
+    _prefix = "records"
 
     async def make_agent_records(self) -> AgentRecords:
         if self.kind == "memory":
@@ -132,8 +131,3 @@ class Records:
         if self.kind == "memory":
             return InMemoryEventLog(**options)
         return await SqliteEventLog.open(await self.open_database(), **options)
-
-    async def close(self) -> None:
-        databases, self._databases = self._databases, []
-        for database in databases:
-            await database.close()
