@@ -18,7 +18,7 @@ try:
             health_pb2.HealthCheckRequest(), timeout=2.0
         )
 except grpc.RpcError as exc:
-    print(f"corral health: {exc.code().name}", file=sys.stderr)  # type: ignore[attr-defined]
+    print(f"corral health: {exc.code().name}", file=sys.stderr)
     sys.exit(1)
 status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 print(f"corral health: {status}")

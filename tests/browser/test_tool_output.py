@@ -116,7 +116,7 @@ def forget_outputs(web: Web, agent_id: str) -> None:
     """Drops the agent's kept-apart outputs inside the daemon (on its loop), leaving the rows."""
     daemon = web.daemon.daemon
     assert daemon is not None
-    outputs = daemon.manager._timeline._outputs  # type: ignore[attr-defined]
+    outputs = daemon.timeline._outputs  # type: ignore[attr-defined]
 
     async def sweep() -> None:
         outputs.sweep(agent_id, None)
