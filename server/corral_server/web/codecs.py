@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -106,13 +107,10 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 class JsonCodec:
     name = "json"
 
-    def __init__(self) -> None:
-        # Per pre-encoded message type whose events are printed once (EventService's).
-        self._batches: dict[type[Message], EventJson] = {}
-
-    def printing_events(self, message_type: type[Message], event_type: type[Message]) -> None:
-        """Print pre-encoded `message_type` batches event by event, keeping each text."""
-        self._batches[message_type] = EventJson(event_type)
+    def __init__(self, printing_events: Mapping[type[Message], type[Message]]) -> None:
+        """`printing_events`: the pre-encoded batch types (EventService's) printed event by
+        event, each event's text kept, with the event type their frames hold."""
+        self._batches = {batch: EventJson(event) for batch, event in printing_events.items()}
 
     def decode(self, data: bytes, message_type: type[Message]) -> Message:
         message = message_type()
@@ -139,6 +137,5 @@ class JsonCodec:
 
 
 PROTO = ProtoCodec()
-JSON = JsonCodec()
-JSON.printing_events(event_pb.SubscribeResponse, event_pb.Event)
+JSON = JsonCodec({event_pb.SubscribeResponse: event_pb.Event})
 Codec = ProtoCodec | JsonCodec
