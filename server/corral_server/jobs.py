@@ -142,6 +142,14 @@ class JobQueue:
                 entry[1].set_exception(self._refusal())
 
 
+def resolved(value: T) -> asyncio.Future[T]:
+    """An already resolved future: what a write done at once (in memory, or with nothing to
+    write) returns where the caller awaits a future."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
 async def done_with(value: T) -> T:
     """`value` as a job's result (a synchronous change run as a job)."""
     return value

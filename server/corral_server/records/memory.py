@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from corral_server.domain.agent import Agent
 from corral_server.domain.subagents import SubagentRun
+from corral_server.jobs import resolved
 from corral_server.records.store import LoadedAgents, LoadedRuns, LogEntry, LogSpan, spans_of
 
 V = TypeVar("V")
@@ -27,13 +28,6 @@ if TYPE_CHECKING:
         FinishedTurns,
         RunStore,
     )
-
-
-def done() -> asyncio.Future[None]:
-    """An already resolved future: what an in-memory write returns."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    future.set_result(None)
-    return future
 
 
 def new_incarnation() -> str:
@@ -50,11 +44,11 @@ class _Latest(Generic[V]):
 
     def put(self, value: V) -> asyncio.Future[None]:
         self._values[self._key_of(value)] = value
-        return done()
+        return resolved(None)
 
     def delete(self, key: str) -> asyncio.Future[None]:
         self._values.pop(key, None)
-        return done()
+        return resolved(None)
 
     def _all(self) -> list[V]:
         return list(self._values.values())
@@ -84,7 +78,7 @@ class InMemoryCreateRequests:
         self, request_id: str, fingerprint: bytes, agent_id: str, created_ms: int
     ) -> asyncio.Future[None]:
         self._requests[request_id] = (fingerprint, agent_id)
-        return done()
+        return resolved(None)
 
     async def find(self, request_id: str) -> tuple[bytes, str] | None:
         return self._requests.get(request_id)
@@ -96,14 +90,14 @@ class InMemoryFinishedTurns:
 
     def add(self, agent_id: str, turn_id: str) -> asyncio.Future[None]:
         self._turns.setdefault(agent_id, set()).add(turn_id)
-        return done()
+        return resolved(None)
 
     async def contains(self, agent_id: str, turn_id: str) -> bool:
         return turn_id in self._turns.get(agent_id, ())
 
     def drop(self, agent_id: str) -> asyncio.Future[None]:
         self._turns.pop(agent_id, None)
-        return done()
+        return resolved(None)
 
 
 class InMemoryEventLog:
@@ -157,7 +151,7 @@ class InMemoryEventLog:
             or (self._retain_bytes is not None and self._bytes > self._retain_bytes)
         ):
             self._bytes -= len(entries.popleft().event)
-        return done()
+        return resolved(None)
 
     async def read(self, after_revision: int, limit: int, max_bytes: int) -> list[LogEntry]:
         check_read(limit, max_bytes)

@@ -11,7 +11,7 @@ import asyncio
 from typing import Protocol
 
 from corral_server.domain.usage import GroupBy, UsageEntry, UsageGroup, UsageQuery, group, utc_day
-from corral_server.records.memory import done
+from corral_server.jobs import resolved
 
 # Grouped by everything: what `fine` answers, regrouped by the caller (domain/usage.py `group`).
 EVERY_KEY = frozenset(GroupBy)
@@ -37,7 +37,7 @@ class InMemoryUsageLedger:
 
     def record(self, entry: UsageEntry) -> asyncio.Future[None]:
         self._entries.append(entry)
-        return done()
+        return resolved(None)
 
     async def fine(self, start_ms: int | None, end_ms: int | None) -> list[UsageGroup]:
         singles = (

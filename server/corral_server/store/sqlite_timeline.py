@@ -40,6 +40,7 @@ from corral_server.domain.timeline import (
     ToolCall,
 )
 from corral_server.errors import AgentNotFound
+from corral_server.jobs import resolved
 from corral_server.store import search
 from corral_server.store.commits import GroupCommit, Job
 from corral_server.store.database import Database
@@ -151,7 +152,7 @@ class SqliteTimelineStore:
         wants them back (the search index reads the rows as given)."""
         before = self._reserved_head(agent_id)
         if not rows:
-            return _done([] if rows_back else None)
+            return resolved([] if rows_back else None)
         if items is None:
             encode = self._codec.encode
             items = [encode(row[0]) for row in rows]  # a codec error fails this call
@@ -199,7 +200,7 @@ class SqliteTimelineStore:
     ) -> asyncio.Future[None]:
         head = self._reserved_head(agent_id)
         if not head.first <= seq < head.next_seq:
-            return _done(None)
+            return resolved(None)
         payload = (seq, provider_message_id)
         done: asyncio.Future[None] = self._queue(
             Kind.SET_PROVIDER_MESSAGE_ID, agent_id, head, head, payload, None
@@ -213,7 +214,7 @@ class SqliteTimelineStore:
     def drop_nowait(self, agent_id: str) -> asyncio.Future[None]:
         before = self._reserved.get(agent_id)
         if before is None:
-            return _done(None)
+            return resolved(None)
         done: asyncio.Future[None] = self._queue(Kind.DROP, agent_id, before, None, None, None)
         return done
 
@@ -333,12 +334,6 @@ def _outputs(tid: int, seq: int, rows: Sequence[NewRow]) -> list[OutputWrite]:
             ref = item.output_ref
             outputs.append(OutputWrite(ref.blob_id, tid, seq + offset, ref.json, row.output))
     return outputs
-
-
-def _done(value: Any) -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
 
 
 if TYPE_CHECKING:
