@@ -114,6 +114,10 @@ class Permissions:
     input_bytes: int = 0
 
 
+# --- faults: a provider misbehaving as real ones can (with /refuse-interrupt above), so
+# tests, corral's own and a client's, can drive corral's handling of it (docs/api.md).
+
+
 @dataclass(frozen=True, slots=True)
 class HangInterrupt:
     """From this step on, an interrupt of the turn never answers (until the session closes):
