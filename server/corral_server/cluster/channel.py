@@ -58,7 +58,8 @@ class ChannelParts:
 
 
 class AgentChannel:
-    def __init__(self, agent_id: str, parts: ChannelParts) -> None:
+    def __init__(self, agent_id: str, parts: ChannelParts, lease: Lease | None = None) -> None:
+        """`lease`: one already taken (a takeover, node_loss.py); else the channel takes it."""
         self.agent_id = agent_id
         self._parts = parts
         self._entries: list[bytes] = []
@@ -67,7 +68,9 @@ class AgentChannel:
         self._sent = asyncio.Event()  # set while nothing waits to be appended
         self._sent.set()
         self.broken: AgentOwnedElsewhere | None = None
-        self.lease: Lease | None = None
+        self.lease: Lease | None = lease
+        # The sequence of this tenure's claim, once appended (or why the channel broke first).
+        self.claimed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._tasks = [asyncio.ensure_future(self._run())]
 
     def send(self, entries: list[bytes], future: bool = True) -> asyncio.Future[None] | None:
@@ -107,9 +110,11 @@ class AgentChannel:
 
     async def _take_over(self) -> int:
         parts = self._parts
-        self.lease = await self._acquire()
+        self.lease = self.lease or await self._acquire()
         self._tasks.append(asyncio.ensure_future(self._renew()))
-        return await parts.log.claim(self.agent_id, self.lease.owner)
+        claimed = await parts.log.claim(self.agent_id, self.lease.owner)
+        self.claimed.set_result(claimed)
+        return claimed
 
     async def _acquire(self) -> Lease:
         """The agent's lease. One this very node still holds is a tenure it lost track of (it
@@ -189,6 +194,9 @@ class AgentChannel:
         if self.broken is not None:
             return
         self.broken = reason
+        if not self.claimed.done():
+            self.claimed.set_exception(reason)
+            self.claimed.exception()  # retrieved: only a takeover awaits it
         if not quiet:  # a stop is no news; a lost agent is
             log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
         futures, self._futures, self._entries = self._futures, [], []

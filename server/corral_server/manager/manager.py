@@ -20,6 +20,7 @@ from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.domain.agent import (
     Agent,
+    AgentError,
     PendingPermission,
     PermissionResponse,
     QueuedBy,
@@ -29,7 +30,7 @@ from corral_server.domain.content import Prompt
 from corral_server.domain.events import TurnTerminal
 from corral_server.domain.timeline import Cursor, Direction, FetchResult, SubagentNotice
 from corral_server.jobs import done_with
-from corral_server.manager import live_config, stopping
+from corral_server.manager import adoption, live_config, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorDeps
 from corral_server.manager.creation import Creation, RowBatches
@@ -202,6 +203,22 @@ class AgentManager:
             timeline=self._timeline,
             deps=self._deps,
         )
+
+    async def adopt(self, agent: Agent, error: AgentError | None) -> bool:
+        """Cluster: an agent taken over from a lost node, restored here (adoption.py)."""
+        return await adoption.adopt(
+            agent,
+            error,
+            directory=self._agents,
+            providers=self._providers,
+            timeline=self._timeline,
+            deps=self._deps,
+        )
+
+    async def release(self, agent_id: str) -> Agent:
+        """Cluster: the agent handed to another node (ReloadAgent {node}; adoption.py)."""
+        actor = self._actor(agent_id)
+        return await adoption.release(actor, self._clock, self._timeouts, self._agents)
 
     # --- updates -------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""Node loss on the injectable clock (docs/cluster.md#node-loss): a node gone with its lease
+still in the bucket (as SIGKILL leaves it) and its directory entry gone. No other node takes its
+agent before the lease's expiry plus the skew margin; after it (and a sweep), exactly one node
+does, however many notice, and the agent is `errored` / NODE_LOST on every node, written once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from corral.v1 import agent_pb2
+from corral.v1 import agent_service_pb2 as agent_pb
+from corral.v1 import event_service_pb2 as event_pb
+from corral_server.clock import FakeClock
+from corral_server.cluster.leases import encode
+from tests.integration.test_cluster_replica import (
+    _one_head,
+    a_turn,
+    cluster_of,
+    replay,
+    settings,
+    stubs_of,
+    until,
+)
+from tests.support.client import Stubs
+from tests.support.daemon import DaemonThread
+from tests.support.nats import NatsCluster, connect
+
+
+async def _agent(stubs: Stubs, agent_id: str) -> agent_pb2.Agent:
+    return (await stubs.agents.GetAgent(agent_pb.GetAgentRequest(agent_id=agent_id))).agent
+
+
+def _lost(agent: agent_pb2.Agent) -> bool:
+    lifecycle = agent.lifecycle
+    return lifecycle.HasField("errored") and lifecycle.errored.error.code == "NODE_LOST"
+
+
+async def _swept(node: DaemonThread, count: int) -> bool:
+    """Whether the node's sweep for lost nodes ran `count` times (its takeovers done)."""
+    assert node.daemon is not None and node.daemon.cluster is not None
+    loss = node.daemon.cluster.node_loss
+    return loss is not None and loss.sweeps >= count
+
+
+def _taken(node: DaemonThread, agent_id: str) -> bool:
+    assert node.daemon is not None and node.daemon.cluster is not None
+    return agent_id in node.daemon.cluster.channels
+
+
+async def test_a_lost_nodes_agent_is_taken_over_once_after_its_lease_and_the_margin(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    with cluster_of(tmp_path, nats_cluster, ("a", "b", "c")) as nodes:
+        async with stubs_of(nodes.running["a"]) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+        nodes.stop("a")  # its directory entry gone, as a dead node's expires
+        cluster = settings(nats_cluster, nodes.number, "a")
+        client = await connect(nats_cluster)
+        try:  # the lease as a killed node leaves it: held by a for a whole duration still
+            kv = await client.jetstream().key_value(cluster.leases_bucket)
+            await kv.put(agent_id, encode("a", FakeClock().now_ms() + cluster.lease_ms))
+        finally:
+            await client.close()
+        b, c = nodes.running["b"], nodes.running["c"]
+        bound = cluster.lease_ms + cluster.skew_ms
+        sweep = cluster.lease_ms // 3 + 1
+        async with stubs_of(b) as on_b, stubs_of(c) as on_c:
+            assert await until(lambda: _one_head(on_b, on_c), "one head")
+            # Until the expiry plus the margin, no node takes it (every sweep on the way ran).
+            await asyncio.gather(b.advance_async(bound - 1), c.advance_async(bound - 1))
+            runs = (bound - 1) // sweep
+            await until(lambda: _swept(b, runs), "b's sweeps before the bound")
+            await until(lambda: _swept(c, runs), "c's sweeps before the bound")
+            assert not _taken(b, agent_id) and not _taken(c, agent_id)
+            assert not _lost(await _agent(on_b, agent_id))
+            # The next sweep on both nodes at once: one takes it over.
+            await asyncio.gather(b.advance_async(sweep), c.advance_async(sweep))
+
+            async def lost_on_both() -> bool:
+                agents = [await _agent(stubs, agent_id) for stubs in (on_b, on_c)]
+                return all(_lost(agent) for agent in agents)
+
+            await until(lost_on_both, "NODE_LOST on b and c")
+            assert _taken(b, agent_id) != _taken(c, agent_id)  # exactly one owner
+            _, head = await until(lambda: _one_head(on_b, on_c), "one head")
+            events = [event_pb.Event.FromString(data) for data in await replay(on_c, head)]
+            lost = [
+                e
+                for e in events
+                if e.HasField("agent_upserted")
+                and e.agent_upserted.agent.id == agent_id
+                and _lost(e.agent_upserted.agent)
+            ]
+            assert len(lost) == 1, lost  # written once, by the node that took the lease
+            assert "node a was lost" in lost[0].agent_upserted.agent.last_error.message
