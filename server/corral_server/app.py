@@ -238,7 +238,7 @@ class Daemon:
                 node.adopt()
             await self.manager.restore(loaded)
             if node is not None:  # from now on, agents of lost nodes are taken over here
-                node.watch_lost(self.manager.adopt)
+                node.watch_lost(self.manager.adopt, self.manager.drop)
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:

@@ -6,13 +6,18 @@ does, however many notice, and the agent is `errored` / NODE_LOST on every node,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
+
+import grpc
 
 from corral.v1 import agent_pb2
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
+from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.clock import FakeClock
 from corral_server.cluster.leases import encode
+from corral_server.cluster.log import EventLog
 from tests.integration.test_cluster_replica import (
     _one_head,
     a_turn,
@@ -20,9 +25,10 @@ from tests.integration.test_cluster_replica import (
     replay,
     settings,
     stubs_of,
+    timeline_of,
     until,
 )
-from tests.support.client import Stubs
+from tests.support.client import Stubs, prompt_request
 from tests.support.daemon import DaemonThread
 from tests.support.nats import NatsCluster, connect
 
@@ -94,3 +100,51 @@ async def test_a_lost_nodes_agent_is_taken_over_once_after_its_lease_and_the_mar
             ]
             assert len(lost) == 1, lost  # written once, by the node that took the lease
             assert "node a was lost" in lost[0].agent_upserted.agent.last_error.message
+
+
+async def test_an_agent_whose_channel_broke_is_stopped_and_taken_back_errored(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """Its lease taken under the owner's feet (as an outage past the lease would let another
+    node do), then left to expire: the owner stops the agent, takes it back from the stream
+    once the lease is to be had, errored (WRITER_FAILED) on every node, and writable again."""
+    with cluster_of(tmp_path, nats_cluster, ("a", "b")) as nodes:
+        a, b = nodes.running["a"], nodes.running["b"]
+        cluster = settings(nats_cluster, nodes.number, "a")
+        async with stubs_of(a) as on_a, stubs_of(b) as on_b:
+            agent_id = await a_turn(on_a, str(tmp_path))
+            client = await connect(nats_cluster)
+            try:
+                js = client.jetstream()
+                kv = await js.key_value(cluster.leases_bucket)
+                expires = a.clock.now_ms() + 1_000
+                revision = await kv.put(agent_id, encode("thief", expires))
+                log = await EventLog.open(js, cluster.stream, prefix=cluster.prefix)
+                await log.claim(agent_id, f"thief-{revision}")
+            finally:
+                await client.close()
+            with contextlib.suppress(grpc.aio.AioRpcError):  # the write that finds it out
+                await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply refused"))
+            await until(lambda: _broken(a, agent_id), "a's channel broken")
+            # Past the thief's lease and the margin, and a sweep: a takes it back.
+            await a.advance_async(1_000 + cluster.skew_ms + cluster.lease_ms // 3 + 1)
+
+            async def mended(stubs: Stubs) -> bool:
+                agent = await _agent(stubs, agent_id)
+                error = agent.lifecycle.errored.error
+                return error.code == "WRITER_FAILED" and "node a stopped writing" in error.message
+
+            await until(lambda: mended(on_b), "errored WRITER_FAILED on b")
+            await until(lambda: mended(on_a), "errored WRITER_FAILED on a")
+            assert _taken(a, agent_id)
+            reloaded = await on_a.agents.ReloadAgent(agent_pb.ReloadAgentRequest(agent_id=agent_id))
+            assert reloaded.agent.lifecycle.HasField("idle"), reloaded
+            await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply mended"))
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            assert b"mended" in (await timeline_of(on_b, agent_id))[-1]
+
+
+async def _broken(node: DaemonThread, agent_id: str) -> bool:
+    assert node.daemon is not None and node.daemon.cluster is not None
+    channel = node.daemon.cluster.channels.get(agent_id)
+    return channel is not None and channel.broken is not None

@@ -26,7 +26,7 @@ from corral_server.cluster.follower import Follower
 from corral_server.cluster.leases import Holder, Lease, Leases
 from corral_server.cluster.leases import decode as decode_lease
 from corral_server.cluster.log import EventLog
-from corral_server.cluster.node_loss import Adopt, NodeLoss
+from corral_server.cluster.node_loss import Adopt, Drop, NodeLoss
 from corral_server.cluster.nodes import NodeDirectory, NodeIdTaken, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
@@ -220,9 +220,10 @@ class ClusterNode:
         assert self._parts is not None, "attach first"
         return self._parts.applied(sequence)
 
-    def watch_lost(self, adopt: Adopt) -> None:
-        """Take over the agents of lost nodes from now on (node_loss.py)."""
-        self.node_loss = NodeLoss(self, adopt)
+    def watch_lost(self, adopt: Adopt, drop: Drop) -> None:
+        """Take over the agents of lost nodes from now on, and mend broken channels
+        (node_loss.py)."""
+        self.node_loss = NodeLoss(self, adopt, drop)
         self._tasks.append(asyncio.ensure_future(self.node_loss.run()))
 
     async def join(self, port: int) -> None:
@@ -246,6 +247,10 @@ class ClusterNode:
                     raise ClusterStartError(why) from None
                 await asyncio.sleep(0.2)
         self.directory.start(lambda: len(self.channels))
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped
 
     def owner_of(self, agent_id: str) -> str | None:
         """The node a change of the agent goes to; None: this one, or none is known."""

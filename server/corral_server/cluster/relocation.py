@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from corral_server import errors
 from corral_server.cluster.leases import LeaseHeld
-from corral_server.cluster.node_loss import take
+from corral_server.cluster.node_loss import no_error, take
 from corral_server.cluster.nodes import NodeNotAlive, UnknownNode
 from corral_server.domain.agent import Agent
 
@@ -73,7 +73,7 @@ class Relocation:
             lease = await node.leases.acquire(agent_id)
         except LeaseHeld as held:
             raise errors.AgentOwnedElsewhere(agent_id, held.node) from None
-        if not await take(node, lease, self._manager.adopt, None):
+        if not await take(node, lease, self._manager.adopt, no_error):
             raise errors.FailedPrecondition(
                 f"node {node.node_id} could not restore agent {agent_id} (its log says why)",
                 metadata={"agent_id": agent_id, "node": node.node_id},

@@ -8,6 +8,8 @@ record and one `agent_upserted` in the stream, seen by every node.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -23,6 +25,9 @@ from corral_server.manager.specs import Timeouts
 from corral_server.providers.base import Provider
 from corral_server.records.store import LoadedAgents
 from corral_server.timeline.store import TimelineStore
+
+log = logging.getLogger(__name__)
+DROP_WAIT_S = 10.0
 
 
 async def adopt(
@@ -63,3 +68,17 @@ async def release(
     await actor.shutdown()
     directory.remove(actor.agent.id)
     return actor.agent
+
+
+async def drop(
+    actor: AgentActor, clock: Clock, timeouts: Timeouts, directory: AgentDirectory
+) -> None:
+    """The agent's writes stopped (its cluster channel broke): stopped here as a hand-over
+    stops it (its provider session closed), within DROP_WAIT_S, else at once; gone from this
+    node's actors either way. Its writes fail meanwhile: they are logged, not kept."""
+    try:
+        await asyncio.wait_for(release(actor, clock, timeouts, directory), DROP_WAIT_S)
+    except Exception:
+        log.exception("agent %s: not stopped cleanly; stopped at once", actor.agent.id)
+        actor.kill()
+    directory.remove(actor.agent.id)

@@ -220,6 +220,12 @@ class AgentManager:
         actor = self._actor(agent_id)
         return await adoption.release(actor, self._clock, self._timeouts, self._agents)
 
+    async def drop(self, agent_id: str) -> None:
+        """Cluster: the agent's writes stopped (its channel broke): stopped here (adoption.py)."""
+        actor = self._agents.find(agent_id)
+        if actor is not None:
+            await adoption.drop(actor, self._clock, self._timeouts, self._agents)
+
     # --- updates -------------------------------------------------------------------------
 
     async def update(self, agent_id: str, change: AgentUpdate) -> Agent:
