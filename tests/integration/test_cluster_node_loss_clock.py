@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import fields
 from pathlib import Path
 
 import grpc
+import nats.errors
 
 from corral.v1 import agent_pb2
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import turn_service_pb2 as turn_pb
 from corral_server.clock import FakeClock
-from corral_server.cluster.leases import encode
+from corral_server.cluster.leases import Lease, Leases, encode
 from corral_server.cluster.log import EventLog
 from tests.integration.test_cluster_replica import (
     _one_head,
@@ -148,3 +150,46 @@ async def _broken(node: DaemonThread, agent_id: str) -> bool:
     assert node.daemon is not None and node.daemon.cluster is not None
     channel = node.daemon.cluster.channels.get(agent_id)
     return channel is not None and channel.broken is not None
+
+
+class _Partitioned(Leases):
+    """The leases of a node cut off from NATS: no renewal answers."""
+
+    async def renew(self, lease: Lease) -> Lease:
+        raise nats.errors.TimeoutError()
+
+
+async def test_a_node_that_cannot_renew_stops_writing_before_its_lease_could_expire(
+    tmp_path: Path, nats_cluster: NatsCluster
+) -> None:
+    """Partitioned (its renewals unanswered): the owner writes while its lease is valid by its
+    clock, and not one append from the expiry less the skew margin on, before any other node
+    could take the lease (the expiry plus the margin)."""
+    with cluster_of(tmp_path, nats_cluster, ("a",)) as nodes:
+        a = nodes.running["a"]
+        assert a.daemon is not None and a.daemon.cluster is not None
+        node = a.daemon.cluster
+        cluster = settings(nats_cluster, nodes.number, "a")
+        async with stubs_of(a) as on_a:
+            agent_id = await a_turn(on_a, str(tmp_path))
+            parts = node._parts
+            lease = node.channels[agent_id].lease
+            assert parts is not None and lease is not None
+            kept = {f.name: getattr(parts.leases, f.name) for f in fields(parts.leases)}
+            object.__setattr__(parts, "leases", _Partitioned(**kept))
+            valid_until = lease.expires_ms - cluster.skew_ms
+            await a.advance_async(valid_until - 1 - a.clock.now_ms())  # renewals fail on the way
+            await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply still valid"))
+            await on_a.turns.WaitForIdle(turn_pb.WaitForIdleRequest(agent_id=agent_id))
+            client = await connect(nats_cluster)
+            try:
+                log = await EventLog.open(client.jetstream(), cluster.stream, prefix=cluster.prefix)
+                last = await log.last_sequence(agent_id)
+                await a.advance_async(1)  # the expiry less the margin: no more writes
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await on_a.turns.SendPrompt(prompt_request(agent_id, "/reply too late"))
+                await until(lambda: _broken(a, agent_id), "a's channel broken")
+                assert await log.last_sequence(agent_id) == last
+            finally:
+                await client.close()
+            assert b"still valid" in (await timeline_of(on_a, agent_id))[-1]
