@@ -19,17 +19,28 @@ both sides: the owner does not let go of an agent the target would refuse).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from corral_server import errors
 from corral_server.cluster.leases import LeaseHeld
 from corral_server.cluster.node_loss import no_error, take
 from corral_server.cluster.nodes import NodeNotAlive, UnknownNode
-from corral_server.domain.agent import Agent
+from corral_server.domain.agent import Agent, AgentError
 
 if TYPE_CHECKING:
     from corral_server.cluster.node import ClusterNode
-    from corral_server.manager.manager import AgentManager
+
+
+class Manager(Protocol):
+    """What of the agent manager a relocation uses (the manager is a layer above)."""
+
+    def get(self, agent_id: str) -> Agent: ...
+
+    async def reload(self, agent_id: str, rehydrate: bool) -> Agent: ...
+
+    async def release(self, agent_id: str) -> Agent: ...
+
+    async def adopt(self, agent: Agent, error: AgentError | None) -> bool: ...
 
 
 class CwdMissing(errors.FailedPrecondition):
@@ -37,7 +48,7 @@ class CwdMissing(errors.FailedPrecondition):
 
 
 class Relocation:
-    def __init__(self, node: ClusterNode, manager: AgentManager) -> None:
+    def __init__(self, node: ClusterNode, manager: Manager) -> None:
         self._node = node
         self._manager = manager
 
