@@ -1,6 +1,6 @@
 """ReloadAgent on a cluster (docs/cluster.md#node-loss): the agent's provider restarted on the
-node the call names (`node`), or, without one, where it is: on its owner, or on the receiving
-node when no live node holds its lease (a lost node's agent nobody took over yet).
+node the call names (`node`), or, without one, where forwarding sends it: its owner, which
+takes the agent back itself when no live node holds its lease.
 
 The call reaches the agent's owner first (forwarding, like any change). An owner asked to
 restart it elsewhere checks the node exists and is alive, releases the agent (its turn
@@ -12,8 +12,9 @@ agent from its record once its read model has applied everything before the clai
 restarts its provider there, resuming the provider session where the provider can: the
 agent's timeline continues in the one stream, the same order on every node.
 
-The agent's cwd must exist on the target (else FAILED_PRECONDITION / `CWD_MISSING`, checked on
-both sides: the owner does not let go of an agent the target would refuse).
+The agent's cwd must exist on the target (else FAILED_PRECONDITION / `CWD_MISSING`; checked by
+the target, after the owner let go: the agent then has no owner until a ReloadAgent names a
+node that has the directory).
 """
 
 from __future__ import annotations

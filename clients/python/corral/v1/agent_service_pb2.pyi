@@ -402,8 +402,8 @@ class ReloadAgentRequest(_message.Message):
     rehydrate_from_disk: _builtins.bool
     node: _builtins.str
     """Cluster: the node to restart the agent on (it takes the agent's lease; the agent's cwd
-    must exist there). Empty: on its owner, or on the receiving node when no live node owns
-    it (a lost node's agent). A single daemon refuses a non-empty one.
+    must exist there). Empty: on its owner (which takes it back itself when nobody holds its
+    lease, e.g. a lost node's agent). A single daemon refuses a non-empty one.
     """
     def __init__(
         self,

@@ -294,8 +294,8 @@ export declare type ReloadAgentRequest = Message<"corral.v1.ReloadAgentRequest">
 
   /**
    * Cluster: the node to restart the agent on (it takes the agent's lease; the agent's cwd
-   * must exist there). Empty: on its owner, or on the receiving node when no live node owns
-   * it (a lost node's agent). A single daemon refuses a non-empty one.
+   * must exist there). Empty: on its owner (which takes it back itself when nobody holds its
+   * lease, e.g. a lost node's agent). A single daemon refuses a non-empty one.
    *
    * @generated from field: string node = 3;
    */
