@@ -49,6 +49,7 @@ from corral_server.reclaim import Reclaimer
 from corral_server.records.memory import InMemoryRunStore
 from corral_server.records.store import EventLog, RunStore
 from corral_server.rpc import server as grpc_server
+from corral_server.rpc.agent_service import ReloadOn
 from corral_server.rpc.auth import TokenFile
 from corral_server.rpc.connections import ConnectionBook
 from corral_server.rpc.convert import encode_event
@@ -231,6 +232,8 @@ class Daemon:
             if node is not None:  # the leases first: restoring may write (an interrupted turn)
                 node.adopt()
             await self.manager.restore(loaded)
+            if node is not None:  # from now on, agents of lost nodes are taken over here
+                node.watch_lost(self.manager.adopt, self.manager.drop)
             self.scheduler.store = SqliteSchedules(database)
             await self.scheduler.load()
         except BaseException:
@@ -242,6 +245,14 @@ class Daemon:
         # At DEBUG: the start-up line (startup_line.py) says it once the daemon serves.
         log.debug("state directory %s: %d agents restored", state_dir, len(stores.loaded.agents))
         self.search = await open_search(database, self.config)
+
+    def _reload_on(self) -> ReloadOn | None:
+        """A cluster node's ReloadAgent, which may restart the agent on another node."""
+        if self.cluster is None:
+            return None
+        from corral_server.cluster.relocation import Relocation
+
+        return Relocation(self.cluster, self.manager).reload
 
     async def start(self) -> int:
         """Open the store (with a state directory), bind and serve; returns the bound port.
@@ -265,6 +276,7 @@ class Daemon:
             changes=Changes(self.turn_trees.trees, self.turn_trees),
             scheduler=self.scheduler,
             resume_wait_s=CLUSTER_RESUME_WAIT_S if self.cluster is not None else 0.0,
+            reload_on=self._reload_on(),
         )
         await self._serve_grpc(servicers)
         if self.cluster is not None:

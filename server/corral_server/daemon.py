@@ -202,6 +202,11 @@ async def _start(
         await _close_quietly(daemon)
         lock.close()
         return 1
+    except TimeoutError as exc:  # an OSError too: a NATS request unanswered, not a port
+        log.error("cannot start: the NATS cluster did not answer in time (%r)", exc)
+        await _close_quietly(daemon)
+        lock.close()
+        return 1
     except OSError as exc:  # the port was taken after the check above
         log.error("cannot start: %s (is another corral daemon running?)", exc)
         await _close_quietly(daemon)  # the store opened

@@ -326,6 +326,19 @@ class ShuttingDown(CorralError):
         super().__init__("the daemon is shutting down; retry in a moment")
 
 
+class ClusterUnavailable(CorralError):
+    """Cluster: the stream did not answer in time, or this node's read model stopped following
+    it (docs/cluster.md#read-model): what the call wrote is not known to be kept; retry."""
+
+    reason = "CLUSTER_UNAVAILABLE"
+
+    def __init__(self, agent_id: str, why: str) -> None:
+        super().__init__(
+            f"agent {agent_id!r}: the cluster's stream is unavailable ({why}); retry",
+            metadata={"agent_id": agent_id},
+        )
+
+
 class AgentOwnedElsewhere(CorralError):
     """A change to an agent this cluster node does not own (docs/cluster.md#forwarding):
     `node` names its owner ("" when none is known), where the call should go."""

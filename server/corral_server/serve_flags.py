@@ -67,14 +67,22 @@ def _add_cluster(p: argparse.ArgumentParser) -> None:
         help="the address other nodes and balancers reach this node's gRPC port at "
         "(default: --listen)",
     )
+    cluster.add_argument(
+        "--lease-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long an agent's lease (and this node's directory entry) lasts unrenewed: "
+        "a lost node's agents show NODE_LOST after it and the 1 s skew margin (default: 10)",
+    )
 
 
 def cluster_config(args: argparse.Namespace) -> ClusterConfig | None:
     """The cluster flags as a ClusterConfig (None without --cluster); ValueError says what is
     wrong with them."""
     if args.cluster is None:
-        if args.node_id is not None or args.advertise is not None:
-            raise ValueError("--node-id and --advertise go with --cluster")
+        if args.node_id is not None or args.advertise is not None or args.lease_s is not None:
+            raise ValueError("--node-id, --advertise and --lease-s go with --cluster")
         return None
     if unix_path(args.listen) is not None and args.advertise is None:
         raise ValueError("a cluster node listening on a unix socket needs --advertise HOST:PORT")
@@ -82,7 +90,16 @@ def cluster_config(args: argparse.Namespace) -> ClusterConfig | None:
         urls=parse_urls(args.cluster),
         node_id=check_node_id(args.node_id if args.node_id is not None else default_node_id()),
         advertise=check_advertise(args.advertise or args.listen),
+        lease_ms=_lease_ms(args.lease_s),
     )
+
+
+def _lease_ms(lease_s: float | None) -> int:
+    if lease_s is None:
+        return ClusterConfig.lease_ms
+    if not 2 <= lease_s <= 3600:  # the skew margin (1 s) must stay well inside it
+        raise ValueError(f"--lease-s {lease_s:g}: between 2 and 3600 seconds")
+    return round(lease_s * 1000)
 
 
 def _add_basics(p: argparse.ArgumentParser) -> None:

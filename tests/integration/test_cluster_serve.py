@@ -61,8 +61,9 @@ def test_a_bad_cluster_flag_stops_the_start_with_a_clear_line(tmp_path: Path) ->
         (("--cluster", "nats://127.0.0.1:4222,"), ""),
         (("--cluster", ","), "--cluster needs at least one nats://HOST:PORT URL"),
         (("--cluster", "nats://h:4222", "--node-id", "a.b"), "--node-id 'a.b': letters"),
-        (("--node-id", "n1"), "--node-id and --advertise go with --cluster"),
+        (("--node-id", "n1"), "--node-id, --advertise and --lease-s go with --cluster"),
         (("--cluster", "nats://h:4222", "--advertise", "nowhere"), "is not HOST:PORT"),
+        (("--cluster", "nats://h:4222", "--lease-s", "1"), "between 2 and 3600 seconds"),
         (("--cluster", "nats://h:4222", "--listen", "unix:/tmp/x.sock"), "needs --advertise"),
     ],
 )

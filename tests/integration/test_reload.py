@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import event_service_pb2 as event_pb
 from corral.v1 import timeline_pb2 as timeline_pb
 from corral.v1 import timeline_service_pb2 as tl_pb
 from corral.v1 import turn_service_pb2 as turn_pb
-from tests.support.client import Stubs, create_request, next_message, text
+from tests.support.client import Stubs, create_request, error_details, next_message, text
 
 
 async def agent_with_a_turn(stubs: Stubs, cwd: Any) -> str:
@@ -65,3 +66,17 @@ async def test_a_rehydrating_reload_makes_old_cursors_stale_and_tells_subscriber
     )
     assert stale.stale_cursor and stale.reset and stale.epoch == new_epoch
     assert list(stale.rows) == []
+
+
+async def test_a_single_daemon_refuses_a_reload_on_a_node(
+    aio_channel: grpc.aio.Channel, tmp_path: Any
+) -> None:
+    stubs = Stubs.of(aio_channel)
+    agent_id = await agent_with_a_turn(stubs, tmp_path)
+    before = (await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id=agent_id))).agent
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stubs.agents.ReloadAgent(svc_pb.ReloadAgentRequest(agent_id=agent_id, node="n2"))
+    details = error_details(refused.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT and details.fields == ("node",)
+    after = (await stubs.agents.GetAgent(svc_pb.GetAgentRequest(agent_id=agent_id))).agent
+    assert after.provider_session_id == before.provider_session_id  # nothing reloaded

@@ -234,7 +234,9 @@ def stop_all(nodes: list[CorralNode]) -> None:
         node.stop()
 
 
-def make_nodes(tmp_path: Path, nats: NatsCluster, names: tuple[str, ...]) -> list[CorralNode]:
+def make_nodes(
+    tmp_path: Path, nats: NatsCluster, names: tuple[str, ...], extra: tuple[str, ...] = ()
+) -> list[CorralNode]:
     ports = free_ports(2 * len(names))
     nodes = []
     for index, name in enumerate(names):
@@ -247,6 +249,7 @@ def make_nodes(tmp_path: Path, nats: NatsCluster, names: tuple[str, ...]) -> lis
                 state_dir=state,
                 nats_urls=tuple(nats.urls),
                 log=tmp_path / f"{name}.log",
+                extra=extra,
             )
         )
     return nodes
@@ -254,17 +257,17 @@ def make_nodes(tmp_path: Path, nats: NatsCluster, names: tuple[str, ...]) -> lis
 
 @contextlib.contextmanager
 def running_cluster(
-    tmp_path: Path, names: tuple[str, ...] = ("c1", "c2", "c3")
+    tmp_path: Path, names: tuple[str, ...] = ("c1", "c2", "c3"), extra: tuple[str, ...] = ()
 ) -> Iterator[Cluster]:
-    """Three NATS servers, the nodes `names` (started together, each SERVING) and Envoy in
-    front of them, every node in its rotation. Logs: tmp_path/nats/*.log, tmp_path/NAME.log,
-    tmp_path/envoy/envoy.log."""
+    """Three NATS servers, the nodes `names` (started together, each SERVING, with the flags
+    `extra` too) and Envoy in front of them, every node in its rotation. Logs:
+    tmp_path/nats/*.log, tmp_path/NAME.log, tmp_path/envoy/envoy.log."""
     assert len(names) == len(EXAMPLE_NODES), "the example has three nodes"
     for sub in ("nats", "envoy"):
         (tmp_path / sub).mkdir()
     with contextlib.ExitStack() as stack:
         nats = stack.enter_context(running_nats_cluster(tmp_path / "nats"))
-        nodes = make_nodes(tmp_path, nats, names)
+        nodes = make_nodes(tmp_path, nats, names, extra)
         stack.callback(stop_all, nodes)
         for node in nodes:
             node.spawn()

@@ -30,7 +30,7 @@ import nats.js.errors
 from corral_server.clock import Clock
 from corral_server.cluster.leases import Lease, LeaseHeld, Leases
 from corral_server.cluster.log import Appended, EventLog, Refused, batch_id
-from corral_server.errors import AgentOwnedElsewhere
+from corral_server.errors import AgentOwnedElsewhere, ClusterUnavailable, CorralError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,8 @@ class ChannelParts:
 
 
 class AgentChannel:
-    def __init__(self, agent_id: str, parts: ChannelParts) -> None:
+    def __init__(self, agent_id: str, parts: ChannelParts, lease: Lease | None = None) -> None:
+        """`lease`: one already taken (a takeover, node_loss.py); else the channel takes it."""
         self.agent_id = agent_id
         self._parts = parts
         self._entries: list[bytes] = []
@@ -66,8 +67,10 @@ class AgentChannel:
         self._wake = asyncio.Event()
         self._sent = asyncio.Event()  # set while nothing waits to be appended
         self._sent.set()
-        self.broken: AgentOwnedElsewhere | None = None
-        self.lease: Lease | None = None
+        self.broken: AgentOwnedElsewhere | ClusterUnavailable | None = None
+        self.lease: Lease | None = lease
+        # The sequence of this tenure's claim, once appended (or why the channel broke first).
+        self.claimed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._tasks = [asyncio.ensure_future(self._run())]
 
     def send(self, entries: list[bytes], future: bool = True) -> asyncio.Future[None] | None:
@@ -103,13 +106,15 @@ class AgentChannel:
             self._break(AgentOwnedElsewhere(self.agent_id, _holder(refused), str(refused)))
         except Exception as error:  # a stream that cannot be reached: stop writing
             log.exception("agent %s: its writes to the stream stopped", self.agent_id)
-            self._break(AgentOwnedElsewhere(self.agent_id, "", f"the stream failed: {error}"))
+            self._break(ClusterUnavailable(self.agent_id, f"the stream failed: {error!r}"))
 
     async def _take_over(self) -> int:
         parts = self._parts
-        self.lease = await self._acquire()
+        self.lease = self.lease or await self._acquire()
         self._tasks.append(asyncio.ensure_future(self._renew()))
-        return await parts.log.claim(self.agent_id, self.lease.owner)
+        claimed = await parts.log.claim(self.agent_id, self.lease.owner)
+        self.claimed.set_result(claimed)
+        return claimed
 
     async def _acquire(self) -> Lease:
         """The agent's lease. One this very node still holds is a tenure it lost track of (it
@@ -154,7 +159,8 @@ class AgentChannel:
         ready = [f for before, f in self._futures if before <= count]
         self._futures = [(before - count, f) for before, f in self._futures if before > count]
         if ready:
-            parts.applied(appended.sequence).add_done_callback(lambda a: _settle(ready, a))
+            applied = parts.applied(appended.sequence)
+            applied.add_done_callback(lambda a: _settle(ready, a, self.agent_id))
         return appended.sequence
 
     async def _appended(self, batch: list[bytes], expected: int, msg_id: str) -> Appended:
@@ -185,10 +191,13 @@ class AgentChannel:
             except Exception as error:
                 log.warning("agent %s: its lease was not renewed: %r", self.agent_id, error)
 
-    def _break(self, reason: AgentOwnedElsewhere, quiet: bool = False) -> None:
+    def _break(self, reason: AgentOwnedElsewhere | ClusterUnavailable, quiet: bool = False) -> None:
         if self.broken is not None:
             return
         self.broken = reason
+        if not self.claimed.done():
+            self.claimed.set_exception(reason)
+            self.claimed.exception()  # retrieved: only a takeover awaits it
         if not quiet:  # a stop is no news; a lost agent is
             log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
         futures, self._futures, self._entries = self._futures, [], []
@@ -217,8 +226,14 @@ def _holder(refused: Refused) -> str:
     return str(getattr(refused, "node", ""))
 
 
-def _settle(futures: list[asyncio.Future[None]], applied: asyncio.Future[None]) -> None:
+def _settle(
+    futures: list[asyncio.Future[None]], applied: asyncio.Future[None], agent_id: str
+) -> None:
     failure = applied.exception() if not applied.cancelled() else asyncio.CancelledError()
+    if failure is not None and not isinstance(failure, (CorralError, asyncio.CancelledError)):
+        # The read model stopped following (a NATS timeout, a local database failure): the
+        # write is in the stream, but this node cannot show it; never an INTERNAL.
+        failure = ClusterUnavailable(agent_id, f"the read model stopped: {failure!r}")
     for future in futures:
         if future.done():
             continue

@@ -23,9 +23,10 @@ from corral_server.clock import Clock
 from corral_server.cluster.apply import Applier
 from corral_server.cluster.channel import AgentChannel, ChannelParts
 from corral_server.cluster.follower import Follower
-from corral_server.cluster.leases import Leases
+from corral_server.cluster.leases import Holder, Lease, Leases
 from corral_server.cluster.leases import decode as decode_lease
 from corral_server.cluster.log import EventLog
+from corral_server.cluster.node_loss import Adopt, Drop, NodeLoss
 from corral_server.cluster.nodes import NodeDirectory, NodeIdTaken, Settings
 from corral_server.cluster.remote_agents import RemoteAgents
 from corral_server.cluster.replica import ClusterPublisher, ClusterRecords, ClusterTimeline
@@ -55,12 +56,15 @@ class ClusterNode:
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
+        self.clock = clock
         self.client = client
         self.log = event_log
         self.leases = leases
         self.directory = directory
         self.agents = RemoteAgents(config.node_id)
         self.channels: dict[str, AgentChannel] = {}
+        self.leased: dict[str, Holder] = {}  # every lease's latest value (the watch)
+        self.node_loss: NodeLoss | None = None  # once watching for lost nodes
         self.follower: Follower | None = None
         self._parts: ChannelParts | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -196,6 +200,32 @@ class ClusterNode:
         self.agents.local.add(agent_id)
         return channel
 
+    def open_channel(self, agent_id: str, lease: Lease) -> AgentChannel:
+        """The channel of an agent taken over with `lease` (node_loss.py); not yet listed
+        as this node's."""
+        assert self._parts is not None, "attach first"
+        channel = self.channels[agent_id] = AgentChannel(agent_id, self._parts, lease)
+        return channel
+
+    async def release(self, agent_id: str) -> None:
+        """Give an agent up (handed to another node): what waits is appended first, then the
+        lease released; it is listed from the read model from now on."""
+        channel = self.channels.pop(agent_id, None)
+        self.agents.local.discard(agent_id)
+        if channel is not None:
+            await channel.close()
+
+    def applied(self, sequence: int) -> asyncio.Future[None]:
+        """Resolves once the read model applied the stream up to `sequence`."""
+        assert self._parts is not None, "attach first"
+        return self._parts.applied(sequence)
+
+    def watch_lost(self, adopt: Adopt, drop: Drop) -> None:
+        """Take over the agents of lost nodes from now on, and mend broken channels
+        (node_loss.py)."""
+        self.node_loss = NodeLoss(self, adopt, drop)
+        self._tasks.append(asyncio.ensure_future(self.node_loss.run()))
+
     async def join(self, port: int) -> None:
         """Enter the node directory at the advertised address (port 0 there: `port`, the one
         bound), refreshed with the count of agents this node owns. NodeIdTaken when another
@@ -218,6 +248,10 @@ class ClusterNode:
                 await asyncio.sleep(0.2)
         self.directory.start(lambda: len(self.channels))
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopped
+
     def owner_of(self, agent_id: str) -> str | None:
         """The node a change of the agent goes to; None: this one, or none is known."""
         return self.agents.owner_of(agent_id)
@@ -230,9 +264,12 @@ class ClusterNode:
                     continue
                 if entry.operation in (KV_DEL, KV_PURGE):
                     holders.pop(entry.key, None)
+                    self.leased.pop(entry.key, None)
                     continue
                 with contextlib.suppress(ValueError, KeyError):
-                    holders[entry.key] = decode_lease(entry.value, entry.revision or 0).node
+                    holder = decode_lease(entry.value, entry.revision or 0)
+                    holders[entry.key] = holder.node
+                    self.leased[entry.key] = holder
         except asyncio.CancelledError:
             raise
         except Exception:

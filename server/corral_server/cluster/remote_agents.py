@@ -26,6 +26,10 @@ class RemoteAgents:
     def get(self, agent_id: str) -> Agent | None:
         return None if agent_id in self.local else self._agents.get(agent_id)
 
+    def record(self, agent_id: str) -> Agent | None:
+        """The agent's latest record in the stream, whoever owns it."""
+        return self._agents.get(agent_id)
+
     def agents(self) -> list[Agent]:
         return [agent for agent_id, agent in self._agents.items() if agent_id not in self.local]
 

@@ -241,6 +241,11 @@ class AgentActor:
     def detach(self) -> Agent:
         return self._state.detach()
 
+    def errored(self, error: AgentError) -> Agent:
+        """Errored with `error` (an agent taken over from a lost node, adoption.py)."""
+        self._state.errored(error)
+        return self._state.agent
+
     async def respond_permission(self, request_id: str, response: PermissionResponse) -> Agent:
         """RespondToPermission (actor_permissions.py), on the queue."""
         return await self._parts.permissions.respond(request_id, response)

@@ -22,13 +22,14 @@ from corral_server import errors
 from corral_server.clock import Clock
 from corral_server.domain.agent import (
     Agent,
+    AgentError,
     PermissionResponse,
     QueuedBy,
 )
 from corral_server.domain.content import Prompt
 from corral_server.domain.timeline import SubagentNotice
 from corral_server.jobs import done_with
-from corral_server.manager import live_config, stopping
+from corral_server.manager import adoption, live_config, stopping
 from corral_server.manager.actor import AgentActor
 from corral_server.manager.actor_deps import ActorWiring
 from corral_server.manager.creation import Creation
@@ -149,6 +150,29 @@ class AgentManager:
             timeline=self._wiring.timeline,
             deps=self._wiring.deps,
         )
+
+    async def adopt(self, agent: Agent, error: AgentError | None) -> bool:
+        """Cluster: an agent taken over from a lost node, restored here (adoption.py)."""
+        return await adoption.adopt(
+            agent,
+            error,
+            directory=self.directory,
+            providers=self._providers,
+            timeline=self._wiring.timeline,
+            deps=self._wiring.deps,
+        )
+
+    async def release(self, agent_id: str) -> Agent:
+        """Cluster: the agent handed to another node (ReloadAgent {node}; adoption.py)."""
+        actor = self._actor(agent_id)
+        w = self._wiring
+        return await adoption.release(actor, w.clock, w.timeouts, self.directory)
+
+    async def drop(self, agent_id: str) -> None:
+        """Cluster: the agent's writes stopped (its channel broke): stopped here (adoption.py)."""
+        actor = self.directory.find(agent_id)
+        if actor is not None:
+            await adoption.drop(actor, self._wiring.clock, self._wiring.timeouts, self.directory)
 
     # --- updates -------------------------------------------------------------------------
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from corral.v1 import agent_pb2 as agent_pb
 from corral.v1 import agent_service_pb2 as svc_pb
 from corral.v1 import agent_service_pb2_grpc as svc_grpc
 from corral_server import errors
+from corral_server.domain.agent import Agent
 from corral_server.manager.manager import AgentManager
 from corral_server.manager.specs import AgentUpdate, ListQuery
 from corral_server.rpc import bounds, convert
@@ -27,12 +28,20 @@ _MAX_SELECTOR_CHARS = 65_536
 # at its limit are 13 MB, past a default client's 4 MiB receive limit. One agent alone is far
 # below it (queued prompts and pending permissions are summaries), so a page holds one at least.
 MAX_PAGE_BYTES = 3 << 20
+ReloadOn = Callable[[str, bool, str], Awaitable[Agent]]
 
 
 class AgentService(svc_grpc.AgentServiceServicer):
-    def __init__(self, manager: AgentManager, worktrees: Worktrees | None = None) -> None:
+    def __init__(
+        self,
+        manager: AgentManager,
+        worktrees: Worktrees | None = None,
+        reload_on: ReloadOn | None = None,
+    ) -> None:
         self._manager = manager
         self._worktrees = worktrees or Worktrees()
+        # A cluster node's ReloadAgent (cluster/relocation.py): agent, rehydrate, node.
+        self._reload_on = reload_on
 
     @unary
     async def CreateAgent(
@@ -145,7 +154,15 @@ class AgentService(svc_grpc.AgentServiceServicer):
     async def ReloadAgent(
         self, request: svc_pb.ReloadAgentRequest, context: Ctx
     ) -> svc_pb.ReloadAgentResponse:
-        agent = await self._manager.reload(request.agent_id, request.rehydrate_from_disk)
+        bounds.check_string(request.node, self._manager.limits.max_id_chars, "node")
+        if self._reload_on is not None:
+            agent = await self._reload_on(
+                request.agent_id, request.rehydrate_from_disk, request.node
+            )
+        elif request.node:
+            raise errors.InvalidArgument.field("node", "this daemon is not a cluster node")
+        else:
+            agent = await self._manager.reload(request.agent_id, request.rehydrate_from_disk)
         return svc_pb.ReloadAgentResponse(agent=convert.agent_to_pb(agent))
 
     @unary

@@ -71,6 +71,7 @@ _CODES: tuple[tuple[type[errors.CorralError], grpc.StatusCode], ...] = (
     (errors.ShuttingDown, grpc.StatusCode.UNAVAILABLE),
     (errors.Standby, grpc.StatusCode.UNAVAILABLE),
     (errors.AgentOwnedElsewhere, grpc.StatusCode.UNAVAILABLE),
+    (errors.ClusterUnavailable, grpc.StatusCode.UNAVAILABLE),
     # The durable store could not write (a full disk): nothing of the call was kept; retry.
     (StoreError, grpc.StatusCode.UNAVAILABLE),
 )

@@ -41,6 +41,7 @@ from corral_server.rpc.wrapping import HandlerWrapper
 __all__ = ["ForwardCalls", "Forwarder", "Forwarding", "forwarded_methods", "forwarding_servicers"]
 
 CREATE_AGENT = "/corral.v1.AgentService/CreateAgent"
+RELOAD_AGENT = "/corral.v1.AgentService/ReloadAgent"
 # Reads only the owner can answer: the working tree and the tool outputs are on its machine,
 # and schedules fire there.
 OWNER_READS = frozenset(
@@ -138,6 +139,8 @@ class Forwarder:
                 node = forwarding.place(dict(request.labels))
             except errors.CorralError as error:
                 await abort_with(context, error)
+        elif path == RELOAD_AGENT and _reload_target(request) == forwarding.node:
+            return None  # the node asked to restart the agent takes it (cluster/relocation.py)
         else:
             node = forwarding.owner_of(request.agent_id) if request.agent_id else None
         if node is None or node == forwarding.node:
@@ -159,9 +162,9 @@ class Forwarder:
     async def retarget(self, context: Any, request: Any, elsewhere: _OwnedElsewhere) -> str:
         """The node to forward to after the servicer found the agent owned there; a call
         forwarded already is answered OWNER_MOVED instead."""
-        if came_from(context):
+        if came_from(context) and _reload_target(request) != elsewhere.node:
             await self.moved(context, request, elsewhere.node)
-        return elsewhere.node
+        return elsewhere.node  # a ReloadAgent handed to the node it names: relayed there
 
     def wrap(self, path: str, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         """`behaviour` (a servicer method: request, context) with its calls forwarded."""
@@ -204,6 +207,13 @@ class Forwarder:
                 yield message
 
         return streaming
+
+
+def _reload_target(request: Any) -> str:
+    """The node a ReloadAgent names ("" for another call): that node answers it itself, so a
+    hand-over relayed there never goes further."""
+    node = getattr(request, "node", "")
+    return node if isinstance(node, str) and request.DESCRIPTOR.name == "ReloadAgentRequest" else ""
 
 
 class ForwardCalls(HandlerWrapper):

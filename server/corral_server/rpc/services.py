@@ -9,7 +9,7 @@ from typing import Any
 from corral_server.clock import Clock
 from corral_server.hub import EventHub
 from corral_server.manager.manager import AgentManager
-from corral_server.rpc.agent_service import AgentService
+from corral_server.rpc.agent_service import AgentService, ReloadOn
 from corral_server.rpc.event_service import EventServicer
 from corral_server.rpc.schedule_service import ScheduleService
 from corral_server.rpc.server import service_descriptor
@@ -43,9 +43,10 @@ def build_servicers(
     changes: Changes,
     scheduler: Scheduler,
     resume_wait_s: float = 0.0,
+    reload_on: ReloadOn | None = None,
 ) -> dict[str, Any]:
     return {
-        "AgentService": AgentService(manager, worktrees),
+        "AgentService": AgentService(manager, worktrees, reload_on),
         "TurnService": TurnService(manager, hub, streams),
         "TimelineService": TimelineService(manager, search),
         "SubagentService": SubagentService(subagents),

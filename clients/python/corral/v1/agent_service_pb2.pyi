@@ -397,17 +397,24 @@ class ReloadAgentRequest(_message.Message):
 
     AGENT_ID_FIELD_NUMBER: _builtins.int
     REHYDRATE_FROM_DISK_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     rehydrate_from_disk: _builtins.bool
+    node: _builtins.str
+    """Cluster: the node to restart the agent on (it takes the agent's lease; the agent's cwd
+    must exist there). Empty: on its owner (which takes it back itself when nobody holds its
+    lease, e.g. a lost node's agent). A single daemon refuses a non-empty one.
+    """
     def __init__(
         self,
         *,
         agent_id: _builtins.str = ...,
         rehydrate_from_disk: _builtins.bool = ...,
+        node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "rehydrate_from_disk", b"rehydrate_from_disk"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "node", b"node", "rehydrate_from_disk", b"rehydrate_from_disk"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

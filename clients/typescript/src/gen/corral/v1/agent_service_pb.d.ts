@@ -291,6 +291,15 @@ export declare type ReloadAgentRequest = Message<"corral.v1.ReloadAgentRequest">
    * @generated from field: bool rehydrate_from_disk = 2;
    */
   rehydrateFromDisk: boolean;
+
+  /**
+   * Cluster: the node to restart the agent on (it takes the agent's lease; the agent's cwd
+   * must exist there). Empty: on its owner (which takes it back itself when nobody holds its
+   * lease, e.g. a lost node's agent). A single daemon refuses a non-empty one.
+   *
+   * @generated from field: string node = 3;
+   */
+  node: string;
 };
 
 /**
