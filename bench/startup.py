@@ -90,9 +90,7 @@ async def fill(state_dir: Path, agents: int, rows: int) -> None:
         await db.close()
 
 
-async def serving_after(
-    state_dir: Path, env: dict[str, str] | None = None
-) -> tuple[float, int]:
+async def serving_after(state_dir: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
     """Seconds from `corral serve` starting to its first SERVING health answer, and the
     number of agents it lists. `env`: the daemon's environment (bytecode_env)."""
     started = time.perf_counter()

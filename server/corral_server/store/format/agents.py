@@ -112,6 +112,7 @@ def _attention(stored: pb.Attention) -> da.Attention:
         ms(stored.at) if stored.HasField("at") else 0,
     )
 
+
 _WORKSPACE = ("repository", "branch", "base", "base_commit", "path")
 
 
