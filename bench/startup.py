@@ -7,9 +7,10 @@ first SERVING answer of the health service is measured (a client polls Health/Ch
 daemon reads agent headers and timeline heads only: start-up grows with agents, not rows.
 
 The daemon starts from bytecode, as an installed one does (pip compiles what it installs):
-the sources are compiled first into a scratch cache (PYTHONPYCACHEPREFIX). Run from a source
-tree under PYTHONDONTWRITEBYTECODE=1 (this project's machine sets it), every start compiled
-~280 modules again, 0.39 s of a 2.05 s start in a profile: the bench measured the compiler.
+a first start, not measured, writes it into a scratch cache (PYTHONPYCACHEPREFIX). Run from a
+source tree under PYTHONDONTWRITEBYTECODE=1 (this project's machine sets it), every start
+compiled corral's ~280 modules again, 0.39 s of a 2.05 s start in a profile: the bench
+measured the compiler (importing the daemon from the cache: 0.59x the CPU, BENCHMARKS.md).
 
 Run: .venv/bin/python -m bench.startup [agents] [rows_per_agent]
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,21 +40,22 @@ from corral_server.store.sqlite_timeline import SqliteTimelineStore
 from corral_server.timeline.store import NewRow
 
 CHUNK = 1_000  # rows per append while filling
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def bytecode_env(scratch: Path) -> dict[str, str]:
-    """The environment of a daemon that starts from bytecode: corral's sources compiled into
-    `scratch` (the third-party packages were compiled when they were installed)."""
+    """The environment of a daemon that starts from bytecode, written into `scratch` by a
+    first start (`warm`) and read from there after. The prefix is for every module, the
+    installed packages' too (their own __pycache__ is not read under a prefix), so a cache of
+    corral's sources alone would have the packages compiled at each start instead."""
     env = {**os.environ, "PYTHONPYCACHEPREFIX": str(scratch)}
-    sources = [str(ROOT / "server"), str(ROOT / "clients" / "python")]
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", *sources],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
+
+
+async def warm(scratch: Path, env: dict[str, str]) -> None:
+    """One start on an empty state directory, not measured: what a start imports is compiled
+    into the cache."""
+    await serving_after(scratch / "warm-state", env)
 
 
 async def fill(state_dir: Path, agents: int, rows: int) -> None:
@@ -149,6 +150,7 @@ async def main(agents: int, rows: int) -> None:
         filled = time.perf_counter() - started
         empty = Path(d) / "empty"
         env = bytecode_env(Path(d) / "pycache")
+        await warm(Path(d), env)
         baseline, _ = await serving_after(empty, env)
         elapsed, listed = await serving_after(state_dir, env)
     print(
