@@ -2,17 +2,22 @@
 loopback port (printed on the first line), in its own process like a deployed daemon. With
 `--web` it serves the web port too, on another free port (printed on the second line).
 
+With CORRAL_BENCH_STALLS=FILE it times its loop's stalls and writes them to FILE when it stops
+(bench/loop_stalls.py).
+
 Run: .venv/bin/python -m bench.burst_daemon [--web] [retain_events [state_dir]]
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
 
 from bench.burst import BurstProvider
+from bench.loop_stalls import Stalls
 from corral_server import gc_tuning
 from corral_server.app import Config, Daemon
 
@@ -34,12 +39,17 @@ async def main(retain_events: int, state_dir: Path | None = None, web: bool = Fa
     daemon = Daemon(config)
     port = await daemon.start()
     gc_tuning.settle()  # as `corral serve` does
+    stalls = Stalls() if os.environ.get("CORRAL_BENCH_STALLS") else None
+    if stalls is not None:
+        stalls.start()
     print(port, flush=True)
     if web:
         print(daemon.web_port, flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
+    if stalls is not None:
+        stalls.write(Path(os.environ["CORRAL_BENCH_STALLS"]))
     await daemon.drain(1.0)
 
 

@@ -12,23 +12,33 @@ Both under the same open-loop load: each agent sends a prompt every 0.5 s (a too
 a reply per turn). A closed loop (each sender firing again the moment its turn ends)
 measures saturation instead: every request then queues behind the other 99.
 
+Three processes: the daemon, P4's subscribers (bench/latency_watchers.py) and this one, with
+the 100 senders and one stream that tells each sender its turn ended. With the subscribers in
+this process too, their decoding (~16,000 events/s) stalled the senders' loop by up to 120 ms
+and P5 measured the client (BENCHMARKS.md). The daemon times its own loop's stalls
+(bench/loop_stalls.py): the report says how long it stalled and how much of that it spent
+waiting for a CPU, which on a loaded machine is most of P5's tail.
+
 Run: .venv/bin/python -m bench.latency [turns_per_agent]
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import grpc
 
-from bench import anchor
+from bench import anchor, loop_stalls
 from bench.p1 import Corral
 from corral.v1 import agent_service_pb2 as agent_pb
 from corral.v1 import agent_service_pb2_grpc as agent_grpc
@@ -51,22 +61,37 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _watch(
-    channel: Any, latencies: list[float], ended: dict[str, asyncio.Queue[str]]
-) -> None:
+async def _route_turn_ends(channel: Any, ended: dict[str, asyncio.Queue[str]]) -> None:
     call = event_grpc.EventServiceStub(channel).Subscribe(event_pb.SubscribeRequest())
     async for response in call:
-        now_ms = time.time() * 1000
         for event in response.events:
-            if event.HasField("timeline_row_appended"):
-                row = event.timeline_row_appended.row
-                kind = row.item.WhichOneof("kind")
-                if kind == "user_message" or (
-                    kind == "tool_call" and row.item.tool_call.status == 3
-                ):
-                    latencies.append(now_ms - row.timestamp.ToMilliseconds())
-            elif event.HasField("turn_completed") and ended:
+            if event.HasField("turn_completed"):
                 ended[event.turn_completed.agent_id].put_nowait(event.turn_completed.turn_id)
+
+
+async def _start_watchers(address: str) -> asyncio.subprocess.Process:
+    watchers = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.latency_watchers",
+        address,
+        str(SUBSCRIBERS),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=1 << 26,  # the last line holds every latency
+    )
+    assert watchers.stdout is not None
+    if (await watchers.stdout.readline()).strip() != b"ready":
+        raise RuntimeError("the subscribers' process did not start")
+    return watchers
+
+
+async def _stop_watchers(watchers: asyncio.subprocess.Process) -> list[float]:
+    assert watchers.stdin is not None and watchers.stdout is not None
+    watchers.stdin.close()
+    latencies: list[float] = json.loads(await watchers.stdout.readline())
+    await watchers.wait()
+    return latencies
 
 
 async def _sender(
@@ -88,14 +113,20 @@ async def _sender(
         await ended.get()
 
 
-async def measure(turns: int = 20, durable: bool = False) -> dict[str, float]:
+async def measure(turns: int = 20, durable: bool = False) -> dict[str, Any]:
     """`durable`: the daemon keeps its agents and timelines in a temporary state directory
     (a prompt is acknowledged once committed)."""
     state_dir = tempfile.mkdtemp(prefix="corral-bench-state-") if durable else ""
-    corral = await Corral.start(retain_events=200_000, state_dir=state_dir)
-    channels = [grpc.aio.insecure_channel(corral.address) for _ in range(SUBSCRIBERS + 1)]
+    stalls = Path(tempfile.mkdtemp(prefix="corral-bench-stalls-")) / "stalls.json"
+    os.environ["CORRAL_BENCH_STALLS"] = str(stalls)  # the daemon's child process reads it
     try:
-        agents_stub = agent_grpc.AgentServiceStub(channels[0])
+        corral = await Corral.start(retain_events=200_000, state_dir=state_dir)
+    finally:
+        del os.environ["CORRAL_BENCH_STALLS"]
+    channel = grpc.aio.insecure_channel(corral.address)
+    watchers: asyncio.subprocess.Process | None = None
+    try:
+        agents_stub = agent_grpc.AgentServiceStub(channel)
         cwd = tempfile.mkdtemp(prefix="corral-bench-")
         agent_ids = [
             (
@@ -105,20 +136,25 @@ async def measure(turns: int = 20, durable: bool = False) -> dict[str, float]:
             ).agent.id
             for _ in range(AGENTS)
         ]
-        latencies: list[float] = []
         ended: dict[str, asyncio.Queue[str]] = defaultdict(asyncio.Queue)
-        watchers = [asyncio.ensure_future(_watch(channels[0], [], ended))]  # routes turn ends
-        watchers += [asyncio.ensure_future(_watch(c, latencies, {})) for c in channels[1:]]
-        await asyncio.sleep(0.5)  # bench only: let the subscriptions reach `synced`
+        router = asyncio.ensure_future(_route_turn_ends(channel, ended))
+        watchers = await _start_watchers(corral.address)
+        await asyncio.sleep(0.5)  # bench only: let the router's subscription reach `synced`
         acks: list[float] = []
-        await asyncio.gather(*(_sender(channels[0], a, turns, acks, ended[a]) for a in agent_ids))
+        await asyncio.gather(*(_sender(channel, a, turns, acks, ended[a]) for a in agent_ids))
         await asyncio.sleep(0.2)  # bench only: the last rows reach the watchers
-        for w in watchers:
-            w.cancel()
+        router.cancel()
+        latencies = await _stop_watchers(watchers)
+        watchers = None
     finally:
-        await asyncio.gather(*(c.close() for c in channels))
+        if watchers is not None:
+            watchers.kill()
+            await watchers.wait()
+        await channel.close()
         await corral.stop()
+    stalled = json.loads(stalls.read_text())
     return {
+        "stalls": stalled,
         "p4_events": len(latencies),
         "p4_p50_ms": statistics.median(latencies),
         "p4_p99_ms": percentile(latencies, 0.99),
@@ -128,7 +164,7 @@ async def measure(turns: int = 20, durable: bool = False) -> dict[str, float]:
     }
 
 
-def report(r: dict[str, float], what: str = "", fsync: dict[str, float] | None = None) -> str:
+def report(r: dict[str, Any], what: str = "", fsync: dict[str, float] | None = None) -> str:
     """`fsync`: the disk's commit latency measured in the same run (bench/anchor.py): the
     durable P5 goal is relative to it too, and both figures are shown against it."""
     p4_disk = p5_disk = ""
@@ -145,13 +181,16 @@ def report(r: dict[str, float], what: str = "", fsync: dict[str, float] | None =
             f"{p4_disk} (goal p99 < 20 ms)",
             f"P5{what} SendPrompt ack, {AGENTS} concurrent senders ({r['p5_sends']:,} sends): "
             f"p50 {r['p5_p50_ms']:.1f} ms, p99 {r['p5_p99_ms']:.1f} ms{p5_disk} (goal {goal})",
+            f"  {loop_stalls.report(r['stalls'])}",
         )
     )
 
 
 if __name__ == "__main__":
     turns = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    print("load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     print(report(asyncio.run(measure(turns))))
     disk = anchor.fsync_ms()
     print(anchor.fsync_report(disk))
     print(report(asyncio.run(measure(turns, durable=True)), " (durable store)", disk))
+    print("load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))

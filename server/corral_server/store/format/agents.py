@@ -74,21 +74,21 @@ def decode_agent(data: bytes) -> da.Agent:
         raise ValueError("an agent without an id")
     stored = record.attention
     same: dict[str, Any] = {name: getattr(record, name) for name in _SAME}
+    timeline = record.timeline
+    # Start-up decodes every stored agent: what most agents do not have (labels, a pending
+    # permission, a queued prompt, attention) costs a length check, not a conversion.
+    labels, pending, queued = record.labels, record.pending_permissions, record.queued_prompts
     return da.Agent(
         **same,
         lifecycle=_lifecycle(record.lifecycle),
         created_at_ms=ms(record.created_at),
         updated_at_ms=ms(record.updated_at),
-        epoch=record.timeline.epoch,
-        next_seq=record.timeline.next_seq,
-        labels=dict(record.labels),
-        attention=da.Attention(
-            stored.required,
-            _REASON_BACK.get(stored.reason),
-            ms(stored.at) if stored.HasField("at") else 0,
-        ),
-        pending_permissions=tuple(map(_permission, record.pending_permissions)),
-        queued_prompts=tuple(map(_queued, record.queued_prompts)),
+        epoch=timeline.epoch,
+        next_seq=timeline.next_seq,
+        labels=dict(labels) if labels else {},
+        attention=_attention(stored) if stored.ByteSize() else _NO_ATTENTION,
+        pending_permissions=tuple(map(_permission, pending)) if pending else (),
+        queued_prompts=tuple(map(_queued, queued)) if queued else (),
         archived_at_ms=ms(record.archived_at) if record.HasField("archived_at") else None,
         last_error=_error(record.last_error) if record.HasField("last_error") else None,
         last_usage=usage(record.last_usage) if record.HasField("last_usage") else None,
@@ -101,6 +101,17 @@ def decode_agent(data: bytes) -> da.Agent:
 
 
 # --- parts ------------------------------------------------------------------------------------
+
+_NO_ATTENTION = da.Attention()
+
+
+def _attention(stored: pb.Attention) -> da.Attention:
+    return da.Attention(
+        stored.required,
+        _REASON_BACK.get(stored.reason),
+        ms(stored.at) if stored.HasField("at") else 0,
+    )
+
 
 _WORKSPACE = ("repository", "branch", "base", "base_commit", "path")
 

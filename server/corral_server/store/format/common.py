@@ -36,8 +36,15 @@ def usage_record(u: Usage) -> pb.Usage:
     return pb.Usage(**asdict(u))
 
 
+_USAGE_FIELDS = tuple(f.name for f in fields(Usage))
+_NO_USAGE = Usage()
+
+
 def usage(stored: pb.Usage) -> Usage:
-    return Usage(**{f.name: getattr(stored, f.name) for f in fields(Usage)})
+    """Start-up decodes one per stored agent: the names are read once, and a usage of all
+    zeros (most agents') is the one shared `Usage()` (it is frozen)."""
+    values = [getattr(stored, name) for name in _USAGE_FIELDS]
+    return Usage(*values) if any(values) else _NO_USAGE
 
 
 def timestamp(ms: int) -> Timestamp:
