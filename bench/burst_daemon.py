@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.burst import BurstProvider
 from bench.loop_stalls import Stalls
-from corral_server import gc_tuning
+from corral_server import gc_tuning, reclaim
 from corral_server.app import Config, Daemon
 
 
@@ -36,9 +36,11 @@ async def main(retain_events: int, state_dir: Path | None = None, web: bool = Fa
         extra_providers={"burst": BurstProvider()},
         web_listen="127.0.0.1:0" if web else None,
     )
+    gc_tuning.tune()  # before start-up, as `corral serve` does
     daemon = Daemon(config)
     port = await daemon.start()
-    gc_tuning.settle()  # as `corral serve` does
+    gc_tuning.settle()  # as `corral serve` does, and its allocator setting
+    reclaim.tune_allocator()
     stalls = Stalls() if os.environ.get("CORRAL_BENCH_STALLS") else None
     if stalls is not None:
         stalls.start()

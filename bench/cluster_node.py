@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from bench.burst import BurstProvider
-from corral_server import gc_tuning
+from corral_server import gc_tuning, reclaim
 from corral_server.app import Config, Daemon
 from corral_server.cluster.settings import ClusterConfig, parse_urls
 
@@ -28,7 +28,8 @@ async def main(port: int, state_dir: Path, node_id: str, urls: str) -> None:
     )
     daemon = Daemon(config)
     print(await daemon.start(), flush=True)
-    gc_tuning.settle()  # as `corral serve` does
+    gc_tuning.settle()  # as `corral serve` does, and its allocator setting
+    reclaim.tune_allocator()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
