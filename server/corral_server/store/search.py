@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from corral_server.domain.timeline import Cursor, TimelineItem
 from corral_server.errors import InvalidArgument
+from corral_server.store import search_packed
 from corral_server.store.database import Database
 from corral_server.store.search_snippets import Snippets, clip
 from corral_server.store.search_text import (
@@ -56,7 +57,6 @@ BACKFILL_BATCH = 2000
 
 _SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 1) * _SPAN)
 
-_INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
 _DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
 _ITEM, _TIMESTAMP = itemgetter(0), itemgetter(1)  # NewRow's
 _TEXT = attrgetter("text")
@@ -122,11 +122,12 @@ def _entries_each(
 
 
 def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """One commit's entries, in one statement, in rowid order: FTS5 writes its pending terms
-    out as a new segment whenever a rowid is lower than the one before it."""
+    """One commit's entries, packed into one statement (store/search_packed.py), in rowid
+    order: FTS5 writes its pending terms out as a new segment whenever a rowid is lower than
+    the one before it."""
     if rows:
         rows.sort(key=itemgetter(0))
-        conn.executemany(_INSERT, rows)
+        search_packed.insert(conn, rows)
 
 
 def delete_timeline(conn: sqlite3.Connection, timeline_id: int) -> None:
