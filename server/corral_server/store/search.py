@@ -13,9 +13,9 @@ indexes the rows after it, a bounded batch per write job (each its own small tra
 alongside the live writes), until none is left, then deletes the key. Rows appended meanwhile
 are indexed at append; the backfill skips rows already in the index.
 
-The index is opt-in (`corral serve --search-index`): indexing in the rows' transaction costs
-about a quarter of the durable write throughput (BENCHMARKS.md). A store opened with it off
-indexes nothing and moves the cursor back to before the first row it may append
+The index is on by default (`corral serve --no-search-index` turns it off): indexing in the
+rows' transaction costs some of the durable write throughput (BENCHMARKS.md). A store opened
+with it off indexes nothing and moves the cursor back to before the first row it may append
 (`mark_unindexed`), so the next start with the index on backfills what was written meanwhile.
 
 Searches run in the reader thread, ranked by bm25 a window of matches at a time (newest
