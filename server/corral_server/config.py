@@ -52,9 +52,10 @@ class Config:
     # Rows kept per agent timeline (None = all); older rows answer AFTER with `gap`.
     timeline_retain_rows: int | None = None
     # With a state directory: keep the full-text index of the timelines (SearchTimeline).
-    # Off by default: indexing in the rows' transaction costs about a quarter of the durable
-    # write throughput; rows written while off are indexed in the background once it is on.
-    search_index: bool = False
+    # On by default (`--no-search-index` turns it off): indexing in the rows' transaction
+    # costs some of the durable write throughput (BENCHMARKS.md, "Full-text search"); rows
+    # written while off are indexed in the background once it is on again.
+    search_index: bool = True
     subscriber_buffer_events: int = 8_192
     # Concurrent calls (HTTP/2 streams) one client connection may hold open; more wait in the
     # client until one ends. Bounds what a single connection can pin (subscriptions, turns);

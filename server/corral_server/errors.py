@@ -269,14 +269,16 @@ class ProviderRefusedInterrupt(FailedPrecondition):
 
 
 class SearchIndexOff(FailedPrecondition):
-    """SearchTimeline on a daemon that keeps no full-text index (it is opt-in)."""
+    """SearchTimeline on a daemon that keeps no full-text index (started with
+    --no-search-index)."""
 
     reason = "SEARCH_INDEX_OFF"
 
     def __init__(self) -> None:
         super().__init__(
-            "search needs the full-text index: start the daemon with --search-index "
-            "(rows written while it was off are indexed in the background then)"
+            "search needs the full-text index: this daemon was started with "
+            "--no-search-index; start it without that flag (rows written while it was off "
+            "are indexed in the background then)"
         )
 
 

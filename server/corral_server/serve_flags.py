@@ -189,10 +189,11 @@ def _add_edges(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--search-index",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="keep a full-text index of every timeline for SearchTimeline / corral search "
-        "(default: off; it costs about a quarter of the durable write throughput; rows "
-        "written while off are indexed in the background when it is turned on)",
+        "(default: on; --no-search-index saves its share of the durable write cost; rows "
+        "written while off are indexed in the background when it is turned on again)",
     )
 
 

@@ -1,7 +1,8 @@
-"""The full-text index is opt-in (`corral serve --search-index`): with it off a daemon indexes
-nothing and SearchTimeline answers FAILED_PRECONDITION / SEARCH_INDEX_OFF naming the flag (the
-CLI prints it, exit 2); rows written while it was off are found once a later start turns it
-on, after the background indexing, and the rows indexed before are not indexed twice."""
+"""The full-text index is on by default (`corral serve --no-search-index` turns it off;
+`--search-index` is still accepted): with it off a daemon indexes nothing and SearchTimeline
+answers FAILED_PRECONDITION / SEARCH_INDEX_OFF naming the flag (the CLI prints it, exit 2);
+rows written while it was off are found once a later start turns it on, after the background
+indexing, and the rows indexed before are not indexed twice."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from corral_cli.main import main
 from corral_server.app import Config
+from corral_server.serve_flags import build_parser
 from corral_server.store import search as search_store
 from tests.integration.test_search import new_agent, search, turn
 from tests.support.client import Stubs, error_details
@@ -47,7 +49,7 @@ async def test_off_indexes_nothing_and_search_names_the_flag(tmp_path: Path) -> 
     details = error_details(caught.value)
     assert details.code is grpc.StatusCode.FAILED_PRECONDITION
     assert details.reason == "SEARCH_INDEX_OFF"
-    assert "--search-index" in details.message
+    assert "--no-search-index" in details.message
     assert index_rows(state) == 0
 
 
@@ -93,23 +95,34 @@ async def test_rows_written_while_off_are_found_once_it_is_on(
     assert index_rows(state) == 10
 
 
-def test_corral_search_prints_the_refusal(
+def test_corral_serve_no_search_index_and_the_cli_refusal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = daemon_on(tmp_path / "state", index=False)
+    daemon = DaemonProcess(tmp_path / "state", "--no-search-index", "--web-listen", "off").start()
     try:
-        assert main(["--addr", daemon.address, "search", "anything"]) == 2
+        assert main(["--addr", daemon.address, "run", "--cwd", str(tmp_path), "/reply tapir"]) == 0
+        capsys.readouterr()
+        assert main(["--addr", daemon.address, "search", "tapir"]) == 2
     finally:
         daemon.stop()
     err = capsys.readouterr().err
     assert "error: FAILED_PRECONDITION: search needs the full-text index" in err
-    assert "--search-index" in err
+    assert "--no-search-index" in err
+    assert index_rows(tmp_path / "state") == 0
 
 
-def test_corral_serve_search_index_turns_it_on(
+def test_the_flags_default_on_and_search_index_is_still_accepted() -> None:
+    parser = build_parser()
+    assert Config().search_index
+    assert parser.parse_args([]).search_index
+    assert parser.parse_args(["--search-index"]).search_index
+    assert not parser.parse_args(["--no-search-index"]).search_index
+
+
+def test_corral_serve_indexes_by_default(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon = DaemonProcess(tmp_path / "state", "--search-index", "--web-listen", "off").start()
+    daemon = DaemonProcess(tmp_path / "state", "--web-listen", "off").start()
     try:
         assert main(["--addr", daemon.address, "run", "--cwd", str(tmp_path), "/reply tapir"]) == 0
         capsys.readouterr()

@@ -39,8 +39,8 @@ def add_command(sub: Subparsers, parents: Parents) -> None:
         "search",
         "Full-text search over every agent's timeline.",
         "Prints each hit with its snippet and the `corral logs` command that opens it. Needs a\n"
-        "daemon with a state directory started with --search-index (else FAILED_PRECONDITION,\n"
-        "exit 2).",
+        "daemon with a state directory and the index on (the default; one started with\n"
+        "--no-search-index answers FAILED_PRECONDITION, exit 2).",
     )
     cmd.add_argument(
         "query", nargs="+", help='FTS5 syntax: words, "a phrase", prefix*, AND / OR / NOT'

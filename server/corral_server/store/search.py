@@ -13,9 +13,9 @@ indexes the rows after it, a bounded batch per write job (each its own small tra
 alongside the live writes), until none is left, then deletes the key. Rows appended meanwhile
 are indexed at append; the backfill skips rows already in the index.
 
-The index is opt-in (`corral serve --search-index`): indexing in the rows' transaction costs
-about a quarter of the durable write throughput (BENCHMARKS.md). A store opened with it off
-indexes nothing and moves the cursor back to before the first row it may append
+The index is on by default (`corral serve --no-search-index` turns it off): indexing in the
+rows' transaction costs some of the durable write throughput (BENCHMARKS.md). A store opened
+with it off indexes nothing and moves the cursor back to before the first row it may append
 (`mark_unindexed`), so the next start with the index on backfills what was written meanwhile.
 
 Searches run in the reader thread, ranked by bm25 a window of matches at a time (newest
@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from corral_server.domain.timeline import Cursor, TimelineItem
 from corral_server.errors import InvalidArgument
+from corral_server.store import search_packed
 from corral_server.store.database import Database
 from corral_server.store.search_snippets import Snippets, clip
 from corral_server.store.search_text import (
@@ -56,7 +57,6 @@ BACKFILL_BATCH = 2000
 
 _SPAN = 1 << 32  # rowids of one timeline: [timeline_id * _SPAN, (timeline_id + 1) * _SPAN)
 
-_INSERT = "INSERT INTO timeline_text (rowid, text, kind, timestamp_ms) VALUES (?, ?, ?, ?)"
 _DELETE_RANGE = "DELETE FROM timeline_text WHERE rowid >= ? AND rowid < ?"
 _ITEM, _TIMESTAMP = itemgetter(0), itemgetter(1)  # NewRow's
 _TEXT = attrgetter("text")
@@ -122,11 +122,12 @@ def _entries_each(
 
 
 def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """One commit's entries, in one statement, in rowid order: FTS5 writes its pending terms
-    out as a new segment whenever a rowid is lower than the one before it."""
+    """One commit's entries, packed into one statement (store/search_packed.py), in rowid
+    order: FTS5 writes its pending terms out as a new segment whenever a rowid is lower than
+    the one before it."""
     if rows:
         rows.sort(key=itemgetter(0))
-        conn.executemany(_INSERT, rows)
+        search_packed.insert(conn, rows)
 
 
 def delete_timeline(conn: sqlite3.Connection, timeline_id: int) -> None:
