@@ -44,6 +44,8 @@ UNANSWERED = (
 
 # What a batch leaves free of the servers' largest message, for the headers (ids are short).
 HEADROOM = 16 << 10
+# A renewal that did not reach NATS is tried again after this part of the lease's duration.
+RENEW_RETRY_PARTS = 10
 
 
 @dataclass(frozen=True)
@@ -172,18 +174,27 @@ class AgentChannel:
                 log.warning("agent %s: the stream did not answer; trying again", self.agent_id)
 
     async def _renew(self) -> None:
-        """Every third of the lease; a renewal that fails to reach NATS is tried again at the
-        next (each append checks the lease is still valid), one the leases refuse ends it."""
+        """Every third of the lease, counted from the expiry the last renewal wrote (a renewal
+        that came late, on a loop busy with bursts, does not push the next one later too); a
+        renewal that fails to reach NATS is tried again after a tenth of the lease (each
+        append checks the lease is still valid), one the leases refuse ends it."""
         parts = self._parts
+        duration_ms = parts.leases.duration_ms
+        pause_ms = duration_ms / 3
         while self.broken is None and self.lease is not None:
-            await parts.clock.sleep(parts.leases.duration_ms / 3000)
+            await parts.clock.sleep(pause_ms / 1000)
             try:
                 self.lease = await parts.leases.renew(self.lease)
             except Refused as refused:
                 self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
                 self._tasks[0].cancel()
+                return
             except Exception as error:
                 log.warning("agent %s: its lease was not renewed: %r", self.agent_id, error)
+                pause_ms = duration_ms / RENEW_RETRY_PARTS
+                continue
+            due_ms = self.lease.expires_ms - duration_ms * 2 / 3
+            pause_ms = max(due_ms - parts.clock.now_ms(), 0)
 
     def _break(self, reason: AgentOwnedElsewhere, quiet: bool = False) -> None:
         if self.broken is not None:
