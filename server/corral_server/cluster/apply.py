@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from corral_server.cluster import entries
 from corral_server.cluster.log import Batch
@@ -60,10 +61,15 @@ class Applier:
         rows: list[NewRow] = []
         items: list[bytes] = []
         events: list[Prepared] = []
-        for entry in batch.events:
+        sent = batch.rows
+        for index, entry in enumerate(batch.events):
             kind = entry[0]
             if kind == _ROW:
-                self._row(entry, rows, items)
+                row = sent[index] if sent is not None else None
+                if row is None:
+                    self._row(entry, rows, items)
+                else:  # this node appended it: the row as its writer had it, not parsed
+                    self._sent_row(cast(entries.SentRow, row), rows, items)
             elif kind == _EVENT:
                 events.append(_new_prepared(Prepared, (agent, entry[1:])))
             else:
@@ -90,6 +96,13 @@ class Applier:
             NewRow(item, row.timestamp_ms, row.turn_id, row.provider_message_id, row.output)
         )
         items.append(row.item)
+
+    def _sent_row(self, sent: entries.SentRow, rows: list[NewRow], items: list[bytes]) -> None:
+        seq, row, item = sent
+        if not rows:
+            self._first_seq = seq
+        rows.append(row)
+        items.append(item)
 
     def _rows(self, agent: str, rows: list[NewRow], items: list[bytes]) -> None:
         if not rows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -57,6 +57,9 @@ class ChannelParts:
     clock: Clock
     applied: Callable[[int], asyncio.Future[None]]  # resolves once the follower applied it
     max_payload: int  # the servers' largest message (1 MiB by default; deploy/ sets 8 MB)
+    # Told of each batch appended, with its entries and their rows as sent (follower.py
+    # `appended`): this node's follower applies them without decoding the message again.
+    appended: Callable[[int, tuple[bytes, ...], list[object | None]], None] | None = None
 
 
 class AgentChannel:
@@ -64,6 +67,7 @@ class AgentChannel:
         self.agent_id = agent_id
         self._parts = parts
         self._entries: list[bytes] = []
+        self._rows: list[object | None] = []  # each entry's row as sent (None: not a row)
         self._futures: list[tuple[int, asyncio.Future[None]]] = []  # (entries before it, f)
         self._wake = asyncio.Event()
         self._sent = asyncio.Event()  # set while nothing waits to be appended
@@ -72,8 +76,14 @@ class AgentChannel:
         self.lease: Lease | None = None
         self._tasks = [asyncio.ensure_future(self._run())]
 
-    def send(self, entries: list[bytes], future: bool = True) -> asyncio.Future[None] | None:
-        """Queue `entries` for the next batch; their future, when asked for."""
+    def send(
+        self,
+        entries: list[bytes],
+        future: bool = True,
+        rows: Sequence[object | None] | None = None,
+    ) -> asyncio.Future[None] | None:
+        """Queue `entries` for the next batch; their future, when asked for. `rows`: each
+        entry's row as the writer had it (replica.py), for this node's own follower."""
         done: asyncio.Future[None] | None = None
         if future:
             done = asyncio.get_running_loop().create_future()
@@ -83,6 +93,7 @@ class AgentChannel:
                 done.exception()  # retrieved here: the caller may never await it
             return done
         self._entries.extend(entries)
+        self._rows.extend(rows if rows is not None else [None] * len(entries))
         if done is not None:
             self._futures.append((len(self._entries), done))
         self._wake.set()
@@ -152,7 +163,11 @@ class AgentChannel:
             raise Refused(self.agent_id, f"the lease of node {lease.node} expired")
         msg_id = batch_id(self.agent_id, lease.owner, expected)
         appended = await self._appended(batch, expected, msg_id)
+        rows = self._rows[:count]
         del self._entries[:count]
+        del self._rows[:count]
+        if parts.appended is not None and not appended.duplicate:
+            parts.appended(appended.sequence, tuple(batch), rows)
         ready = [f for before, f in self._futures if before <= count]
         self._futures = [(before - count, f) for before, f in self._futures if before > count]
         if ready:
@@ -202,7 +217,7 @@ class AgentChannel:
         self.broken = reason
         if not quiet:  # a stop is no news; a lost agent is
             log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
-        futures, self._futures, self._entries = self._futures, [], []
+        futures, self._futures, self._entries, self._rows = self._futures, [], [], []
         for _, future in futures:
             if not future.done():
                 future.set_exception(reason)

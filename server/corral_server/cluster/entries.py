@@ -37,6 +37,11 @@ class RowEntry:
     output: bytes | None
 
 
+# A row entry as its writer had it before encoding: seq, the row, the encoded item (the owner's
+# own follower applies it from this, log.py `Batch.rows`).
+SentRow = tuple[int, NewRow, bytes]
+
+
 def epoch_entry(kind: bytes, epoch: str) -> bytes:
     return kind + epoch.encode()
 

@@ -76,6 +76,9 @@ class Batch:
     agent: str
     events: tuple[bytes, ...]
     owner: str | None  # set on a claim: the owner that took the agent over here
+    # On the node that appended it: each event's row as the owner had it before encoding
+    # (None for other entries), so its own follower need not parse what it just encoded.
+    rows: Sequence[object | None] | None = None
 
 
 def subject(agent: str, prefix: str = SUBJECT_PREFIX) -> str:
