@@ -85,17 +85,15 @@ class Applier:
         return done
 
     def _row(self, entry: bytes, rows: list[NewRow], items: list[bytes]) -> None:
-        row = entries.read_row(entry)
+        seq, row, item = entries.read_new_row(entry, _NOT_READ)
         # The store reads a row's item only to index it or to keep its tool output apart:
         # otherwise it stores the encoded item as it is, and decoding it would be wasted.
-        needed = row.output is not None or self.timeline.search_index
-        item = self.codec.decode(row.item) if needed else _NOT_READ
+        if row.output is not None or self.timeline.search_index:
+            row = row._replace(item=self.codec.decode(item))
         if not rows:
-            self._first_seq = row.seq
-        rows.append(
-            NewRow(item, row.timestamp_ms, row.turn_id, row.provider_message_id, row.output)
-        )
-        items.append(row.item)
+            self._first_seq = seq
+        rows.append(row)
+        items.append(item)
 
     def _sent_row(self, sent: entries.SentRow, rows: list[NewRow], items: list[bytes]) -> None:
         seq, row, item = sent
