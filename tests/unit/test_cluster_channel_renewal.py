@@ -87,3 +87,32 @@ async def test_a_renewal_that_timed_out_is_tried_again_and_the_writes_go_on() ->
         assert bucket.updates >= 3
     finally:
         await channel.close()
+
+
+async def test_a_renewal_that_failed_is_tried_again_soon_not_a_third_of_the_lease_later() -> None:
+    """Two renewals in a row that time out (a node busy with bursts): the third try still
+    comes before the lease's validity ends (expiry less the skew margin), so the agent's
+    writes go on. Tried only every third of the lease, the third try would find the lease
+    expired."""
+    clock = FakeClock()
+    bucket = FlakyBucket(timeouts=2)
+    leases = Leases(cast(KeyValue, bucket), "n1", clock, LEASE_MS, 1_000)
+    parts = ChannelParts(cast(EventLog, Stream()), leases, clock, applied, 1 << 20)
+    channel = AgentChannel("agent", parts)
+    try:
+        for _ in range(100):
+            if channel.lease is not None and clock.pending_timers:
+                break
+            await asyncio.sleep(0)
+        assert channel.lease is not None and clock.pending_timers
+        for _ in range(3 * LEASE_MS // 250):  # three lease durations, in steps of 250 ms
+            await clock.advance(250)
+            await asyncio.sleep(0)
+            assert channel.broken is None
+            assert leases.valid(channel.lease)
+        written = channel.send([b"a row"])
+        assert written is not None
+        await asyncio.wait_for(written, 5)
+        assert bucket.updates >= 10  # two timeouts, then one every third of the lease
+    finally:
+        await channel.close()

@@ -41,6 +41,30 @@ def test_a_row_entry_reads_back_as_written(
     assert (read.item, read.output) == (item, output)
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 2**40),
+            st.integers(0, 2**50),
+            st.sampled_from(["", "t1", "t2"]),
+            texts,
+            st.binary(max_size=200),
+            st.none() | st.binary(max_size=200),
+        ),
+        max_size=6,
+    )
+)
+def test_the_followers_fast_read_of_a_row_entry_is_the_row_as_written(
+    written: list[tuple[int, int, str, str, bytes, bytes | None]],
+) -> None:
+    """Rows of one turn and of others in turn (the fast read keeps the last turn id)."""
+    stand_in = AssistantMessage("not read")
+    for seq, ms, turn, message, item, output in written:
+        row = NewRow(AssistantMessage("x"), ms, turn, message, output)
+        read = entries.read_new_row(entries.row_entry(seq, row, item), stand_in)
+        assert read == (seq, row._replace(item=stand_in), item)
+
+
 @given(st.integers(1, 2**40), texts)
 def test_a_message_id_entry_reads_back_as_written(seq: int, message: str) -> None:
     assert entries.read_message_id(entries.message_id_entry(seq, message)) == (seq, message)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from corral_server.cluster import entries
 from corral_server.cluster.log import Batch
@@ -60,10 +61,15 @@ class Applier:
         rows: list[NewRow] = []
         items: list[bytes] = []
         events: list[Prepared] = []
-        for entry in batch.events:
+        sent = batch.rows
+        for index, entry in enumerate(batch.events):
             kind = entry[0]
             if kind == _ROW:
-                self._row(entry, rows, items)
+                row = sent[index] if sent is not None else None
+                if row is None:
+                    self._row(entry, rows, items)
+                else:  # this node appended it: the row as its writer had it, not parsed
+                    self._sent_row(cast(entries.SentRow, row), rows, items)
             elif kind == _EVENT:
                 events.append(_new_prepared(Prepared, (agent, entry[1:])))
             else:
@@ -79,17 +85,22 @@ class Applier:
         return done
 
     def _row(self, entry: bytes, rows: list[NewRow], items: list[bytes]) -> None:
-        row = entries.read_row(entry)
+        seq, row, item = entries.read_new_row(entry, _NOT_READ)
         # The store reads a row's item only to index it or to keep its tool output apart:
         # otherwise it stores the encoded item as it is, and decoding it would be wasted.
-        needed = row.output is not None or self.timeline.search_index
-        item = self.codec.decode(row.item) if needed else _NOT_READ
+        if row.output is not None or self.timeline.search_index:
+            row = row._replace(item=self.codec.decode(item))
         if not rows:
-            self._first_seq = row.seq
-        rows.append(
-            NewRow(item, row.timestamp_ms, row.turn_id, row.provider_message_id, row.output)
-        )
-        items.append(row.item)
+            self._first_seq = seq
+        rows.append(row)
+        items.append(item)
+
+    def _sent_row(self, sent: entries.SentRow, rows: list[NewRow], items: list[bytes]) -> None:
+        seq, row, item = sent
+        if not rows:
+            self._first_seq = seq
+        rows.append(row)
+        items.append(item)
 
     def _rows(self, agent: str, rows: list[NewRow], items: list[bytes]) -> None:
         if not rows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -44,6 +44,8 @@ UNANSWERED = (
 
 # What a batch leaves free of the servers' largest message, for the headers (ids are short).
 HEADROOM = 16 << 10
+# A renewal that did not reach NATS is tried again after this part of the lease's duration.
+RENEW_RETRY_PARTS = 10
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class ChannelParts:
     clock: Clock
     applied: Callable[[int], asyncio.Future[None]]  # resolves once the follower applied it
     max_payload: int  # the servers' largest message (1 MiB by default; deploy/ sets 8 MB)
+    # Told of each batch appended, with its entries and their rows as sent (follower.py
+    # `appended`): this node's follower applies them without decoding the message again.
+    appended: Callable[[int, tuple[bytes, ...], list[object | None]], None] | None = None
 
 
 class AgentChannel:
@@ -63,6 +68,7 @@ class AgentChannel:
         self.agent_id = agent_id
         self._parts = parts
         self._entries: list[bytes] = []
+        self._rows: list[object | None] = []  # each entry's row as sent (None: not a row)
         self._futures: list[tuple[int, asyncio.Future[None]]] = []  # (entries before it, f)
         self._wake = asyncio.Event()
         self._sent = asyncio.Event()  # set while nothing waits to be appended
@@ -73,8 +79,14 @@ class AgentChannel:
         self.claimed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._tasks = [asyncio.ensure_future(self._run())]
 
-    def send(self, entries: list[bytes], future: bool = True) -> asyncio.Future[None] | None:
-        """Queue `entries` for the next batch; their future, when asked for."""
+    def send(
+        self,
+        entries: list[bytes],
+        future: bool = True,
+        rows: Sequence[object | None] | None = None,
+    ) -> asyncio.Future[None] | None:
+        """Queue `entries` for the next batch; their future, when asked for. `rows`: each
+        entry's row as the writer had it (replica.py), for this node's own follower."""
         done: asyncio.Future[None] | None = None
         if future:
             done = asyncio.get_running_loop().create_future()
@@ -84,6 +96,7 @@ class AgentChannel:
                 done.exception()  # retrieved here: the caller may never await it
             return done
         self._entries.extend(entries)
+        self._rows.extend(rows if rows is not None else [None] * len(entries))
         if done is not None:
             self._futures.append((len(self._entries), done))
         self._wake.set()
@@ -155,7 +168,11 @@ class AgentChannel:
             raise Refused(self.agent_id, f"the lease of node {lease.node} expired")
         msg_id = batch_id(self.agent_id, lease.owner, expected)
         appended = await self._appended(batch, expected, msg_id)
+        rows = self._rows[:count]
         del self._entries[:count]
+        del self._rows[:count]
+        if parts.appended is not None and not appended.duplicate:
+            parts.appended(appended.sequence, tuple(batch), rows)
         ready = [f for before, f in self._futures if before <= count]
         self._futures = [(before - count, f) for before, f in self._futures if before > count]
         if ready:
@@ -178,18 +195,27 @@ class AgentChannel:
                 log.warning("agent %s: the stream did not answer; trying again", self.agent_id)
 
     async def _renew(self) -> None:
-        """Every third of the lease; a renewal that fails to reach NATS is tried again at the
-        next (each append checks the lease is still valid), one the leases refuse ends it."""
+        """Every third of the lease, counted from the expiry the last renewal wrote (a renewal
+        that came late, on a loop busy with bursts, does not push the next one later too); a
+        renewal that fails to reach NATS is tried again after a tenth of the lease (each
+        append checks the lease is still valid), one the leases refuse ends it."""
         parts = self._parts
+        duration_ms = parts.leases.duration_ms
+        pause_ms = duration_ms / 3
         while self.broken is None and self.lease is not None:
-            await parts.clock.sleep(parts.leases.duration_ms / 3000)
+            await parts.clock.sleep(pause_ms / 1000)
             try:
                 self.lease = await parts.leases.renew(self.lease)
             except Refused as refused:
                 self._break(AgentOwnedElsewhere(self.agent_id, "", str(refused)))
                 self._tasks[0].cancel()
+                return
             except Exception as error:
                 log.warning("agent %s: its lease was not renewed: %r", self.agent_id, error)
+                pause_ms = duration_ms / RENEW_RETRY_PARTS
+                continue
+            due_ms = self.lease.expires_ms - duration_ms * 2 / 3
+            pause_ms = max(due_ms - parts.clock.now_ms(), 0)
 
     def _break(self, reason: AgentOwnedElsewhere | ClusterUnavailable, quiet: bool = False) -> None:
         if self.broken is not None:
@@ -200,7 +226,7 @@ class AgentChannel:
             self.claimed.exception()  # retrieved: only a takeover awaits it
         if not quiet:  # a stop is no news; a lost agent is
             log.warning("agent %s: this node stops writing it: %s", self.agent_id, reason.message)
-        futures, self._futures, self._entries = self._futures, [], []
+        futures, self._futures, self._entries, self._rows = self._futures, [], [], []
         for _, future in futures:
             if not future.done():
                 future.set_exception(reason)

@@ -21,10 +21,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from corral_server.domain.timeline import TimelineItem
 from corral_server.timeline.store import NewRow
 
 _ROW = struct.Struct(">QQIIIB")  # seq, timestamp, turn, message id, item lengths, has output
 _SEQ = struct.Struct(">Q")
+_ROW_UNPACK = _ROW.unpack_from
+_ROW_END = 1 + _ROW.size  # the kind byte and the fixed fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,11 @@ class RowEntry:
     provider_message_id: str
     item: bytes
     output: bytes | None
+
+
+# A row entry as its writer had it before encoding: seq, the row, the encoded item (the owner's
+# own follower applies it from this, log.py `Batch.rows`).
+SentRow = tuple[int, NewRow, bytes]
 
 
 def epoch_entry(kind: bytes, epoch: str) -> bytes:
@@ -60,6 +68,30 @@ def read_row(entry: bytes) -> RowEntry:
     return RowEntry(
         seq, timestamp, turn_id, message_id, item_bytes, entry[at:] if has_output else None
     )
+
+
+_new_tuple = tuple.__new__  # a NamedTuple's own __new__ is a Python function; the tuple's is C
+_last_turn: list[object] = [b"", ""]  # the last turn id read, as bytes and str (a turn's rows)
+
+
+def read_new_row(entry: bytes, item: TimelineItem) -> SentRow:
+    """`read_row` on the follower's hot path: the seq, the row to append (with `item` standing
+    in for the item, which the caller decodes only when the store needs it) and the encoded
+    item, in a third of `read_row`'s time (no dataclass, a turn's id decoded once)."""
+    seq, timestamp, turn, message, item_size, has_output = _ROW_UNPACK(entry, 1)
+    at = _ROW_END + turn
+    turn_bytes = entry[_ROW_END:at]
+    if turn_bytes == _last_turn[0]:
+        turn_id = _last_turn[1]
+    else:
+        turn_id = turn_bytes.decode()
+        _last_turn[:] = [turn_bytes, turn_id]
+    end = at + message
+    message_id = entry[at:end].decode()
+    item_end = end + item_size
+    output = entry[item_end:] if has_output else None
+    row = _new_tuple(NewRow, (item, timestamp, turn_id, message_id, output))
+    return seq, row, entry[end:item_end]
 
 
 def message_id_entry(seq: int, provider_message_id: str) -> bytes:

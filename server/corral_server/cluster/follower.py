@@ -20,9 +20,11 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 import nats.errors
+from nats.aio.msg import Msg
 
 from corral_server.cluster.log import Batch, EventLog, batch_of_message
 
@@ -48,6 +50,9 @@ class Follower:
         self._order = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._unconfirmed = 0
+        # This node's own batches, acknowledged and not yet read back: applied from what
+        # was sent (`appended`) instead of decoding the message again.
+        self._own: dict[int, tuple[tuple[bytes, ...], list[object | None]]] = {}
         self.failure: BaseException | None = None
         self.on_failed: Callable[[], None] | None = None  # told once, when it stops
 
@@ -64,6 +69,12 @@ class Follower:
         else:
             heapq.heappush(self._waiters, (sequence, next(self._order), future))
         return future
+
+    def appended(self, sequence: int, events: tuple[bytes, ...], rows: list[object | None]) -> None:
+        """A batch this node appended at `sequence`: its entries as sent, each with its row
+        as the writer had it (None: not a row), kept until the follower reaches it."""
+        if sequence > self.read_to:
+            self._own[sequence] = (events, rows)
 
     async def caught_up(self) -> None:
         """Until the read model has committed the stream as far as it reached at the call."""
@@ -98,7 +109,7 @@ class Follower:
                     if any(sequence > self.read_to for sequence, _, _ in self._waiters):
                         break  # a write waits for what the consumer did not bring
                     continue
-                batch = batch_of_message(msg, self._log.prefix)
+                batch = self._own_batch(msg) or batch_of_message(msg, self._log.prefix)
                 if batch.sequence <= self.read_to:
                     continue  # delivered again after the consumer was remade
                 if batch.sequence > self.read_to + 1:
@@ -128,7 +139,20 @@ class Follower:
             self._unconfirmed = 0
             await done  # the local database keeps up before more is taken
 
+    def _own_batch(self, msg: Msg) -> Batch | None:
+        """The message as this node appended it, if it did (nothing decoded)."""
+        sequence = msg.metadata.sequence.stream
+        own = self._own.pop(sequence, None)
+        if own is None:
+            return None
+        agent = msg.subject.removeprefix(self._log.prefix)
+        return Batch(sequence, agent, own[0], None, own[1])
+
     def _hand(self, batch: Batch) -> asyncio.Future[None]:
+        if self._own:
+            own = self._own.pop(batch.sequence, None)
+            if own is not None and batch.rows is None:  # read back from the stream leader
+                batch = replace(batch, rows=own[1])
         done = self._apply(batch)
         self.read_to = batch.sequence
         done.add_done_callback(partial(self._committed, batch.sequence))

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -76,6 +76,9 @@ class Batch:
     agent: str
     events: tuple[bytes, ...]
     owner: str | None  # set on a claim: the owner that took the agent over here
+    # On the node that appended it: each event's row as the owner had it before encoding
+    # (None for other entries), so its own follower need not parse what it just encoded.
+    rows: Sequence[object | None] | None = None
 
 
 def subject(agent: str, prefix: str = SUBJECT_PREFIX) -> str:
@@ -95,13 +98,17 @@ def encode(events: Sequence[bytes]) -> bytes:
     return b"".join(LENGTH.pack(len(event)) + event for event in events)
 
 
-def decode(payload: bytes) -> tuple[bytes, ...]:
+def decode(
+    payload: bytes, _unpack: Callable[[bytes, int], tuple[int]] = LENGTH.unpack_from
+) -> tuple[bytes, ...]:
+    """`encode`'s events again (every node, every batch: its loop kept to locals)."""
     events: list[bytes] = []
-    position = 0
-    while position < len(payload):
-        (length,) = LENGTH.unpack_from(payload, position)
-        position += LENGTH.size
-        events.append(payload[position : position + length])
+    keep = events.append
+    position, end = 0, len(payload)
+    while position < end:
+        (length,) = _unpack(payload, position)
+        position += 4  # LENGTH.size
+        keep(payload[position : position + length])
         position += length
     return tuple(events)
 

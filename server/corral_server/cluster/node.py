@@ -159,7 +159,12 @@ class ClusterNode:
         self.follower = Follower(self.log, applier.apply, followed.sequence)
         self.follower.on_failed = self._stopped_following
         self._parts = ChannelParts(
-            self.log, self.leases, self._clock, self.follower.applied, self.client.max_payload
+            self.log,
+            self.leases,
+            self._clock,
+            self.follower.applied,
+            self.client.max_payload,
+            self.follower.appended,
         )
         self.timeline = ClusterTimeline(timeline, codec, self.channel)
         self.records = ClusterRecords(records, self.channel)

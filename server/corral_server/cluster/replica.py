@@ -87,12 +87,13 @@ class ClusterTimeline:
         first = self._next_seq(agent_id)
         if items is None:
             items = [self._codec.encode(row.item) for row in rows]
-        sent = [
-            entries.row_entry(first + i, row, item)
-            for i, (row, item) in enumerate(zip(rows, items, strict=True))
-        ]
+        sent: list[bytes] = []
+        kept: list[entries.SentRow] = []  # as they are, for this node's own follower
+        for seq, (row, item) in enumerate(zip(rows, items, strict=True), first):
+            sent.append(entries.row_entry(seq, row, item))
+            kept.append((seq, row, item))
         self._next[agent_id] = first + len(rows)
-        return _sent(self._channel(agent_id, False).send(sent))
+        return _sent(self._channel(agent_id, False).send(sent, rows=kept))
 
     def _next_seq(self, agent_id: str) -> int:
         seq = self._next.get(agent_id)

@@ -364,10 +364,13 @@ class AgentActor:
             self._parts.prompts.after_turn()
 
     async def _flushed(self, active: ActiveTurn, terminal: ev.TurnTerminal) -> ev.TurnTerminal:
-        """The turn's pending row stored: `terminal`, or a WRITER_FAILED failure if it could
-        not be (the row is dropped; the turn ends either way)."""
+        """The turn's pending row stored, and every row handed over before it (a row the
+        coalescer's window sent without waiting may still be in flight: the agent is idle
+        only once its turn's rows are stored): `terminal`, or a WRITER_FAILED failure if one
+        could not be (the row is dropped; the turn ends either way)."""
         try:
             await self._writer.flush()
+            await self._writer.barrier()
         except Exception:
             log.exception("agent %s: the last row of a turn could not be stored", self.agent.id)
             self._writer.discard_pending()
