@@ -24,6 +24,7 @@ from dataclasses import replace
 from functools import partial
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 
 from corral_server.cluster.log import Batch, EventLog, batch_of_message
@@ -32,6 +33,14 @@ log = logging.getLogger(__name__)
 
 READ_BATCHES = 256  # batches read from the leader per round
 IN_FLIGHT = 64  # batches applied, then the follower waits for their local commit
+# What a read answers while the stream's leader is being elected or the node is cut off from
+# NATS: the follower reads again from where it is (its position is the read model's own).
+UNANSWERED = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)
 QUIET_S = 0.25  # a consumer this quiet while a write waits: read from the stream leader
 
 
@@ -54,6 +63,7 @@ class Follower:
         # was sent (`appended`) instead of decoding the message again.
         self._own: dict[int, tuple[tuple[bytes, ...], list[object | None]]] = {}
         self.failure: BaseException | None = None
+        self.unanswered = 0  # reads the stream did not answer in a row (an election, a cut)
         self.on_failed: Callable[[], None] | None = None  # told once, when it stops
 
     async def start(self) -> None:
@@ -82,8 +92,15 @@ class Follower:
 
     async def _run(self) -> None:
         try:
-            while True:
-                await self._follow()
+            while self.failure is None:  # a read model that failed is followed no further
+                try:
+                    await self._follow()
+                    self.unanswered = 0
+                except UNANSWERED as error:
+                    if self.failure is not None:  # the read model itself failed: stop
+                        raise
+                    self._unanswered(error)
+                    await asyncio.sleep(QUIET_S)
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # the read model can no longer follow: say so, stop
@@ -120,6 +137,16 @@ class Follower:
             if consumer is not None:
                 with contextlib.suppress(Exception):
                     await consumer.unsubscribe()
+
+    def _unanswered(self, error: BaseException) -> None:
+        """Said once an outage (the first unanswered read), then quietly counted."""
+        self.unanswered += 1
+        if self.unanswered == 1:
+            log.warning(
+                "the stream did not answer a read at sequence %d (%r): reading again",
+                self.read_to + 1,
+                error,
+            )
 
     async def _read_leader(self, last: int | None) -> None:
         """What the stream holds after the position (up to `last`), from its leader."""
