@@ -386,11 +386,18 @@ async def test_a_subscriber_on_a_killed_node_resumes_through_envoy_on_another(
             await idle(owner, agent_id)
     await until(lambda: _resumed(on_victim), "the victim's subscriber resumed")
     await everyone_agrees(cluster, [on_victim, *through])
-    # One break, after everything it had seen (an event after `head`, before the kill, too).
-    assert len(on_victim.breaks) == 1 and on_victim.breaks[0][0] >= head, on_victim.breaks
+    # One break point, after everything it had seen (an event after `head`, before the kill,
+    # too). A resume that Envoy still sent to the dead node (its health check had not ejected
+    # it yet) fails at that same point and is tried again: no event in between.
+    assert _broke_at_one_point(on_victim) and on_victim.breaks[0][0] >= head, on_victim.breaks
     broken = [s for s in through if s.breaks]
     assert len(broken) == victim_streams, (victim_streams, [s.breaks for s in through])
-    assert all(len(s.breaks) == 1 for s in broken)
+    assert all(_broke_at_one_point(s) for s in broken), [s.breaks for s in broken]
+
+
+def _broke_at_one_point(subscriber: Subscriber) -> bool:
+    points = {revision for revision, _ in subscriber.breaks}
+    return len(points) == 1 and len(subscriber.breaks) <= 3
 
 
 async def _resumed(subscriber: Subscriber) -> bool:

@@ -141,12 +141,7 @@ class EventLog:
             num_replicas=replicas,
             duplicate_window=duplicate_window_s,
         )
-        try:
-            await js.stream_info(name)
-        except nats.js.errors.NotFoundError:
-            # BadRequest: another node made it meanwhile.
-            with contextlib.suppress(nats.js.errors.BadRequestError):
-                await js.add_stream(config)
+        await _made(js, config)
         info = await led(js, name)  # made now or just before: appends need its leader
         if info.created is None:
             raise RuntimeError(f"stream {name}: the server reported no creation time")
@@ -279,6 +274,28 @@ class EventLog:
             batches.append(batch_of(msg, self.prefix))
             sequence = (msg.seq or sequence) + 1
         return batches
+
+
+async def _made(js: JetStreamContext, config: api.StreamConfig, wait_s: float = 30.0) -> None:
+    """The stream made unless it exists, tried again while the servers do not answer in time
+    (a loaded or just started cluster's meta leader): making it again with the same
+    configuration is no change, so a creation that landed unanswered is harmless."""
+    assert config.name is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            try:
+                await js.stream_info(config.name)
+            except nats.js.errors.NotFoundError:
+                # BadRequest: another node made it meanwhile.
+                with contextlib.suppress(nats.js.errors.BadRequestError):
+                    await js.add_stream(config)
+            return
+        except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 async def led(js: JetStreamContext, name: str, wait_s: float = 10.0) -> api.StreamInfo:

@@ -35,7 +35,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from corral_server import errors
 from corral_server.clock import Clock
-from corral_server.cluster.leases import open_bucket
+from corral_server.cluster.leases import open_bucket, unanswered_retried
 from corral_server.cluster.log import TOKEN, WRONG_LAST_SEQUENCE
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,9 @@ class NodeDirectory:
         )
         try:
             if self._revision:
-                revision = await self._kv.update(self.node, encode(entry), last=self._revision)
+                revision = await unanswered_retried(
+                    lambda: self._kv.update(self.node, encode(entry), last=self._revision)
+                )
             else:
                 revision = await self._claim(encode(entry))
         except nats.js.errors.KeyWrongLastSequenceError:
@@ -228,7 +230,8 @@ class NodeDirectory:
         """The first write of this process: a new key, or over an entry that is this id's
         own earlier run (expired, left by a clean stop, or at this node's own address)."""
         try:
-            return await self._kv.create(self.node, value)
+            # A bucket just made may not have its leader yet: no stream answers (tried again).
+            return await unanswered_retried(lambda: self._kv.create(self.node, value))
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         current = await self._kv.get(self.node)
@@ -241,7 +244,9 @@ class NodeDirectory:
                 f"node id {self.node} is registered by another process at {held.address} "
                 f"until {held.expires_ms}"
             )
-        return await self._kv.update(self.node, value, last=held.revision)
+        return await unanswered_retried(
+            lambda: self._kv.update(self.node, value, last=held.revision)
+        )
 
     def start(self, agents: Callable[[], int]) -> None:
         """Refresh this node's entry every third of its duration, with `agents()` then."""
