@@ -300,7 +300,9 @@ class Backfill:
     async def _run(self) -> None:
         try:
             total = await self._db.read(_count_rows)
-            log.info("search index: indexing %d stored rows in the background", total)
+            # A new state directory has nothing to index: its (empty) pass is not news.
+            say = log.info if total else log.debug
+            say("search index: indexing %d stored rows in the background", total)
             looked = 0
             while True:
                 seen, added, done = await self._db.write(
@@ -311,7 +313,7 @@ class Backfill:
                 if done:
                     break
                 log.info("search index: looked at %d of %d stored rows", looked, total)
-            log.info("search index: done (%d rows indexed, %d looked at)", self.indexed, looked)
+            say("search index: done (%d rows indexed, %d looked at)", self.indexed, looked)
         except asyncio.CancelledError:
             raise
         except Exception:
