@@ -28,6 +28,19 @@ EXIT_INTERRUPTED = 130
 # SIGPIPE ended (128 + 13), as for `git log | head`; the CLI ends quietly instead of dying.
 EXIT_PIPE_CLOSED = 141
 
+
+def interrupted(error: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or an error raised while one was being handled. grpc's
+    blocking stream iterator, interrupted inside its condition's wait, can end with
+    "cannot release un-acquired lock" instead, the KeyboardInterrupt as its context."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
 # The caller asked for something that cannot be done as asked: retrying will not help.
 _BAD_REQUEST_CODES = frozenset(
     {

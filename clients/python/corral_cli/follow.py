@@ -144,7 +144,9 @@ class Follower:
                 if exit_code is not None:
                     stop(call)
                     return exit_code
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError) as error:
+            if not failure.interrupted(error):
+                raise
             stop(call)
             return failure.EXIT_INTERRUPTED
         self.console.note("-- the daemon ended the stream --")

@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else failure.EXIT_BAD_REQUEST
     except KeyboardInterrupt:
         return failure.EXIT_INTERRUPTED
+    except RuntimeError as error:  # Ctrl-C inside grpc's blocking wait (failure.interrupted)
+        if not failure.interrupted(error):
+            raise
+        return failure.EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_closed_pipes()
         return failure.EXIT_PIPE_CLOSED

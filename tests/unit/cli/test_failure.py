@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from corral_cli import failure
 from corral_cli.failure import Failure, describe
 
 
@@ -44,3 +45,25 @@ def test_a_busy_agent_is_told_the_clis_flags_not_the_apis_field() -> None:
         "hint: send again with --queue (after the running turn), --steer (into it) or --replace "
         "(cancel it, run this), or stop it first: corral cancel a1",
     ]
+
+
+def _raised_while_handling(first: BaseException, then: BaseException) -> BaseException:
+    try:
+        try:
+            raise first
+        except BaseException:
+            raise then  # noqa: B904 (the context is the point)
+    except BaseException as error:
+        return error
+
+
+def test_ctrl_c_is_told_apart_also_when_grpc_turned_it_into_a_lock_error() -> None:
+    # grpc's blocking stream iterator, interrupted in its condition's wait, ends with this
+    # RuntimeError, the KeyboardInterrupt as its context (seen in CI on Python 3.11).
+    lock = _raised_while_handling(
+        KeyboardInterrupt(), RuntimeError("cannot release un-acquired lock")
+    )
+    assert failure.interrupted(KeyboardInterrupt())
+    assert failure.interrupted(lock)
+    assert not failure.interrupted(RuntimeError("cannot release un-acquired lock"))
+    assert not failure.interrupted(_raised_while_handling(ValueError(), RuntimeError("x")))
